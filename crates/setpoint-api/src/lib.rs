@@ -1,0 +1,13 @@
+//! Setpoint's shared vocabulary, with no I/O: which resource a request names, helpers to read
+//! object metadata out of JSON, Kubernetes `Status` errors, label and field selectors, names
+//! and time formatting.
+
+pub mod meta;
+pub mod names;
+pub mod resource;
+pub mod selector;
+pub mod status;
+pub mod time;
+
+pub use resource::{GroupResource, GroupVersionKind, GroupVersionResource};
+pub use status::{ApiError, Cause};

@@ -1,0 +1,1054 @@
+//! The HTTP front: authentication, routing, content negotiation, bounded body decoding, and the
+//! LIST/WATCH protocol details (pagination tokens, resourceVersion semantics, streaming).
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::response::Response;
+use axum::Router;
+use base64::Engine;
+use bytes::{Bytes, BytesMut};
+use futures::StreamExt;
+use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
+use serde_json::{json, Value};
+use setpoint_api::selector::{FieldSelector, LabelSelector};
+use setpoint_api::{meta, ApiError};
+use setpoint_store::Revision;
+
+use crate::objects::{DeleteOptions, FieldValidation, WriteOptions, CACHE_WAIT};
+use crate::patch::Patch;
+use crate::registry::ResourceDef;
+use crate::request::{parse_path, PathTarget};
+use crate::server::ApiServer;
+use crate::strategy::View;
+use crate::tls::Identity;
+use crate::watchcache::{CachedObject, EventType, Filter, WatchItem, WatchStart};
+
+/// The router: every path goes through [`handle`].
+pub fn router(server: Arc<ApiServer>) -> Router {
+    Router::new().fallback(handle).with_state(server)
+}
+
+type Query = HashMap<String, String>;
+
+fn parse_query(uri: &Uri) -> Query {
+    uri.query()
+        .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
+        .unwrap_or_default()
+}
+
+fn flag(q: &Query, k: &str) -> bool {
+    matches!(q.get(k).map(String::as_str), Some("true") | Some("1"))
+}
+
+/// A JSON response.
+pub fn json_response(code: StatusCode, body: impl Into<Bytes>) -> Response {
+    Response::builder()
+        .status(code)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body.into()))
+        .expect("valid response")
+}
+
+fn value_response(code: StatusCode, v: &Value) -> Response {
+    json_response(code, serde_json::to_vec(v).unwrap_or_default())
+}
+
+/// The `Status` response for an error.
+pub fn error_response(e: &ApiError) -> Response {
+    let code = StatusCode::from_u16(e.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut r = value_response(code, &e.to_status());
+    if let Some(secs) = e.details.as_ref().and_then(|d| d.retry_after_seconds) {
+        r.headers_mut()
+            .insert(http::header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    r
+}
+
+fn text_response(code: StatusCode, body: impl Into<Bytes>) -> Response {
+    Response::builder()
+        .status(code)
+        .header(http::header::CONTENT_TYPE, "text/plain; charset=utf-8")
+        .body(Body::from(body.into()))
+        .expect("valid response")
+}
+
+fn with_warnings(mut r: Response, warnings: &[String]) -> Response {
+    for w in warnings {
+        let v = format!("299 - {}", serde_json::to_string(w).unwrap_or_default());
+        if let Ok(h) = HeaderValue::from_str(&v) {
+            r.headers_mut().append(http::header::WARNING, h);
+        }
+    }
+    r
+}
+
+/// The verb for metrics and logs.
+fn verb_of(method: &Method, target: &Result<PathTarget, ApiError>, q: &Query) -> &'static str {
+    match (method, target) {
+        (&Method::GET, Ok(PathTarget::Collection { .. })) if flag(q, "watch") => "WATCH",
+        (&Method::GET, Ok(PathTarget::Collection { .. })) => "LIST",
+        (&Method::GET, _) => "GET",
+        (&Method::POST, _) => "POST",
+        (&Method::PUT, _) => "PUT",
+        (&Method::PATCH, _) => "PATCH",
+        (&Method::DELETE, Ok(PathTarget::Collection { .. })) => "DELETECOLLECTION",
+        (&Method::DELETE, _) => "DELETE",
+        _ => "OTHER",
+    }
+}
+
+fn resource_label(target: &Result<PathTarget, ApiError>) -> String {
+    match target {
+        Ok(PathTarget::Collection { plural, .. }) => plural.clone(),
+        Ok(PathTarget::Object {
+            plural,
+            subresource: Some(s),
+            ..
+        }) => format!("{plural}/{s}"),
+        Ok(PathTarget::Object { plural, .. }) => plural.clone(),
+        Ok(_) => "discovery".into(),
+        Err(_) => "".into(),
+    }
+}
+
+/// Every request enters here.
+pub async fn handle(State(server): State<Arc<ApiServer>>, req: http::Request<Body>) -> Response {
+    let start = Instant::now();
+    let (parts, body) = req.into_parts();
+    let identity = parts
+        .extensions
+        .get::<Identity>()
+        .cloned()
+        .unwrap_or(Identity::Unauthenticated);
+    let path = parts.uri.path().to_string();
+    let span = tracing::debug_span!("request", method = %parts.method, path = %path);
+    let _enter = span.enter();
+    match path.as_str() {
+        "/healthz" | "/livez" => return text_response(StatusCode::OK, "ok"),
+        "/readyz" => {
+            return if server.is_ready() {
+                text_response(StatusCode::OK, "ok")
+            } else {
+                text_response(StatusCode::SERVICE_UNAVAILABLE, "not ready")
+            }
+        }
+        "/version" => return value_response(StatusCode::OK, &crate::discovery::version()),
+        _ => {}
+    }
+    if identity == Identity::Anonymous {
+        return error_response(&ApiError::unauthorized());
+    }
+    if path == "/metrics" {
+        return Response::builder()
+            .status(StatusCode::OK)
+            .header(
+                http::header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )
+            .body(Body::from(server.metrics.render()))
+            .expect("valid response");
+    }
+    if path == "/openapi/v3" || path.starts_with("/openapi/v3/") {
+        return match crate::openapi::v3(&server, &path) {
+            Some(doc) => value_response(StatusCode::OK, &doc),
+            None => error_response(&ApiError::not_found_path()),
+        };
+    }
+    if !(path == "/api"
+        || path.starts_with("/api/")
+        || path == "/apis"
+        || path.starts_with("/apis/"))
+    {
+        return error_response(&ApiError::not_found_path());
+    }
+    let q = parse_query(&parts.uri);
+    let target = parse_path(&path);
+    let verb = verb_of(&parts.method, &target, &q);
+    let resource = resource_label(&target);
+    let response = match target {
+        Err(e) => error_response(&e),
+        Ok(t) => match serve(&server, &parts.method, t, &q, &parts.headers, body).await {
+            Ok(r) => r,
+            Err(e) => error_response(&e),
+        },
+    };
+    server
+        .metrics
+        .request(verb, &resource, response.status().as_u16(), start.elapsed());
+    tracing::debug!(
+        status = response.status().as_u16(),
+        elapsed_ms = start.elapsed().as_secs_f64() * 1000.0,
+        "done"
+    );
+    response
+}
+
+async fn read_body(server: &ApiServer, body: Body) -> Result<Bytes, ApiError> {
+    let limit = server.config.max_body_bytes;
+    axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|_| ApiError::too_large(format!("Request entity too large: limit is {limit}")))
+}
+
+fn content_type(headers: &HeaderMap) -> String {
+    headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|s| {
+            s.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        })
+        .unwrap_or_default()
+}
+
+/// Decodes a create/update body: JSON (also when no Content-Type is given), YAML, or
+/// Kubernetes protobuf.
+fn decode_object_body(
+    res: &ResourceDef,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Value, ApiError> {
+    let ct = content_type(headers);
+    let cannot = |e: String| {
+        ApiError::bad_request(format!(
+            "{} in version \"{}\" cannot be handled as a {}: {e}",
+            res.kind, res.version, res.kind
+        ))
+    };
+    let v: Value = match ct.as_str() {
+        "" | "application/json" | "*/*" => {
+            serde_json::from_slice(body).map_err(|e| cannot(e.to_string()))?
+        }
+        "application/yaml" | "application/x-yaml" | "text/yaml" => {
+            let text = std::str::from_utf8(body).map_err(|e| cannot(e.to_string()))?;
+            serde_saphyr::from_str(text).map_err(|e| cannot(e.to_string()))?
+        }
+        "application/vnd.kubernetes.protobuf" => {
+            setpoint_protobuf::decode(body).map_err(|e| cannot(e.to_string()))?
+        }
+        other => {
+            return Err(ApiError::unsupported_media_type(
+                other,
+                &[
+                    "application/json",
+                    "application/yaml",
+                    "application/vnd.kubernetes.protobuf",
+                ],
+            ))
+        }
+    };
+    if !v.is_object() {
+        return Err(cannot("the body must be an object".into()));
+    }
+    Ok(v)
+}
+
+fn write_options(q: &Query) -> Result<WriteOptions, ApiError> {
+    let dry_run = match q.get("dryRun").map(String::as_str) {
+        None | Some("") => false,
+        Some("All") => true,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "unsupported dryRun value {other:?}: only \"All\" is supported"
+            )))
+        }
+    };
+    let field_validation = match q.get("fieldValidation").map(String::as_str) {
+        None | Some("") | Some("Warn") => FieldValidation::Warn,
+        Some("Strict") => FieldValidation::Strict,
+        Some("Ignore") => FieldValidation::Ignore,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "fieldValidation {other:?} is invalid: valid values are Ignore, Warn and Strict"
+            )))
+        }
+    };
+    Ok(WriteOptions {
+        dry_run,
+        field_validation,
+        field_manager: q.get("fieldManager").cloned(),
+    })
+}
+
+fn wants_table(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(http::header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|part| {
+            let p: Vec<&str> = part.split(';').map(str::trim).collect();
+            p.contains(&"as=Table") && p.contains(&"g=meta.k8s.io")
+        })
+}
+
+fn wants_aggregated(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(http::header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("as=APIGroupDiscoveryList") && v.contains("v=v2"))
+}
+
+/// The storage-side resource of a request resource (itself, unless converted).
+fn storage_def(server: &ApiServer, res: &Arc<ResourceDef>) -> Arc<ResourceDef> {
+    if res.is_converted() {
+        server
+            .registry
+            .all()
+            .iter()
+            .find(|r| {
+                !r.is_converted() && r.group == res.storage_group && r.plural == res.storage_plural
+            })
+            .cloned()
+            .unwrap_or_else(|| res.clone())
+    } else {
+        res.clone()
+    }
+}
+
+fn to_api(res: &ResourceDef, obj: Value) -> Value {
+    if res.is_converted() {
+        crate::convert::from_storage(res, obj)
+    } else {
+        obj
+    }
+}
+
+async fn serve(
+    server: &Arc<ApiServer>,
+    method: &Method,
+    target: PathTarget,
+    q: &Query,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    match target {
+        PathTarget::CoreVersions => Ok(discovery_response(server, headers, true)),
+        PathTarget::Groups => Ok(discovery_response(server, headers, false)),
+        PathTarget::Group { group } => crate::discovery::group(server, &group)
+            .map(|v| value_response(StatusCode::OK, &v))
+            .ok_or_else(ApiError::not_found_path),
+        PathTarget::ResourceList { group, version } => {
+            crate::discovery::resource_list(server, &group, &version)
+                .map(|v| value_response(StatusCode::OK, &v))
+                .ok_or_else(ApiError::not_found_path)
+        }
+        PathTarget::Collection {
+            group,
+            version,
+            plural,
+            namespace,
+        } => {
+            let res = server
+                .registry
+                .get(&group, &version, &plural)
+                .cloned()
+                .ok_or_else(ApiError::not_found_path)?;
+            if !res.namespaced && namespace.is_some() {
+                return Err(ApiError::not_found_path());
+            }
+            match *method {
+                Method::GET if flag(q, "watch") => {
+                    watch(server, &res, namespace.as_deref(), q, headers).await
+                }
+                Method::GET => list(server, &res, namespace.as_deref(), q, headers).await,
+                Method::POST => {
+                    let ns = match (&namespace, res.namespaced) {
+                        (Some(ns), true) => ns.clone(),
+                        (None, true) => return Err(ApiError::method_not_allowed()),
+                        _ => String::new(),
+                    };
+                    let opts = write_options(q)?;
+                    let bytes = read_body(server, body).await?;
+                    let obj = decode_object_body(&res, headers, &bytes)?;
+                    let sres = storage_def(server, &res);
+                    let obj = if res.is_converted() {
+                        crate::convert::to_storage(&res, obj)
+                    } else {
+                        obj
+                    };
+                    let w = server.create(&sres, &ns, obj, &opts).await?;
+                    Ok(with_warnings(
+                        value_response(StatusCode::CREATED, &to_api(&res, w.object)),
+                        &w.warnings,
+                    ))
+                }
+                Method::DELETE => {
+                    delete_collection(server, &res, namespace.as_deref(), q, body).await
+                }
+                _ => Err(ApiError::method_not_allowed()),
+            }
+        }
+        PathTarget::Object {
+            group,
+            version,
+            plural,
+            namespace,
+            name,
+            subresource,
+        } => {
+            let res = server
+                .registry
+                .get(&group, &version, &plural)
+                .cloned()
+                .ok_or_else(ApiError::not_found_path)?;
+            if res.namespaced != namespace.is_some() {
+                return Err(ApiError::not_found_path());
+            }
+            let ns = namespace.unwrap_or_default();
+            let sres = storage_def(server, &res);
+            if subresource.as_deref() == Some("binding")
+                && res.group.is_empty()
+                && res.plural == "pods"
+            {
+                if *method != Method::POST {
+                    return Err(ApiError::method_not_allowed());
+                }
+                let bytes = read_body(server, body).await?;
+                return bind_pod(server, &res, &ns, &name, headers, &bytes, q).await;
+            }
+            let view = View::parse(&res, subresource.as_deref())?;
+            match *method {
+                Method::GET => {
+                    if view == View::Finalize {
+                        return Err(ApiError::method_not_allowed());
+                    }
+                    let obj = to_api(&res, server.get_object(&sres, &ns, &name).await?);
+                    let obj = if view == View::Scale {
+                        crate::strategy::scale_of(&res, &obj)
+                    } else {
+                        obj
+                    };
+                    if wants_table(headers) && view == View::Main {
+                        let rv = meta::resource_version(&obj).to_string();
+                        let t = crate::table::table(&res, &[Arc::new(obj)], &rv, None, q, true);
+                        return Ok(value_response(StatusCode::OK, &t));
+                    }
+                    Ok(value_response(StatusCode::OK, &obj))
+                }
+                Method::PUT => {
+                    let opts = write_options(q)?;
+                    let bytes = read_body(server, body).await?;
+                    let obj = if view == View::Scale {
+                        serde_json::from_slice(&bytes).map_err(|e| {
+                            ApiError::bad_request(format!(
+                                "Scale in version \"v1\" cannot be handled as a Scale: {e}"
+                            ))
+                        })?
+                    } else {
+                        decode_object_body(&res, headers, &bytes)?
+                    };
+                    let obj = if res.is_converted() {
+                        crate::convert::to_storage(&res, obj)
+                    } else {
+                        obj
+                    };
+                    let w = server.update(&sres, &ns, &name, view, obj, &opts).await?;
+                    Ok(with_warnings(
+                        value_response(StatusCode::OK, &to_api(&res, w.object)),
+                        &w.warnings,
+                    ))
+                }
+                Method::PATCH => {
+                    if view == View::Finalize {
+                        return Err(ApiError::method_not_allowed());
+                    }
+                    let opts = write_options(q)?;
+                    let bytes = read_body(server, body).await?;
+                    let patch = Patch::decode(&content_type(headers), &bytes)?;
+                    if res.is_converted() {
+                        return Err(ApiError::method_not_allowed());
+                    }
+                    let w = server.patch(&sres, &ns, &name, view, &patch, &opts).await?;
+                    Ok(with_warnings(
+                        value_response(StatusCode::OK, &w.object),
+                        &w.warnings,
+                    ))
+                }
+                Method::DELETE if view == View::Main => {
+                    let bytes = read_body(server, body).await?;
+                    let opts = delete_options(q, &bytes)?;
+                    let d = server.delete(&sres, &ns, &name, &opts).await?;
+                    let code = if d.removed {
+                        StatusCode::OK
+                    } else {
+                        StatusCode::ACCEPTED
+                    };
+                    Ok(value_response(code, &to_api(&res, d.object)))
+                }
+                _ => Err(ApiError::method_not_allowed()),
+            }
+        }
+    }
+}
+
+fn discovery_response(server: &ApiServer, headers: &HeaderMap, core: bool) -> Response {
+    if wants_aggregated(headers) {
+        let doc = crate::discovery::aggregated(server, core);
+        let mut r = value_response(StatusCode::OK, &doc);
+        r.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static(
+                "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
+            ),
+        );
+        r.headers_mut()
+            .insert(http::header::VARY, HeaderValue::from_static("Accept"));
+        return r;
+    }
+    let doc = if core {
+        crate::discovery::core_versions(server)
+    } else {
+        crate::discovery::groups(server)
+    };
+    let mut r = value_response(StatusCode::OK, &doc);
+    r.headers_mut()
+        .insert(http::header::VARY, HeaderValue::from_static("Accept"));
+    r
+}
+
+/// `DeleteOptions` from a JSON body (kubectl) or the query (Python client).
+fn delete_options(q: &Query, body: &[u8]) -> Result<DeleteOptions, ApiError> {
+    let mut o = DeleteOptions::default();
+    if !body.iter().all(u8::is_ascii_whitespace) {
+        let v: Value = if body.starts_with(b"k8s\0") {
+            setpoint_protobuf::decode(body)
+                .map_err(|e| ApiError::bad_request(format!("decoding DeleteOptions: {e}")))?
+        } else {
+            serde_json::from_slice(body)
+                .map_err(|e| ApiError::bad_request(format!("decoding DeleteOptions: {e}")))?
+        };
+        o.grace_period_seconds = v.get("gracePeriodSeconds").and_then(Value::as_i64);
+        o.propagation_policy = v
+            .get("propagationPolicy")
+            .and_then(Value::as_str)
+            .map(String::from);
+        if v.get("orphanDependents").and_then(Value::as_bool) == Some(true)
+            && o.propagation_policy.is_none()
+        {
+            o.propagation_policy = Some("Orphan".into());
+        }
+        o.precondition_uid = v
+            .pointer("/preconditions/uid")
+            .and_then(Value::as_str)
+            .map(String::from);
+        o.precondition_resource_version = v
+            .pointer("/preconditions/resourceVersion")
+            .and_then(Value::as_str)
+            .map(String::from);
+        o.dry_run = v
+            .get("dryRun")
+            .and_then(Value::as_array)
+            .is_some_and(|a| a.iter().any(|x| x == "All"));
+    }
+    if let Some(g) = q.get("gracePeriodSeconds") {
+        o.grace_period_seconds = Some(
+            g.parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid gracePeriodSeconds {g:?}")))?,
+        );
+    }
+    if let Some(p) = q.get("propagationPolicy") {
+        o.propagation_policy = Some(p.clone());
+    }
+    if flag(q, "orphanDependents") && o.propagation_policy.is_none() {
+        o.propagation_policy = Some("Orphan".into());
+    }
+    if q.get("dryRun").map(String::as_str) == Some("All") {
+        o.dry_run = true;
+    }
+    Ok(o)
+}
+
+/// Builds the list/watch filter from the request.
+fn filter_for(
+    server: &ApiServer,
+    res: &ResourceDef,
+    namespace: Option<&str>,
+    q: &Query,
+) -> Result<Filter, ApiError> {
+    let labels = match q.get("labelSelector") {
+        Some(s) if !s.is_empty() => {
+            Some(LabelSelector::parse(s).map_err(|e| ApiError::bad_request(e.to_string()))?)
+        }
+        _ => None,
+    };
+    let fields = match q.get("fieldSelector") {
+        Some(s) if !s.is_empty() => {
+            Some(FieldSelector::parse(s).map_err(|e| ApiError::bad_request(e.to_string()))?)
+        }
+        _ => None,
+    };
+    let (group, kind) = (res.group.clone(), res.kind.clone());
+    if let Some(f) = &fields {
+        for r in f.requirements() {
+            if !setpoint_kinds::fields::supported(&group, &kind, &r.field) {
+                return Err(ApiError::bad_request(format!(
+                    "field label not supported: {}",
+                    r.field
+                )));
+            }
+        }
+    }
+    let name = fields
+        .as_ref()
+        .and_then(|f| f.exact_match("metadata.name"))
+        .map(String::from);
+    let predicate: Option<crate::watchcache::Predicate> = if labels.is_none() && fields.is_none() {
+        None
+    } else {
+        let converted = res.is_converted().then(|| res.clone());
+        Some(Box::new(move |obj: &Value| {
+            let converted_obj;
+            let obj = match &converted {
+                Some(r) => {
+                    converted_obj = crate::convert::from_storage(r, obj.clone());
+                    &converted_obj
+                }
+                None => obj,
+            };
+            if let Some(l) = &labels {
+                if !l.matches(|k| meta::label(obj, k)) {
+                    return false;
+                }
+            }
+            if let Some(f) = &fields {
+                if !f.matches(|field| setpoint_kinds::fields::value(&group, &kind, obj, field)) {
+                    return false;
+                }
+            }
+            true
+        }))
+    };
+    let _ = server;
+    Ok(Filter {
+        namespace: if res.namespaced {
+            namespace.map(String::from)
+        } else {
+            None
+        },
+        name,
+        predicate,
+    })
+}
+
+/// The opaque `continue` token: the revision of the first page and the last key returned.
+fn encode_continue(rev: Revision, key: &str) -> String {
+    let j = json!({"v": "setpoint/v1", "rv": rev, "start": key});
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(j.to_string())
+}
+
+fn decode_continue(token: &str) -> Result<(Revision, String), ApiError> {
+    let bad = || ApiError::bad_request(format!("continue key is not valid: {token:?}"));
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token.trim_end_matches('='))
+        .map_err(|_| bad())?;
+    let v: Value = serde_json::from_slice(&raw).map_err(|_| bad())?;
+    let rev = v.get("rv").and_then(Value::as_i64).ok_or_else(bad)?;
+    let key = v
+        .get("start")
+        .and_then(Value::as_str)
+        .ok_or_else(bad)?
+        .to_string();
+    Ok((rev, key))
+}
+
+fn parse_rv(s: &str) -> Result<Revision, ApiError> {
+    s.parse::<Revision>()
+        .ok()
+        .filter(|r| *r >= 0)
+        .ok_or_else(|| ApiError::bad_request(format!("invalid resource version {s:?}")))
+}
+
+/// Waits until the watch cache has caught up with the store (a consistent read), or with a
+/// client-named revision.
+async fn wait_fresh(server: &ApiServer, at_least: Option<Revision>) -> Result<(), ApiError> {
+    let target = match at_least {
+        Some(r) => r,
+        None => server
+            .store
+            .current_revision()
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))?,
+    };
+    if server.caches.wait_for(target, CACHE_WAIT).await {
+        Ok(())
+    } else {
+        Err(ApiError::timeout(format!(
+            "Too large resource version: {target}, current: {}",
+            server.caches.revision()
+        )))
+    }
+}
+
+async fn list(
+    server: &Arc<ApiServer>,
+    res: &Arc<ResourceDef>,
+    namespace: Option<&str>,
+    q: &Query,
+    headers: &HeaderMap,
+) -> Result<Response, ApiError> {
+    let filter = filter_for(server, res, namespace, q)?;
+    let limit = q
+        .get("limit")
+        .and_then(|l| l.parse::<usize>().ok())
+        .filter(|l| *l > 0);
+    let rv = q.get("resourceVersion").map(String::as_str).unwrap_or("");
+    let rv_match = q
+        .get("resourceVersionMatch")
+        .map(String::as_str)
+        .unwrap_or("");
+    let sres = storage_def(server, res);
+    let prefix = sres.namespace_prefix(filter.namespace.as_deref());
+    let table = wants_table(headers);
+
+    // Continuation pages and exact-revision reads come from the store at that revision.
+    let from_store = if let Some(token) = q.get("continue").filter(|t| !t.is_empty()) {
+        let (rev, key) = decode_continue(token)?;
+        Some((Some(key), Some(rev)))
+    } else if rv_match == "Exact" {
+        Some((None, Some(parse_rv(rv)?)))
+    } else {
+        None
+    };
+    let (items, revision, cont, remaining): (
+        Vec<Arc<Value>>,
+        Revision,
+        Option<String>,
+        Option<usize>,
+    ) = if let Some((start, rev)) = from_store {
+        let (objs, revision, next, remaining) = server
+                .list_from_store(&sres, &prefix, start, rev, limit.unwrap_or(usize::MAX), &filter)
+                .await
+                .map_err(|e| {
+                    if e.code == 410 {
+                        ApiError::expired("the continue token is too old: the revision it lists at has been compacted; start a new list without it")
+                    } else {
+                        e
+                    }
+                })?;
+        let cont = next.map(|k| encode_continue(revision, &k));
+        (
+            objs.into_iter().map(Arc::new).collect(),
+            revision,
+            cont,
+            remaining,
+        )
+    } else {
+        match rv {
+            "0" => {}
+            "" => wait_fresh(server, None).await?,
+            n => wait_fresh(server, Some(parse_rv(n)?)).await?,
+        }
+        let cache = server
+            .caches
+            .get(&sres.storage_prefix())
+            .ok_or_else(|| ApiError::internal("no cache for resource"))?;
+        let (objs, revision) = cache.list(&prefix, &filter);
+        match limit {
+            Some(l) if objs.len() > l && rv != "0" => {
+                let last = objs[l - 1].key.clone();
+                let remaining = filter.predicate.is_none().then(|| objs.len() - l);
+                let page: Vec<Arc<Value>> = objs[..l].iter().map(|o| o.object.clone()).collect();
+                (
+                    page,
+                    revision,
+                    Some(encode_continue(revision, &last)),
+                    remaining,
+                )
+            }
+            _ => {
+                if table || res.is_converted() {
+                    (
+                        objs.iter().map(|o| o.object.clone()).collect(),
+                        revision,
+                        None,
+                        None,
+                    )
+                } else {
+                    // Fast path: splice the cached JSON of each object.
+                    return Ok(json_response(
+                        StatusCode::OK,
+                        list_bytes(res, &objs, revision),
+                    ));
+                }
+            }
+        }
+    };
+    let items: Vec<Arc<Value>> = if res.is_converted() {
+        items
+            .into_iter()
+            .map(|o| Arc::new(to_api(res, (*o).clone())))
+            .collect()
+    } else {
+        items
+    };
+    if table {
+        let t = crate::table::table(res, &items, &revision.to_string(), cont.as_deref(), q, true);
+        return Ok(value_response(StatusCode::OK, &t));
+    }
+    let mut metadata = serde_json::Map::new();
+    metadata.insert("resourceVersion".into(), json!(revision.to_string()));
+    if let Some(c) = &cont {
+        metadata.insert("continue".into(), json!(c));
+    }
+    if let (Some(r), Some(_)) = (remaining, &cont) {
+        metadata.insert("remainingItemCount".into(), json!(r));
+    }
+    let list = json!({
+        "kind": format!("{}List", res.kind),
+        "apiVersion": res.api_version(),
+        "metadata": Value::Object(metadata),
+        "items": items.iter().map(|o| (**o).clone()).collect::<Vec<_>>(),
+    });
+    Ok(value_response(StatusCode::OK, &list))
+}
+
+/// A list document built from cached JSON without re-serializing each object.
+fn list_bytes(res: &ResourceDef, objs: &[Arc<CachedObject>], revision: Revision) -> Bytes {
+    let size: usize = objs.iter().map(|o| o.json().len() + 1).sum();
+    let mut b = BytesMut::with_capacity(size + 128);
+    b.extend_from_slice(
+        format!(
+            "{{\"kind\":\"{}List\",\"apiVersion\":\"{}\",\"metadata\":{{\"resourceVersion\":\"{revision}\"}},\"items\":[",
+            res.kind,
+            res.api_version()
+        )
+        .as_bytes(),
+    );
+    for (i, o) in objs.iter().enumerate() {
+        if i > 0 {
+            b.extend_from_slice(b",");
+        }
+        b.extend_from_slice(o.json());
+    }
+    b.extend_from_slice(b"]}");
+    b.freeze()
+}
+
+async fn delete_collection(
+    server: &Arc<ApiServer>,
+    res: &Arc<ResourceDef>,
+    namespace: Option<&str>,
+    q: &Query,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let bytes = read_body(server, body).await?;
+    let opts = delete_options(q, &bytes)?;
+    let filter = filter_for(server, res, namespace, q)?;
+    let sres = storage_def(server, res);
+    wait_fresh(server, None).await?;
+    let cache = server
+        .caches
+        .get(&sres.storage_prefix())
+        .ok_or_else(|| ApiError::internal("no cache for resource"))?;
+    let (objs, revision) = cache.list(&sres.namespace_prefix(filter.namespace.as_deref()), &filter);
+    let mut items = Vec::new();
+    for o in objs {
+        let ns = meta::namespace(&o.object).to_string();
+        let name = meta::name(&o.object).to_string();
+        match server.delete(&sres, &ns, &name, &opts).await {
+            Ok(d) => items.push(to_api(res, d.object)),
+            Err(e) if e.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let list = json!({
+        "kind": format!("{}List", res.kind),
+        "apiVersion": res.api_version(),
+        "metadata": {"resourceVersion": revision.to_string()},
+        "items": items,
+    });
+    Ok(value_response(StatusCode::OK, &list))
+}
+
+/// `POST pods/<name>/binding`: sets `spec.nodeName` once.
+async fn bind_pod(
+    server: &Arc<ApiServer>,
+    res: &Arc<ResourceDef>,
+    ns: &str,
+    name: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+    q: &Query,
+) -> Result<Response, ApiError> {
+    let binding_def = ResourceDef {
+        kind: "Binding".into(),
+        ..(**res).clone()
+    };
+    let binding = decode_object_body(&binding_def, headers, body)?;
+    let node = binding
+        .pointer("/target/name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    if node.is_empty() {
+        return Err(ApiError::invalid(
+            "",
+            "Binding",
+            name,
+            vec![setpoint_api::Cause::required("target.name", "")],
+        ));
+    }
+    let opts = write_options(q)?;
+    server.bind(res, ns, name, &node, &opts).await?;
+    Ok(value_response(
+        StatusCode::CREATED,
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+    ))
+}
+
+/// Formats one watch event line.
+fn event_line(kind: &str, object: &[u8]) -> Bytes {
+    let mut b = BytesMut::with_capacity(object.len() + 32);
+    b.extend_from_slice(b"{\"type\":\"");
+    b.extend_from_slice(kind.as_bytes());
+    b.extend_from_slice(b"\",\"object\":");
+    b.extend_from_slice(object);
+    b.extend_from_slice(b"}\n");
+    b.freeze()
+}
+
+async fn watch(
+    server: &Arc<ApiServer>,
+    res: &Arc<ResourceDef>,
+    namespace: Option<&str>,
+    q: &Query,
+    headers: &HeaderMap,
+) -> Result<Response, ApiError> {
+    let filter = filter_for(server, res, namespace, q)?;
+    let sres = storage_def(server, res);
+    let rv = q.get("resourceVersion").map(String::as_str).unwrap_or("");
+    let send_initial = q.get("sendInitialEvents").map(String::as_str);
+    let bookmarks = flag(q, "allowWatchBookmarks");
+    let start = match (rv, send_initial) {
+        (_, Some("true")) => {
+            if !rv.is_empty() && rv != "0" {
+                wait_fresh(server, Some(parse_rv(rv)?)).await?;
+            } else if rv.is_empty() {
+                wait_fresh(server, None).await?;
+            }
+            WatchStart::CurrentState
+        }
+        ("", _) | ("0", _) => WatchStart::CurrentState,
+        (n, _) => WatchStart::After(parse_rv(n)?),
+    };
+    let initial_end_bookmark = send_initial == Some("true") && bookmarks;
+    let timeout = match q.get("timeoutSeconds").and_then(|t| t.parse::<u64>().ok()) {
+        Some(t) => Duration::from_secs(t),
+        // Kubernetes spreads long watches over 30–60 minutes so reconnects don't bunch up.
+        None => Duration::from_secs(1800 + rand::random::<u64>() % 1800),
+    };
+    let cache = server
+        .caches
+        .get(&sres.storage_prefix())
+        .ok_or_else(|| ApiError::internal("no cache for resource"))?
+        .clone();
+    let table = wants_table(headers);
+    let handle = match cache.watch(start, filter, bookmarks) {
+        Ok(h) => h,
+        Err(e) => {
+            // Clients expect a 200 with an ERROR event for an expired resourceVersion.
+            let line = event_line(
+                "ERROR",
+                &serde_json::to_vec(&e.to_status()).unwrap_or_default(),
+            );
+            return Ok(json_response(StatusCode::OK, line));
+        }
+    };
+    let res = res.clone();
+    let q = q.clone();
+    let state = WatchState {
+        res,
+        table,
+        first_table: true,
+        q,
+    };
+    let revision = handle.revision;
+    let initial: Vec<WatchItem> = handle.initial.clone();
+    let deadline = tokio::time::Instant::now() + timeout;
+    let stream = futures::stream::unfold(
+        (
+            state,
+            handle,
+            initial.into_iter(),
+            initial_end_bookmark,
+            revision,
+        ),
+        move |(mut state, mut handle, mut initial, mut end_bookmark, revision)| async move {
+            let item = if let Some(i) = initial.next() {
+                Some(i)
+            } else if end_bookmark {
+                end_bookmark = false;
+                let line = state.bookmark(revision, true);
+                return Some((
+                    Ok::<Bytes, Infallible>(line),
+                    (state, handle, initial, end_bookmark, revision),
+                ));
+            } else {
+                match tokio::time::timeout_at(deadline, handle.live.recv()).await {
+                    Ok(Some(i)) => Some(i),
+                    _ => None,
+                }
+            };
+            let item = item?;
+            let line = match item {
+                WatchItem::Event(t, obj) => state.event(t, &obj),
+                WatchItem::Bookmark(rv) => state.bookmark(rv, false),
+            };
+            Some((Ok(line), (state, handle, initial, end_bookmark, revision)))
+        },
+    );
+    Ok(Response::builder()
+        .status(StatusCode::OK)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(http::header::CACHE_CONTROL, "no-cache, private")
+        .body(Body::from_stream(stream.boxed()))
+        .expect("valid response"))
+}
+
+struct WatchState {
+    res: Arc<ResourceDef>,
+    table: bool,
+    first_table: bool,
+    q: Query,
+}
+
+impl WatchState {
+    fn event(&mut self, t: EventType, obj: &Arc<CachedObject>) -> Bytes {
+        if self.table {
+            let o = Arc::new(to_api(&self.res, (*obj.object).clone()));
+            let rv = meta::resource_version(&o).to_string();
+            let tbl = crate::table::table(&self.res, &[o], &rv, None, &self.q, self.first_table);
+            self.first_table = false;
+            return event_line(t.as_str(), &serde_json::to_vec(&tbl).unwrap_or_default());
+        }
+        if self.res.is_converted() {
+            let o = to_api(&self.res, (*obj.object).clone());
+            return event_line(t.as_str(), &serde_json::to_vec(&o).unwrap_or_default());
+        }
+        event_line(t.as_str(), obj.json())
+    }
+
+    fn bookmark(&self, rv: Revision, initial_end: bool) -> Bytes {
+        let mut m = json!({"resourceVersion": rv.to_string()});
+        if initial_end {
+            m["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+        }
+        let (kind, api_version) = if self.table {
+            ("Table".to_string(), "meta.k8s.io/v1".to_string())
+        } else {
+            (self.res.kind.clone(), self.res.api_version())
+        };
+        let o = json!({"kind": kind, "apiVersion": api_version, "metadata": m});
+        event_line("BOOKMARK", &serde_json::to_vec(&o).unwrap_or_default())
+    }
+}

@@ -1,0 +1,966 @@
+//! The generic storage semantics every resource shares: create, get, update (PUT), patch,
+//! delete and deletecollection over the store, with optimistic concurrency.
+//!
+//! Objects are stored as JSON without `metadata.resourceVersion`; the key's `mod_revision` is
+//! the resourceVersion and is filled in on every read. Updates re-read the stored object and
+//! write with a compare-and-swap on its `mod_revision`, retrying on a race unless the client
+//! named a resourceVersion (then a mismatch is 409).
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use serde_json::{json, Value};
+use setpoint_api::{meta, ApiError, Cause};
+use setpoint_store::{KeyValue, Precondition, RangeRequest, Revision, StoreError};
+
+use crate::registry::ResourceDef;
+use crate::server::ApiServer;
+use crate::strategy::{self, View};
+use crate::watchcache::decode_object;
+
+/// `fieldValidation`: what to do with unknown fields in a write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum FieldValidation {
+    Strict,
+    #[default]
+    Warn,
+    Ignore,
+}
+
+/// Options shared by writes.
+#[derive(Clone, Debug, Default)]
+pub struct WriteOptions {
+    pub dry_run: bool,
+    pub field_validation: FieldValidation,
+    pub field_manager: Option<String>,
+}
+
+/// A successful write: the object as stored (or as it would be, for dry runs).
+#[derive(Clone, Debug)]
+pub struct Written {
+    pub object: Value,
+    pub warnings: Vec<String>,
+}
+
+/// `DeleteOptions`, from the body or the query.
+#[derive(Clone, Debug, Default)]
+pub struct DeleteOptions {
+    pub grace_period_seconds: Option<i64>,
+    pub propagation_policy: Option<String>,
+    pub precondition_uid: Option<String>,
+    pub precondition_resource_version: Option<String>,
+    pub dry_run: bool,
+}
+
+/// What a delete did.
+#[derive(Clone, Debug)]
+pub struct Deleted {
+    /// The object: its last state if removed, or its new state if deletion is pending.
+    pub object: Value,
+    /// True if the object is gone; false if finalizers or a grace period hold it.
+    pub removed: bool,
+}
+
+/// Where allocated service cluster IPs are reserved, so two services never share one.
+const SERVICE_IP_PREFIX: &str = "/registry/_allocations/serviceips/";
+
+fn store_err(res: &ResourceDef, name: &str, e: StoreError) -> ApiError {
+    match e {
+        StoreError::AlreadyExists { .. } => ApiError::already_exists(&res.group_resource(), name),
+        StoreError::Conflict { .. } => ApiError::stale(&res.group_resource(), name),
+        StoreError::NotFound { .. } => ApiError::not_found(&res.group_resource(), name),
+        StoreError::TooLarge { size, limit } => ApiError::too_large(format!(
+            "object of {size} bytes exceeds the storage limit of {limit} bytes"
+        )),
+        StoreError::Compacted {
+            requested,
+            compacted,
+        } => ApiError::too_old_resource_version(requested, compacted + 1),
+        StoreError::FutureRevision { requested, current } => ApiError::timeout(format!(
+            "Too large resource version: {requested}, current: {current}"
+        )),
+        other => ApiError::internal(other.to_string()),
+    }
+}
+
+/// Serializes an object for storage (without its resourceVersion).
+fn encode(obj: &Value) -> Bytes {
+    let mut o = obj.clone();
+    meta::remove_meta(&mut o, "resourceVersion");
+    Bytes::from(serde_json::to_vec(&o).unwrap_or_default())
+}
+
+fn with_rv(mut obj: Value, rv: Revision) -> Value {
+    meta::set_meta(&mut obj, "resourceVersion", json!(rv.to_string()));
+    obj
+}
+
+fn same_ignoring_rv(a: &Value, b: &Value) -> bool {
+    let mut a = a.clone();
+    let mut b = b.clone();
+    meta::remove_meta(&mut a, "resourceVersion");
+    meta::remove_meta(&mut b, "resourceVersion");
+    a == b
+}
+
+impl ApiServer {
+    async fn timed<T>(&self, op: &str, fut: impl std::future::Future<Output = T>) -> T {
+        let start = Instant::now();
+        let out = fut.await;
+        self.metrics.store(op, start.elapsed());
+        out
+    }
+
+    async fn read(
+        &self,
+        res: &ResourceDef,
+        namespace: &str,
+        name: &str,
+    ) -> Result<(Value, KeyValue), ApiError> {
+        let key = res.key(namespace, name);
+        let kv = self
+            .timed("get", self.store.get(&key))
+            .await
+            .map_err(|e| store_err(res, name, e))?
+            .ok_or_else(|| ApiError::not_found(&res.group_resource(), name))?;
+        let obj = decode_object(&kv.value, kv.mod_revision)
+            .ok_or_else(|| ApiError::internal(format!("stored object {key} is not valid JSON")))?;
+        Ok((obj, kv))
+    }
+
+    /// Writes `obj` if the key is still at `expected`; `Ok(None)` means someone else wrote
+    /// first and the caller should re-read and retry.
+    async fn cas_put(
+        &self,
+        res: &ResourceDef,
+        key: &str,
+        obj: &Value,
+        expected: Revision,
+    ) -> Result<Option<Revision>, ApiError> {
+        match self
+            .timed(
+                "update",
+                self.store
+                    .put(key, encode(obj), Precondition::ModRevision(expected)),
+            )
+            .await
+        {
+            Ok(kv) => Ok(Some(kv.mod_revision)),
+            Err(StoreError::Conflict { .. }) => Ok(None),
+            Err(e) => Err(store_err(res, meta::name(obj), e)),
+        }
+    }
+
+    /// Deletes the key if it is still at `expected`; `Ok(None)` means it changed (retry).
+    async fn cas_delete(
+        &self,
+        res: &ResourceDef,
+        key: &str,
+        name: &str,
+        expected: Revision,
+    ) -> Result<Option<Revision>, ApiError> {
+        match self
+            .timed(
+                "delete",
+                self.store.delete(key, Precondition::ModRevision(expected)),
+            )
+            .await
+        {
+            Ok((_, rev)) => Ok(Some(rev)),
+            Err(StoreError::Conflict { .. }) => Ok(None),
+            Err(StoreError::NotFound { .. }) => {
+                Err(ApiError::not_found(&res.group_resource(), name))
+            }
+            Err(e) => Err(store_err(res, name, e)),
+        }
+    }
+
+    /// GET of one object (a consistent read from the store).
+    pub async fn get_object(
+        &self,
+        res: &ResourceDef,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Value, ApiError> {
+        Ok(self.read(res, namespace, name).await?.0)
+    }
+
+    /// Checks the namespace of a namespaced create exists and is not terminating.
+    async fn check_namespace(&self, res: &ResourceDef, namespace: &str) -> Result<(), ApiError> {
+        if !res.namespaced {
+            return Ok(());
+        }
+        let ns_res = self
+            .registry
+            .get("", "v1", "namespaces")
+            .expect("namespaces are built in")
+            .clone();
+        let key = ns_res.key("", namespace);
+        let cached = self
+            .caches
+            .get(&ns_res.storage_prefix())
+            .and_then(|c| c.get(&key))
+            .map(|o| o.object.clone());
+        let ns = match cached {
+            Some(o) => (*o).clone(),
+            None => self.get_object(&ns_res, "", namespace).await?,
+        };
+        if meta::deletion_timestamp(&ns).is_some() {
+            return Err(ApiError::forbidden(
+                &res.group_resource(),
+                "",
+                &format!("unable to create new content in namespace {namespace} because it is being terminated"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Rejects or warns about fields the kind does not know, per `fieldValidation`.
+    fn check_unknown_fields(
+        &self,
+        res: &ResourceDef,
+        obj: &Value,
+        opts: &WriteOptions,
+    ) -> Result<Vec<String>, ApiError> {
+        if opts.field_validation == FieldValidation::Ignore || res.is_converted() {
+            return Ok(vec![]);
+        }
+        let unknown =
+            setpoint_kinds::validation::unknown_fields(&res.group, &res.version, &res.kind, obj);
+        if unknown.is_empty() {
+            return Ok(vec![]);
+        }
+        let msgs: Vec<String> = unknown
+            .iter()
+            .map(|f| format!("unknown field \"{f}\""))
+            .collect();
+        match opts.field_validation {
+            FieldValidation::Strict => Err(ApiError::bad_request(format!(
+                "{} in version \"{}\" cannot be handled as a {}: strict decoding error: {}",
+                res.kind,
+                res.version,
+                res.kind,
+                msgs.join(", ")
+            ))),
+            _ => Ok(msgs),
+        }
+    }
+
+    fn validate(
+        &self,
+        res: &ResourceDef,
+        obj: &Value,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        let mut causes =
+            setpoint_kinds::validation::validate(&res.group, &res.version, &res.kind, obj, old);
+        if res.namespaced && meta::namespace(obj).is_empty() {
+            causes.push(Cause::required("metadata.namespace", ""));
+        }
+        if causes.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::invalid(
+                &res.group,
+                &res.kind,
+                meta::name(obj),
+                causes,
+            ))
+        }
+    }
+
+    /// Checks `apiVersion`/`kind` of a body against the URL (filling them in when absent) and
+    /// the namespace against the request's.
+    fn check_type_and_namespace(
+        &self,
+        res: &ResourceDef,
+        namespace: &str,
+        obj: &mut Value,
+    ) -> Result<(), ApiError> {
+        let want_av = res.api_version();
+        let map = obj
+            .as_object_mut()
+            .ok_or_else(|| ApiError::bad_request("the request body must be a JSON object"))?;
+        match map.get("apiVersion").and_then(Value::as_str) {
+            None | Some("") => {
+                map.insert("apiVersion".into(), json!(want_av));
+            }
+            Some(av) if av != want_av => {
+                return Err(ApiError::bad_request(format!(
+                    "the API version in the data ({av}) does not match the expected API version ({want_av})"
+                )))
+            }
+            _ => {}
+        }
+        match map.get("kind").and_then(Value::as_str) {
+            None | Some("") => {
+                map.insert("kind".into(), json!(res.kind));
+            }
+            Some(k) if k != res.kind => {
+                return Err(ApiError::bad_request(format!(
+                    "the kind in the data ({k}) does not match the expected kind ({})",
+                    res.kind
+                )))
+            }
+            _ => {}
+        }
+        if res.namespaced {
+            let body_ns = meta::namespace(obj).to_string();
+            if body_ns.is_empty() {
+                meta::set_meta(obj, "namespace", json!(namespace));
+            } else if body_ns != namespace {
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
+            }
+        } else {
+            meta::remove_meta(obj, "namespace");
+        }
+        Ok(())
+    }
+
+    /// POST: creates an object (with `generateName` support).
+    pub async fn create(
+        &self,
+        res: &ResourceDef,
+        namespace: &str,
+        mut obj: Value,
+        opts: &WriteOptions,
+    ) -> Result<Written, ApiError> {
+        self.check_type_and_namespace(res, namespace, &mut obj)?;
+        let warnings = self.check_unknown_fields(res, &obj, opts)?;
+        let generate = meta::generate_name(&obj).to_string();
+        if meta::name(&obj).is_empty() && generate.is_empty() {
+            return Err(ApiError::invalid(
+                &res.group,
+                &res.kind,
+                "",
+                vec![Cause::required(
+                    "metadata.name",
+                    "name or generateName is required",
+                )],
+            ));
+        }
+        if !meta::resource_version(&obj).is_empty() {
+            return Err(ApiError::bad_request(
+                "resourceVersion should not be set on objects to be created",
+            ));
+        }
+        let now = setpoint_api::time::now_rfc3339();
+        strategy::prepare_for_create(res, &mut obj, &now);
+        setpoint_kinds::defaults::apply(&res.group, &res.kind, &mut obj);
+        setpoint_kinds::defaults::on_create(&res.group, &res.kind, &mut obj);
+        self.check_namespace(res, namespace).await?;
+        // A generated name that collides is retried with a fresh suffix, as Kubernetes does.
+        let attempts = if generate.is_empty() { 1 } else { 8 };
+        for attempt in 0..attempts {
+            if !generate.is_empty() && (attempt > 0 || meta::name(&obj).is_empty()) {
+                let name = format!("{generate}{}", setpoint_api::names::generate_name_suffix());
+                meta::set_meta(&mut obj, "name", json!(name));
+            }
+            if res.group == "batch" && res.kind == "Job" {
+                let uid = meta::uid(&obj).to_string();
+                setpoint_kinds::defaults::job_selector(&mut obj, &uid);
+            }
+            self.validate(res, &obj, None)?;
+            let mut reserved_ip = None;
+            if res.group.is_empty() && res.plural == "services" && !opts.dry_run {
+                reserved_ip = self.allocate_cluster_ip(&mut obj).await?;
+            }
+            if opts.dry_run {
+                return Ok(Written {
+                    object: obj,
+                    warnings,
+                });
+            }
+            let key = res.key(namespace, meta::name(&obj));
+            match self
+                .timed(
+                    "create",
+                    self.store.put(&key, encode(&obj), Precondition::NotExists),
+                )
+                .await
+            {
+                Ok(kv) => {
+                    return Ok(Written {
+                        object: with_rv(obj, kv.mod_revision),
+                        warnings,
+                    })
+                }
+                Err(e) => {
+                    if let Some(ip) = reserved_ip {
+                        self.release_cluster_ip(&ip).await;
+                    }
+                    let retry =
+                        matches!(e, StoreError::AlreadyExists { .. }) && attempt + 1 < attempts;
+                    if !retry {
+                        return Err(store_err(res, meta::name(&obj), e));
+                    }
+                }
+            }
+        }
+        unreachable!("the loop returns on its last attempt")
+    }
+
+    /// Reserves a cluster IP for a new Service that needs one (type other than ExternalName,
+    /// `clusterIP` unset). Returns the reserved address.
+    async fn allocate_cluster_ip(&self, svc: &mut Value) -> Result<Option<String>, ApiError> {
+        let ty = svc
+            .pointer("/spec/type")
+            .and_then(Value::as_str)
+            .unwrap_or("ClusterIP");
+        if ty == "ExternalName" {
+            return Ok(None);
+        }
+        let requested = svc
+            .pointer("/spec/clusterIP")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        if requested == "None" {
+            return Ok(None);
+        }
+        let candidates: Vec<String> = if !requested.is_empty() {
+            vec![requested.clone()]
+        } else {
+            // 10.96.0.0/12 minus the network address and 10.96.0.1 (the `kubernetes` service).
+            let start: u32 = rand::random::<u32>() % ((1 << 20) - 3);
+            (0..64)
+                .map(|i| ip_in_range((start + i * 7919) % ((1 << 20) - 3) + 2))
+                .collect()
+        };
+        for ip in candidates {
+            let key = format!("{SERVICE_IP_PREFIX}{ip}");
+            match self
+                .store
+                .put(&key, Bytes::from_static(b"{}"), Precondition::NotExists)
+                .await
+            {
+                Ok(_) => {
+                    if let Some(spec) = svc.get_mut("spec").and_then(Value::as_object_mut) {
+                        spec.insert("clusterIP".into(), json!(ip));
+                        spec.insert("clusterIPs".into(), json!([ip]));
+                    }
+                    return Ok(Some(ip));
+                }
+                Err(StoreError::AlreadyExists { .. }) => {
+                    if !requested.is_empty() {
+                        return Err(ApiError::invalid(
+                            "",
+                            "Service",
+                            meta::name(svc),
+                            vec![Cause::invalid(
+                                "spec.clusterIPs",
+                                &json!([requested]),
+                                &format!("failed to allocate IP {requested}: provided IP is already allocated"),
+                            )],
+                        ));
+                    }
+                }
+                Err(e) => return Err(ApiError::internal(e.to_string())),
+            }
+        }
+        Err(ApiError::internal(
+            "failed to allocate a service cluster IP: range is full",
+        ))
+    }
+
+    async fn release_cluster_ip(&self, ip: &str) {
+        let _ = self
+            .store
+            .delete(&format!("{SERVICE_IP_PREFIX}{ip}"), Precondition::None)
+            .await;
+    }
+
+    /// Reserves an exact cluster IP (used at bootstrap for the `kubernetes` service).
+    pub(crate) async fn reserve_cluster_ip(&self, ip: &str) {
+        let _ = self
+            .store
+            .put(
+                &format!("{SERVICE_IP_PREFIX}{ip}"),
+                Bytes::from_static(b"{}"),
+                Precondition::NotExists,
+            )
+            .await;
+    }
+
+    /// PUT: replaces an object (or writes a subresource).
+    pub async fn update(
+        &self,
+        res: &ResourceDef,
+        namespace: &str,
+        name: &str,
+        view: View,
+        mut body: Value,
+        opts: &WriteOptions,
+    ) -> Result<Written, ApiError> {
+        if view == View::Main || view == View::Status || view == View::Finalize {
+            self.check_type_and_namespace(res, namespace, &mut body)?;
+        }
+        let body_name = meta::name(&body);
+        if !body_name.is_empty() && body_name != name {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )));
+        }
+        let warnings = if view == View::Main {
+            self.check_unknown_fields(res, &body, opts)?
+        } else {
+            vec![]
+        };
+        let mut written = self
+            .guaranteed_update(res, namespace, name, view, opts, |_cur| Ok(body.clone()))
+            .await?;
+        written.warnings = warnings;
+        Ok(written)
+    }
+
+    /// PATCH: applies a patch to the current object (or subresource view) and writes it.
+    pub async fn patch(
+        &self,
+        res: &ResourceDef,
+        namespace: &str,
+        name: &str,
+        view: View,
+        patch: &crate::patch::Patch,
+        opts: &WriteOptions,
+    ) -> Result<Written, ApiError> {
+        let mut warnings = Vec::new();
+        let written = self
+            .guaranteed_update(res, namespace, name, view, opts, |cur| {
+                let patched = patch.apply(cur)?;
+                if !patched.is_object() {
+                    return Err(ApiError::bad_request(
+                        "the patched object is not a JSON object",
+                    ));
+                }
+                if view == View::Main {
+                    warnings = self.check_unknown_fields(res, &patched, opts)?;
+                }
+                Ok(patched)
+            })
+            .await?;
+        Ok(Written {
+            object: written.object,
+            warnings,
+        })
+    }
+
+    /// The read-modify-write loop shared by PUT and PATCH. `mutate` gets the current view
+    /// (the object, or its Scale) and returns the desired view.
+    async fn guaranteed_update(
+        &self,
+        res: &ResourceDef,
+        namespace: &str,
+        name: &str,
+        view: View,
+        opts: &WriteOptions,
+        mut mutate: impl FnMut(&Value) -> Result<Value, ApiError>,
+    ) -> Result<Written, ApiError> {
+        let gr = res.group_resource();
+        loop {
+            let (cur, kv) = self.read(res, namespace, name).await?;
+            let cur_rv = kv.mod_revision.to_string();
+            let current_view = if view == View::Scale {
+                strategy::scale_of(res, &cur)
+            } else {
+                cur.clone()
+            };
+            let desired = mutate(&current_view)?;
+            let desired_rv = meta::resource_version(&desired);
+            if !desired_rv.is_empty() && desired_rv != cur_rv {
+                return Err(ApiError::stale(&gr, name));
+            }
+            let desired_uid = meta::uid(&desired);
+            if !desired_uid.is_empty() && desired_uid != meta::uid(&cur) {
+                return Err(ApiError::conflict(
+                    &gr,
+                    name,
+                    &format!("Precondition failed: UID in precondition: {desired_uid}, UID in object meta: {}", meta::uid(&cur)),
+                ));
+            }
+            let mut new = match view {
+                View::Main => {
+                    let mut new = desired;
+                    if meta::namespace(&new) != meta::namespace(&cur)
+                        || meta::name(&new) != meta::name(&cur)
+                    {
+                        return Err(ApiError::bad_request(
+                            "metadata.name and metadata.namespace cannot be changed",
+                        ));
+                    }
+                    strategy::prepare_for_update(res, &mut new, &cur);
+                    setpoint_kinds::defaults::apply(&res.group, &res.kind, &mut new);
+                    new
+                }
+                View::Status => strategy::apply_status(&cur, &desired),
+                View::Finalize => strategy::apply_finalize(&cur, &desired),
+                View::Scale => strategy::apply_scale(res, &cur, &desired)?,
+            };
+            meta::set_meta(&mut new, "resourceVersion", json!(cur_rv));
+            self.validate(res, &new, Some(&cur))?;
+            let respond = |obj: Value| {
+                if view == View::Scale {
+                    strategy::scale_of(res, &obj)
+                } else {
+                    obj
+                }
+            };
+            if same_ignoring_rv(&new, &cur) {
+                // A no-op write changes nothing: no new revision, no watch event.
+                return Ok(Written {
+                    object: respond(cur),
+                    warnings: vec![],
+                });
+            }
+            if opts.dry_run {
+                return Ok(Written {
+                    object: respond(new),
+                    warnings: vec![],
+                });
+            }
+            let key = res.key(namespace, name);
+            if strategy::ready_to_remove(&new) {
+                match self.cas_delete(res, &key, name, kv.mod_revision).await {
+                    Ok(Some(rev)) => {
+                        self.after_removal(res, &new).await;
+                        return Ok(Written {
+                            object: respond(with_rv(new, rev)),
+                            warnings: vec![],
+                        });
+                    }
+                    Ok(None) => continue,
+                    Err(e) if e.code == 404 => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+            // On a race, read again and re-apply (a client-named resourceVersion will then
+            // mismatch and give 409).
+            if let Some(rev) = self.cas_put(res, &key, &new, kv.mod_revision).await? {
+                return Ok(Written {
+                    object: respond(with_rv(new, rev)),
+                    warnings: vec![],
+                });
+            }
+        }
+    }
+
+    /// Cleans up what an object held once it is gone (a service's cluster IP).
+    async fn after_removal(&self, res: &ResourceDef, obj: &Value) {
+        if res.group.is_empty() && res.plural == "services" {
+            if let Some(ip) = obj.pointer("/spec/clusterIP").and_then(Value::as_str) {
+                if !ip.is_empty() && ip != "None" {
+                    self.release_cluster_ip(ip).await;
+                }
+            }
+        }
+    }
+
+    /// DELETE of one object, honouring preconditions, finalizers, propagation policy and
+    /// (for pods on a node) the grace period.
+    pub async fn delete(
+        &self,
+        res: &ResourceDef,
+        namespace: &str,
+        name: &str,
+        opts: &DeleteOptions,
+    ) -> Result<Deleted, ApiError> {
+        let gr = res.group_resource();
+        loop {
+            let (cur, kv) = self.read(res, namespace, name).await?;
+            if let Some(uid) = &opts.precondition_uid {
+                if uid != meta::uid(&cur) {
+                    return Err(ApiError::conflict(
+                        &gr,
+                        name,
+                        &format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", meta::uid(&cur)),
+                    ));
+                }
+            }
+            if let Some(rv) = &opts.precondition_resource_version {
+                if *rv != kv.mod_revision.to_string() {
+                    return Err(ApiError::conflict(
+                        &gr,
+                        name,
+                        &format!(
+                            "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                            kv.mod_revision
+                        ),
+                    ));
+                }
+            }
+            let mut new = cur.clone();
+            let mut finalizers: Vec<String> = meta::finalizers(&cur)
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+            match opts.propagation_policy.as_deref() {
+                Some("Foreground") if !finalizers.iter().any(|f| f == "foregroundDeletion") => {
+                    finalizers.push("foregroundDeletion".into())
+                }
+                Some("Orphan") if !finalizers.iter().any(|f| f == "orphan") => {
+                    finalizers.push("orphan".into())
+                }
+                Some("Foreground") | Some("Orphan") | Some("Background") | None => {}
+                Some(other) => {
+                    return Err(ApiError::invalid(
+                        "meta.k8s.io",
+                        "DeleteOptions",
+                        "",
+                        vec![Cause::not_supported(
+                            "propagationPolicy",
+                            &json!(other),
+                            &["Foreground", "Background", "Orphan"],
+                        )],
+                    ))
+                }
+            }
+            let is_pod = res.group.is_empty() && res.plural == "pods";
+            let is_namespace = res.group.is_empty() && res.plural == "namespaces";
+            let grace = if is_pod {
+                self.pod_grace_period(&cur, opts)
+            } else {
+                0
+            };
+            let ns_finalizers = is_namespace
+                && cur
+                    .pointer("/spec/finalizers")
+                    .and_then(Value::as_array)
+                    .is_some_and(|a| !a.is_empty());
+            let pending = !finalizers.is_empty() || grace > 0 || ns_finalizers;
+            if pending {
+                let already = meta::deletion_timestamp(&cur).is_some();
+                let cur_grace = meta::metadata(&cur)
+                    .and_then(|m| m.get("deletionGracePeriodSeconds"))
+                    .and_then(Value::as_i64);
+                let now = chrono::Utc::now();
+                if !already || cur_grace.is_some_and(|g| grace < g) {
+                    let ts = now + chrono::Duration::seconds(grace);
+                    meta::set_meta(
+                        &mut new,
+                        "deletionTimestamp",
+                        json!(setpoint_api::time::format_time(ts)),
+                    );
+                    meta::set_meta(&mut new, "deletionGracePeriodSeconds", json!(grace));
+                    if res.generation && !already {
+                        let g = meta::generation(&cur) + 1;
+                        meta::set_meta(&mut new, "generation", json!(g));
+                    }
+                }
+                meta::set_meta(&mut new, "finalizers", json!(finalizers));
+                if finalizers.is_empty() {
+                    meta::remove_meta(&mut new, "finalizers");
+                }
+                if is_namespace {
+                    if let Some(obj) = new.as_object_mut() {
+                        let status = obj.entry("status").or_insert_with(|| json!({}));
+                        if let Some(s) = status.as_object_mut() {
+                            s.insert("phase".into(), json!("Terminating"));
+                        }
+                    }
+                }
+                if !strategy::ready_to_remove(&new) {
+                    if same_ignoring_rv(&new, &cur) || opts.dry_run {
+                        return Ok(Deleted {
+                            object: new,
+                            removed: false,
+                        });
+                    }
+                    let key = res.key(namespace, name);
+                    match self.cas_put(res, &key, &new, kv.mod_revision).await? {
+                        Some(rev) => {
+                            return Ok(Deleted {
+                                object: with_rv(new, rev),
+                                removed: false,
+                            })
+                        }
+                        None => continue,
+                    }
+                }
+            }
+            if opts.dry_run {
+                return Ok(Deleted {
+                    object: cur,
+                    removed: true,
+                });
+            }
+            let key = res.key(namespace, name);
+            if let Some(rev) = self.cas_delete(res, &key, name, kv.mod_revision).await? {
+                self.after_removal(res, &cur).await;
+                return Ok(Deleted {
+                    object: with_rv(cur, rev),
+                    removed: true,
+                });
+            }
+        }
+    }
+
+    /// A pod bound to a node is deleted gracefully (its node agent removes it after stopping
+    /// the containers); one that never ran, or has finished, goes at once.
+    fn pod_grace_period(&self, pod: &Value, opts: &DeleteOptions) -> i64 {
+        let bound = pod
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .is_some_and(|n| !n.is_empty());
+        let phase = pod
+            .pointer("/status/phase")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if !bound || phase == "Succeeded" || phase == "Failed" {
+            return 0;
+        }
+        let default = pod
+            .pointer("/spec/terminationGracePeriodSeconds")
+            .and_then(Value::as_i64)
+            .unwrap_or(30);
+        let g = opts.grace_period_seconds.unwrap_or(default).max(0);
+        // Kubernetes treats 0 as "now" and anything positive as at least one second.
+        if g == 0 {
+            0
+        } else {
+            g.max(1)
+        }
+    }
+
+    /// Lists objects from the store at a revision, starting after a key, collecting up to
+    /// `limit` objects that pass `filter`. Returns the objects, the revision, and the last key
+    /// looked at when more remain.
+    pub async fn list_from_store(
+        &self,
+        res: &ResourceDef,
+        prefix: &str,
+        start_after: Option<String>,
+        revision: Option<Revision>,
+        limit: usize,
+        filter: &crate::watchcache::Filter,
+    ) -> Result<(Vec<Value>, Revision, Option<String>, Option<usize>), ApiError> {
+        let mut out = Vec::new();
+        let mut after = start_after;
+        let mut rev = revision;
+        let mut remaining = None;
+        loop {
+            let want = limit.saturating_sub(out.len()).max(1);
+            let resp = self
+                .timed(
+                    "list",
+                    self.store.range(RangeRequest {
+                        prefix: prefix.into(),
+                        start_after: after.clone(),
+                        revision: rev,
+                        limit: Some(want),
+                    }),
+                )
+                .await
+                .map_err(|e| store_err(res, "", e))?;
+            rev = Some(resp.revision);
+            for kv in &resp.kvs {
+                if let Some(obj) = decode_object(&kv.value, kv.mod_revision) {
+                    if filter.matches(&obj) {
+                        out.push(obj);
+                    }
+                }
+                after = Some(kv.key.clone());
+            }
+            if !resp.more {
+                return Ok((out, resp.revision, None, None));
+            }
+            if out.len() >= limit {
+                if filter.predicate.is_none() {
+                    remaining = Some(resp.count - resp.kvs.len());
+                }
+                return Ok((out, resp.revision, after, remaining));
+            }
+        }
+    }
+}
+
+/// The `n`th address of 10.96.0.0/12.
+fn ip_in_range(n: u32) -> String {
+    let base: u32 = (10 << 24) | (96 << 16);
+    let ip = base + n;
+    format!(
+        "{}.{}.{}.{}",
+        ip >> 24,
+        (ip >> 16) & 255,
+        (ip >> 8) & 255,
+        ip & 255
+    )
+}
+
+/// How long a consistent read waits for the watch cache to catch up before giving up.
+pub const CACHE_WAIT: Duration = Duration::from_secs(3);
+
+impl ApiServer {
+    /// `pods/<name>/binding`: assigns a pod to a node exactly once (409 if it is already
+    /// bound or being deleted) and marks it scheduled.
+    pub async fn bind(
+        &self,
+        res: &ResourceDef,
+        namespace: &str,
+        name: &str,
+        node: &str,
+        opts: &WriteOptions,
+    ) -> Result<(), ApiError> {
+        let gr = res.group_resource();
+        loop {
+            let (pod, kv) = self.read(res, namespace, name).await?;
+            let bound = pod
+                .pointer("/spec/nodeName")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            if !bound.is_empty() {
+                return Err(ApiError::conflict(
+                    &gr,
+                    name,
+                    &format!("pod {name} is already assigned to node \"{bound}\""),
+                ));
+            }
+            if meta::deletion_timestamp(&pod).is_some() {
+                return Err(ApiError::conflict(
+                    &gr,
+                    name,
+                    &format!("pod {name} is being deleted, cannot be assigned to a host"),
+                ));
+            }
+            let mut new = pod.clone();
+            if let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) {
+                spec.insert("nodeName".into(), json!(node));
+            }
+            let now = setpoint_api::time::now_rfc3339();
+            if let Some(obj) = new.as_object_mut() {
+                let status = obj.entry("status").or_insert_with(|| json!({}));
+                if let Some(status) = status.as_object_mut() {
+                    let conds = status.entry("conditions").or_insert_with(|| json!([]));
+                    if let Some(list) = conds.as_array_mut() {
+                        list.retain(|c| {
+                            c.get("type").and_then(Value::as_str) != Some("PodScheduled")
+                        });
+                        list.push(json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": now}));
+                    }
+                }
+            }
+            if opts.dry_run {
+                return Ok(());
+            }
+            let key = res.key(namespace, name);
+            if self
+                .cas_put(res, &key, &new, kv.mod_revision)
+                .await?
+                .is_some()
+            {
+                return Ok(());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn service_ips_stay_in_range() {
+        assert_eq!(ip_in_range(1), "10.96.0.1");
+        assert_eq!(ip_in_range((1 << 20) - 1), "10.111.255.255");
+    }
+}

@@ -1,0 +1,390 @@
+//! Per-kind rules for the fields the server owns: what create sets, what update keeps from the
+//! stored object, which part a subresource may change, and when `metadata.generation` moves.
+
+use serde_json::{json, Map, Value};
+use setpoint_api::meta;
+use setpoint_api::ApiError;
+
+use crate::registry::ResourceDef;
+
+/// Which view of an object a write goes through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum View {
+    /// The object itself.
+    Main,
+    /// `/status`: only `.status` changes.
+    Status,
+    /// `/scale`: only `spec.replicas` changes, through an autoscaling/v1 Scale.
+    Scale,
+    /// `/finalize` on namespaces: only `spec.finalizers` changes.
+    Finalize,
+}
+
+impl View {
+    pub fn parse(res: &ResourceDef, sub: Option<&str>) -> Result<View, ApiError> {
+        match sub {
+            None => Ok(View::Main),
+            Some("status") if res.status => Ok(View::Status),
+            Some("scale") if res.scale => Ok(View::Scale),
+            Some("finalize") if res.group.is_empty() && res.plural == "namespaces" => {
+                Ok(View::Finalize)
+            }
+            _ => Err(ApiError::not_found_path()),
+        }
+    }
+    pub fn name(self) -> Option<&'static str> {
+        match self {
+            View::Main => None,
+            View::Status => Some("status"),
+            View::Scale => Some("scale"),
+            View::Finalize => Some("finalize"),
+        }
+    }
+}
+
+fn is(res: &ResourceDef, group: &str, plural: &str) -> bool {
+    res.group == group && res.plural == plural
+}
+
+/// Sets the server-owned fields of a new object and resets what clients may not set.
+pub fn prepare_for_create(res: &ResourceDef, obj: &mut Value, now: &str) {
+    let m = meta::metadata_mut(obj);
+    m.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+    m.insert("creationTimestamp".into(), json!(now));
+    for f in [
+        "resourceVersion",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "selfLink",
+    ] {
+        m.remove(f);
+    }
+    if res.generation {
+        m.insert("generation".into(), json!(1));
+    } else {
+        m.remove("generation");
+    }
+    if res.status && !is(res, "", "nodes") {
+        // Status is written by controllers through /status, never by the creator.
+        let status = if is(res, "", "pods") {
+            pod_initial_status(obj)
+        } else {
+            json!({})
+        };
+        obj.as_object_mut()
+            .expect("object")
+            .insert("status".into(), status);
+    }
+}
+
+/// A new pod's status: `Pending` with its QoS class.
+fn pod_initial_status(pod: &Value) -> Value {
+    json!({"phase": "Pending", "qosClass": qos_class(pod)})
+}
+
+/// The pod's QoS class: Guaranteed when every container's requests equal its cpu and memory
+/// limits, BestEffort when nothing is requested or limited, Burstable otherwise.
+pub fn qos_class(pod: &Value) -> &'static str {
+    let containers: Vec<&Value> = ["containers", "initContainers"]
+        .iter()
+        .filter_map(|f| pod.pointer(&format!("/spec/{f}")).and_then(Value::as_array))
+        .flatten()
+        .collect();
+    let mut any = false;
+    let mut guaranteed = !containers.is_empty();
+    for c in containers {
+        let req = c.pointer("/resources/requests").and_then(Value::as_object);
+        let lim = c.pointer("/resources/limits").and_then(Value::as_object);
+        if req.is_some_and(|r| !r.is_empty()) || lim.is_some_and(|l| !l.is_empty()) {
+            any = true;
+        }
+        for r in ["cpu", "memory"] {
+            let l = lim.and_then(|l| l.get(r));
+            let q = req.and_then(|q| q.get(r)).or(l);
+            if l.is_none() || q != l {
+                guaranteed = false;
+            }
+        }
+    }
+    if !any {
+        "BestEffort"
+    } else if guaranteed {
+        "Guaranteed"
+    } else {
+        "Burstable"
+    }
+}
+
+/// Keeps the server-owned fields of `old` in an update through the main resource, ignores
+/// status for kinds with a status subresource, and bumps the generation on spec changes.
+pub fn prepare_for_update(res: &ResourceDef, new: &mut Value, old: &Value) {
+    let old_meta = meta::metadata(old).cloned().unwrap_or_default();
+    {
+        let m = meta::metadata_mut(new);
+        for f in [
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+        ] {
+            match old_meta.get(f) {
+                Some(v) => m.insert(f.into(), v.clone()),
+                None => m.remove(f),
+            };
+        }
+        m.remove("selfLink");
+    }
+    let obj = new.as_object_mut().expect("object");
+    if res.status {
+        match old.get("status") {
+            Some(s) => obj.insert("status".into(), s.clone()),
+            None => obj.remove("status"),
+        };
+    }
+    if is(res, "", "namespaces") {
+        // spec.finalizers change only through /finalize.
+        let fins = old.pointer("/spec/finalizers").cloned();
+        let spec = obj.entry("spec").or_insert_with(|| json!({}));
+        if let Some(spec) = spec.as_object_mut() {
+            match fins {
+                Some(f) => spec.insert("finalizers".into(), f),
+                None => spec.remove("finalizers"),
+            };
+        }
+    }
+    bump_generation(res, new, old);
+}
+
+/// Increments `metadata.generation` when anything outside metadata and status changed.
+pub fn bump_generation(res: &ResourceDef, new: &mut Value, old: &Value) {
+    if !res.generation {
+        return;
+    }
+    if spec_of(new) != spec_of(old) {
+        let g = meta::generation(old) + 1;
+        meta::set_meta(new, "generation", json!(g));
+    }
+}
+
+/// Everything but `metadata`, `status`, `apiVersion` and `kind`.
+fn spec_of(obj: &Value) -> Map<String, Value> {
+    obj.as_object()
+        .map(|m| {
+            m.iter()
+                .filter(|(k, _)| {
+                    !matches!(k.as_str(), "metadata" | "status" | "apiVersion" | "kind")
+                })
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Builds the stored object for a `/status` write: the stored object with the new status.
+pub fn apply_status(old: &Value, new: &Value) -> Value {
+    let mut out = old.clone();
+    let obj = out.as_object_mut().expect("object");
+    match new.get("status") {
+        Some(s) => obj.insert("status".into(), s.clone()),
+        None => obj.remove("status"),
+    };
+    copy_resource_version(&mut out, new);
+    out
+}
+
+/// Builds the stored namespace for a `/finalize` write.
+pub fn apply_finalize(old: &Value, new: &Value) -> Value {
+    let mut out = old.clone();
+    let fins = new
+        .pointer("/spec/finalizers")
+        .cloned()
+        .unwrap_or_else(|| json!([]));
+    if let Some(obj) = out.as_object_mut() {
+        let spec = obj.entry("spec").or_insert_with(|| json!({}));
+        if let Some(spec) = spec.as_object_mut() {
+            spec.insert("finalizers".into(), fins);
+        }
+    }
+    copy_resource_version(&mut out, new);
+    out
+}
+
+fn copy_resource_version(out: &mut Value, new: &Value) {
+    let rv = meta::resource_version(new);
+    if !rv.is_empty() {
+        meta::set_meta(out, "resourceVersion", json!(rv));
+    }
+}
+
+/// The autoscaling/v1 Scale view of an object with a scale subresource.
+pub fn scale_of(res: &ResourceDef, obj: &Value) -> Value {
+    let m = meta::metadata(obj).cloned().unwrap_or_default();
+    let mut sm = Map::new();
+    for f in [
+        "name",
+        "namespace",
+        "uid",
+        "resourceVersion",
+        "creationTimestamp",
+    ] {
+        if let Some(v) = m.get(f) {
+            sm.insert(f.into(), v.clone());
+        }
+    }
+    let replicas = obj
+        .pointer("/spec/replicas")
+        .and_then(Value::as_i64)
+        .unwrap_or(1);
+    let status_replicas = obj
+        .pointer("/status/replicas")
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    let selector = obj
+        .pointer("/spec/selector")
+        .map(|s| {
+            if res.plural == "replicationcontrollers" {
+                // RC selectors are plain maps.
+                s.as_object()
+                    .map(|m| {
+                        let mut parts: Vec<String> = m
+                            .iter()
+                            .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+                            .collect();
+                        parts.sort();
+                        parts.join(",")
+                    })
+                    .unwrap_or_default()
+            } else {
+                setpoint_api::selector::LabelSelector::from_label_selector_json(s)
+                    .map(|s| s.to_string())
+                    .unwrap_or_default()
+            }
+        })
+        .unwrap_or_default();
+    json!({
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": Value::Object(sm),
+        "spec": {"replicas": replicas},
+        "status": {"replicas": status_replicas, "selector": selector},
+    })
+}
+
+/// Applies a Scale write to the stored object: only `spec.replicas` changes.
+pub fn apply_scale(res: &ResourceDef, old: &Value, scale: &Value) -> Result<Value, ApiError> {
+    let name = meta::name(old);
+    let replicas = scale.pointer("/spec/replicas");
+    let n = match replicas {
+        None | Some(Value::Null) => 0,
+        Some(v) => v.as_i64().ok_or_else(|| {
+            ApiError::invalid(
+                "autoscaling",
+                "Scale",
+                name,
+                vec![setpoint_api::Cause::invalid(
+                    "spec.replicas",
+                    v,
+                    "must be an integer",
+                )],
+            )
+        })?,
+    };
+    if n < 0 {
+        return Err(ApiError::invalid(
+            "autoscaling",
+            "Scale",
+            name,
+            vec![setpoint_api::Cause::invalid(
+                "spec.replicas",
+                &json!(n),
+                "must be greater than or equal to 0",
+            )],
+        ));
+    }
+    let mut out = old.clone();
+    if let Some(obj) = out.as_object_mut() {
+        let spec = obj.entry("spec").or_insert_with(|| json!({}));
+        if let Some(spec) = spec.as_object_mut() {
+            spec.insert("replicas".into(), json!(n));
+        }
+    }
+    copy_resource_version(&mut out, scale);
+    bump_generation(res, &mut out, old);
+    Ok(out)
+}
+
+/// Whether a stored object that is being deleted can go now: no finalizers left (for
+/// namespaces also no `spec.finalizers`) and no grace period still running.
+pub fn ready_to_remove(obj: &Value) -> bool {
+    if meta::deletion_timestamp(obj).is_none() || !meta::finalizers(obj).is_empty() {
+        return false;
+    }
+    if obj
+        .pointer("/spec/finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|a| !a.is_empty())
+        && obj.get("kind").and_then(Value::as_str) == Some("Namespace")
+    {
+        return false;
+    }
+    let grace = meta::metadata(obj)
+        .and_then(|m| m.get("deletionGracePeriodSeconds"))
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    grace == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::Registry;
+
+    #[test]
+    fn generation_moves_on_spec_changes_only() {
+        let reg = Registry::builtin();
+        let res = reg.get("apps", "v1", "deployments").unwrap();
+        let old = json!({"metadata": {"name": "a", "generation": 1, "labels": {"x": "1"}}, "spec": {"replicas": 1}, "status": {"replicas": 0}});
+        let mut same = json!({"metadata": {"name": "a", "labels": {"x": "2"}}, "spec": {"replicas": 1}, "status": {"replicas": 7}});
+        prepare_for_update(res, &mut same, &old);
+        assert_eq!(meta::generation(&same), 1);
+        assert_eq!(same["status"]["replicas"], 0, "main writes ignore status");
+        let mut changed = json!({"metadata": {"name": "a"}, "spec": {"replicas": 3}});
+        prepare_for_update(res, &mut changed, &old);
+        assert_eq!(meta::generation(&changed), 2);
+    }
+
+    #[test]
+    fn qos_classes() {
+        assert_eq!(
+            qos_class(&json!({"spec": {"containers": [{"name": "a"}]}})),
+            "BestEffort"
+        );
+        assert_eq!(
+            qos_class(
+                &json!({"spec": {"containers": [{"resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}})
+            ),
+            "Guaranteed"
+        );
+        assert_eq!(
+            qos_class(
+                &json!({"spec": {"containers": [{"resources": {"requests": {"cpu": "1"}}}]}})
+            ),
+            "Burstable"
+        );
+    }
+
+    #[test]
+    fn scale_writes_only_replicas() {
+        let reg = Registry::builtin();
+        let res = reg.get("apps", "v1", "deployments").unwrap();
+        let old = json!({"metadata": {"name": "a", "generation": 1, "resourceVersion": "5"}, "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "a"}}}});
+        let scale = scale_of(res, &old);
+        assert_eq!(scale["spec"]["replicas"], 3);
+        assert_eq!(scale["status"]["selector"], "app=a");
+        let out = apply_scale(res, &old, &json!({"spec": {"replicas": 5}})).unwrap();
+        assert_eq!(out["spec"]["replicas"], 5);
+        assert_eq!(meta::generation(&out), 2);
+        assert!(apply_scale(res, &old, &json!({"spec": {"replicas": -1}})).is_err());
+    }
+}

@@ -1,0 +1,318 @@
+//! Certificates and serving: a CA, a serving certificate and an admin client certificate,
+//! generated into the data dir (kept across restarts), an admin kubeconfig, and the accept
+//! loops for HTTPS (with client-certificate authentication) and plain HTTP.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use axum::Router;
+use base64::Engine;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, SanType,
+};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tower::ServiceExt;
+
+/// Who made a request, as established by the transport.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Identity {
+    /// Presented a client certificate signed by the cluster CA.
+    Admin,
+    /// No credentials (allowed only for health and version endpoints).
+    Anonymous,
+    /// Plain HTTP mode: authentication is off.
+    Unauthenticated,
+}
+
+/// TLS material errors.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("certificate generation: {0}")]
+    Generate(#[from] rcgen::Error),
+    #[error("I/O: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("TLS configuration: {0}")]
+    Rustls(#[from] rustls::Error),
+    #[error("PEM: {0}")]
+    Pem(String),
+}
+
+/// The cluster's certificates, as PEM.
+#[derive(Clone, Debug)]
+pub struct Pki {
+    pub ca_cert: String,
+    pub ca_key: String,
+    pub server_cert: String,
+    pub server_key: String,
+    pub admin_cert: String,
+    pub admin_key: String,
+}
+
+fn ca_params() -> Result<CertificateParams, rcgen::Error> {
+    let mut p = CertificateParams::new(Vec::<String>::new())?;
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, "setpoint-ca");
+    p.distinguished_name = dn;
+    p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    p.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    p.not_before = rcgen::date_time_ymd(2024, 1, 1);
+    p.not_after = rcgen::date_time_ymd(2124, 1, 1);
+    Ok(p)
+}
+
+fn leaf(
+    cn: &str,
+    org: Option<&str>,
+    sans: Vec<SanType>,
+    usage: ExtendedKeyUsagePurpose,
+) -> Result<CertificateParams, rcgen::Error> {
+    let mut p = CertificateParams::new(Vec::<String>::new())?;
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, cn);
+    if let Some(o) = org {
+        dn.push(DnType::OrganizationName, o);
+    }
+    p.distinguished_name = dn;
+    p.subject_alt_names = sans;
+    p.extended_key_usages = vec![usage];
+    p.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    p.not_before = rcgen::date_time_ymd(2024, 1, 1);
+    p.not_after = rcgen::date_time_ymd(2124, 1, 1);
+    Ok(p)
+}
+
+fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(contents.as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(tmp, path)
+}
+
+impl Pki {
+    /// Loads the CA and admin certificate from `data_dir/pki` (creating them the first time)
+    /// and issues a fresh serving certificate for `addr`. Without a data dir everything is
+    /// generated in memory.
+    pub fn load_or_create(data_dir: Option<&Path>, addr: SocketAddr) -> Result<Pki, TlsError> {
+        let dir = data_dir.map(|d| d.join("pki"));
+        let existing = dir.as_ref().and_then(|d| {
+            let read = |n: &str| std::fs::read_to_string(d.join(n)).ok();
+            Some((
+                read("ca.crt")?,
+                read("ca.key")?,
+                read("admin.crt")?,
+                read("admin.key")?,
+            ))
+        });
+        let ca_p = ca_params()?;
+        let (ca_cert, ca_key_pem, admin_cert, admin_key_pem) = match existing {
+            Some(v) => v,
+            None => {
+                let ca_key = KeyPair::generate()?;
+                let ca_cert = ca_p.self_signed(&ca_key)?;
+                let issuer = Issuer::from_params(&ca_p, &ca_key);
+                let admin_key = KeyPair::generate()?;
+                let admin = leaf(
+                    "admin",
+                    Some("system:masters"),
+                    vec![],
+                    ExtendedKeyUsagePurpose::ClientAuth,
+                )?
+                .signed_by(&admin_key, &issuer)?;
+                let v = (
+                    ca_cert.pem(),
+                    ca_key.serialize_pem(),
+                    admin.pem(),
+                    admin_key.serialize_pem(),
+                );
+                if let Some(d) = &dir {
+                    std::fs::create_dir_all(d)?;
+                    std::fs::write(d.join("ca.crt"), &v.0)?;
+                    write_private(&d.join("ca.key"), &v.1)?;
+                    std::fs::write(d.join("admin.crt"), &v.2)?;
+                    write_private(&d.join("admin.key"), &v.3)?;
+                }
+                v
+            }
+        };
+        let ca_key = KeyPair::from_pem(&ca_key_pem)?;
+        let issuer = Issuer::from_params(&ca_p, &ca_key);
+        let mut sans = vec![
+            SanType::DnsName("localhost".try_into()?),
+            SanType::DnsName("kubernetes".try_into()?),
+            SanType::DnsName("kubernetes.default".try_into()?),
+            SanType::DnsName("kubernetes.default.svc".try_into()?),
+            SanType::IpAddress("127.0.0.1".parse().expect("ip")),
+            SanType::IpAddress("::1".parse().expect("ip")),
+            SanType::IpAddress("10.96.0.1".parse().expect("ip")),
+        ];
+        if !addr.ip().is_unspecified() && !addr.ip().is_loopback() {
+            sans.push(SanType::IpAddress(addr.ip()));
+        }
+        let server_key = KeyPair::generate()?;
+        let server = leaf(
+            "setpoint-apiserver",
+            None,
+            sans,
+            ExtendedKeyUsagePurpose::ServerAuth,
+        )?
+        .signed_by(&server_key, &issuer)?;
+        Ok(Pki {
+            ca_cert,
+            ca_key: ca_key_pem,
+            server_cert: server.pem(),
+            server_key: server_key.serialize_pem(),
+            admin_cert,
+            admin_key: admin_key_pem,
+        })
+    }
+
+    /// Writes `data_dir/kubeconfig` for the admin user and returns its path.
+    pub fn write_kubeconfig(&self, data_dir: &Path, server_url: &str) -> Result<PathBuf, TlsError> {
+        let path = data_dir.join("kubeconfig");
+        write_private(&path, &self.kubeconfig(server_url))?;
+        Ok(path)
+    }
+
+    /// An admin kubeconfig with the certificates embedded.
+    pub fn kubeconfig(&self, server_url: &str) -> String {
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s.as_bytes());
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: setpoint\n  cluster:\n    server: {server_url}\n    certificate-authority-data: {}\nusers:\n- name: admin\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\ncontexts:\n- name: setpoint\n  context:\n    cluster: setpoint\n    user: admin\n    namespace: default\ncurrent-context: setpoint\n",
+            b64(&self.ca_cert),
+            b64(&self.admin_cert),
+            b64(&self.admin_key)
+        )
+    }
+
+    /// The rustls server configuration: our serving certificate, HTTP/2 and HTTP/1.1, and
+    /// optional client certificates verified against the CA.
+    pub fn server_config(&self) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let certs: Vec<CertificateDer<'static>> =
+            CertificateDer::pem_slice_iter(self.server_cert.as_bytes())
+                .collect::<Result<_, _>>()
+                .map_err(|e| TlsError::Pem(e.to_string()))?;
+        let key = PrivateKeyDer::from_pem_slice(self.server_key.as_bytes())
+            .map_err(|e| TlsError::Pem(e.to_string()))?;
+        let mut roots = rustls::RootCertStore::empty();
+        for c in CertificateDer::pem_slice_iter(self.ca_cert.as_bytes()) {
+            roots.add(c.map_err(|e| TlsError::Pem(e.to_string()))?)?;
+        }
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            provider.clone(),
+        )
+        .allow_unauthenticated()
+        .build()
+        .map_err(|e| TlsError::Pem(e.to_string()))?;
+        let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(certs, key)?;
+        cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Ok(Arc::new(cfg))
+    }
+}
+
+async fn serve_connection<I>(io: I, router: Router, identity: Identity)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        let mut req = req.map(axum::body::Body::new);
+        req.extensions_mut().insert(identity.clone());
+        let router = router.clone();
+        async move { Ok::<_, Infallible>(router.oneshot(req).await.unwrap_or_else(|e| match e {})) }
+    });
+    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    if let Err(e) = builder
+        .serve_connection_with_upgrades(TokioIo::new(io), service)
+        .await
+    {
+        tracing::debug!(error = %e, "connection ended with an error");
+    }
+}
+
+/// Serves HTTPS until `shutdown` turns true.
+pub async fn serve_tls(
+    listener: TcpListener,
+    router: Router,
+    tls: Arc<rustls::ServerConfig>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    loop {
+        let (tcp, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(c) => c,
+                Err(e) => { tracing::warn!(error = %e, "accept failed"); continue; }
+            },
+            _ = shutdown.changed() => return,
+        };
+        let _ = tcp.set_nodelay(true);
+        let acceptor = acceptor.clone();
+        let router = router.clone();
+        tokio::spawn(async move {
+            let stream = match acceptor.accept(tcp).await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+            };
+            let identity = if stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .is_some_and(|c| !c.is_empty())
+            {
+                Identity::Admin
+            } else {
+                Identity::Anonymous
+            };
+            serve_connection(stream, router, identity).await;
+        });
+    }
+}
+
+/// Serves plain HTTP (no authentication) until `shutdown` turns true.
+pub async fn serve_plain(
+    listener: TcpListener,
+    router: Router,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        let (tcp, _) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(c) => c,
+                Err(e) => { tracing::warn!(error = %e, "accept failed"); continue; }
+            },
+            _ = shutdown.changed() => return,
+        };
+        let _ = tcp.set_nodelay(true);
+        let router = router.clone();
+        tokio::spawn(serve_connection(tcp, router, Identity::Unauthenticated));
+    }
+}

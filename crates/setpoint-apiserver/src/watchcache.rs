@@ -1,0 +1,684 @@
+//! The watch cache: per storage resource, the current objects plus a window of recent events,
+//! all fed by one store watch on `/registry/`.
+//!
+//! LIST (without a limit) and WATCH are served from here. A watch that starts at a revision
+//! inside the window replays the missed events from it; one older than the window gets 410.
+//! Every cache advances to the store revision of each watch response under its own lock, so a
+//! snapshot taken under that lock is exactly "the state at revision R" and a watch from R
+//! continues it without gaps or duplicates.
+//!
+//! Watchers get a bounded channel; a watcher that does not keep up is dropped (its stream
+//! ends) instead of growing memory, and it resumes from its last revision like any client.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use parking_lot::RwLock;
+use serde_json::Value;
+use setpoint_api::ApiError;
+use setpoint_store::{Event, RangeRequest, Revision, Store, StoreError};
+use tokio::sync::{mpsc, watch};
+
+use crate::metrics::Metrics;
+
+/// One object as the cache holds it: parsed, with `metadata.resourceVersion` filled in.
+#[derive(Debug)]
+pub struct CachedObject {
+    pub key: String,
+    pub object: Arc<Value>,
+    pub revision: Revision,
+    json: OnceLock<Bytes>,
+}
+
+impl CachedObject {
+    /// Wraps an object whose `metadata.resourceVersion` is already `revision`.
+    pub fn new(key: String, object: Value, revision: Revision) -> Self {
+        CachedObject {
+            key,
+            object: Arc::new(object),
+            revision,
+            json: OnceLock::new(),
+        }
+    }
+    /// The object serialized as JSON, computed once and shared by every reader.
+    pub fn json(&self) -> &Bytes {
+        self.json
+            .get_or_init(|| Bytes::from(serde_json::to_vec(&*self.object).unwrap_or_default()))
+    }
+}
+
+/// The type of a watch event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// A change as the cache records it. For deletions `object` is the last state, carrying the
+/// deletion's revision.
+#[derive(Debug)]
+pub struct CacheEvent {
+    pub kind: EventType,
+    pub object: Arc<CachedObject>,
+    pub prev: Option<Arc<CachedObject>>,
+    pub revision: Revision,
+}
+
+/// What a watcher receives.
+#[derive(Clone, Debug)]
+pub enum WatchItem {
+    /// An event, with the type as this watcher sees it (selectors can turn a MODIFIED into an
+    /// ADDED or DELETED).
+    Event(EventType, Arc<CachedObject>),
+    /// "You have seen everything up to this revision".
+    Bookmark(Revision),
+}
+
+/// A test on one object (label and field selectors).
+pub type Predicate = Box<dyn Fn(&Value) -> bool + Send + Sync>;
+
+/// Decides which objects a list or watch sees.
+pub struct Filter {
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    pub predicate: Option<Predicate>,
+}
+
+impl Filter {
+    /// Everything.
+    pub fn all() -> Self {
+        Filter {
+            namespace: None,
+            name: None,
+            predicate: None,
+        }
+    }
+    pub fn matches(&self, obj: &Value) -> bool {
+        if let Some(ns) = &self.namespace {
+            if setpoint_api::meta::namespace(obj) != ns {
+                return false;
+            }
+        }
+        if let Some(n) = &self.name {
+            if setpoint_api::meta::name(obj) != n {
+                return false;
+            }
+        }
+        match &self.predicate {
+            Some(p) => p(obj),
+            None => true,
+        }
+    }
+    /// How an event looks through this filter, or None if the watcher shouldn't see it.
+    fn translate(&self, ev: &CacheEvent) -> Option<EventType> {
+        let now = self.matches(&ev.object.object);
+        match ev.kind {
+            EventType::Added => now.then_some(EventType::Added),
+            EventType::Deleted => now.then_some(EventType::Deleted),
+            EventType::Modified => {
+                let before = ev.prev.as_ref().is_some_and(|p| self.matches(&p.object));
+                match (before, now) {
+                    (true, true) => Some(EventType::Modified),
+                    (false, true) => Some(EventType::Added),
+                    (true, false) => Some(EventType::Deleted),
+                    (false, false) => None,
+                }
+            }
+        }
+    }
+}
+
+struct Watcher {
+    id: u64,
+    filter: Filter,
+    /// Only events after this revision (a watch from a revision the cache has not reached yet).
+    after: Revision,
+    bookmarks: bool,
+    tx: mpsc::Sender<WatchItem>,
+}
+
+struct Inner {
+    objects: BTreeMap<String, Arc<CachedObject>>,
+    events: VecDeque<Arc<CacheEvent>>,
+    /// Every event with a revision greater than this is in `events`.
+    window_start: Revision,
+    /// The cache reflects the store exactly as of this revision.
+    revision: Revision,
+    watchers: Vec<Watcher>,
+}
+
+/// Where a watch starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WatchStart {
+    /// Synthetic ADDED events for the current state, then changes (`resourceVersion` unset or "0").
+    CurrentState,
+    /// Only changes after this revision.
+    After(Revision),
+}
+
+/// The cache of one storage resource.
+pub struct WatchCache {
+    pub prefix: String,
+    inner: RwLock<Inner>,
+    capacity: usize,
+    watcher_buffer: usize,
+    next_id: AtomicU64,
+    metrics: Metrics,
+    resource_label: String,
+}
+
+/// A started watch: the events to send first, then the live channel.
+pub struct WatchHandle {
+    pub initial: Vec<WatchItem>,
+    pub live: mpsc::Receiver<WatchItem>,
+    /// The cache revision at registration (used for the initial-events-end bookmark).
+    pub revision: Revision,
+    cache: Arc<WatchCache>,
+    id: u64,
+}
+
+impl Drop for WatchHandle {
+    fn drop(&mut self) {
+        self.cache.remove_watcher(self.id);
+    }
+}
+
+impl WatchCache {
+    fn new(prefix: String, capacity: usize, watcher_buffer: usize, metrics: Metrics) -> Self {
+        let resource_label = prefix
+            .trim_start_matches("/registry/")
+            .trim_end_matches('/')
+            .replace("core/", "");
+        WatchCache {
+            prefix,
+            inner: RwLock::new(Inner {
+                objects: BTreeMap::new(),
+                events: VecDeque::new(),
+                window_start: 0,
+                revision: 0,
+                watchers: Vec::new(),
+            }),
+            capacity,
+            watcher_buffer,
+            next_id: AtomicU64::new(1),
+            metrics,
+            resource_label,
+        }
+    }
+
+    /// The revision this cache is current through.
+    pub fn revision(&self) -> Revision {
+        self.inner.read().revision
+    }
+
+    /// Objects under `key_prefix` that pass `filter`, in key order, and the revision of the
+    /// snapshot.
+    pub fn list(&self, key_prefix: &str, filter: &Filter) -> (Vec<Arc<CachedObject>>, Revision) {
+        let inner = self.inner.read();
+        let items = inner
+            .objects
+            .range(key_prefix.to_string()..)
+            .take_while(|(k, _)| k.starts_with(key_prefix))
+            .filter(|(_, o)| filter.matches(&o.object))
+            .map(|(_, o)| o.clone())
+            .collect();
+        (items, inner.revision)
+    }
+
+    /// One object by key.
+    pub fn get(&self, key: &str) -> Option<Arc<CachedObject>> {
+        self.inner.read().objects.get(key).cloned()
+    }
+
+    /// How many objects the cache holds.
+    pub fn len(&self) -> usize {
+        self.inner.read().objects.len()
+    }
+
+    /// Whether the cache holds no objects.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Registers a watcher. Fails with 410 if `start` is older than the event window.
+    pub fn watch(
+        self: &Arc<Self>,
+        start: WatchStart,
+        filter: Filter,
+        bookmarks: bool,
+    ) -> Result<WatchHandle, ApiError> {
+        let (tx, rx) = mpsc::channel(self.watcher_buffer);
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut inner = self.inner.write();
+        let mut initial = Vec::new();
+        let after = match start {
+            WatchStart::CurrentState => {
+                for o in inner.objects.values() {
+                    if filter.matches(&o.object) {
+                        initial.push(WatchItem::Event(EventType::Added, o.clone()));
+                    }
+                }
+                inner.revision
+            }
+            WatchStart::After(rv) => {
+                if rv < inner.window_start {
+                    return Err(ApiError::too_old_resource_version(
+                        rv,
+                        inner.window_start + 1,
+                    ));
+                }
+                for ev in inner.events.iter().filter(|e| e.revision > rv) {
+                    if let Some(t) = filter.translate(ev) {
+                        initial.push(WatchItem::Event(t, ev.object.clone()));
+                    }
+                }
+                rv.max(inner.revision)
+            }
+        };
+        let revision = inner.revision;
+        let min_after = match start {
+            WatchStart::After(rv) => rv,
+            WatchStart::CurrentState => revision,
+        };
+        let _ = after;
+        inner.watchers.push(Watcher {
+            id,
+            filter,
+            after: min_after,
+            bookmarks,
+            tx,
+        });
+        drop(inner);
+        self.metrics.watchers_changed(&self.resource_label, 1);
+        Ok(WatchHandle {
+            initial,
+            live: rx,
+            revision,
+            cache: self.clone(),
+            id,
+        })
+    }
+
+    fn remove_watcher(&self, id: u64) {
+        let mut inner = self.inner.write();
+        if let Some(pos) = inner.watchers.iter().position(|w| w.id == id) {
+            inner.watchers.swap_remove(pos);
+            drop(inner);
+            self.metrics.watchers_changed(&self.resource_label, -1);
+        }
+    }
+
+    /// Number of registered watchers.
+    pub fn watcher_count(&self) -> usize {
+        self.inner.read().watchers.len()
+    }
+
+    /// Replaces the whole state (initial load or a relist after the store watch was lost).
+    /// Existing watchers are dropped: they resume from their last revision and get 410 if it
+    /// predates the new window.
+    fn reset(&self, objects: Vec<Arc<CachedObject>>, revision: Revision) {
+        let mut inner = self.inner.write();
+        inner.objects = objects.into_iter().map(|o| (o.key.clone(), o)).collect();
+        inner.events.clear();
+        inner.window_start = revision;
+        inner.revision = revision;
+        let dropped = inner.watchers.len();
+        inner.watchers.clear();
+        drop(inner);
+        if dropped > 0 {
+            self.metrics
+                .watchers_changed(&self.resource_label, -(dropped as i64));
+        }
+    }
+
+    /// Applies a batch of events (all under this cache's prefix) and advances to `revision`.
+    fn apply(&self, events: Vec<CacheEvent>, revision: Revision) {
+        let mut inner = self.inner.write();
+        for ev in events {
+            let ev = Arc::new(ev);
+            match ev.kind {
+                EventType::Deleted => {
+                    inner.objects.remove(&ev.object.key);
+                }
+                _ => {
+                    inner
+                        .objects
+                        .insert(ev.object.key.clone(), ev.object.clone());
+                }
+            }
+            inner.events.push_back(ev.clone());
+            while inner.events.len() > self.capacity {
+                if let Some(old) = inner.events.pop_front() {
+                    inner.window_start = old.revision;
+                }
+            }
+            let mut dead = Vec::new();
+            for w in &inner.watchers {
+                if ev.revision <= w.after {
+                    continue;
+                }
+                if let Some(t) = w.filter.translate(&ev) {
+                    if w.tx
+                        .try_send(WatchItem::Event(t, ev.object.clone()))
+                        .is_err()
+                    {
+                        dead.push(w.id);
+                    }
+                }
+            }
+            if !dead.is_empty() {
+                inner.watchers.retain(|w| !dead.contains(&w.id));
+                self.metrics
+                    .watchers_changed(&self.resource_label, -(dead.len() as i64));
+                self.metrics
+                    .watchers_dropped(&self.resource_label, dead.len() as u64);
+            }
+        }
+        if revision > inner.revision {
+            inner.revision = revision;
+        }
+    }
+
+    fn advance(&self, revision: Revision) {
+        let mut inner = self.inner.write();
+        if revision > inner.revision {
+            inner.revision = revision;
+        }
+    }
+
+    /// Sends a bookmark with the current revision to every watcher that asked for them.
+    fn bookmark(&self) {
+        let inner = self.inner.read();
+        for w in inner.watchers.iter().filter(|w| w.bookmarks) {
+            // A full channel means the watcher is busy with events; skipping a bookmark is fine.
+            let _ =
+                w.tx.try_send(WatchItem::Bookmark(inner.revision.max(w.after)));
+        }
+    }
+}
+
+/// Decodes a stored value into the API object: JSON with `metadata.resourceVersion` set.
+pub fn decode_object(value: &[u8], revision: Revision) -> Option<Value> {
+    let mut obj: Value = serde_json::from_slice(value).ok()?;
+    if !obj.is_object() {
+        return None;
+    }
+    setpoint_api::meta::set_meta(
+        &mut obj,
+        "resourceVersion",
+        Value::String(revision.to_string()),
+    );
+    Some(obj)
+}
+
+/// All caches, one per storage resource, and the task that feeds them.
+pub struct Caches {
+    by_prefix: HashMap<String, Arc<WatchCache>>,
+    revision: watch::Sender<Revision>,
+}
+
+/// Tunables of the watch cache.
+#[derive(Clone, Debug)]
+pub struct CacheConfig {
+    /// Events kept per resource for watches that resume from an older revision.
+    pub window: usize,
+    /// Events buffered per watcher before it is dropped as too slow.
+    pub watcher_buffer: usize,
+    /// How often idle watchers that asked for bookmarks get one.
+    pub bookmark_interval: Duration,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            window: 10_000,
+            watcher_buffer: 1024,
+            bookmark_interval: Duration::from_secs(5),
+        }
+    }
+}
+
+const REGISTRY_PREFIX: &str = "/registry/";
+
+impl Caches {
+    /// Loads every storage prefix from the store and starts the task that keeps the caches
+    /// current. Returns once the initial load is done (the server is ready then).
+    pub async fn start(
+        store: Arc<dyn Store>,
+        prefixes: Vec<String>,
+        config: CacheConfig,
+        metrics: Metrics,
+        stop: watch::Receiver<bool>,
+    ) -> Result<Arc<Caches>, StoreError> {
+        let mut by_prefix = HashMap::new();
+        for p in prefixes {
+            by_prefix.insert(
+                p.clone(),
+                Arc::new(WatchCache::new(
+                    p,
+                    config.window,
+                    config.watcher_buffer,
+                    metrics.clone(),
+                )),
+            );
+        }
+        let (tx, _) = watch::channel(0);
+        let caches = Arc::new(Caches {
+            by_prefix,
+            revision: tx,
+        });
+        let rev = caches.load(&*store).await?;
+        let c = caches.clone();
+        tokio::spawn(async move {
+            let mut stop = stop;
+            tokio::select! {
+                _ = c.run(store, rev, config.bookmark_interval) => {}
+                _ = stop.wait_for(|s| *s) => {}
+            }
+        });
+        Ok(caches)
+    }
+
+    /// The cache for a storage prefix.
+    pub fn get(&self, prefix: &str) -> Option<&Arc<WatchCache>> {
+        self.by_prefix.get(prefix)
+    }
+
+    /// The revision all caches are current through.
+    pub fn revision(&self) -> Revision {
+        *self.revision.borrow()
+    }
+
+    /// Waits until every cache has reached `revision`, or the timeout passes (false).
+    pub async fn wait_for(&self, revision: Revision, timeout: Duration) -> bool {
+        let mut rx = self.revision.subscribe();
+        let fut = async {
+            loop {
+                if *rx.borrow_and_update() >= revision {
+                    return;
+                }
+                if rx.changed().await.is_err() {
+                    return;
+                }
+            }
+        };
+        tokio::time::timeout(timeout, fut).await.is_ok()
+    }
+
+    fn cache_for_key(&self, key: &str) -> Option<&Arc<WatchCache>> {
+        // `/registry/<group>/<plural>/...` → prefix of the first three segments.
+        let rest = key.strip_prefix(REGISTRY_PREFIX)?;
+        let mut parts = rest.splitn(3, '/');
+        let g = parts.next()?;
+        let p = parts.next()?;
+        self.by_prefix.get(&format!("{REGISTRY_PREFIX}{g}/{p}/"))
+    }
+
+    /// Lists everything at one revision and resets every cache to it.
+    async fn load(&self, store: &dyn Store) -> Result<Revision, StoreError> {
+        let rev = store.current_revision().await?;
+        let mut per: HashMap<String, Vec<Arc<CachedObject>>> = HashMap::new();
+        let mut start_after = None;
+        loop {
+            let resp = store
+                .range(RangeRequest {
+                    prefix: REGISTRY_PREFIX.into(),
+                    start_after: start_after.clone(),
+                    revision: Some(rev),
+                    limit: Some(10_000),
+                })
+                .await?;
+            for kv in &resp.kvs {
+                if let Some(cache) = self.cache_for_key(&kv.key) {
+                    if let Some(obj) = decode_object(&kv.value, kv.mod_revision) {
+                        per.entry(cache.prefix.clone()).or_default().push(Arc::new(
+                            CachedObject::new(kv.key.clone(), obj, kv.mod_revision),
+                        ));
+                    }
+                }
+            }
+            if !resp.more || resp.kvs.is_empty() {
+                break;
+            }
+            start_after = resp.kvs.last().map(|kv| kv.key.clone());
+        }
+        for (prefix, cache) in &self.by_prefix {
+            cache.reset(per.remove(prefix).unwrap_or_default(), rev);
+        }
+        self.revision.send_replace(rev);
+        Ok(rev)
+    }
+
+    async fn run(
+        self: Arc<Self>,
+        store: Arc<dyn Store>,
+        mut rev: Revision,
+        bookmark_interval: Duration,
+    ) {
+        let mut ticker = tokio::time::interval(bookmark_interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let mut stream = match store.watch(REGISTRY_PREFIX, rev).await {
+                Ok(s) => s,
+                Err(StoreError::Compacted { .. }) => {
+                    tracing::warn!("watch cache fell behind compaction; relisting");
+                    match self.load(&*store).await {
+                        Ok(r) => rev = r,
+                        Err(e) => {
+                            tracing::error!(error = %e, "relist failed");
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                        }
+                    }
+                    continue;
+                }
+                Err(StoreError::Closed) => return,
+                Err(e) => {
+                    tracing::error!(error = %e, "store watch failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+            };
+            loop {
+                tokio::select! {
+                    item = stream.next() => match item {
+                        Some(Ok(resp)) => {
+                            self.apply(resp.events, resp.revision);
+                            rev = rev.max(resp.revision);
+                        }
+                        Some(Err(StoreError::Closed)) | None => {
+                            if store.current_revision().await.is_err() {
+                                return;
+                            }
+                            break;
+                        }
+                        Some(Err(e)) => {
+                            tracing::warn!(error = %e, "store watch ended; resuming");
+                            break;
+                        }
+                    },
+                    _ = ticker.tick() => {
+                        stream.request_progress();
+                        for c in self.by_prefix.values() {
+                            c.bookmark();
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn apply(&self, events: Vec<Event>, revision: Revision) {
+        let mut per: HashMap<&str, Vec<CacheEvent>> = HashMap::new();
+        for ev in events {
+            let Some(cache) = self.cache_for_key(ev.key()) else {
+                continue;
+            };
+            let ce = match ev {
+                Event::Put { kv, prev } => {
+                    let Some(obj) = decode_object(&kv.value, kv.mod_revision) else {
+                        continue;
+                    };
+                    let prev = prev.and_then(|p| {
+                        decode_object(&p.value, p.mod_revision)
+                            .map(|o| Arc::new(CachedObject::new(p.key.clone(), o, p.mod_revision)))
+                    });
+                    CacheEvent {
+                        kind: if prev.is_some() {
+                            EventType::Modified
+                        } else {
+                            EventType::Added
+                        },
+                        object: Arc::new(CachedObject::new(kv.key, obj, kv.mod_revision)),
+                        prev,
+                        revision: kv.mod_revision,
+                    }
+                }
+                Event::Delete {
+                    key,
+                    revision,
+                    prev,
+                } => {
+                    let Some(obj) = decode_object(&prev.value, revision) else {
+                        continue;
+                    };
+                    CacheEvent {
+                        kind: EventType::Deleted,
+                        object: Arc::new(CachedObject::new(key, obj, revision)),
+                        prev: None,
+                        revision,
+                    }
+                }
+            };
+            per.entry(cache.prefix.as_str()).or_default().push(ce);
+        }
+        for (prefix, cache) in &self.by_prefix {
+            match per.remove(prefix.as_str()) {
+                Some(evs) => cache.apply(evs, revision),
+                None => cache.advance(revision),
+            }
+        }
+        self.revision.send_if_modified(|r| {
+            if revision > *r {
+                *r = revision;
+                true
+            } else {
+                false
+            }
+        });
+    }
+}

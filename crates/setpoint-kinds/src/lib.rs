@@ -1,0 +1,261 @@
+//! What the API server knows about each built-in kind, as pure functions over JSON objects:
+//!
+//! - [`KindInfo`] / [`BUILTIN`]: group, version, names, scope, subresources (the registry's data);
+//! - [`defaults`]: defaulting as Kubernetes applies it on create and update;
+//! - [`validation`]: validation (422 causes) and unknown-field detection for `fieldValidation`;
+//! - [`tables`]: the columns `kubectl get` prints, the same as Kubernetes' printers;
+//! - [`fields`]: the fields each kind supports in field selectors.
+//!
+//! Custom resources (a later addition) go through the same registry with their own functions.
+
+pub mod defaults;
+pub mod fields;
+pub mod tables;
+pub mod validation;
+
+/// Static facts about one built-in resource.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KindInfo {
+    pub group: &'static str,
+    pub version: &'static str,
+    pub kind: &'static str,
+    /// The resource name in URLs (plural, lower case).
+    pub plural: &'static str,
+    pub singular: &'static str,
+    pub namespaced: bool,
+    pub short_names: &'static [&'static str],
+    pub categories: &'static [&'static str],
+    /// Has a `status` subresource: main writes ignore `.status`, status writes change only it.
+    pub status: bool,
+    /// Has a `scale` subresource (autoscaling/v1 Scale over `spec.replicas`).
+    pub scale: bool,
+    /// `metadata.generation` is maintained (set to 1 on create, incremented on spec changes).
+    pub generation: bool,
+    /// The storage prefix segment when it differs from `group/plural` (resources that share
+    /// storage with another version or group, e.g. events.k8s.io events live with core events).
+    pub storage: Option<(&'static str, &'static str)>,
+}
+
+const ALL: &[&str] = &["all"];
+const NONE: &[&str] = &[];
+
+const fn kind(
+    group: &'static str,
+    version: &'static str,
+    kind: &'static str,
+    plural: &'static str,
+    singular: &'static str,
+    namespaced: bool,
+) -> KindInfo {
+    KindInfo {
+        group,
+        version,
+        kind,
+        plural,
+        singular,
+        namespaced,
+        short_names: NONE,
+        categories: NONE,
+        status: false,
+        scale: false,
+        generation: false,
+        storage: None,
+    }
+}
+
+impl KindInfo {
+    const fn short(mut self, names: &'static [&'static str]) -> Self {
+        self.short_names = names;
+        self
+    }
+    const fn all(mut self) -> Self {
+        self.categories = ALL;
+        self
+    }
+    const fn status(mut self) -> Self {
+        self.status = true;
+        self
+    }
+    const fn scale(mut self) -> Self {
+        self.scale = true;
+        self
+    }
+    const fn generation(mut self) -> Self {
+        self.generation = true;
+        self
+    }
+    const fn stored_as(mut self, group: &'static str, plural: &'static str) -> Self {
+        self.storage = Some((group, plural));
+        self
+    }
+
+    /// `apps/v1`, or `v1` for the core group.
+    pub fn api_version(&self) -> String {
+        setpoint_api::resource::api_version(self.group, self.version)
+    }
+
+    /// The (group, plural) whose storage this resource uses.
+    pub fn storage_resource(&self) -> (&'static str, &'static str) {
+        self.storage.unwrap_or((self.group, self.plural))
+    }
+}
+
+/// Every built-in resource Setpoint serves, in discovery order (`kubectl get all` lists the
+/// `all` category in this order).
+pub static BUILTIN: &[KindInfo] = &[
+    // core/v1
+    kind("", "v1", "Pod", "pods", "pod", true)
+        .short(&["po"])
+        .all()
+        .status(),
+    kind("", "v1", "Service", "services", "service", true)
+        .short(&["svc"])
+        .all()
+        .status(),
+    kind(
+        "",
+        "v1",
+        "ReplicationController",
+        "replicationcontrollers",
+        "replicationcontroller",
+        true,
+    )
+    .short(&["rc"])
+    .all()
+    .status()
+    .scale()
+    .generation(),
+    kind("", "v1", "Namespace", "namespaces", "namespace", false)
+        .short(&["ns"])
+        .status(),
+    kind("", "v1", "Node", "nodes", "node", false)
+        .short(&["no"])
+        .status(),
+    kind("", "v1", "Endpoints", "endpoints", "endpoints", true).short(&["ep"]),
+    kind("", "v1", "ConfigMap", "configmaps", "configmap", true).short(&["cm"]),
+    kind("", "v1", "Secret", "secrets", "secret", true),
+    kind(
+        "",
+        "v1",
+        "ServiceAccount",
+        "serviceaccounts",
+        "serviceaccount",
+        true,
+    )
+    .short(&["sa"]),
+    kind("", "v1", "Event", "events", "event", true).short(&["ev"]),
+    kind(
+        "",
+        "v1",
+        "ResourceQuota",
+        "resourcequotas",
+        "resourcequota",
+        true,
+    )
+    .short(&["quota"])
+    .status(),
+    kind("", "v1", "LimitRange", "limitranges", "limitrange", true).short(&["limits"]),
+    // apps/v1
+    kind(
+        "apps",
+        "v1",
+        "Deployment",
+        "deployments",
+        "deployment",
+        true,
+    )
+    .short(&["deploy"])
+    .all()
+    .status()
+    .scale()
+    .generation(),
+    kind(
+        "apps",
+        "v1",
+        "ReplicaSet",
+        "replicasets",
+        "replicaset",
+        true,
+    )
+    .short(&["rs"])
+    .all()
+    .status()
+    .scale()
+    .generation(),
+    kind(
+        "apps",
+        "v1",
+        "StatefulSet",
+        "statefulsets",
+        "statefulset",
+        true,
+    )
+    .short(&["sts"])
+    .all()
+    .status()
+    .scale()
+    .generation(),
+    kind("apps", "v1", "DaemonSet", "daemonsets", "daemonset", true)
+        .short(&["ds"])
+        .all()
+        .status()
+        .generation(),
+    kind(
+        "apps",
+        "v1",
+        "ControllerRevision",
+        "controllerrevisions",
+        "controllerrevision",
+        true,
+    ),
+    // batch/v1
+    kind("batch", "v1", "Job", "jobs", "job", true)
+        .all()
+        .status()
+        .generation(),
+    kind("batch", "v1", "CronJob", "cronjobs", "cronjob", true)
+        .short(&["cj"])
+        .all()
+        .status()
+        .generation(),
+    // autoscaling/v2
+    kind(
+        "autoscaling",
+        "v2",
+        "HorizontalPodAutoscaler",
+        "horizontalpodautoscalers",
+        "horizontalpodautoscaler",
+        true,
+    )
+    .short(&["hpa"])
+    .all()
+    .status()
+    .generation(),
+    // coordination.k8s.io/v1
+    kind(
+        "coordination.k8s.io",
+        "v1",
+        "Lease",
+        "leases",
+        "lease",
+        true,
+    ),
+    // events.k8s.io/v1 (stored with core events and converted on the way in and out)
+    kind("events.k8s.io", "v1", "Event", "events", "event", true)
+        .short(&["ev"])
+        .stored_as("", "events"),
+];
+
+/// Looks up a built-in resource by group, version and plural.
+pub fn by_resource(group: &str, version: &str, plural: &str) -> Option<&'static KindInfo> {
+    BUILTIN
+        .iter()
+        .find(|k| k.group == group && k.version == version && k.plural == plural)
+}
+
+/// Looks up a built-in resource by group, version and kind.
+pub fn by_kind(group: &str, version: &str, kind: &str) -> Option<&'static KindInfo> {
+    BUILTIN
+        .iter()
+        .find(|k| k.group == group && k.version == version && k.kind == kind)
+}
