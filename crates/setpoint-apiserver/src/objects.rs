@@ -85,9 +85,45 @@ fn store_err(res: &ResourceDef, name: &str, e: StoreError) -> ApiError {
 
 /// Serializes an object for storage (without its resourceVersion).
 fn encode(obj: &Value) -> Bytes {
-    let mut o = obj.clone();
-    meta::remove_meta(&mut o, "resourceVersion");
-    Bytes::from(serde_json::to_vec(&o).unwrap_or_default())
+    Bytes::from(serde_json::to_vec(&WithoutResourceVersion(obj)).unwrap_or_default())
+}
+
+/// Serializes an object as stored: everything but `metadata.resourceVersion`, without
+/// copying the object.
+struct WithoutResourceVersion<'a>(&'a Value);
+
+impl serde::Serialize for WithoutResourceVersion<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let Value::Object(map) = self.0 else {
+            return self.0.serialize(s);
+        };
+        let mut out = s.serialize_map(Some(map.len()))?;
+        for (k, v) in map {
+            match v.as_object().filter(|_| k == "metadata") {
+                Some(meta) => out.serialize_entry(k, &MetadataWithoutResourceVersion(meta))?,
+                None => out.serialize_entry(k, v)?,
+            }
+        }
+        out.end()
+    }
+}
+
+struct MetadataWithoutResourceVersion<'a>(&'a serde_json::Map<String, Value>);
+
+impl serde::Serialize for MetadataWithoutResourceVersion<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut out = s.serialize_map(None)?;
+        for (k, v) in self
+            .0
+            .iter()
+            .filter(|(k, _)| k.as_str() != "resourceVersion")
+        {
+            out.serialize_entry(k, v)?;
+        }
+        out.end()
+    }
 }
 
 fn with_rv(mut obj: Value, rv: Revision) -> Value {
@@ -202,8 +238,8 @@ impl ApiServer {
             .and_then(|c| c.get(&key))
             .map(|o| o.object.clone());
         let ns = match cached {
-            Some(o) => (*o).clone(),
-            None => self.get_object(&ns_res, "", namespace).await?,
+            Some(o) => o,
+            None => std::sync::Arc::new(self.get_object(&ns_res, "", namespace).await?),
         };
         if meta::deletion_timestamp(&ns).is_some() {
             return Err(ApiError::forbidden(

@@ -80,6 +80,8 @@ pub struct Running {
     pub url: String,
     /// The admin kubeconfig (HTTPS with a data dir only).
     pub kubeconfig: Option<PathBuf>,
+    /// The certificates (HTTPS only), for clients that connect without a kubeconfig file.
+    pub pki: Option<crate::tls::Pki>,
     shutdown: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -261,6 +263,7 @@ impl ApiServer {
                 addr,
                 url: format!("http://{addr}"),
                 kubeconfig: None,
+                pki: None,
                 shutdown: tx,
                 task,
             });
@@ -284,6 +287,7 @@ impl ApiServer {
             addr,
             url,
             kubeconfig,
+            pki: Some(pki),
             shutdown: tx,
             task,
         })

@@ -664,6 +664,8 @@ impl Caches {
                     }
                 }
             };
+            // Serialize once here, off the request path, so LISTs and every watcher share it.
+            ce.object.json();
             per.entry(cache.prefix.as_str()).or_default().push(ce);
         }
         for (prefix, cache) in &self.by_prefix {

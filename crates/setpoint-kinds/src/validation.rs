@@ -2327,11 +2327,33 @@ mod typed {
     use k8s_openapi::api;
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
 
-    /// Decodes JSON text into a typed object and encodes it back to JSON.
-    pub type DecodeFn = fn(&str) -> Result<Value, serde_json::Error>;
+    /// Decodes into a typed object and encodes it back to JSON: `value` straight from a
+    /// `Value` (the fast path, for valid objects), `text` from rendered text whose line numbers
+    /// locate an error (the slow path, only when the fast one failed).
+    #[derive(Clone, Copy)]
+    pub struct DecodeFn {
+        value: fn(&Value) -> Result<Value, serde_json::Error>,
+        text: fn(&str) -> Result<Value, serde_json::Error>,
+    }
+
+    impl DecodeFn {
+        fn of<T: DeserializeOwned + Serialize>() -> Self {
+            DecodeFn {
+                value: round_trip_value::<T>,
+                text: round_trip::<T>,
+            }
+        }
+    }
 
     fn round_trip<T: DeserializeOwned + Serialize>(text: &str) -> Result<Value, serde_json::Error> {
         let typed: T = serde_json::from_str(text)?;
+        serde_json::to_value(&typed)
+    }
+
+    fn round_trip_value<T: DeserializeOwned + Serialize>(
+        v: &Value,
+    ) -> Result<Value, serde_json::Error> {
+        let typed = T::deserialize(v)?;
         serde_json::to_value(&typed)
     }
 
@@ -2339,44 +2361,48 @@ mod typed {
     pub fn decoder(group: &str, version: &str, kind: &str) -> Option<DecodeFn> {
         use api::*;
         let f: DecodeFn = match (group, version, kind) {
-            ("", "v1", "Pod") => round_trip::<core::v1::Pod>,
-            ("", "v1", "Service") => round_trip::<core::v1::Service>,
-            ("", "v1", "ReplicationController") => round_trip::<core::v1::ReplicationController>,
-            ("", "v1", "Namespace") => round_trip::<core::v1::Namespace>,
-            ("", "v1", "Node") => round_trip::<core::v1::Node>,
-            ("", "v1", "Endpoints") => round_trip::<core::v1::Endpoints>,
-            ("", "v1", "ConfigMap") => round_trip::<core::v1::ConfigMap>,
-            ("", "v1", "Secret") => round_trip::<core::v1::Secret>,
-            ("", "v1", "ServiceAccount") => round_trip::<core::v1::ServiceAccount>,
-            ("", "v1", "Event") => round_trip::<core::v1::Event>,
-            ("", "v1", "ResourceQuota") => round_trip::<core::v1::ResourceQuota>,
-            ("", "v1", "LimitRange") => round_trip::<core::v1::LimitRange>,
-            ("", "v1", "PodTemplate") => round_trip::<core::v1::PodTemplate>,
-            ("", "v1", "PersistentVolumeClaim") => round_trip::<core::v1::PersistentVolumeClaim>,
-            ("", "v1", "PersistentVolume") => round_trip::<core::v1::PersistentVolume>,
-            ("", "v1", "Binding") => round_trip::<core::v1::Binding>,
-            ("apps", "v1", "Deployment") => round_trip::<apps::v1::Deployment>,
-            ("apps", "v1", "ReplicaSet") => round_trip::<apps::v1::ReplicaSet>,
-            ("apps", "v1", "StatefulSet") => round_trip::<apps::v1::StatefulSet>,
-            ("apps", "v1", "DaemonSet") => round_trip::<apps::v1::DaemonSet>,
-            ("apps", "v1", "ControllerRevision") => round_trip::<apps::v1::ControllerRevision>,
-            ("batch", "v1", "Job") => round_trip::<batch::v1::Job>,
-            ("batch", "v1", "CronJob") => round_trip::<batch::v1::CronJob>,
+            ("", "v1", "Pod") => DecodeFn::of::<core::v1::Pod>(),
+            ("", "v1", "Service") => DecodeFn::of::<core::v1::Service>(),
+            ("", "v1", "ReplicationController") => {
+                DecodeFn::of::<core::v1::ReplicationController>()
+            }
+            ("", "v1", "Namespace") => DecodeFn::of::<core::v1::Namespace>(),
+            ("", "v1", "Node") => DecodeFn::of::<core::v1::Node>(),
+            ("", "v1", "Endpoints") => DecodeFn::of::<core::v1::Endpoints>(),
+            ("", "v1", "ConfigMap") => DecodeFn::of::<core::v1::ConfigMap>(),
+            ("", "v1", "Secret") => DecodeFn::of::<core::v1::Secret>(),
+            ("", "v1", "ServiceAccount") => DecodeFn::of::<core::v1::ServiceAccount>(),
+            ("", "v1", "Event") => DecodeFn::of::<core::v1::Event>(),
+            ("", "v1", "ResourceQuota") => DecodeFn::of::<core::v1::ResourceQuota>(),
+            ("", "v1", "LimitRange") => DecodeFn::of::<core::v1::LimitRange>(),
+            ("", "v1", "PodTemplate") => DecodeFn::of::<core::v1::PodTemplate>(),
+            ("", "v1", "PersistentVolumeClaim") => {
+                DecodeFn::of::<core::v1::PersistentVolumeClaim>()
+            }
+            ("", "v1", "PersistentVolume") => DecodeFn::of::<core::v1::PersistentVolume>(),
+            ("", "v1", "Binding") => DecodeFn::of::<core::v1::Binding>(),
+            ("apps", "v1", "Deployment") => DecodeFn::of::<apps::v1::Deployment>(),
+            ("apps", "v1", "ReplicaSet") => DecodeFn::of::<apps::v1::ReplicaSet>(),
+            ("apps", "v1", "StatefulSet") => DecodeFn::of::<apps::v1::StatefulSet>(),
+            ("apps", "v1", "DaemonSet") => DecodeFn::of::<apps::v1::DaemonSet>(),
+            ("apps", "v1", "ControllerRevision") => DecodeFn::of::<apps::v1::ControllerRevision>(),
+            ("batch", "v1", "Job") => DecodeFn::of::<batch::v1::Job>(),
+            ("batch", "v1", "CronJob") => DecodeFn::of::<batch::v1::CronJob>(),
             ("autoscaling", "v2", "HorizontalPodAutoscaler") => {
-                round_trip::<autoscaling::v2::HorizontalPodAutoscaler>
+                DecodeFn::of::<autoscaling::v2::HorizontalPodAutoscaler>()
             }
             ("autoscaling", "v1", "HorizontalPodAutoscaler") => {
-                round_trip::<autoscaling::v1::HorizontalPodAutoscaler>
+                DecodeFn::of::<autoscaling::v1::HorizontalPodAutoscaler>()
             }
-            ("autoscaling", "v1", "Scale") => round_trip::<autoscaling::v1::Scale>,
-            ("coordination.k8s.io", "v1", "Lease") => round_trip::<coordination::v1::Lease>,
-            ("events.k8s.io", "v1", "Event") => round_trip::<events::v1::Event>,
-            ("policy", "v1", "Eviction") => round_trip::<policy::v1::Eviction>,
+            ("autoscaling", "v1", "Scale") => DecodeFn::of::<autoscaling::v1::Scale>(),
+            ("coordination.k8s.io", "v1", "Lease") => DecodeFn::of::<coordination::v1::Lease>(),
+            ("events.k8s.io", "v1", "Event") => DecodeFn::of::<events::v1::Event>(),
+            ("policy", "v1", "Eviction") => DecodeFn::of::<policy::v1::Eviction>(),
             ("policy", "v1", "PodDisruptionBudget") => {
-                round_trip::<policy::v1::PodDisruptionBudget>
+                DecodeFn::of::<policy::v1::PodDisruptionBudget>()
             }
             ("apiextensions.k8s.io", "v1", "CustomResourceDefinition") => {
-                round_trip::<apiextensions::CustomResourceDefinition>
+                DecodeFn::of::<apiextensions::CustomResourceDefinition>()
             }
             _ => return None,
         };
@@ -2511,6 +2537,16 @@ mod typed {
     }
 
     pub fn decode(f: DecodeFn, obj: &Value) -> Decoded {
+        // Fast path: a valid object decodes in one pass without rendering text. The typed
+        // decoders insist on their own apiVersion/kind, so only take it when those are absent
+        // or decode fine; any failure goes to the careful path below.
+        if let Ok(v) = (f.value)(obj) {
+            return Decoded {
+                errors: Vec::new(),
+                round_trip: Some(v),
+                dropped: Vec::new(),
+            };
+        }
         let mut work = obj.clone();
         // The typed decoders insist on their own apiVersion/kind; the server has already
         // routed the request, so those two are not this check's business.
@@ -2522,7 +2558,7 @@ mod typed {
         let mut dropped = Vec::new();
         for _ in 0..64 {
             let (text, lines) = render(&work);
-            let err = match f(&text) {
+            let err = match (f.text)(&text) {
                 Ok(v) => {
                     return Decoded {
                         errors,
