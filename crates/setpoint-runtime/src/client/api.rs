@@ -1,0 +1,390 @@
+//! [`Api<K>`]: the verbs on one resource, typed or dynamic.
+
+use std::marker::PhantomData;
+
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::{
+    ApiResource, Client, ClientError, DeleteParams, ListParams, Patch, PatchParams, PostParams,
+    WatchEvent, WatchParams,
+};
+
+/// An untyped object: any kind, as JSON.
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct DynamicObject(pub Value);
+
+/// A page of a LIST.
+#[derive(Clone, Debug)]
+pub struct ObjectList<K> {
+    pub items: Vec<K>,
+    pub resource_version: String,
+    /// Set when more pages remain.
+    pub continue_token: Option<String>,
+}
+
+/// The verbs on one resource, in one namespace or across all of them.
+pub struct Api<K> {
+    client: Client,
+    resource: ApiResource,
+    namespace: Option<String>,
+    _k: PhantomData<fn() -> K>,
+}
+
+impl<K> Clone for Api<K> {
+    fn clone(&self) -> Self {
+        Api {
+            client: self.client.clone(),
+            resource: self.resource.clone(),
+            namespace: self.namespace.clone(),
+            _k: PhantomData,
+        }
+    }
+}
+
+impl<K: k8s_openapi::Resource> Api<K>
+where
+    K::Scope: 'static,
+{
+    /// Objects in one namespace.
+    pub fn namespaced(client: Client, namespace: &str) -> Self {
+        Api {
+            client,
+            resource: ApiResource::of::<K>(),
+            namespace: Some(namespace.into()),
+            _k: PhantomData,
+        }
+    }
+    /// Objects in all namespaces (or a cluster-scoped resource).
+    pub fn all(client: Client) -> Self {
+        Api {
+            client,
+            resource: ApiResource::of::<K>(),
+            namespace: None,
+            _k: PhantomData,
+        }
+    }
+}
+
+impl Api<DynamicObject> {
+    /// Untyped access to `resource` in one namespace (`None`: all, or cluster-scoped).
+    pub fn dynamic(client: Client, resource: &ApiResource, namespace: Option<&str>) -> Self {
+        Api {
+            client,
+            resource: resource.clone(),
+            namespace: namespace.map(String::from),
+            _k: PhantomData,
+        }
+    }
+}
+
+fn with_query(path: String, q: String) -> String {
+    if q.is_empty() {
+        path
+    } else {
+        format!("{path}?{q}")
+    }
+}
+
+fn decode<K: DeserializeOwned>(v: Value) -> Result<K, ClientError> {
+    serde_json::from_value(v).map_err(|e| ClientError::Decode(e.to_string()))
+}
+
+impl<K: DeserializeOwned + Serialize + Send + 'static> Api<K> {
+    /// The resource this handle talks to.
+    pub fn resource(&self) -> &ApiResource {
+        &self.resource
+    }
+    /// The namespace (None: all namespaces or cluster-scoped).
+    pub fn namespace(&self) -> Option<&str> {
+        self.namespace.as_deref()
+    }
+    /// The client.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    fn object_path(&self, name: &str, sub: Option<&str>) -> String {
+        self.resource
+            .object_path(self.namespace.as_deref(), name, sub)
+    }
+
+    fn body<T: Serialize>(&self, obj: &T) -> Result<Bytes, ClientError> {
+        // Fill apiVersion/kind: typed structs from k8s-openapi serialize them, user types may not.
+        let mut v = serde_json::to_value(obj).map_err(|e| ClientError::Decode(e.to_string()))?;
+        if let Some(m) = v.as_object_mut() {
+            m.entry("apiVersion")
+                .or_insert_with(|| self.resource.api_version().into());
+            m.entry("kind")
+                .or_insert_with(|| self.resource.kind.clone().into());
+        }
+        Ok(Bytes::from(
+            serde_json::to_vec(&v).map_err(|e| ClientError::Decode(e.to_string()))?,
+        ))
+    }
+
+    /// GET one object.
+    pub async fn get(&self, name: &str) -> Result<K, ClientError> {
+        decode(
+            self.client
+                .request(
+                    http::Method::GET,
+                    &self.object_path(name, None),
+                    None,
+                    Bytes::new(),
+                )
+                .await?,
+        )
+    }
+
+    /// GET one object, `None` if it does not exist.
+    pub async fn get_opt(&self, name: &str) -> Result<Option<K>, ClientError> {
+        match self.get(name).await {
+            Ok(k) => Ok(Some(k)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// One LIST page.
+    pub async fn list(&self, params: &ListParams) -> Result<ObjectList<K>, ClientError> {
+        let path = with_query(
+            self.resource.collection_path(self.namespace.as_deref()),
+            params.query(),
+        );
+        let mut v = self
+            .client
+            .request(http::Method::GET, &path, None, Bytes::new())
+            .await?;
+        let resource_version = v
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let continue_token = v
+            .pointer("/metadata/continue")
+            .and_then(Value::as_str)
+            .filter(|c| !c.is_empty())
+            .map(String::from);
+        let items = match v.get_mut("items").map(Value::take) {
+            Some(Value::Array(items)) => items
+                .into_iter()
+                .map(|mut i| {
+                    // List items may omit their type; fill it so typed decoding works.
+                    if let Some(m) = i.as_object_mut() {
+                        m.entry("apiVersion")
+                            .or_insert_with(|| self.resource.api_version().into());
+                        m.entry("kind")
+                            .or_insert_with(|| self.resource.kind.clone().into());
+                    }
+                    decode(i)
+                })
+                .collect::<Result<Vec<K>, _>>()?,
+            _ => Vec::new(),
+        };
+        Ok(ObjectList {
+            items,
+            resource_version,
+            continue_token,
+        })
+    }
+
+    /// Every page of a LIST, followed to the end.
+    pub async fn list_all(&self, params: &ListParams) -> Result<ObjectList<K>, ClientError> {
+        let mut p = params.clone();
+        let mut first = self.list(&p).await?;
+        while let Some(c) = first.continue_token.take() {
+            p.continue_token = Some(c);
+            let next = self.list(&p).await?;
+            first.items.extend(next.items);
+            first.continue_token = next.continue_token;
+        }
+        Ok(first)
+    }
+
+    /// A WATCH from `resource_version` ("" = current state first, then changes).
+    pub async fn watch(
+        &self,
+        params: &WatchParams,
+        resource_version: &str,
+    ) -> Result<impl Stream<Item = Result<WatchEvent<K>, ClientError>> + Send + 'static, ClientError>
+    {
+        let path = with_query(
+            self.resource.collection_path(self.namespace.as_deref()),
+            params.query(resource_version),
+        );
+        let raw = self.client.watch_raw(&path).await?;
+        Ok(raw.map(|e| {
+            e.and_then(|e| {
+                Ok(match e {
+                    WatchEvent::Added(v) => WatchEvent::Added(decode(v)?),
+                    WatchEvent::Modified(v) => WatchEvent::Modified(decode(v)?),
+                    WatchEvent::Deleted(v) => WatchEvent::Deleted(decode(v)?),
+                    WatchEvent::Bookmark {
+                        resource_version,
+                        initial_events_end,
+                    } => WatchEvent::Bookmark {
+                        resource_version,
+                        initial_events_end,
+                    },
+                    WatchEvent::Error(e) => WatchEvent::Error(e),
+                })
+            })
+        }))
+    }
+
+    /// POST a new object.
+    pub async fn create(&self, params: &PostParams, obj: &K) -> Result<K, ClientError> {
+        let path = with_query(
+            self.resource.collection_path(self.namespace.as_deref()),
+            params.query(),
+        );
+        decode(
+            self.client
+                .request(
+                    http::Method::POST,
+                    &path,
+                    Some("application/json"),
+                    self.body(obj)?,
+                )
+                .await?,
+        )
+    }
+
+    /// PUT an object (its `metadata.resourceVersion`, if set, is a precondition).
+    pub async fn replace(
+        &self,
+        name: &str,
+        params: &PostParams,
+        obj: &K,
+    ) -> Result<K, ClientError> {
+        let path = with_query(self.object_path(name, None), params.query());
+        decode(
+            self.client
+                .request(
+                    http::Method::PUT,
+                    &path,
+                    Some("application/json"),
+                    self.body(obj)?,
+                )
+                .await?,
+        )
+    }
+
+    /// PUT the status subresource.
+    pub async fn replace_status(
+        &self,
+        name: &str,
+        params: &PostParams,
+        obj: &K,
+    ) -> Result<K, ClientError> {
+        let path = with_query(self.object_path(name, Some("status")), params.query());
+        decode(
+            self.client
+                .request(
+                    http::Method::PUT,
+                    &path,
+                    Some("application/json"),
+                    self.body(obj)?,
+                )
+                .await?,
+        )
+    }
+
+    async fn patch_at(
+        &self,
+        name: &str,
+        sub: Option<&str>,
+        params: &PatchParams,
+        patch: &Patch,
+    ) -> Result<Value, ClientError> {
+        let path = with_query(self.object_path(name, sub), params.query());
+        let body = Bytes::from(
+            serde_json::to_vec(patch.body()).map_err(|e| ClientError::Decode(e.to_string()))?,
+        );
+        self.client
+            .request(http::Method::PATCH, &path, Some(patch.content_type()), body)
+            .await
+    }
+
+    /// PATCH an object.
+    pub async fn patch(
+        &self,
+        name: &str,
+        params: &PatchParams,
+        patch: &Patch,
+    ) -> Result<K, ClientError> {
+        decode(self.patch_at(name, None, params, patch).await?)
+    }
+
+    /// PATCH the status subresource.
+    pub async fn patch_status(
+        &self,
+        name: &str,
+        params: &PatchParams,
+        patch: &Patch,
+    ) -> Result<K, ClientError> {
+        decode(self.patch_at(name, Some("status"), params, patch).await?)
+    }
+
+    /// GET the autoscaling/v1 Scale.
+    pub async fn get_scale(&self, name: &str) -> Result<Value, ClientError> {
+        self.client
+            .request(
+                http::Method::GET,
+                &self.object_path(name, Some("scale")),
+                None,
+                Bytes::new(),
+            )
+            .await
+    }
+
+    /// PATCH the Scale.
+    pub async fn patch_scale(
+        &self,
+        name: &str,
+        params: &PatchParams,
+        patch: &Patch,
+    ) -> Result<Value, ClientError> {
+        self.patch_at(name, Some("scale"), params, patch).await
+    }
+
+    /// DELETE an object. Returns the object as the server answered (gone, or now carrying a
+    /// deletionTimestamp while finalizers or a grace period hold it).
+    pub async fn delete(&self, name: &str, params: &DeleteParams) -> Result<Value, ClientError> {
+        let body = Bytes::from(
+            serde_json::to_vec(&params.body()).map_err(|e| ClientError::Decode(e.to_string()))?,
+        );
+        self.client
+            .request(
+                http::Method::DELETE,
+                &self.object_path(name, None),
+                Some("application/json"),
+                body,
+            )
+            .await
+    }
+
+    /// POST to a subresource (e.g. `binding` of a pod).
+    pub async fn create_subresource(
+        &self,
+        name: &str,
+        subresource: &str,
+        body: &Value,
+    ) -> Result<Value, ClientError> {
+        let b =
+            Bytes::from(serde_json::to_vec(body).map_err(|e| ClientError::Decode(e.to_string()))?);
+        self.client
+            .request(
+                http::Method::POST,
+                &self.object_path(name, Some(subresource)),
+                Some("application/json"),
+                b,
+            )
+            .await
+    }
+}

@@ -1,0 +1,371 @@
+//! The client: typed ([`Api<K>`] over k8s-openapi types and user types) and dynamic
+//! ([`Api<DynamicObject>`] with an [`ApiResource`]) access to any Kubernetes-compatible API
+//! server, over HTTPS from a kubeconfig or in-process through any `tower::Service`.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), setpoint_runtime::client::ClientError> {
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//! use setpoint_runtime::client::{Api, Client, PostParams};
+//! let client = Client::try_default()?;
+//! let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+//! let mut cm = ConfigMap::default();
+//! cm.metadata.name = Some("settings".into());
+//! cms.create(&PostParams::default(), &cm).await?;
+//! # Ok(()) }
+//! ```
+
+mod api;
+mod kubeconfig;
+mod params;
+mod ratelimit;
+mod resource;
+mod transport;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+use http_body_util::BodyExt;
+use serde_json::Value;
+use setpoint_api::ApiError;
+
+pub use api::{Api, DynamicObject, ObjectList};
+pub use kubeconfig::Kubeconfig;
+pub use params::{DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchParams};
+pub use ratelimit::TokenBucket;
+pub use resource::ApiResource;
+pub use transport::{Body, BoxError, HttpsTransport, ServiceTransport, Transport};
+
+/// What can go wrong talking to the API.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The server answered with a `Status` error.
+    #[error("{0}")]
+    Api(ApiError),
+    /// The request did not get an answer (connection, TLS, protocol).
+    #[error("transport: {0}")]
+    Transport(String),
+    /// The answer could not be decoded.
+    #[error("decoding the response: {0}")]
+    Decode(String),
+    /// The client is misconfigured (kubeconfig, certificates).
+    #[error("configuration: {0}")]
+    Config(String),
+}
+
+impl ClientError {
+    /// The HTTP status of an API error.
+    pub fn code(&self) -> Option<u16> {
+        match self {
+            ClientError::Api(e) => Some(e.code),
+            _ => None,
+        }
+    }
+    pub fn is_not_found(&self) -> bool {
+        self.code() == Some(404)
+    }
+    /// 409 Conflict (stale resourceVersion) — not AlreadyExists.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, ClientError::Api(e) if e.code == 409 && e.reason == "Conflict")
+    }
+    pub fn is_already_exists(&self) -> bool {
+        matches!(self, ClientError::Api(e) if e.code == 409 && e.reason == "AlreadyExists")
+    }
+    /// 410 Gone / Expired: relist.
+    pub fn is_gone(&self) -> bool {
+        self.code() == Some(410)
+    }
+}
+
+/// Converts a `Status` JSON object into an [`ApiError`].
+pub fn api_error_from_status(status: &Value, http_code: u16) -> ApiError {
+    let code = status
+        .get("code")
+        .and_then(Value::as_u64)
+        .map(|c| c as u16)
+        .unwrap_or(http_code);
+    let reason = status
+        .get("reason")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let message = status
+        .get("message")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let mut e = ApiError::new(code, &reason, message);
+    if let Some(d) = status.get("details") {
+        let causes = d
+            .get("causes")
+            .and_then(Value::as_array)
+            .map(|cs| {
+                cs.iter()
+                    .map(|c| {
+                        setpoint_api::Cause::new(
+                            c.get("reason").and_then(Value::as_str).unwrap_or(""),
+                            c.get("field").and_then(Value::as_str).unwrap_or(""),
+                            c.get("message").and_then(Value::as_str).unwrap_or(""),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        e.details = Some(Box::new(setpoint_api::status::Details {
+            name: d.get("name").and_then(Value::as_str).unwrap_or("").into(),
+            group: d.get("group").and_then(Value::as_str).unwrap_or("").into(),
+            kind: d.get("kind").and_then(Value::as_str).unwrap_or("").into(),
+            uid: d.get("uid").and_then(Value::as_str).unwrap_or("").into(),
+            causes,
+            retry_after_seconds: d
+                .get("retryAfterSeconds")
+                .and_then(Value::as_u64)
+                .map(|r| r as u32),
+        }));
+    }
+    e
+}
+
+/// One event from a watch stream, untyped.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WatchEvent<T> {
+    Added(T),
+    Modified(T),
+    Deleted(T),
+    /// Progress: everything up to this resourceVersion has been delivered.
+    Bookmark {
+        resource_version: String,
+        initial_events_end: bool,
+    },
+    /// The server ended the watch with an error (410 means: relist).
+    Error(ApiError),
+}
+
+/// A handle to an API server; cheap to clone.
+#[derive(Clone)]
+pub struct Client {
+    transport: Arc<dyn Transport>,
+    limiter: Option<Arc<TokenBucket>>,
+    metrics: Option<Arc<crate::metrics::ClientMetrics>>,
+    default_namespace: String,
+}
+
+impl Client {
+    /// A client over any transport, without rate limiting.
+    pub fn new(transport: impl Transport) -> Self {
+        Client {
+            transport: Arc::new(transport),
+            limiter: None,
+            metrics: None,
+            default_namespace: "default".into(),
+        }
+    }
+
+    /// A client for the server in a kubeconfig. Rate limited by default like client-go
+    /// (50 qps, burst 100) so that a runaway controller cannot flood a shared server.
+    pub fn from_kubeconfig(kc: &Kubeconfig) -> Result<Self, ClientError> {
+        let mut c = Client::new(HttpsTransport::from_kubeconfig(kc)?).with_rate_limit(50.0, 100);
+        if let Some(ns) = &kc.namespace {
+            c.default_namespace = ns.clone();
+        }
+        Ok(c)
+    }
+
+    /// A client from `$KUBECONFIG` or `~/.kube/config`.
+    pub fn try_default() -> Result<Self, ClientError> {
+        Client::from_kubeconfig(&Kubeconfig::from_env()?)
+    }
+
+    /// Limits requests to `qps` per second with bursts of `burst` (watch requests count once).
+    pub fn with_rate_limit(mut self, qps: f64, burst: u32) -> Self {
+        self.limiter = Some(Arc::new(TokenBucket::new(qps, burst)));
+        self
+    }
+
+    /// Removes any client-side rate limit.
+    pub fn without_rate_limit(mut self) -> Self {
+        self.limiter = None;
+        self
+    }
+
+    /// Records request latency into these metrics.
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::ClientMetrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// The namespace of the kubeconfig's context (`default` otherwise).
+    pub fn default_namespace(&self) -> &str {
+        &self.default_namespace
+    }
+
+    /// Sends a request and returns the raw response (status checked by the caller).
+    pub async fn send(
+        &self,
+        method: http::Method,
+        path: &str,
+        content_type: Option<&str>,
+        body: Bytes,
+    ) -> Result<http::Response<Body>, ClientError> {
+        if let Some(l) = &self.limiter {
+            l.acquire().await;
+        }
+        let mut b = http::Request::builder()
+            .method(method.clone())
+            .uri(path)
+            .header(http::header::ACCEPT, "application/json");
+        if let Some(ct) = content_type {
+            b = b.header(http::header::CONTENT_TYPE, ct);
+        }
+        let req = b
+            .body(body)
+            .map_err(|e| ClientError::Config(format!("request: {e}")))?;
+        let start = Instant::now();
+        let resp = self.transport.send(req).await;
+        if let Some(m) = &self.metrics {
+            let code = resp
+                .as_ref()
+                .map(|r| r.status().as_u16().to_string())
+                .unwrap_or_else(|_| "<error>".into());
+            m.observe(method.as_str(), &code, start.elapsed());
+        }
+        resp
+    }
+
+    /// Sends a request and decodes a JSON answer; non-2xx answers become [`ClientError::Api`].
+    pub async fn request(
+        &self,
+        method: http::Method,
+        path: &str,
+        content_type: Option<&str>,
+        body: Bytes,
+    ) -> Result<Value, ClientError> {
+        let resp = self.send(method, path, content_type, body).await?;
+        let status = resp.status().as_u16();
+        let bytes = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| ClientError::Transport(e.to_string()))?
+            .to_bytes();
+        let v: Value = serde_json::from_slice(&bytes).map_err(|e| {
+            if status >= 400 {
+                ClientError::Api(ApiError::new(
+                    status,
+                    "",
+                    String::from_utf8_lossy(&bytes).into_owned(),
+                ))
+            } else {
+                ClientError::Decode(e.to_string())
+            }
+        })?;
+        if status >= 400 {
+            return Err(ClientError::Api(api_error_from_status(&v, status)));
+        }
+        Ok(v)
+    }
+
+    /// Opens a watch (`path` must carry `watch=true`) and yields its events.
+    pub async fn watch_raw(
+        &self,
+        path: &str,
+    ) -> Result<
+        impl Stream<Item = Result<WatchEvent<Value>, ClientError>> + Send + 'static,
+        ClientError,
+    > {
+        let resp = self
+            .send(http::Method::GET, path, None, Bytes::new())
+            .await?;
+        let status = resp.status().as_u16();
+        if status >= 400 {
+            let bytes = resp
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| ClientError::Transport(e.to_string()))?
+                .to_bytes();
+            let v: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            return Err(ClientError::Api(api_error_from_status(&v, status)));
+        }
+        let body = resp.into_body();
+        let lines = futures::stream::unfold(
+            (body, Vec::<u8>::new(), false),
+            |(mut body, mut buf, done)| async move {
+                loop {
+                    if let Some(pos) = buf.iter().position(|b| *b == b'\n') {
+                        let line: Vec<u8> = buf.drain(..=pos).collect();
+                        if line.iter().all(u8::is_ascii_whitespace) {
+                            continue;
+                        }
+                        return Some((parse_event(&line), (body, buf, done)));
+                    }
+                    if done {
+                        if buf.iter().all(u8::is_ascii_whitespace) {
+                            return None;
+                        }
+                        let rest = std::mem::take(&mut buf);
+                        return Some((parse_event(&rest), (body, buf, true)));
+                    }
+                    match body.frame().await {
+                        Some(Ok(f)) => {
+                            if let Ok(d) = f.into_data() {
+                                buf.extend_from_slice(&d);
+                                // Bound the buffer: a single event line is at most a few MiB.
+                                if buf.len() > 16 * 1024 * 1024 {
+                                    return Some((
+                                        Err(ClientError::Decode(
+                                            "watch event larger than 16 MiB".into(),
+                                        )),
+                                        (body, Vec::new(), true),
+                                    ));
+                                }
+                            }
+                        }
+                        Some(Err(e)) => {
+                            return Some((
+                                Err(ClientError::Transport(e.to_string())),
+                                (body, Vec::new(), true),
+                            ))
+                        }
+                        None => {
+                            return if buf.iter().all(u8::is_ascii_whitespace) {
+                                None
+                            } else {
+                                let rest = std::mem::take(&mut buf);
+                                Some((parse_event(&rest), (body, buf, true)))
+                            }
+                        }
+                    }
+                }
+            },
+        );
+        Ok(lines.boxed())
+    }
+}
+
+fn parse_event(line: &[u8]) -> Result<WatchEvent<Value>, ClientError> {
+    let v: Value = serde_json::from_slice(line)
+        .map_err(|e| ClientError::Decode(format!("watch event: {e}")))?;
+    let obj = v.get("object").cloned().unwrap_or(Value::Null);
+    match v.get("type").and_then(Value::as_str) {
+        Some("ADDED") => Ok(WatchEvent::Added(obj)),
+        Some("MODIFIED") => Ok(WatchEvent::Modified(obj)),
+        Some("DELETED") => Ok(WatchEvent::Deleted(obj)),
+        Some("BOOKMARK") => Ok(WatchEvent::Bookmark {
+            resource_version: obj
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
+            initial_events_end: obj
+                .pointer("/metadata/annotations/k8s.io~1initial-events-end")
+                .and_then(Value::as_str)
+                == Some("true"),
+        }),
+        Some("ERROR") => Ok(WatchEvent::Error(api_error_from_status(&obj, 500))),
+        other => Err(ClientError::Decode(format!(
+            "unknown watch event type {other:?}"
+        ))),
+    }
+}

@@ -1,0 +1,662 @@
+//! Controllers: a [`Reconciler`] driven by a work queue that informers feed.
+//!
+//! A reconcile gets a key (`namespace/name`), reads current state (from caches), acts on the
+//! whole gap and returns an [`Action`]. It never depends on which event woke it. Errors are
+//! retried with per-key exponential backoff unless marked terminal; a panic in one reconcile is
+//! caught, counted and retried and never stops the controller; a reconcile that exceeds its
+//! timeout is cancelled and retried.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//! use setpoint_runtime::controller::{Action, Context, Controller, ReconcileError, Reconciler};
+//! use setpoint_runtime::informer::SharedInformers;
+//! use setpoint_runtime::ObjectKey;
+//!
+//! struct Echo;
+//! #[async_trait::async_trait]
+//! impl Reconciler for Echo {
+//!     async fn reconcile(&self, _ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
+//!         println!("reconciling {key}");
+//!         Ok(Action::Done)
+//!     }
+//! }
+//! # async fn demo(client: setpoint_runtime::Client) {
+//! let informers = SharedInformers::new(client);
+//! let controller = Controller::for_type::<ConfigMap>("echo", &informers, None).build(Arc::new(Echo));
+//! controller.run(std::future::pending()).await;
+//! # }
+//! ```
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use tokio::sync::watch;
+use tracing::Instrument;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+use crate::client::{ApiResource, ClientError};
+use crate::informer::{Event, Handler, Informer, Scope, SharedInformers};
+use crate::object::{Object, ObjectKey};
+use crate::workqueue::{WorkItem, WorkQueue, WorkQueueBuilder, WorkQueueMetrics};
+
+/// What to do after a successful reconcile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Nothing more until something changes.
+    Done,
+    /// Check again after this long (a timed re-check, not a retry: backoff is reset).
+    RequeueAfter(Duration),
+}
+
+/// A failed reconcile.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct ReconcileError {
+    pub message: String,
+    /// Retrying cannot help (e.g. an invalid spec): don't requeue; record it in status and an
+    /// event instead of hammering the API.
+    pub terminal: bool,
+}
+
+impl ReconcileError {
+    /// A failure worth retrying with backoff.
+    pub fn retry(e: impl std::fmt::Display) -> Self {
+        ReconcileError {
+            message: e.to_string(),
+            terminal: false,
+        }
+    }
+    /// A failure retrying cannot fix.
+    pub fn terminal(e: impl std::fmt::Display) -> Self {
+        ReconcileError {
+            message: e.to_string(),
+            terminal: true,
+        }
+    }
+}
+
+impl From<ClientError> for ReconcileError {
+    fn from(e: ClientError) -> Self {
+        ReconcileError::retry(e)
+    }
+}
+
+/// What a reconcile knows about its invocation.
+#[derive(Clone, Debug)]
+pub struct Context {
+    /// The controller's name.
+    pub controller: Arc<str>,
+    /// Failures recorded for this key since its last success.
+    pub retries: u32,
+}
+
+/// The decision-and-act step of a controller.
+#[async_trait::async_trait]
+pub trait Reconciler: Send + Sync + 'static {
+    /// Brings the object named by `key` to its desired state. Must be idempotent.
+    async fn reconcile(&self, ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError>;
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    controller: String,
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ControllerLabel {
+    controller: String,
+}
+
+fn reconcile_histogram() -> Histogram {
+    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+        0.00001, 2.0, 24,
+    ))
+}
+
+/// `controller_runtime_*` metrics, shared by all controllers of a manager.
+#[derive(Clone)]
+pub struct ControllerMetrics {
+    total: Family<ResultLabels, Counter>,
+    errors: Family<ControllerLabel, Counter>,
+    panics: Family<ControllerLabel, Counter>,
+    time: Family<ControllerLabel, Histogram, fn() -> Histogram>,
+    /// Work queue metrics for the controllers' queues.
+    pub queue: WorkQueueMetrics,
+}
+
+impl Default for ControllerMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ControllerMetrics {
+    /// Creates the metrics without registering them.
+    pub fn new() -> Self {
+        ControllerMetrics {
+            total: Family::default(),
+            errors: Family::default(),
+            panics: Family::default(),
+            time: Family::new_with_constructor(reconcile_histogram),
+            queue: WorkQueueMetrics::new(),
+        }
+    }
+
+    /// Registers every series (and the work queue's) into `registry`, once.
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "controller_runtime_reconcile",
+            "Reconciles by controller and result",
+            self.total.clone(),
+        );
+        registry.register(
+            "controller_runtime_reconcile_errors",
+            "Reconciles that returned an error",
+            self.errors.clone(),
+        );
+        registry.register(
+            "controller_runtime_reconcile_panics",
+            "Reconciles that panicked",
+            self.panics.clone(),
+        );
+        registry.register_with_unit(
+            "controller_runtime_reconcile_time",
+            "Time per reconcile",
+            prometheus_client::registry::Unit::Seconds,
+            self.time.clone(),
+        );
+        self.queue.register(registry);
+    }
+
+    fn record(&self, controller: &str, result: &str, elapsed: Duration) {
+        self.total
+            .get_or_create(&ResultLabels {
+                controller: controller.into(),
+                result: result.into(),
+            })
+            .inc();
+        self.time
+            .get_or_create(&ControllerLabel {
+                controller: controller.into(),
+            })
+            .observe(elapsed.as_secs_f64());
+        match result {
+            "error" => {
+                self.errors
+                    .get_or_create(&ControllerLabel {
+                        controller: controller.into(),
+                    })
+                    .inc();
+            }
+            "panic" => {
+                self.errors
+                    .get_or_create(&ControllerLabel {
+                        controller: controller.into(),
+                    })
+                    .inc();
+                self.panics
+                    .get_or_create(&ControllerLabel {
+                        controller: controller.into(),
+                    })
+                    .inc();
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A source of keys: registers itself with informers and adds keys to the queue.
+pub type Source =
+    Box<dyn FnOnce(WorkQueue<ObjectKey>) -> futures::future::BoxFuture<'static, ()> + Send>;
+
+/// Options of a controller.
+#[derive(Clone, Debug)]
+pub struct ControllerOptions {
+    /// Concurrent reconciles (different keys). Default: number of cores.
+    pub workers: usize,
+    /// A reconcile running longer than this is cancelled and retried.
+    pub reconcile_timeout: Option<Duration>,
+    /// Every object is reconciled again at about this period (with jitter), even without
+    /// events — the safety net of a level-triggered design.
+    pub resync: Option<Duration>,
+}
+
+impl Default for ControllerOptions {
+    fn default() -> Self {
+        ControllerOptions {
+            workers: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(2),
+            reconcile_timeout: Some(Duration::from_secs(60)),
+            resync: Some(Duration::from_secs(10 * 3600)),
+        }
+    }
+}
+
+/// A built controller: a queue, its sources, and a reconciler. Run it with [`Controller::run`].
+pub struct Controller {
+    name: Arc<str>,
+    queue: WorkQueue<ObjectKey>,
+    sources: Vec<Source>,
+    reconciler: Arc<dyn Reconciler>,
+    options: ControllerOptions,
+    metrics: ControllerMetrics,
+    leader: Option<watch::Receiver<bool>>,
+    informers: Option<SharedInformers>,
+}
+
+impl Controller {
+    /// Assembles a controller from parts ([`Controller::for_type`] and its builder are the usual way).
+    pub fn from_parts(
+        name: &str,
+        queue: WorkQueueBuilder<ObjectKey>,
+        sources: Vec<Source>,
+        reconciler: Arc<dyn Reconciler>,
+        options: ControllerOptions,
+        metrics: ControllerMetrics,
+    ) -> Self {
+        let queue = queue.metrics(&metrics.queue).build();
+        Controller {
+            name: name.into(),
+            queue,
+            sources,
+            reconciler,
+            options,
+            metrics,
+            leader: None,
+            informers: None,
+        }
+    }
+
+    /// Reconcile only while this is true (leader election); sources keep caches warm anyway.
+    pub fn with_leadership(mut self, leader: watch::Receiver<bool>) -> Self {
+        self.leader = Some(leader);
+        self
+    }
+
+    /// The queue (e.g. to enqueue keys from outside, or for tests).
+    pub fn queue(&self) -> &WorkQueue<ObjectKey> {
+        &self.queue
+    }
+
+    /// Runs until `shutdown` completes, then drains in-flight reconciles.
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) {
+        let Controller {
+            name,
+            queue,
+            sources,
+            reconciler,
+            options,
+            metrics,
+            leader,
+            informers,
+        } = self;
+        let mut source_tasks = Vec::new();
+        for s in sources {
+            source_tasks.push(tokio::spawn(s(queue.clone())));
+        }
+        // Reconciles read caches: don't start before they hold a full LIST.
+        if let Some(i) = &informers {
+            if let Err(e) = i.wait_synced().await {
+                tracing::error!(controller = %name, error = %e, "informers did not sync");
+            }
+        }
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let mut workers = Vec::new();
+        for _ in 0..options.workers.max(1) {
+            let w = Worker {
+                name: name.clone(),
+                queue: queue.clone(),
+                reconciler: reconciler.clone(),
+                timeout: options.reconcile_timeout,
+                metrics: metrics.clone(),
+                leader: leader.clone(),
+                stop: stop_rx.clone(),
+            };
+            workers.push(tokio::spawn(w.run()));
+        }
+        shutdown.await;
+        tracing::info!(controller = %name, "shutting down");
+        for t in &source_tasks {
+            t.abort();
+        }
+        let _ = stop_tx.send(true);
+        queue.shutdown_with_drain().await;
+        for w in workers {
+            let _ = w.await;
+        }
+    }
+}
+
+struct Worker {
+    name: Arc<str>,
+    queue: WorkQueue<ObjectKey>,
+    reconciler: Arc<dyn Reconciler>,
+    timeout: Option<Duration>,
+    metrics: ControllerMetrics,
+    leader: Option<watch::Receiver<bool>>,
+    stop: watch::Receiver<bool>,
+}
+
+impl Worker {
+    async fn run(mut self) {
+        loop {
+            if let Some(l) = &mut self.leader {
+                // Standby: wait for leadership (or shutdown) before taking work.
+                tokio::select! {
+                    r = l.wait_for(|lead| *lead) => if r.is_err() { return },
+                    _ = self.stop.wait_for(|s| *s) => return,
+                }
+            }
+            let Some(item) = self.queue.get().await else {
+                return;
+            };
+            self.process(item).await;
+        }
+    }
+
+    async fn process(&mut self, item: WorkItem<ObjectKey>) {
+        let key = item.key().clone();
+        let ctx = Context {
+            controller: self.name.clone(),
+            retries: item.num_requeues(),
+        };
+        let start = Instant::now();
+        let span = tracing::info_span!("reconcile", controller = %self.name, key = %key);
+        let fut = AssertUnwindSafe(self.reconciler.reconcile(&ctx, &key)).catch_unwind();
+        // Losing leadership cancels the reconcile at once: a replica that is not the leader
+        // must not act.
+        let leader = self.leader.clone();
+        let lost = async move {
+            match leader {
+                Some(mut l) => {
+                    let _ = l.wait_for(|lead| !*lead).await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        let outcome = tokio::select! {
+            r = async {
+                match self.timeout {
+                    Some(t) => tokio::time::timeout(t, fut).await.map_err(|_| ()),
+                    None => Ok(fut.await),
+                }
+            }.instrument(span) => Some(r),
+            _ = lost => None,
+        };
+        let elapsed = start.elapsed();
+        match outcome {
+            None => {
+                // Not leader any more: put the key back for whoever leads next.
+                item.requeue_after(Duration::ZERO);
+            }
+            Some(Ok(Ok(Ok(Action::Done)))) => {
+                self.metrics.record(&self.name, "success", elapsed);
+                item.forget();
+                item.done();
+            }
+            Some(Ok(Ok(Ok(Action::RequeueAfter(d))))) => {
+                self.metrics.record(&self.name, "requeue_after", elapsed);
+                item.forget();
+                item.requeue_after(d);
+            }
+            Some(Ok(Ok(Err(e)))) => {
+                self.metrics.record(&self.name, "error", elapsed);
+                if e.terminal {
+                    tracing::warn!(controller = %self.name, key = %key, error = %e, "reconcile failed (terminal, not retried)");
+                    item.forget();
+                    item.done();
+                } else {
+                    tracing::warn!(controller = %self.name, key = %key, error = %e, retries = ctx.retries, "reconcile failed; retrying with backoff");
+                    item.retry();
+                }
+            }
+            Some(Ok(Err(panic))) => {
+                self.metrics.record(&self.name, "panic", elapsed);
+                let msg = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".into());
+                tracing::error!(controller = %self.name, key = %key, panic = %msg, "reconcile panicked; retrying with backoff");
+                item.retry();
+            }
+            Some(Err(())) => {
+                self.metrics.record(&self.name, "error", elapsed);
+                tracing::warn!(controller = %self.name, key = %key, "reconcile timed out; retrying with backoff");
+                item.retry();
+            }
+        }
+    }
+}
+
+/// Builds a [`Controller`]: what it reconciles, what it owns, what else it watches.
+pub struct ControllerBuilder {
+    name: String,
+    informers: SharedInformers,
+    /// The primary type's source, completed with the resync period at build time.
+    primary: Box<dyn FnOnce(Option<Duration>) -> Source + Send>,
+    sources: Vec<Source>,
+    options: ControllerOptions,
+    queue: WorkQueueBuilder<ObjectKey>,
+    metrics: ControllerMetrics,
+}
+
+/// A subscription that ends (unsubscribes) when the source task is aborted.
+struct Subscription<K: Object> {
+    informer: Informer<K>,
+    id: Option<crate::informer::HandlerId>,
+}
+
+impl<K: Object> Drop for Subscription<K> {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            self.informer.unsubscribe(id);
+        }
+    }
+}
+
+/// Subscribes `handler` to `informer` and holds the subscription until the task is dropped.
+fn subscribe_until_stopped<K: Object>(
+    informer: Informer<K>,
+    resync: Option<Duration>,
+    handler: Handler<K>,
+) -> futures::future::BoxFuture<'static, ()> {
+    Box::pin(async move {
+        let id = informer.subscribe_with_resync(handler, resync);
+        let _sub = Subscription {
+            informer,
+            id: Some(id),
+        };
+        std::future::pending::<()>().await;
+    })
+}
+
+fn with_jitter(d: Duration) -> Duration {
+    // Up to +10% so that many objects (and replicas) don't resync in lockstep.
+    d + d.mul_f64(rand::random::<f64>() * 0.1)
+}
+
+/// The source of the primary type: every event enqueues the object's own key.
+fn primary_source<K: Object>(
+    informer: Informer<K>,
+) -> Box<dyn FnOnce(Option<Duration>) -> Source + Send> {
+    Box::new(move |resync| {
+        Box::new(move |queue: WorkQueue<ObjectKey>| {
+            let handler: Handler<K> = Arc::new(move |ev: &Event<K>| queue.add(ev.key()));
+            subscribe_until_stopped(informer, resync, handler)
+        })
+    })
+}
+
+impl Controller {
+    fn builder(
+        name: &str,
+        informers: &SharedInformers,
+        primary: Box<dyn FnOnce(Option<Duration>) -> Source + Send>,
+    ) -> ControllerBuilder {
+        ControllerBuilder {
+            name: name.into(),
+            informers: informers.clone(),
+            primary,
+            sources: Vec::new(),
+            options: ControllerOptions::default(),
+            queue: WorkQueue::<ObjectKey>::builder(name),
+            metrics: ControllerMetrics::new(),
+        }
+    }
+
+    /// Starts building a controller that reconciles objects of `K` (in `scope`, default all
+    /// namespaces). Keys are the objects' `namespace/name`.
+    pub fn for_type<K>(
+        name: &str,
+        informers: &SharedInformers,
+        scope: Option<Scope>,
+    ) -> ControllerBuilder
+    where
+        K: k8s_openapi::Resource + Object,
+        K::Scope: 'static,
+    {
+        let informer = informers.typed::<K>(scope.unwrap_or_else(Scope::all));
+        Controller::builder(name, informers, primary_source(informer))
+    }
+
+    /// Like [`Controller::for_type`] for a resource known only at run time.
+    pub fn for_dynamic(
+        name: &str,
+        informers: &SharedInformers,
+        resource: &ApiResource,
+        scope: Option<Scope>,
+    ) -> ControllerBuilder {
+        let informer = informers.dynamic(resource, scope.unwrap_or_else(Scope::all));
+        Controller::builder(name, informers, primary_source(informer))
+    }
+}
+
+/// Whether an owner reference points at an object of this group and kind.
+fn owner_matches(r: &OwnerReference, group: &str, kind: &str) -> bool {
+    let (g, _) = setpoint_api::resource::split_api_version(&r.api_version);
+    r.kind == kind && g == group
+}
+
+impl ControllerBuilder {
+    /// Sets the options (workers, reconcile timeout, resync).
+    pub fn options(mut self, options: ControllerOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Sets the number of concurrent reconciles.
+    pub fn workers(mut self, n: usize) -> Self {
+        self.options.workers = n.max(1);
+        self
+    }
+
+    /// Configures the work queue (backoff, rate limit).
+    pub fn queue(mut self, queue: WorkQueueBuilder<ObjectKey>) -> Self {
+        self.queue = queue;
+        self
+    }
+
+    /// Records into these metrics (share one set across a manager's controllers).
+    pub fn metrics(mut self, metrics: ControllerMetrics) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// Reconciles the controlling owner (of kind `P`, the primary) when an owned `C` changes:
+    /// the owner reference with `controller: true` maps the child to its owner's key.
+    pub fn owns<P, C>(mut self, scope: Option<Scope>) -> Self
+    where
+        P: k8s_openapi::Resource,
+        P::Scope: 'static,
+        C: k8s_openapi::Resource + Object,
+        C::Scope: 'static,
+    {
+        let informer = self.informers.typed::<C>(scope.unwrap_or_else(Scope::all));
+        let (group, kind) = (P::GROUP.to_string(), P::KIND.to_string());
+        // A cluster-scoped owner (e.g. a Namespace or Node) has a key without a namespace.
+        let owner_namespaced = ApiResource::of::<P>().namespaced;
+        self.sources
+            .push(Box::new(move |queue: WorkQueue<ObjectKey>| {
+                let handler: Handler<C> = Arc::new(move |ev: &Event<C>| {
+                    let enqueue = |obj: &C| {
+                        for r in obj.owner_references() {
+                            if r.controller == Some(true) && owner_matches(&r, &group, &kind) {
+                                let ns = if owner_namespaced {
+                                    obj.namespace()
+                                } else {
+                                    None
+                                };
+                                queue.add(ObjectKey::new(ns.as_deref(), &r.name));
+                            }
+                        }
+                    };
+                    // A changed controller reference must wake the old owner too.
+                    if let Event::Updated { old, .. } = ev {
+                        enqueue(old);
+                    }
+                    enqueue(ev.object());
+                });
+                subscribe_until_stopped(informer, None, handler)
+            }));
+        self
+    }
+
+    /// Reconciles the keys `map` returns whenever an `O` changes (e.g. pods → the nodes they
+    /// run on, or a config map → every object that references it).
+    pub fn watches<O>(
+        mut self,
+        scope: Option<Scope>,
+        map: impl Fn(&O) -> Vec<ObjectKey> + Send + Sync + 'static,
+    ) -> Self
+    where
+        O: k8s_openapi::Resource + Object,
+        O::Scope: 'static,
+    {
+        let informer = self.informers.typed::<O>(scope.unwrap_or_else(Scope::all));
+        self.sources
+            .push(Box::new(move |queue: WorkQueue<ObjectKey>| {
+                let handler: Handler<O> = Arc::new(move |ev: &Event<O>| {
+                    if let Event::Updated { old, .. } = ev {
+                        for k in map(old) {
+                            queue.add(k);
+                        }
+                    }
+                    for k in map(ev.object()) {
+                        queue.add(k);
+                    }
+                });
+                subscribe_until_stopped(informer, None, handler)
+            }));
+        self
+    }
+
+    /// Finishes the controller with its reconciler.
+    pub fn build(self, reconciler: Arc<dyn Reconciler>) -> Controller {
+        let ControllerBuilder {
+            name,
+            informers,
+            primary,
+            mut sources,
+            options,
+            queue,
+            metrics,
+        } = self;
+        sources.insert(0, primary(options.resync.map(with_jitter)));
+        let mut c = Controller::from_parts(&name, queue, sources, reconciler, options, metrics);
+        c.informers = Some(informers);
+        c
+    }
+}

@@ -1,0 +1,87 @@
+//! The delay between failed list/watch attempts.
+
+use std::time::Duration;
+
+/// Exponential backoff between failed list or watch attempts: `initial`, doubling up to `max`,
+/// each delay plus a random extra of up to `jitter` times itself so that many informers that
+/// failed together (an API server restart) do not come back together.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Backoff {
+    pub initial: Duration,
+    pub max: Duration,
+    /// Fraction of the delay added at random, `0.0..=1.0`.
+    pub jitter: f64,
+}
+
+impl Default for Backoff {
+    /// 800 ms doubling to 30 s, plus up to 50 %: client-go's reflector figures, so a mixed
+    /// fleet of controllers treats a struggling server the same way.
+    fn default() -> Self {
+        Backoff {
+            initial: Duration::from_millis(800),
+            max: Duration::from_secs(30),
+            jitter: 0.5,
+        }
+    }
+}
+
+/// The running state of a [`Backoff`].
+#[derive(Debug)]
+pub(crate) struct BackoffState {
+    config: Backoff,
+    next: Duration,
+}
+
+impl BackoffState {
+    pub(crate) fn new(config: Backoff) -> Self {
+        BackoffState {
+            config,
+            next: config.initial,
+        }
+    }
+
+    /// The delay before the next attempt; each call doubles the following one.
+    pub(crate) fn next_delay(&mut self) -> Duration {
+        let base = self.next.min(self.config.max);
+        self.next = base.saturating_mul(2).min(self.config.max);
+        let jitter = self.config.jitter.clamp(0.0, 1.0);
+        base + base.mul_f64(rand::random::<f64>() * jitter)
+    }
+
+    /// Back to `initial` (after a successful list).
+    pub(crate) fn reset(&mut self) {
+        self.next = self.config.initial;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn doubles_to_the_cap_with_bounded_jitter_and_resets() {
+        let mut b = BackoffState::new(Backoff::default());
+        let bases = [800, 1600, 3200, 6400, 12800, 25600, 30000, 30000];
+        for base in bases {
+            let d = b.next_delay();
+            let base = Duration::from_millis(base);
+            assert!(
+                d >= base && d <= base.mul_f64(1.5),
+                "{d:?} not in [{base:?}, 1.5×]"
+            );
+        }
+        b.reset();
+        assert!(b.next_delay() < Duration::from_millis(1201));
+    }
+
+    #[test]
+    fn no_jitter_is_exact() {
+        let mut b = BackoffState::new(Backoff {
+            initial: Duration::from_millis(10),
+            max: Duration::from_millis(25),
+            jitter: 0.0,
+        });
+        let got: Vec<u128> = (0..4).map(|_| b.next_delay().as_millis()).collect();
+        assert_eq!(got, [10, 20, 25, 25]);
+    }
+}

@@ -1,0 +1,184 @@
+//! The reflector: LIST, then WATCH from the list's resourceVersion, forever, feeding a sink.
+//!
+//! Recovery rules:
+//! - the watch ends cleanly (server timeout, or the server dropped a slow watcher): watch again
+//!   from the last resourceVersion seen, which loses nothing (the server replays from there or
+//!   answers 410);
+//! - 410 Gone (HTTP status or ERROR event), any other error event, or a broken stream: relist
+//!   and let the sink apply the differences;
+//! - every failed attempt waits the [`Backoff`](super::Backoff) delay first; a successful list
+//!   resets it.
+
+use std::pin::pin;
+use std::time::Duration;
+
+use futures::StreamExt;
+use tracing::Instrument;
+
+use super::backoff::{Backoff, BackoffState};
+use crate::client::{Api, ClientError, ListParams, WatchEvent, WatchParams};
+use crate::object::Object;
+
+/// Where the reflector puts what it learns. Implemented by the informer, which applies each
+/// call to its cache and dispatches the resulting events atomically.
+pub(crate) trait Sink<K>: Send + Sync {
+    /// A complete LIST: replace the cache, emitting the differences, and mark it synced.
+    fn relisted(&self, items: Vec<K>);
+    /// An ADDED or MODIFIED watch event.
+    fn upserted(&self, object: K);
+    /// A DELETED watch event.
+    fn deleted(&self, object: K);
+}
+
+/// What the reflector needs besides the API handle.
+#[derive(Clone, Debug)]
+pub(crate) struct ReflectorConfig {
+    pub label_selector: Option<String>,
+    pub field_selector: Option<String>,
+    pub page_size: Option<u32>,
+    pub watch_timeout: Duration,
+    pub backoff: Backoff,
+}
+
+/// A watch that ran without receiving anything for less than this is treated as a failure
+/// for backoff purposes, so a server that closes watches at once is not hammered.
+const SHORT_WATCH: Duration = Duration::from_secs(1);
+
+/// How a watch ended.
+enum WatchEnd {
+    /// The stream ended cleanly: resume from `last`.
+    Ended { last: String, quiet_and_short: bool },
+    /// 410: the resourceVersion is too old; relist.
+    Gone(String),
+    /// Anything else went wrong; relist.
+    Failed(ClientError),
+}
+
+/// Runs until the future is dropped (the informer's stop signal).
+pub(crate) async fn run<K: Object>(api: Api<K>, config: ReflectorConfig, sink: &dyn Sink<K>) {
+    let mut backoff = BackoffState::new(config.backoff);
+    // None: the next step is a LIST.
+    let mut resume_from: Option<String> = None;
+    loop {
+        let rv = match resume_from.take() {
+            Some(rv) => rv,
+            None => match list(&api, &config, sink).await {
+                Ok(rv) => {
+                    backoff.reset();
+                    rv
+                }
+                Err(e) => {
+                    tracing::warn!(resource = %api.resource().plural, namespace = ?api.namespace(), error = %e, "list failed; retrying");
+                    tokio::time::sleep(backoff.next_delay()).await;
+                    continue;
+                }
+            },
+        };
+        match watch(&api, &config, rv, sink).await {
+            WatchEnd::Ended {
+                last,
+                quiet_and_short,
+            } => {
+                if quiet_and_short {
+                    tracing::debug!(resource = %api.resource().plural, "watch closed at once; backing off before watching again");
+                    tokio::time::sleep(backoff.next_delay()).await;
+                }
+                resume_from = Some(last);
+            }
+            WatchEnd::Gone(message) => {
+                tracing::warn!(resource = %api.resource().plural, namespace = ?api.namespace(), reason = "410 Gone", detail = %message, "relisting");
+                tokio::time::sleep(backoff.next_delay()).await;
+            }
+            WatchEnd::Failed(e) => {
+                tracing::warn!(resource = %api.resource().plural, namespace = ?api.namespace(), reason = %e, "watch failed; relisting");
+                tokio::time::sleep(backoff.next_delay()).await;
+            }
+        }
+    }
+}
+
+/// A consistent LIST (resourceVersion unset: the latest state, not a cache answer), every
+/// page, handed to the sink as one replacement. Returns the list's resourceVersion.
+async fn list<K: Object>(
+    api: &Api<K>,
+    config: &ReflectorConfig,
+    sink: &dyn Sink<K>,
+) -> Result<String, ClientError> {
+    let params = ListParams {
+        label_selector: config.label_selector.clone(),
+        field_selector: config.field_selector.clone(),
+        limit: config.page_size,
+        ..ListParams::default()
+    };
+    let span = tracing::info_span!("list", resource = %api.resource().plural, namespace = ?api.namespace());
+    async {
+        let list = api.list_all(&params).await?;
+        tracing::debug!(items = list.items.len(), resource_version = %list.resource_version, "listed");
+        sink.relisted(list.items);
+        Ok(list.resource_version)
+    }
+    .instrument(span)
+    .await
+}
+
+/// One WATCH from `rv`, applied to the sink until it ends.
+async fn watch<K: Object>(
+    api: &Api<K>,
+    config: &ReflectorConfig,
+    rv: String,
+    sink: &dyn Sink<K>,
+) -> WatchEnd {
+    let params = WatchParams {
+        label_selector: config.label_selector.clone(),
+        field_selector: config.field_selector.clone(),
+        timeout_seconds: Some(config.watch_timeout.as_secs().clamp(1, u32::MAX as u64) as u32),
+        bookmarks: true,
+        send_initial_events: false,
+    };
+    let span = tracing::info_span!("watch", resource = %api.resource().plural, namespace = ?api.namespace(), resource_version = %rv);
+    async move {
+        let started = tokio::time::Instant::now();
+        let stream = match api.watch(&params, &rv).await {
+            Ok(s) => s,
+            Err(e) if e.is_gone() => return WatchEnd::Gone(e.to_string()),
+            Err(e) => return WatchEnd::Failed(e),
+        };
+        let mut stream = pin!(stream);
+        let mut last = rv;
+        let mut received = false;
+        while let Some(item) = stream.next().await {
+            received = true;
+            match item {
+                Ok(WatchEvent::Added(o)) | Ok(WatchEvent::Modified(o)) => {
+                    advance(&mut last, o.resource_version());
+                    sink.upserted(o);
+                }
+                Ok(WatchEvent::Deleted(o)) => {
+                    advance(&mut last, o.resource_version());
+                    sink.deleted(o);
+                }
+                Ok(WatchEvent::Bookmark {
+                    resource_version, ..
+                }) => advance(&mut last, Some(resource_version)),
+                Ok(WatchEvent::Error(e)) if e.code == 410 => return WatchEnd::Gone(e.to_string()),
+                Ok(WatchEvent::Error(e)) => return WatchEnd::Failed(ClientError::Api(e)),
+                Err(e) => return WatchEnd::Failed(e),
+            }
+        }
+        tracing::debug!(resource_version = %last, "watch ended");
+        WatchEnd::Ended {
+            last,
+            quiet_and_short: !received && started.elapsed() < SHORT_WATCH,
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+/// Moves the resume point forward. An empty resourceVersion would mean "from now" and skip
+/// changes, so it is ignored.
+fn advance(last: &mut String, rv: Option<String>) {
+    if let Some(rv) = rv.filter(|r| !r.is_empty()) {
+        *last = rv;
+    }
+}

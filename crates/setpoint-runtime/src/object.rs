@@ -1,0 +1,154 @@
+//! [`Object`]: what the runtime needs to read from any object, typed or dynamic, and
+//! [`ObjectKey`], the `namespace/name` that work queues carry.
+
+use std::fmt;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::client::DynamicObject;
+
+/// The identity of an object within its resource: namespace (None for cluster-scoped) and name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey {
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+impl ObjectKey {
+    pub fn new(namespace: Option<&str>, name: &str) -> Self {
+        ObjectKey {
+            namespace: namespace.filter(|n| !n.is_empty()).map(String::from),
+            name: name.into(),
+        }
+    }
+    /// The key of an object.
+    pub fn of<K: Object>(obj: &K) -> Self {
+        ObjectKey::new(obj.namespace().as_deref(), &obj.name())
+    }
+}
+
+impl fmt::Display for ObjectKey {
+    /// `namespace/name`, or `name` for cluster-scoped objects.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{ns}/{}", self.name),
+            None => write!(f, "{}", self.name),
+        }
+    }
+}
+
+/// Metadata access shared by typed objects (k8s-openapi types and user types with an
+/// `ObjectMeta`) and [`DynamicObject`].
+pub trait Object: Clone + DeserializeOwned + Serialize + Send + Sync + 'static {
+    fn name(&self) -> String;
+    fn namespace(&self) -> Option<String>;
+    fn uid(&self) -> Option<String>;
+    fn resource_version(&self) -> Option<String>;
+    fn labels(&self) -> std::collections::BTreeMap<String, String>;
+    fn owner_references(&self) -> Vec<OwnerReference>;
+    fn deletion_timestamp_set(&self) -> bool;
+    fn generation(&self) -> Option<i64>;
+}
+
+impl<K> Object for K
+where
+    K: k8s_openapi::Metadata<Ty = ObjectMeta>
+        + Clone
+        + DeserializeOwned
+        + Serialize
+        + Send
+        + Sync
+        + 'static,
+{
+    fn name(&self) -> String {
+        self.metadata().name.clone().unwrap_or_default()
+    }
+    fn namespace(&self) -> Option<String> {
+        self.metadata().namespace.clone().filter(|n| !n.is_empty())
+    }
+    fn uid(&self) -> Option<String> {
+        self.metadata().uid.clone()
+    }
+    fn resource_version(&self) -> Option<String> {
+        self.metadata().resource_version.clone()
+    }
+    fn labels(&self) -> std::collections::BTreeMap<String, String> {
+        self.metadata().labels.clone().unwrap_or_default()
+    }
+    fn owner_references(&self) -> Vec<OwnerReference> {
+        self.metadata().owner_references.clone().unwrap_or_default()
+    }
+    fn deletion_timestamp_set(&self) -> bool {
+        self.metadata().deletion_timestamp.is_some()
+    }
+    fn generation(&self) -> Option<i64> {
+        self.metadata().generation
+    }
+}
+
+fn meta_str(v: &Value, f: &str) -> Option<String> {
+    v.get("metadata")?.get(f)?.as_str().map(String::from)
+}
+
+impl Object for DynamicObject {
+    fn name(&self) -> String {
+        meta_str(&self.0, "name").unwrap_or_default()
+    }
+    fn namespace(&self) -> Option<String> {
+        meta_str(&self.0, "namespace").filter(|n| !n.is_empty())
+    }
+    fn uid(&self) -> Option<String> {
+        meta_str(&self.0, "uid")
+    }
+    fn resource_version(&self) -> Option<String> {
+        meta_str(&self.0, "resourceVersion")
+    }
+    fn labels(&self) -> std::collections::BTreeMap<String, String> {
+        self.0
+            .pointer("/metadata/labels")
+            .and_then(Value::as_object)
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+    fn owner_references(&self) -> Vec<OwnerReference> {
+        self.0
+            .pointer("/metadata/ownerReferences")
+            .cloned()
+            .and_then(|v| serde_json::from_value(v).ok())
+            .unwrap_or_default()
+    }
+    fn deletion_timestamp_set(&self) -> bool {
+        self.0
+            .pointer("/metadata/deletionTimestamp")
+            .is_some_and(|v| !v.is_null())
+    }
+    fn generation(&self) -> Option<i64> {
+        self.0
+            .pointer("/metadata/generation")
+            .and_then(Value::as_i64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_and_metadata_for_both_kinds_of_object() {
+        let mut cm = k8s_openapi::api::core::v1::ConfigMap::default();
+        cm.metadata.name = Some("a".into());
+        cm.metadata.namespace = Some("ns".into());
+        assert_eq!(ObjectKey::of(&cm).to_string(), "ns/a");
+        let d =
+            DynamicObject(serde_json::json!({"metadata": {"name": "n1", "labels": {"x": "y"}}}));
+        assert_eq!(ObjectKey::of(&d).to_string(), "n1");
+        assert_eq!(d.labels().get("x").map(String::as_str), Some("y"));
+    }
+}
