@@ -91,9 +91,7 @@ fn fast_queue(name: &str) -> setpoint_runtime::workqueue::WorkQueueBuilder<Objec
         .no_rate_limit()
 }
 
-#[tokio::test]
-async fn errors_and_panics_are_retried_while_other_keys_flow() {
-    let cluster = TestCluster::start().await;
+async fn errors_and_panics_are_retried_while_other_keys_flow(cluster: TestCluster) {
     let informers = SharedInformers::new(cluster.client());
     let rec = Arc::new(Recorder::default());
     rec.fail.lock().insert("flaky".into(), 3);
@@ -133,9 +131,7 @@ async fn errors_and_panics_are_retried_while_other_keys_flow() {
     run.await.unwrap();
 }
 
-#[tokio::test]
-async fn owned_objects_wake_their_controlling_owner() {
-    let cluster = TestCluster::start().await;
+async fn owned_objects_wake_their_controlling_owner(cluster: TestCluster) {
     let informers = SharedInformers::new(cluster.client());
     let rec = Arc::new(Recorder::default());
     let controller = Controller::for_type::<ReplicaSet>("rs", &informers, None)
@@ -164,9 +160,7 @@ async fn owned_objects_wake_their_controlling_owner() {
     run.abort();
 }
 
-#[tokio::test]
-async fn without_leadership_nothing_is_reconciled() {
-    let cluster = TestCluster::start().await;
+async fn without_leadership_nothing_is_reconciled(cluster: TestCluster) {
     let informers = SharedInformers::new(cluster.client());
     let rec = Arc::new(Recorder::default());
     let (lead_tx, lead_rx) = tokio::sync::watch::channel(false);
@@ -203,9 +197,7 @@ async fn without_leadership_nothing_is_reconciled() {
     run.abort();
 }
 
-#[tokio::test]
-async fn reconciles_are_counted_in_metrics() {
-    let cluster = TestCluster::start().await;
+async fn reconciles_are_counted_in_metrics(cluster: TestCluster) {
     let informers = SharedInformers::new(cluster.client());
     let rec = Arc::new(Recorder::default());
     rec.fail.lock().insert("m1".into(), 1);
@@ -242,4 +234,44 @@ async fn reconciles_are_counted_in_metrics() {
     .unwrap();
     assert_eq!(done.load(Ordering::SeqCst), 1);
     run.abort();
+}
+
+#[tokio::test]
+async fn errors_and_panics_are_retried_while_other_keys_flow_in_process() {
+    errors_and_panics_are_retried_while_other_keys_flow(TestCluster::start().await).await;
+}
+
+#[tokio::test]
+async fn errors_and_panics_are_retried_while_other_keys_flow_over_https() {
+    errors_and_panics_are_retried_while_other_keys_flow(TestCluster::start_https().await).await;
+}
+
+#[tokio::test]
+async fn owned_objects_wake_their_controlling_owner_in_process() {
+    owned_objects_wake_their_controlling_owner(TestCluster::start().await).await;
+}
+
+#[tokio::test]
+async fn owned_objects_wake_their_controlling_owner_over_https() {
+    owned_objects_wake_their_controlling_owner(TestCluster::start_https().await).await;
+}
+
+#[tokio::test]
+async fn without_leadership_nothing_is_reconciled_in_process() {
+    without_leadership_nothing_is_reconciled(TestCluster::start().await).await;
+}
+
+#[tokio::test]
+async fn without_leadership_nothing_is_reconciled_over_https() {
+    without_leadership_nothing_is_reconciled(TestCluster::start_https().await).await;
+}
+
+#[tokio::test]
+async fn reconciles_are_counted_in_metrics_in_process() {
+    reconciles_are_counted_in_metrics(TestCluster::start().await).await;
+}
+
+#[tokio::test]
+async fn reconciles_are_counted_in_metrics_over_https() {
+    reconciles_are_counted_in_metrics(TestCluster::start_https().await).await;
 }
