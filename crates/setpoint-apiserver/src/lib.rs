@@ -23,4 +23,4 @@ pub mod table;
 pub mod tls;
 pub mod watchcache;
 
-pub use server::{ApiServer, ServerConfig, StoreConfig};
+pub use server::{ApiServer, ServerConfig, StoreConfig, COMPACTION_GUARD_KEY};

@@ -25,7 +25,21 @@ pub enum StoreConfig {
     Memory,
     /// The durable embedded store in this directory.
     Embedded(PathBuf),
+    /// An etcd cluster, which several API servers may share (see [`COMPACTION_GUARD_KEY`]).
+    Etcd(setpoint_store::etcd::EtcdOptions),
 }
+
+impl StoreConfig {
+    /// Whether other API servers may be writing to (and compacting) the same store.
+    pub fn is_shared(&self) -> bool {
+        matches!(self, StoreConfig::Etcd(_))
+    }
+}
+
+/// The key API servers sharing a store use to agree on who compacts (see
+/// `ApiServer::compaction_loop`). Under `/registry/` but outside every resource's prefix, so
+/// no list or watch of a resource ever shows it.
+pub const COMPACTION_GUARD_KEY: &str = "/registry/_compact";
 
 /// How to run the API server.
 #[derive(Clone, Debug)]
@@ -108,6 +122,12 @@ impl ApiServer {
                     .map_err(|e| {
                         start_error::Error(format!("opening store in {}: {e}", dir.display()))
                     })?;
+                Arc::new(store)
+            }
+            StoreConfig::Etcd(options) => {
+                let store = setpoint_store::etcd::EtcdStore::connect(options.clone())
+                    .await
+                    .map_err(|e| start_error::Error(format!("opening the etcd store: {e}")))?;
                 Arc::new(store)
             }
         })
@@ -224,23 +244,84 @@ impl ApiServer {
 
     /// Every interval, compacts the store to the revision seen one interval earlier, so that
     /// watchers and paginated lists get at least one interval of history.
+    ///
+    /// A shared store (etcd with several API servers) uses [`Self::compact_if_first`] instead, so
+    /// that the servers compact once per interval between them rather than each on its own
+    /// clock.
     async fn compaction_loop(self: Arc<Self>) {
         let interval = self.config.compaction_interval;
+        let shared = self.config.store.is_shared();
         let mut previous = None;
+        let mut guard = GuardSeen::default();
         let mut stop = self.stopping.subscribe();
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(interval) => {}
                 _ = stop.wait_for(|s| *s) => return,
             }
+            if shared {
+                self.compact_if_first(&mut guard).await;
+                continue;
+            }
             if let Some(rev) = previous {
-                if let Err(e) = self.store.compact(rev).await {
-                    tracing::warn!(error = %e, revision = rev, "compaction failed");
-                } else {
-                    tracing::debug!(revision = rev, "compacted");
-                }
+                self.compact_to(rev).await;
             }
             previous = self.store.current_revision().await.ok();
+        }
+    }
+
+    async fn compact_to(&self, rev: setpoint_store::Revision) {
+        if let Err(e) = self.store.compact(rev).await {
+            tracing::warn!(error = %e, revision = rev, "compaction failed");
+        } else {
+            tracing::debug!(revision = rev, "compacted");
+        }
+    }
+
+    /// One compaction tick on a shared store, after the scheme Kubernetes uses on etcd.
+    ///
+    /// Every server remembers the `mod_revision` of [`COMPACTION_GUARD_KEY`] as it last saw it
+    /// and the revision it saw it at. Each tick it rewrites the key with a compare-and-swap on
+    /// that `mod_revision` (one etcd transaction):
+    /// - if the swap succeeds, nobody has compacted since this server's previous tick, so it
+    ///   compacts to the revision it remembered at its previous tick (one interval old), and
+    ///   remembers the new one;
+    /// - if it fails, another server swapped (and compacted) in the meantime: this server
+    ///   adopts the key's new `mod_revision` and the current revision, and tries again next
+    ///   tick.
+    ///
+    /// So at most one server compacts per interval, always to a revision at least one interval
+    /// old, and when that server goes away another takes over after one more interval.
+    async fn compact_if_first(&self, seen: &mut GuardSeen) {
+        let precondition = match seen.mod_revision {
+            Some(r) => setpoint_store::Precondition::ModRevision(r),
+            None => setpoint_store::Precondition::NotExists,
+        };
+        let value = bytes::Bytes::from(seen.target.unwrap_or(0).to_string());
+        match self
+            .store
+            .put(COMPACTION_GUARD_KEY, value, precondition)
+            .await
+        {
+            Ok(kv) => {
+                if let Some(target) = seen.target {
+                    self.compact_to(target).await;
+                }
+                seen.mod_revision = Some(kv.mod_revision);
+                seen.target = Some(kv.mod_revision);
+            }
+            Err(setpoint_store::StoreError::Conflict { current, .. }) => {
+                seen.mod_revision = current.map(|kv| kv.mod_revision);
+                seen.target = self.store.current_revision().await.ok();
+            }
+            Err(setpoint_store::StoreError::AlreadyExists { .. }) => {
+                match self.store.get(COMPACTION_GUARD_KEY).await {
+                    Ok(kv) => seen.mod_revision = kv.map(|kv| kv.mod_revision),
+                    Err(e) => tracing::warn!(error = %e, "reading the compaction guard"),
+                }
+                seen.target = self.store.current_revision().await.ok();
+            }
+            Err(e) => tracing::warn!(error = %e, "compaction guard"),
         }
     }
 
@@ -292,6 +373,16 @@ impl ApiServer {
             task,
         })
     }
+}
+
+/// What a server last saw of [`COMPACTION_GUARD_KEY`] (see `ApiServer::compact_if_first`).
+#[derive(Debug, Default)]
+struct GuardSeen {
+    /// The key's `mod_revision` when this server last looked (`None`: absent).
+    mod_revision: Option<setpoint_store::Revision>,
+    /// The revision to compact to if this server's next swap succeeds: the one it saw at its
+    /// previous tick, so one interval old by then.
+    target: Option<setpoint_store::Revision>,
 }
 
 /// A tiny error type for start-up failures, so the library needs no `anyhow`.

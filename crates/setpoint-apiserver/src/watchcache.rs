@@ -430,6 +430,11 @@ pub fn decode_object(value: &[u8], revision: Revision) -> Option<Value> {
 pub struct Caches {
     by_prefix: HashMap<String, Arc<WatchCache>>,
     revision: watch::Sender<Revision>,
+    /// Asks the store watch for a progress notification. A consistent read waits for the
+    /// store's current revision, and on a store shared beyond `/registry/` (another cluster
+    /// under another etcd prefix) that revision can move without any event reaching this
+    /// watch; only a progress notification then brings the caches up to it.
+    progress: tokio::sync::Notify,
 }
 
 /// Tunables of the watch cache.
@@ -481,6 +486,7 @@ impl Caches {
         let caches = Arc::new(Caches {
             by_prefix,
             revision: tx,
+            progress: tokio::sync::Notify::new(),
         });
         let rev = caches.load(&*store).await?;
         let c = caches.clone();
@@ -507,6 +513,9 @@ impl Caches {
     /// Waits until every cache has reached `revision`, or the timeout passes (false).
     pub async fn wait_for(&self, revision: Revision, timeout: Duration) -> bool {
         let mut rx = self.revision.subscribe();
+        if *rx.borrow() < revision {
+            self.progress.notify_one();
+        }
         let fut = async {
             loop {
                 if *rx.borrow_and_update() >= revision {
@@ -611,6 +620,7 @@ impl Caches {
                             break;
                         }
                     },
+                    _ = self.progress.notified() => stream.request_progress(),
                     _ = ticker.tick() => {
                         stream.request_progress();
                         for c in self.by_prefix.values() {

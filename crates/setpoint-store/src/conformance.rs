@@ -33,11 +33,21 @@ pub struct ConformanceOptions {
     /// A number of sequential writes, each its own commit, that certainly overflows one unread
     /// watcher's buffer; `None` skips the slow-watcher check.
     pub overflow_writes: Option<usize>,
+    /// The backend's revision counter is shared beyond the store's own keys (an etcd store
+    /// under a key prefix): a fresh store starts at whatever revision and compaction point the
+    /// shared counter is at, so revisions are checked relative to that start instead of from
+    /// 0. Every other check is the same. Stores from `make` must still not be written by
+    /// anyone else while the suite runs.
+    pub shared_revisions: bool,
 }
 
 /// Runs every check, each against a fresh store from `make`.
 pub async fn run_all<S: Store>(options: &ConformanceOptions, mut make: impl FnMut() -> S) {
-    check_revisions(&make()).await;
+    if options.shared_revisions {
+        check_revisions_shared(&make()).await;
+    } else {
+        check_revisions(&make()).await;
+    }
     check_create(&make()).await;
     check_compare_and_swap(&make()).await;
     check_delete(&make()).await;
@@ -51,7 +61,13 @@ pub async fn run_all<S: Store>(options: &ConformanceOptions, mut make: impl FnMu
     check_progress_notification(&make()).await;
     check_concurrent_writers(&make()).await;
     if let Some(limit) = options.max_value_size {
-        check_value_size_limit(&make(), limit).await;
+        let store = make();
+        let base = if options.shared_revisions {
+            store.current_revision().await.unwrap()
+        } else {
+            0
+        };
+        value_size_limit_from(&store, limit, base).await;
     }
     if let Some(writes) = options.overflow_writes {
         check_slow_watcher_lagged(&make(), writes).await;
@@ -162,14 +178,44 @@ pub async fn check_revisions(store: &dyn Store) {
         0,
         "new store compacted revision"
     );
+    revisions_from(store, 0).await;
+}
 
+/// [`check_revisions`] for a store whose revision counter is shared (see
+/// [`ConformanceOptions::shared_revisions`]): the same checks, counted from the revision the
+/// fresh store starts at.
+pub async fn check_revisions_shared(store: &dyn Store) {
+    let base = store.current_revision().await.unwrap();
+    let compacted = store.compacted_revision().await.unwrap();
+    assert!(
+        (0..=base).contains(&compacted),
+        "compacted revision {compacted} outside 0..={base}"
+    );
+    assert!(
+        range_kvs(store, "", None).await.is_empty(),
+        "a fresh store has no keys"
+    );
+    revisions_from(store, base).await;
+}
+
+/// The body of [`check_revisions`], for a fresh store at revision `base`.
+async fn revisions_from(store: &dyn Store, base: Revision) {
     let a1 = put(store, "/r/a", "1").await;
-    assert_eq!((a1.create_revision, a1.mod_revision, a1.version), (1, 1, 1));
+    assert_eq!(
+        (a1.create_revision, a1.mod_revision, a1.version),
+        (base + 1, base + 1, 1)
+    );
     assert_eq!(a1.value, val("1"));
     let b1 = put(store, "/r/b", "1").await;
-    assert_eq!((b1.create_revision, b1.mod_revision, b1.version), (2, 2, 1));
+    assert_eq!(
+        (b1.create_revision, b1.mod_revision, b1.version),
+        (base + 2, base + 2, 1)
+    );
     let a2 = put(store, "/r/a", "2").await;
-    assert_eq!((a2.create_revision, a2.mod_revision, a2.version), (1, 3, 2));
+    assert_eq!(
+        (a2.create_revision, a2.mod_revision, a2.version),
+        (base + 1, base + 3, 2)
+    );
 
     let err = store
         .put("/r/a", val("x"), Precondition::NotExists)
@@ -178,24 +224,27 @@ pub async fn check_revisions(store: &dyn Store) {
     assert!(matches!(err, StoreError::AlreadyExists { .. }), "{err:?}");
     assert_eq!(
         store.current_revision().await.unwrap(),
-        3,
+        base + 3,
         "failed write took a revision"
     );
 
     let (prev, rev) = store.delete("/r/a", Precondition::None).await.unwrap();
-    assert_eq!(rev, 4);
+    assert_eq!(rev, base + 4);
     assert_eq!(prev, a2);
-    assert_eq!(store.current_revision().await.unwrap(), 4);
+    assert_eq!(store.current_revision().await.unwrap(), base + 4);
 
     let a3 = store
         .put("/r/a", val("3"), Precondition::NotExists)
         .await
         .unwrap();
-    assert_eq!((a3.create_revision, a3.mod_revision, a3.version), (5, 5, 1));
+    assert_eq!(
+        (a3.create_revision, a3.mod_revision, a3.version),
+        (base + 5, base + 5, 1)
+    );
     assert_eq!(store.get("/r/a").await.unwrap(), Some(a3));
     assert_eq!(store.get("/r/b").await.unwrap(), Some(b1));
     assert_eq!(store.get("/r/none").await.unwrap(), None);
-    assert_eq!(store.current_revision().await.unwrap(), 5);
+    assert_eq!(store.current_revision().await.unwrap(), base + 5);
 }
 
 /// `Precondition::NotExists` creates once, then fails with `AlreadyExists` until the key is
@@ -792,12 +841,17 @@ pub async fn check_concurrent_writers(store: &dyn Store) {
 
 /// Values above the limit fail with `TooLarge`; a value of exactly the limit is accepted.
 pub async fn check_value_size_limit(store: &dyn Store, limit: usize) {
+    value_size_limit_from(store, limit, 0).await;
+}
+
+/// [`check_value_size_limit`] for a fresh store at revision `base`.
+async fn value_size_limit_from(store: &dyn Store, limit: usize, base: Revision) {
     let big = Bytes::from(vec![b'x'; limit + 1]);
     match store.put("/big", big, Precondition::None).await {
         Err(StoreError::TooLarge { size, limit: l }) => assert_eq!((size, l), (limit + 1, limit)),
         other => panic!("oversized put: {other:?}"),
     }
-    assert_eq!(store.current_revision().await.unwrap(), 0);
+    assert_eq!(store.current_revision().await.unwrap(), base);
     let exact = Bytes::from(vec![b'y'; limit]);
     let kv = store
         .put("/big", exact.clone(), Precondition::None)
@@ -807,7 +861,7 @@ pub async fn check_value_size_limit(store: &dyn Store, limit: usize) {
         store.get("/big").await.unwrap().map(|kv| kv.value),
         Some(exact)
     );
-    assert_eq!(kv.mod_revision, 1);
+    assert_eq!(kv.mod_revision, base + 1);
 }
 
 /// A watcher that does not read while `writes` commits happen is dropped: it receives, in

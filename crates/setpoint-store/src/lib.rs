@@ -10,7 +10,8 @@
 //! - [`Store::range`] reads the latest state or the state at an older revision, with a limit
 //!   so that callers can page through large prefixes.
 //!
-//! Backends: [`memory::MemoryStore`] (tests) and [`embedded::EmbeddedStore`] (durable, default).
+//! Backends: [`memory::MemoryStore`] (tests), [`embedded::EmbeddedStore`] (durable, default)
+//! and [`etcd::EtcdStore`] (an etcd cluster, shared by several API servers).
 //! A shared conformance suite in [`conformance`] runs against every backend.
 
 use std::pin::Pin;
@@ -22,6 +23,7 @@ use futures::Stream;
 
 pub mod conformance;
 pub mod embedded;
+pub mod etcd;
 pub mod memory;
 mod state;
 

@@ -12,6 +12,7 @@ fn options() -> ConformanceOptions {
     ConformanceOptions {
         max_value_size: Some(LIMIT),
         overflow_writes: Some(4 * WATCH_BUFFER),
+        shared_revisions: false,
     }
 }
 
