@@ -464,7 +464,8 @@ async fn serve(
                     }
                     let opts = write_options(q)?;
                     let bytes = read_body(server, body).await?;
-                    let patch = Patch::decode(&content_type(headers), &bytes)?;
+                    let strategic = crate::patch::strategic_type(&res, view);
+                    let patch = Patch::decode(&content_type(headers), &bytes, strategic)?;
                     if res.is_converted() {
                         return Err(ApiError::method_not_allowed());
                     }

@@ -27,6 +27,13 @@
 //! `replicas: 0` survives) or a non-pointer `omitempty` field (omitted when zero). Absent fields
 //! are omitted, empty repeated fields are omitted, a present empty message is `{}`.
 //!
+//! # The type graph
+//! The same table, navigated by JSON name rather than by tag, is public as [`types`]: a
+//! read-only view of every message's properties (embedded structs flattened), their
+//! cardinality and element types. [`patchmeta`] holds, next to it, the strategic-merge-patch
+//! strategies and merge keys Kubernetes declares in its struct tags; the API server's strategic
+//! merge patch and OpenAPI output both read them from there.
+//!
 //! # Regenerating the schema
 //! `src/schema.rs` is generated and committed. After bumping `k8s-pb` or `k8s-openapi` (both are
 //! dev-dependencies of this crate), run from anywhere:
@@ -41,10 +48,12 @@
 //! `gen/go-pointer-fields.txt`.
 
 mod decode;
+pub mod patchmeta;
 #[rustfmt::skip]
 mod schema;
 mod table;
 mod time;
+pub mod types;
 mod wire;
 
 use serde_json::{Map, Value};

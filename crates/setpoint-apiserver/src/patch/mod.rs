@@ -1,0 +1,217 @@
+//! Patch bodies: JSON merge patch (RFC 7386), JSON patch (RFC 6902) and, for built-in kinds,
+//! strategic merge patch ([`strategic`]).
+//!
+//! A strategic merge patch needs the type of what it patches, so it is decoded together with it
+//! ([`strategic_type`]); kinds without a type (custom resources) answer 415, as Kubernetes does.
+//! Server-side apply is separate work and is refused with 415 as well.
+
+pub mod strategic;
+
+use serde_json::Value;
+use setpoint_api::ApiError;
+use setpoint_protobuf::types::{self, TypeRef};
+
+use crate::registry::ResourceDef;
+use crate::strategy::View;
+
+/// The patch media types the server understands.
+pub const MERGE_PATCH: &str = "application/merge-patch+json";
+pub const JSON_PATCH: &str = "application/json-patch+json";
+pub const STRATEGIC_MERGE_PATCH: &str = "application/strategic-merge-patch+json";
+pub const APPLY_PATCH: &str = "application/apply-patch+yaml";
+
+/// A decoded patch.
+#[derive(Clone, Debug)]
+pub enum Patch {
+    Merge(Value),
+    Json(Vec<Value>),
+    /// A strategic merge patch and the type of the object (or subresource view) it patches.
+    Strategic(Value, TypeRef),
+}
+
+/// The type a strategic merge patch of `res` through `view` applies to: the kind's own type
+/// (also for `/status`), autoscaling/v1 `Scale` for `/scale`. `None` for kinds the type graph does
+/// not describe, which cannot take a strategic merge patch.
+pub fn strategic_type(res: &ResourceDef, view: View) -> Option<TypeRef> {
+    match view {
+        View::Scale => types::for_kind("autoscaling", "v1", "Scale"),
+        View::Main | View::Status | View::Finalize => {
+            types::for_kind(&res.group, &res.version, &res.kind)
+        }
+    }
+}
+
+impl Patch {
+    /// Decodes a PATCH body by its content type. `strategic` is the type a strategic merge patch
+    /// would apply to ([`strategic_type`]); without one that media type is refused with 415.
+    pub fn decode(
+        content_type: &str,
+        body: &[u8],
+        strategic: Option<TypeRef>,
+    ) -> Result<Patch, ApiError> {
+        match (content_type, strategic) {
+            (MERGE_PATCH, _) => {
+                let v: Value = serde_json::from_slice(body)
+                    .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+                if !v.is_object() {
+                    return Err(ApiError::bad_request("a merge patch must be a JSON object"));
+                }
+                Ok(Patch::Merge(v))
+            }
+            (JSON_PATCH, _) => {
+                let v: Value = serde_json::from_slice(body)
+                    .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+                match v {
+                    Value::Array(ops) => Ok(Patch::Json(ops)),
+                    _ => Err(ApiError::bad_request(
+                        "a JSON patch must be an array of operations",
+                    )),
+                }
+            }
+            (STRATEGIC_MERGE_PATCH, Some(ty)) => {
+                let v: Value = serde_json::from_slice(body)
+                    .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+                if !v.is_object() {
+                    return Err(ApiError::bad_request(
+                        "a strategic merge patch must be a JSON object",
+                    ));
+                }
+                Ok(Patch::Strategic(v, ty))
+            }
+            (other, _) => {
+                let accepted: &[&str] = if strategic.is_some() {
+                    &[JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH]
+                } else {
+                    &[JSON_PATCH, MERGE_PATCH]
+                };
+                Err(ApiError::unsupported_media_type(other, accepted))
+            }
+        }
+    }
+
+    /// Applies the patch to `target`, returning the patched document.
+    pub fn apply(&self, target: &Value) -> Result<Value, ApiError> {
+        match self {
+            Patch::Merge(p) => Ok(merge_patch(target, p)),
+            Patch::Json(ops) => json_patch(target, ops),
+            Patch::Strategic(p, ty) => strategic::apply(target, p, *ty),
+        }
+    }
+
+    /// The `metadata.resourceVersion` a merge patch carries as a precondition, if any.
+    pub fn resource_version(&self) -> Option<&str> {
+        match self {
+            Patch::Merge(p) | Patch::Strategic(p, _) => p
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str),
+            Patch::Json(_) => None,
+        }
+    }
+}
+
+/// RFC 7386: objects merge recursively, `null` removes a key, anything else replaces.
+pub fn merge_patch(target: &Value, patch: &Value) -> Value {
+    match patch {
+        Value::Object(p) => {
+            let mut out = match target {
+                Value::Object(t) => t.clone(),
+                _ => serde_json::Map::new(),
+            };
+            for (k, v) in p {
+                if v.is_null() {
+                    out.remove(k);
+                } else {
+                    let merged = merge_patch(out.get(k).unwrap_or(&Value::Null), v);
+                    out.insert(k.clone(), merged);
+                }
+            }
+            Value::Object(out)
+        }
+        other => other.clone(),
+    }
+}
+
+/// RFC 6902. A failed `test` or an operation on a missing path is 422, as kopf expects.
+pub fn json_patch(target: &Value, ops: &[Value]) -> Result<Value, ApiError> {
+    let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops.to_vec()))
+        .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+    let mut doc = target.clone();
+    json_patch::patch(&mut doc, &patch).map_err(|e| {
+        ApiError::new(
+            422,
+            "Invalid",
+            format!("the server rejected our request due to an error in our request: {e}"),
+        )
+    })?;
+    Ok(doc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn merge_patch_follows_rfc7386() {
+        let t = json!({"a": "b", "c": {"d": "e", "f": "g"}, "l": [1, 2]});
+        let p = json!({"a": "z", "c": {"f": null}, "l": [3]});
+        assert_eq!(
+            merge_patch(&t, &p),
+            json!({"a": "z", "c": {"d": "e"}, "l": [3]})
+        );
+    }
+
+    #[test]
+    fn strategic_merge_patch_needs_a_type() {
+        let body = br#"{"spec":{"replicas":3}}"#;
+        let e = Patch::decode(STRATEGIC_MERGE_PATCH, body, None).unwrap_err();
+        assert_eq!(e.code, 415);
+        let ty = types::for_kind("apps", "v1", "Deployment");
+        let p = Patch::decode(STRATEGIC_MERGE_PATCH, body, ty).unwrap();
+        let out = p
+            .apply(&json!({"spec": {"replicas": 1, "paused": true}}))
+            .unwrap();
+        assert_eq!(out, json!({"spec": {"replicas": 3, "paused": true}}));
+        assert_eq!(
+            Patch::decode(STRATEGIC_MERGE_PATCH, b"[]", ty)
+                .unwrap_err()
+                .code,
+            400
+        );
+        assert_eq!(Patch::decode(APPLY_PATCH, body, ty).unwrap_err().code, 415);
+    }
+
+    #[test]
+    fn every_builtin_kind_takes_strategic_merge_patches() {
+        let registry = crate::registry::Registry::builtin();
+        for res in registry.all() {
+            let ty = strategic_type(res, View::Main).unwrap_or_else(|| {
+                panic!("no type for {}/{} {}", res.group, res.version, res.kind)
+            });
+            assert_eq!(ty.short_name(), res.kind);
+            if res.scale {
+                let scale = strategic_type(res, View::Scale).unwrap();
+                assert_eq!(scale.name(), "k8s.io.api.autoscaling.v1.Scale");
+            }
+        }
+    }
+
+    #[test]
+    fn strategic_patch_carries_a_resource_version_precondition() {
+        let ty = types::for_kind("apps", "v1", "Deployment");
+        let p = Patch::decode(
+            STRATEGIC_MERGE_PATCH,
+            br#"{"metadata":{"resourceVersion":"127"}}"#,
+            ty,
+        )
+        .unwrap();
+        assert_eq!(p.resource_version(), Some("127"));
+    }
+
+    #[test]
+    fn failed_test_is_422() {
+        let t = json!({"metadata": {"resourceVersion": "5"}});
+        let ops = vec![json!({"op": "test", "path": "/metadata/resourceVersion", "value": "4"})];
+        assert_eq!(json_patch(&t, &ops).unwrap_err().code, 422);
+    }
+}
