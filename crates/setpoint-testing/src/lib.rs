@@ -87,6 +87,13 @@ impl TestCluster {
         &self.server
     }
 
+    /// An admin kubeconfig for the HTTPS endpoint (for processes started by a test), when
+    /// serving.
+    pub fn kubeconfig(&self) -> Option<String> {
+        let r = self.running.as_ref()?;
+        Some(r.pki.as_ref()?.kubeconfig(&r.url))
+    }
+
     /// The HTTPS URL, when serving.
     pub fn url(&self) -> Option<&str> {
         self.running.as_ref().map(|r| r.url.as_str())

@@ -69,6 +69,7 @@ impl Reconciler for NamespaceDefaults {
         let Some(ns) = self.namespaces.get(key) else {
             return Ok(Action::Done);
         };
+        tracing::info!(namespace = %key.name, "reconciling");
         let Some(want) = desired_config_map(&ns) else {
             return Ok(Action::Done);
         };

@@ -113,12 +113,16 @@ impl HttpsTransport {
             _ => builder.with_no_client_auth(),
         };
         // hyper-rustls sets ALPN (h2, http/1.1) itself from the enabled protocols.
+        // Small API requests must not wait for Nagle's algorithm (~40 ms with delayed ACKs).
+        let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+        http.set_nodelay(true);
+        http.enforce_http(false);
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(tls)
             .https_or_http()
             .enable_http1()
             .enable_http2()
-            .build();
+            .wrap_connector(http);
         let client = HyperClient::builder(TokioExecutor::new())
             .pool_max_idle_per_host(64)
             .build(connector);
