@@ -28,7 +28,41 @@ pub fn validate(
     obj: &Value,
     old: Option<&Value>,
 ) -> Vec<Cause> {
-    let mut typed = type_errors(group, version, kind, obj);
+    validate_with_type_errors(group, kind, obj, old, type_errors(group, version, kind, obj))
+}
+
+/// What one typed decode of an object finds: values of the wrong type, and unknown fields.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TypeCheck {
+    pub type_errors: Vec<Cause>,
+    /// Paths as [`unknown_fields`] reports them.
+    pub unknown: Vec<String>,
+}
+
+/// Decodes `obj` into its kind's type once and reports both type errors and unknown fields,
+/// for callers that need both (a write checks the client's body for both, then validates the
+/// defaulted object with [`validate_with_type_errors`] without decoding again).
+pub fn check_types(group: &str, version: &str, kind: &str, obj: &Value) -> TypeCheck {
+    let Some(decode) = typed::decoder(group, version, kind) else {
+        return TypeCheck::default();
+    };
+    let decoded = typed::decode(decode, obj);
+    let mut unknown = Vec::new();
+    if let Some(round_trip) = &decoded.round_trip {
+        typed::unknown(obj, round_trip, "", &decoded.dropped, &mut unknown);
+    }
+    TypeCheck { type_errors: decoded.errors, unknown }
+}
+
+/// [`validate`] with the type errors already known (from [`check_types`]).
+pub fn validate_with_type_errors(
+    group: &str,
+    kind: &str,
+    obj: &Value,
+    old: Option<&Value>,
+    type_errors: Vec<Cause>,
+) -> Vec<Cause> {
+    let mut typed = type_errors;
     // Base64 byte fields are checked below with Kubernetes' paths (`data[key]`); drop the
     // decoder's duplicate reports of the same values (but keep ConfigMap `data` type errors).
     let byte_field = match (group, kind) {
