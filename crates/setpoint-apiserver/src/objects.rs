@@ -263,7 +263,20 @@ impl ApiServer {
         }
         let unknown =
             setpoint_kinds::validation::unknown_fields(&res.group, &res.version, &res.kind, obj);
-        if unknown.is_empty() {
+        self.unknown_field_policy(res, &unknown, opts)
+    }
+
+    /// Turns unknown fields into a 400 (`Strict`) or warnings (`Warn`), or nothing (`Ignore`).
+    fn unknown_field_policy(
+        &self,
+        res: &ResourceDef,
+        unknown: &[String],
+        opts: &WriteOptions,
+    ) -> Result<Vec<String>, ApiError> {
+        if opts.field_validation == FieldValidation::Ignore
+            || res.is_converted()
+            || unknown.is_empty()
+        {
             return Ok(vec![]);
         }
         let msgs: Vec<String> = unknown
@@ -288,8 +301,18 @@ impl ApiServer {
         obj: &Value,
         old: Option<&Value>,
     ) -> Result<(), ApiError> {
-        let mut causes =
+        let causes =
             setpoint_kinds::validation::validate(&res.group, &res.version, &res.kind, obj, old);
+        self.invalid_if_any(res, obj, causes)
+    }
+
+    /// 422 with `causes` (plus a missing namespace), or Ok when there are none.
+    fn invalid_if_any(
+        &self,
+        res: &ResourceDef,
+        obj: &Value,
+        mut causes: Vec<Cause>,
+    ) -> Result<(), ApiError> {
         if res.namespaced && meta::namespace(obj).is_empty() {
             causes.push(Cause::required("metadata.namespace", ""));
         }
@@ -364,7 +387,14 @@ impl ApiServer {
         opts: &WriteOptions,
     ) -> Result<Written, ApiError> {
         self.check_type_and_namespace(res, namespace, &mut obj)?;
-        let warnings = self.check_unknown_fields(res, &obj, opts)?;
+        // One typed decode of the client's body finds both unknown fields and type errors;
+        // the other rules run on the defaulted object below.
+        let types = if res.is_converted() {
+            setpoint_kinds::validation::TypeCheck::default()
+        } else {
+            setpoint_kinds::validation::check_types(&res.group, &res.version, &res.kind, &obj)
+        };
+        let warnings = self.unknown_field_policy(res, &types.unknown, opts)?;
         let generate = meta::generate_name(&obj).to_string();
         if meta::name(&obj).is_empty() && generate.is_empty() {
             return Err(ApiError::invalid(
@@ -398,7 +428,14 @@ impl ApiServer {
                 let uid = meta::uid(&obj).to_string();
                 setpoint_kinds::defaults::job_selector(&mut obj, &uid);
             }
-            self.validate(res, &obj, None)?;
+            let causes = setpoint_kinds::validation::validate_with_type_errors(
+                &res.group,
+                &res.kind,
+                &obj,
+                None,
+                types.type_errors.clone(),
+            );
+            self.invalid_if_any(res, &obj, causes)?;
             let mut reserved_ip = None;
             if res.group.is_empty() && res.plural == "services" && !opts.dry_run {
                 reserved_ip = self.allocate_cluster_ip(&mut obj).await?;
