@@ -13,6 +13,7 @@
 //! Backends: [`memory::MemoryStore`] (tests), [`embedded::EmbeddedStore`] (durable, default)
 //! and [`etcd::EtcdStore`] (an etcd cluster, shared by several API servers).
 //! A shared conformance suite in [`conformance`] runs against every backend.
+//! [`migrate`] copies a cluster from one store to another.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -25,6 +26,7 @@ pub mod conformance;
 pub mod embedded;
 pub mod etcd;
 pub mod memory;
+pub mod migrate;
 mod state;
 
 /// Default largest value a backend accepts ([`StoreError::TooLarge`] beyond it): 8 MiB.
