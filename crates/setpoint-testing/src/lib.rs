@@ -29,6 +29,7 @@ pub struct TestCluster {
     server: Arc<ApiServer>,
     client: Client,
     running: Option<Running>,
+    controllers: Option<setpoint_controllers::manager::InProcess>,
 }
 
 impl TestCluster {
@@ -47,6 +48,7 @@ impl TestCluster {
             server,
             client,
             running: None,
+            controllers: None,
         }
     }
 
@@ -74,7 +76,18 @@ impl TestCluster {
             server,
             client,
             running: Some(running),
+            controllers: None,
         }
+    }
+
+    /// Like [`TestCluster::start`], with Setpoint's built-in controllers running against it
+    /// (namespaces really terminate, garbage collection really happens).
+    pub async fn start_with_controllers() -> TestCluster {
+        let mut c = TestCluster::start().await;
+        c.controllers = Some(setpoint_controllers::manager::InProcess::start(
+            c.client.clone(),
+        ));
+        c
     }
 
     /// A client for this cluster (cheap to clone).
@@ -101,6 +114,9 @@ impl TestCluster {
 
     /// Stops the server.
     pub async fn stop(mut self) {
+        if let Some(c) = self.controllers.take() {
+            c.stop().await;
+        }
         match self.running.take() {
             Some(r) => r.shutdown().await,
             None => self.server.stop().await,
@@ -136,6 +152,32 @@ mod tests {
         round_trip(&cluster).await;
         cluster.stop().await;
         assert!(startup.as_secs() < 5, "start took {startup:?}");
+    }
+
+    #[tokio::test]
+    async fn with_controllers_namespaces_really_terminate() {
+        use k8s_openapi::api::core::v1::Namespace;
+        use setpoint_runtime::client::DeleteParams;
+        let cluster = TestCluster::start_with_controllers().await;
+        let namespaces: Api<Namespace> = Api::all(cluster.client());
+        let mut ns = Namespace::default();
+        ns.metadata.name = Some("short-lived".into());
+        namespaces
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap();
+        namespaces
+            .delete("short-lived", &DeleteParams::default())
+            .await
+            .unwrap();
+        let gone = tokio::time::timeout(std::time::Duration::from_secs(20), async {
+            while namespaces.get_opt("short-lived").await.unwrap().is_some() {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+        assert!(gone.is_ok(), "the namespace was not removed");
+        cluster.stop().await;
     }
 
     #[tokio::test]

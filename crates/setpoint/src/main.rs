@@ -9,6 +9,9 @@ use clap::{Parser, Subcommand};
 use setpoint_apiserver::{ApiServer, ServerConfig, StoreConfig};
 use setpoint_store::etcd::{EtcdOptions, EtcdTls};
 
+mod controller_manager;
+mod store_cmd;
+
 #[derive(Parser)]
 #[command(
     name = "setpoint",
@@ -27,6 +30,13 @@ enum Command {
     Up(ServeArgs),
     /// Start the API server only.
     Server(ServeArgs),
+    /// Run the built-in controllers (namespace, garbage collector) against an API server.
+    ControllerManager(controller_manager::ControllerManagerArgs),
+    /// Copy a cluster's objects out of a store or into one (for moving between stores).
+    Store {
+        #[command(subcommand)]
+        command: store_cmd::StoreCommand,
+    },
 }
 
 #[derive(clap::Args, Clone)]
@@ -85,6 +95,8 @@ fn main() -> anyhow::Result<()> {
         match cli.command {
             Command::Up(args) => run(args, true).await,
             Command::Server(args) => run(args, false).await,
+            Command::ControllerManager(args) => controller_manager::run(args).await,
+            Command::Store { command } => store_cmd::run(command).await,
         }
     })
 }
@@ -109,6 +121,7 @@ async fn run(args: ServeArgs, all_in_one: bool) -> anyhow::Result<()> {
     let store = ApiServer::open_store(&config).await?;
     let server = ApiServer::new(config, store.clone()).await?;
     let running = server.serve().await?;
+    let controllers = all_in_one.then(|| controller_manager::start_in_process(server.clone()));
     tracing::info!(url = %running.url, ready_ms = started.elapsed().as_millis() as u64, "API server ready");
     if let Some(kc) = &running.kubeconfig {
         println!("Setpoint is running at {}", running.url);
@@ -133,6 +146,9 @@ async fn run(args: ServeArgs, all_in_one: bool) -> anyhow::Result<()> {
     std::io::stdout().flush()?;
     wait_for_signal().await;
     tracing::info!("shutting down");
+    if let Some(c) = controllers {
+        c.stop().await;
+    }
     running.shutdown().await;
     drop(server);
     drop(store);

@@ -1,0 +1,30 @@
+//! Setpoint's built-in controllers.
+//!
+//! Each controller is the loop of DESIGN.md §1 with its own decision step, built on
+//! `setpoint-runtime` and talking to the API only through its client, so it runs the same
+//! in-process (inside `setpoint up`) and against any Kubernetes-compatible server
+//! (`setpoint controller-manager`).
+//!
+//! - [`namespace`]: empties a terminating namespace and then releases its `kubernetes`
+//!   finalizer so the server removes it;
+//! - [`gc`]: the garbage collector — background, foreground and orphan cascading deletion
+//!   driven by `ownerReferences`.
+//!
+//! Every controller separates a pure decision (unit-tested without a server) from the I/O
+//! that carries it out.
+
+pub mod discovery;
+pub mod gc;
+pub mod manager;
+pub mod namespace;
+
+/// Errors of the built-in controllers outside a reconcile (set-up and discovery).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The API server refused or failed a request.
+    #[error("API request failed: {0}")]
+    Client(#[from] setpoint_runtime::ClientError),
+    /// A discovery document did not have the expected shape.
+    #[error("discovery document {path}: {message}")]
+    Discovery { path: String, message: String },
+}

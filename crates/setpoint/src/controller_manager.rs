@@ -1,0 +1,87 @@
+//! `setpoint controller-manager`: the built-in controllers against any API server, and the
+//! same controllers in-process inside `setpoint up`.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use setpoint_apiserver::ApiServer;
+use setpoint_runtime::client::{Client, Kubeconfig, ServiceTransport};
+use setpoint_runtime::controller::Controller;
+use setpoint_runtime::informer::SharedInformers;
+use setpoint_runtime::leader::{LeaderConfig, LeaderElector, LeaseLock};
+use tokio::sync::watch;
+
+use setpoint_controllers::manager::{self, ALL};
+
+/// The Lease replicas of the controller manager elect their leader on (the name Kubernetes
+/// uses, so tools that look for it find it).
+const LEASE: (&str, &str) = ("kube-system", "kube-controller-manager");
+
+#[derive(clap::Args, Clone)]
+pub struct ControllerManagerArgs {
+    /// Kubeconfig of the API server to manage (default: `$KUBECONFIG`, then `~/.kube/config`).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// The controllers to run, comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "namespace,garbagecollector",
+        value_parser = clap::builder::PossibleValuesParser::new(ALL)
+    )]
+    controllers: Vec<String>,
+    /// Elect a leader on the Lease `kube-system/kube-controller-manager`, so that only one of
+    /// several replicas acts (`--leader-elect=false` to run unconditionally).
+    #[arg(
+        long,
+        default_value_t = true,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
+    leader_elect: bool,
+}
+
+/// `setpoint controller-manager`.
+pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
+    let kubeconfig = match &args.kubeconfig {
+        Some(p) => Kubeconfig::read(p)?,
+        None => Kubeconfig::from_env()?,
+    };
+    let client = Client::from_kubeconfig(&kubeconfig)?;
+    let mut elector = None;
+    let mut leader = None;
+    if args.leader_elect {
+        let handle = LeaderElector::new(
+            client.clone(),
+            LeaseLock::new(LEASE.0, LEASE.1),
+            LeaderConfig::default(),
+        )?
+        .start();
+        tracing::info!(identity = handle.identity(), lease = %format!("{}/{}", LEASE.0, LEASE.1), "leader election");
+        leader = Some(handle.is_leader());
+        elector = Some(handle);
+    }
+    manager::run(client, args.controllers, leader, crate::wait_for_signal()).await;
+    if let Some(h) = elector {
+        // Releasing the lease lets another replica take over at once, not after it expires.
+        h.shutdown().await;
+    }
+    Ok(())
+}
+
+/// The controllers running inside `setpoint up`.
+///
+/// No leader election: the controllers share the process (and its lifetime) with the API
+/// server they manage, so there is exactly one set per server. Several `setpoint up` sharing
+/// one etcd would each run a set; the controllers are idempotent and delete with uid and
+/// resourceVersion preconditions, so duplicates only cost extra requests, while a lease would
+/// delay the controllers by up to a lease duration after every unclean restart of a
+/// single-node cluster.
+pub fn start_in_process(server: Arc<ApiServer>) -> manager::InProcess {
+    manager::InProcess::start(Client::new(ServiceTransport::new(
+        setpoint_apiserver::http::router(server),
+    )))
+}
