@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
-"""Generates `src/schema.rs`, the schema table that drives setpoint-protobuf's decoder.
+"""Generates `src/schema.rs`, the schema table that drives setpoint-protobuf's decoder, and
+`src/docs.rs`, which adds to the same table (same message and field order) what the API server's
+OpenAPI documents need: descriptions, required properties and `+listType`/`+listMapKey` markers.
 
 Inputs (nothing is downloaded; everything comes from the local cargo registry):
 
 * the sources of the `k8s-pb` crate (prost-generated Rust for Kubernetes' `generated.proto`):
-  every message, its fields, their protobuf types and tag numbers;
+  every message, its fields, their protobuf types and tag numbers, and their doc comments (the
+  Go doc comments of k8s.io/api, i.e. the API's own documentation text);
 * the sources of the `k8s-openapi` crate: the exact JSON property names of every type
   (prost snake-cases proto names lossily: `podIPs` becomes `pod_i_ps`), which properties
   are required, and which types are API kinds (`impl Resource`);
@@ -207,6 +210,62 @@ def parse_k8s_pb(root: Path) -> dict[tuple[str, str], PbMessage]:
     return msgs
 
 
+def clean_doc(lines: list[str]) -> str:
+    """Go doc comment (as prost rendered it) -> the description Kubernetes' OpenAPI carries:
+    everything from a `---` line on is internal and dropped, as are `+marker` and one-line `TODO`
+    lines; lines are joined with spaces and paragraphs separated by a blank line."""
+    paras: list[list[str]] = [[]]
+    for line in lines:
+        text = line.strip()
+        if text.startswith("---"):
+            break
+        if text.startswith("+") or text.startswith("TODO"):
+            continue
+        if not text:
+            if paras[-1]:
+                paras.append([])
+            continue
+        # prost wraps bare URLs in <...> and escapes brackets for rustdoc; undo both.
+        text = re.sub(r"<((?:https?|ftp)://[^>\s]+)>", r"\1", text)
+        text = text.replace("\\[", "[").replace("\\]", "]")
+        paras[-1].append(text)
+    return "\n\n".join(" ".join(p) for p in paras if p)
+
+
+def parse_k8s_pb_docs(root: Path) -> dict[tuple[str, str, str | None], str]:
+    """Doc comments of k8s-pb: (package key, struct, None) -> struct doc and
+    (package key, struct, prost field) -> field doc."""
+    docs: dict[tuple[str, str, str | None], str] = {}
+    src = root / "src"
+    for f in sorted(src.rglob("mod.rs")):
+        pkg = ".".join(f.relative_to(src).parent.parts)
+        pending: list[str] = []
+        struct: str | None = None
+        for line in f.read_text().splitlines():
+            s = line.strip()
+            if s.startswith("///"):
+                pending.append(s[3:])
+                continue
+            if s.startswith("#["):
+                continue
+            sm = re.match(r"pub struct (\w+) \{", s)
+            if sm and not line.startswith(" "):
+                struct = sm.group(1)
+                docs[(pkg, struct, None)] = clean_doc(pending)
+            elif struct is not None and line.startswith("    pub "):
+                fm = re.match(r"pub (?:r#)?(\w+):", s)
+                if fm:
+                    docs[(pkg, struct, fm.group(1))] = clean_doc(pending)
+                    list_type = [m for p in pending for m in re.findall(r"^\s*\+listType=(\w+)", p)]
+                    if list_type:
+                        keys = [m for p in pending for m in re.findall(r"^\s*\+listMapKey=(\w+)", p)]
+                        docs[("list", pkg, struct, fm.group(1))] = (list_type[0], keys)
+            elif line.startswith("}"):
+                struct = None
+            pending = []
+    return docs
+
+
 # ---------------------------------------------------------------------------------------------
 # k8s-openapi
 
@@ -216,6 +275,8 @@ class OaType:
     definition: str
     json_by_norm: dict[str, str] = field(default_factory=dict)
     required: set[str] = field(default_factory=set)  # JSON names of non-Option fields
+    # Required in the newest Kubernetes version only (what OpenAPI `required` lists).
+    required_now: set[str] = field(default_factory=set)
     resource: tuple[str, str] | None = None
 
 
@@ -262,6 +323,7 @@ def parse_k8s_openapi(root: Path) -> dict[tuple[str, str], OaType]:
                 rt = rust_types.get(rust, "Option<")
                 if not rt.startswith("Option<"):
                     t.required.add(js)
+                    t.required_now.add(js)
             rm = re.search(
                 r"impl crate::Resource for \w+ \{\s*const API_VERSION: &'static str = \"([^\"]*)\";.*?"
                 r"const KIND: &'static str = \"([^\"]*)\";",
@@ -322,6 +384,7 @@ class OutMessage:
     name: str
     special: str
     fields: list[OutField]
+    required: list[str] = field(default_factory=list)  # OpenAPI `required` (JSON names)
 
 
 def inlinable(pb, msg_key, parent: OaType) -> bool:
@@ -415,7 +478,8 @@ def build(pb, oa, covered, pointers):
                 else:
                     presence = "IfSet"  # not covered by the Go data: keep whatever was sent
             fields.append(OutField(f.tag, js, ty, card, presence))
-        out.append(OutMessage(f"k8s.io.{pkg}.{name}", special, fields))
+        required = sorted(t.required_now & {fl.json for fl in fields}) if t is not None else []
+        out.append(OutMessage(f"k8s.io.{pkg}.{name}", special, fields, required))
 
     for (pkg, struct), entries in pointers.items():
         for n, src in entries.items():
@@ -484,12 +548,59 @@ def render(out, kinds, wildcard, sources) -> str:
     return "\n".join(lines)
 
 
+def rust_str(text: str) -> str:
+    text = "".join(c for c in text if c in "\n\t" or ord(c) >= 0x20)
+    return json.dumps(text, ensure_ascii=False)
+
+
+def render_docs(out, pb_keys, docs, sources) -> str:
+    """`src/docs.rs`: descriptions and required properties, parallel to `schema::MESSAGES`."""
+    lines = [
+        "// @generated by gen/gen_schema.py from the doc comments of " + sources[0] + " and the required",
+        "// properties of " + sources[1] + ".",
+        "// Do not edit by hand: regenerate with `python3 crates/setpoint-protobuf/gen/gen_schema.py`.",
+        "",
+        "/// The description of every message, indexed like `schema::MESSAGES`.",
+        "pub(crate) static MESSAGE_DOCS: &[&str] = &[",
+    ]
+    for (pkg, rust_name) in pb_keys:
+        lines.append(f"    {rust_str(docs.get((pkg, rust_name, None), ''))},")
+    lines.append("];")
+    lines.append("")
+    lines.append("/// The description of every field, indexed like `schema::MESSAGES` and their `fields`.")
+    lines.append("pub(crate) static FIELD_DOCS: &[&[&str]] = &[")
+    for i, ((pkg, rust_name), m) in enumerate(zip(pb_keys, out)):
+        pb_fields = docs.get(("fields", pkg, rust_name)) or []
+        items = ", ".join(rust_str(docs.get((pkg, rust_name, r), "")) for r in pb_fields)
+        lines.append(f"    /* {i} */ &[{items}],")
+    lines.append("];")
+    lines.append("")
+    lines.append("/// `+listType` / `+listMapKey` markers: (message index, field position, list type, map keys).")
+    lines.append("pub(crate) static LIST_TYPES: &[(u16, u16, &str, &[&str])] = &[")
+    for i, (pkg, rust_name) in enumerate(pb_keys):
+        for j, r in enumerate(docs.get(("fields", pkg, rust_name)) or []):
+            lt = docs.get(("list", pkg, rust_name, r))
+            if lt:
+                keys = ", ".join(rust_str(k) for k in lt[1])
+                lines.append(f"    ({i}, {j}, {rust_str(lt[0])}, &[{keys}]),")
+    lines.append("];")
+    lines.append("")
+    lines.append("/// The required JSON properties of every message, indexed like `schema::MESSAGES`.")
+    lines.append("pub(crate) static REQUIRED: &[&[&str]] = &[")
+    for m in out:
+        lines.append("    &[" + ", ".join(rust_str(r) for r in m.required) + "],")
+    lines.append("];")
+    lines.append("")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--k8s-pb", type=Path, help="k8s-pb crate directory (default: via cargo metadata)")
     ap.add_argument("--k8s-openapi", type=Path, help="k8s-openapi crate directory (default: via cargo metadata)")
     ap.add_argument("--pointers", type=Path, default=CRATE_DIR / "gen" / "go-pointer-fields.txt")
     ap.add_argument("--out", type=Path, default=CRATE_DIR / "src" / "schema.rs")
+    ap.add_argument("--docs-out", type=Path, default=CRATE_DIR / "src" / "docs.rs")
     ap.add_argument("--verbose", action="store_true", help="print every fallback JSON name")
     args = ap.parse_args()
     pb_dir, oa_dir = args.k8s_pb, args.k8s_openapi
@@ -503,6 +614,12 @@ def main() -> None:
     out, kinds, wildcard, warnings = build(pb, oa, covered, pointers)
     text = render(out, kinds, wildcard, [pb_dir.name, oa_dir.name])
     args.out.write_text(text)
+    docs = parse_k8s_pb_docs(pb_dir)
+    pb_keys = sorted(pb.keys())
+    for k in pb_keys:
+        docs[("fields", *k)] = [f.rust for f in pb[k].fields]
+    args.docs_out.write_text(render_docs(out, pb_keys, docs, [pb_dir.name, oa_dir.name]))
+    print(f"wrote {args.docs_out}", file=sys.stderr)
     nfields = sum(len(m.fields) for m in out)
     print(f"wrote {args.out}: {len(out)} messages, {nfields} fields, {len(kinds)} kinds", file=sys.stderr)
     if warnings:

@@ -45,9 +45,13 @@
 //! The generator finds both crates' sources with `cargo metadata` (or `--k8s-pb DIR`,
 //! `--k8s-openapi DIR`), takes messages, tags and types from k8s-pb, exact JSON property names,
 //! required properties and the list of kinds from k8s-openapi, and Go pointer-ness from
-//! `gen/go-pointer-fields.txt`.
+//! `gen/go-pointer-fields.txt`. The same run writes `src/docs.rs`: every message's and field's
+//! description (the Go doc comments k8s-pb carries, `+marker` lines dropped) and the required
+//! properties, which [`types`] exposes for the API server's OpenAPI documents.
 
 mod decode;
+#[rustfmt::skip]
+mod docs;
 pub mod patchmeta;
 #[rustfmt::skip]
 mod schema;

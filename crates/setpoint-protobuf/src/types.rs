@@ -28,6 +28,7 @@
 
 use std::fmt;
 
+use crate::docs::{FIELD_DOCS, LIST_TYPES, MESSAGE_DOCS, REQUIRED};
 pub use crate::patchmeta::PatchStrategy;
 use crate::schema::{KINDS, MESSAGES};
 use crate::table::{Card, Field, Message, Special, Ty};
@@ -43,6 +44,53 @@ pub fn for_kind(group: &str, version: &str, kind: &str) -> Option<TypeRef> {
         .binary_search_by(|k| (k.group, k.version, k.kind).cmp(&(group, version, kind)))
         .ok()
         .map(|i| TypeRef(KINDS[i].message))
+}
+
+/// Every top-level kind the table describes, as `(group, version, kind, type)`, sorted.
+pub fn kinds() -> impl Iterator<Item = (&'static str, &'static str, &'static str, TypeRef)> {
+    KINDS
+        .iter()
+        .map(|k| (k.group, k.version, k.kind, TypeRef(k.message)))
+}
+
+/// The description of any message by its fully qualified protobuf name, including those with a
+/// hand-written JSON form (`k8s.io.apimachinery.pkg.api.resource.Quantity`). Empty when the
+/// message has no doc comment; `None` for unknown names.
+pub fn description_of(name: &str) -> Option<&'static str> {
+    MESSAGES
+        .iter()
+        .position(|m| m.name == name)
+        .and_then(|i| MESSAGE_DOCS.get(i).copied())
+}
+
+/// The JSON form of a field's value (of each item for lists, of each value for maps).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Form {
+    /// An object with typed properties.
+    Object(TypeRef),
+    String,
+    /// base64-encoded `bytes`.
+    Bytes,
+    Boolean,
+    Int32,
+    Int64,
+    Double,
+    /// `resource.Quantity`: a string such as `500m` (a number is accepted too).
+    Quantity,
+    /// `intstr.IntOrString`: an integer or a string.
+    IntOrString,
+    /// `meta.v1.Time`: an RFC 3339 date-time string.
+    Time,
+    /// `meta.v1.MicroTime`: an RFC 3339 date-time string with microseconds.
+    MicroTime,
+    /// `meta.v1.Duration`: a Go duration string.
+    Duration,
+    /// Embedded JSON: `RawExtension`, `FieldsV1` and apiextensions `JSON`.
+    RawJson,
+    /// A Go slice wrapped in a message (`ExtraValue`): an array of strings.
+    StringList,
+    /// apiextensions `JSONSchemaPropsOrArray`, `…OrBool`, `…OrStringArray`: a union.
+    SchemaUnion,
 }
 
 /// One message of the Kubernetes API whose JSON form is an object of its fields.
@@ -75,6 +123,29 @@ impl TypeRef {
     pub fn short_name(self) -> &'static str {
         let name = self.name();
         name.rsplit('.').next().unwrap_or(name)
+    }
+
+    /// The description of the type (its Go doc comment), empty when it has none.
+    pub fn description(self) -> &'static str {
+        MESSAGE_DOCS.get(usize::from(self.0)).copied().unwrap_or("")
+    }
+
+    /// The JSON properties Kubernetes' OpenAPI lists as required, embedded structs included.
+    pub fn required(self) -> Vec<&'static str> {
+        let mut owners = vec![self.0];
+        let mut out: Vec<&'static str> = Vec::new();
+        let mut seen = 0;
+        while seen < owners.len() && seen <= MAX_INLINE_DEPTH {
+            let index = owners[seen];
+            seen += 1;
+            out.extend(REQUIRED.get(usize::from(index)).copied().unwrap_or(&[]));
+            for f in MESSAGES[usize::from(index)].fields {
+                if let (Card::Inline, Ty::M(inner)) = (f.card, f.ty) {
+                    owners.push(inner);
+                }
+            }
+        }
+        out
     }
 
     /// The property `json_name` of this type's JSON form, looking through embedded structs.
@@ -191,6 +262,70 @@ impl FieldRef {
         }
     }
 
+    /// The JSON form of the value (of each item, of each map value), with scalar formats and the
+    /// special hand-written forms told apart.
+    pub fn form(self) -> Form {
+        match self.field.ty {
+            Ty::Str => Form::String,
+            Ty::Bytes => Form::Bytes,
+            Ty::Bool => Form::Boolean,
+            Ty::I32 => Form::Int32,
+            Ty::I64 => Form::Int64,
+            Ty::F64 => Form::Double,
+            Ty::M(index) => match MESSAGES[usize::from(index)].special {
+                Special::None => Form::Object(TypeRef(index)),
+                Special::Quantity => Form::Quantity,
+                Special::IntOrString => Form::IntOrString,
+                Special::Time => Form::Time,
+                Special::MicroTime => Form::MicroTime,
+                Special::Duration => Form::Duration,
+                Special::RawJson => Form::RawJson,
+                Special::ListWrapper => Form::StringList,
+                Special::OrArray | Special::OrBool | Special::OrStringArray => Form::SchemaUnion,
+            },
+        }
+    }
+
+    /// The fully qualified protobuf name of the value's message type (special forms included),
+    /// `None` for protobuf scalars.
+    pub fn type_name(self) -> Option<&'static str> {
+        match self.field.ty {
+            Ty::M(index) => Some(MESSAGES[usize::from(index)].name),
+            _ => None,
+        }
+    }
+
+    fn position(self) -> Option<usize> {
+        MESSAGES[usize::from(self.owner)]
+            .fields
+            .iter()
+            .position(|f| std::ptr::eq(f, self.field))
+    }
+
+    /// The field's description (its Go doc comment), empty when it has none.
+    pub fn description(self) -> &'static str {
+        self.position()
+            .and_then(|i| FIELD_DOCS.get(usize::from(self.owner))?.get(i).copied())
+            .unwrap_or("")
+    }
+
+    /// The list's `+listType` marker (`atomic`, `set` or `map`) and, for `map`, its
+    /// `+listMapKey`s; `None` when Kubernetes declares none.
+    pub fn list_type(self) -> Option<(&'static str, &'static [&'static str])> {
+        let pos = u16::try_from(self.position()?).ok()?;
+        LIST_TYPES
+            .binary_search_by(|(m, f, _, _)| (*m, *f).cmp(&(self.owner, pos)))
+            .ok()
+            .map(|i| (LIST_TYPES[i].2, LIST_TYPES[i].3))
+    }
+
+    /// Whether Kubernetes' OpenAPI lists the property as required.
+    pub fn is_required(self) -> bool {
+        REQUIRED
+            .get(usize::from(self.owner))
+            .is_some_and(|r| r.contains(&self.name()))
+    }
+
     /// The strategic-merge-patch strategy Kubernetes declares for this field
     /// (`patchStrategy`/`patchMergeKey` struct tags), [`PatchStrategy::Default`] when none.
     pub fn patch_strategy(self) -> PatchStrategy {
@@ -296,6 +431,56 @@ mod tests {
         );
         assert_eq!(env.patch_strategy().merge_key(), Some("name"));
         assert!(eph.field("targetContainerName").is_some());
+    }
+
+    #[test]
+    fn descriptions_forms_and_required() {
+        let ru = ty("k8s.io.api.apps.v1.RollingUpdateDeployment");
+        assert!(ru
+            .description()
+            .starts_with("Spec to control the desired behavior"));
+        let surge = ru.field("maxSurge").unwrap();
+        assert_eq!(surge.form(), Form::IntOrString);
+        assert!(surge
+            .description()
+            .starts_with("The maximum number of pods"));
+        let container = ty("k8s.io.api.core.v1.Container");
+        assert!(container.field("name").unwrap().is_required());
+        assert!(!container.field("image").unwrap().is_required());
+        assert!(!container
+            .field("image")
+            .unwrap()
+            .description()
+            .contains("+optional"));
+        assert_eq!(container.required(), vec!["name"]);
+        assert_eq!(
+            container.field("ports").unwrap().list_type(),
+            Some(("map", &["containerPort", "protocol"][..]))
+        );
+        assert_eq!(container.field("image").unwrap().list_type(), None);
+        assert_eq!(
+            ty("k8s.io.api.core.v1.PodSpec")
+                .field("containers")
+                .unwrap()
+                .form(),
+            Form::Object(container)
+        );
+        assert_eq!(
+            ty("k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta")
+                .field("creationTimestamp")
+                .unwrap()
+                .form(),
+            Form::Time
+        );
+        assert!(
+            description_of("k8s.io.apimachinery.pkg.util.intstr.IntOrString")
+                .unwrap()
+                .contains("int32 or a string")
+        );
+        assert!(
+            kinds().any(|(g, v, k, t)| (g, v, k) == ("apps", "v1", "Deployment")
+                && t.name() == "k8s.io.api.apps.v1.Deployment")
+        );
     }
 
     #[test]
