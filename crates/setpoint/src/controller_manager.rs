@@ -1,16 +1,12 @@
 //! `setpoint controller-manager`: the built-in controllers against any API server, and the
 //! same controllers in-process inside `setpoint up`.
 
-use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use setpoint_apiserver::ApiServer;
 use setpoint_runtime::client::{Client, Kubeconfig, ServiceTransport};
-use setpoint_runtime::controller::Controller;
-use setpoint_runtime::informer::SharedInformers;
 use setpoint_runtime::leader::{LeaderConfig, LeaderElector, LeaseLock};
-use tokio::sync::watch;
 
 use setpoint_controllers::manager::{self, ALL};
 

@@ -8,7 +8,7 @@
 //! `SETPOINT_REQUIRE_KUBECTL` is set (CI sets both).
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -16,10 +16,9 @@ use std::time::{Duration, Instant};
 use setpoint_store::etcd::{EtcdOptions, EtcdStore};
 use setpoint_store::Store;
 
-#[path = "../../setpoint-store/tests/support/etcd_server.rs"]
-mod etcd_server;
+mod support;
 
-use etcd_server::TestEtcd;
+use support::{Etcd, Setpoint};
 
 /// The bound the test asserts on cross-server watch delivery (the expectation is well under
 /// 100 ms; this leaves room for a loaded CI machine).
@@ -28,128 +27,53 @@ const WATCH_BOUND: Duration = Duration::from_secs(2);
 /// Compaction interval for both servers, short so the test sees them share the work.
 const COMPACTION_SECONDS: u64 = 1;
 
-/// One `setpoint server` process.
-struct Server {
-    child: Option<Child>,
-    url: String,
-    kubeconfig: PathBuf,
-}
-
-impl Server {
-    fn start(etcd_url: &str, data_dir: &Path) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_setpoint"))
-            .args(["server", "--listen", "127.0.0.1:0", "--store", "etcd"])
-            .args(["--etcd-endpoints", etcd_url])
-            .args([
-                "--compaction-interval-seconds",
-                &COMPACTION_SECONDS.to_string(),
-            ])
-            .arg("--data-dir")
-            .arg(data_dir)
-            .env("SETPOINT_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start setpoint");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let mut url = String::new();
-        let mut kubeconfig = PathBuf::new();
-        for line in lines.by_ref() {
-            let line = line.expect("read setpoint's output");
-            if let Some(rest) = line.strip_prefix("Setpoint is running at ") {
-                url = rest.split_whitespace().next().unwrap().to_string();
-            }
-            if let Some(rest) = line.trim().strip_prefix("export KUBECONFIG=") {
-                kubeconfig = PathBuf::from(rest);
-                break;
-            }
-        }
-        assert!(
-            url.starts_with("https://") && kubeconfig.exists(),
-            "setpoint did not print its address and kubeconfig"
-        );
-        // Keep draining stdout so the server never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
-        Server {
-            child: Some(child),
-            url,
-            kubeconfig,
-        }
-    }
-
-    /// Stops the server with SIGTERM and waits for it, within a deadline.
-    fn stop(mut self) {
-        let mut child = self.child.take().unwrap();
-        let pid = child.id();
-        let _ = Command::new("kill").arg(pid.to_string()).status();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = tx.send(child.wait());
-        });
-        if rx.recv_timeout(Duration::from_secs(15)).is_err() {
-            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-            panic!("setpoint did not shut down on SIGTERM");
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
+/// Starts one `setpoint server` process on the etcd at `etcd_url`.
+fn start_server(etcd_url: &str, data_dir: &Path) -> Setpoint {
+    let compaction = COMPACTION_SECONDS.to_string();
+    Setpoint::start(
+        &[
+            "server",
+            "--store",
+            "etcd",
+            "--etcd-endpoints",
+            etcd_url,
+            "--compaction-interval-seconds",
+            &compaction,
+        ],
+        data_dir,
+    )
 }
 
 /// kubectl with one kubeconfig (the first server's), pointed at either server with
 /// `--server`: both serve certificates from the same CA and trust the same admin certificate.
-struct Kubectl {
-    kubeconfig: PathBuf,
-    home: tempfile::TempDir,
+struct Kubectl<'a> {
+    first: &'a Setpoint,
 }
 
-impl Kubectl {
-    fn command(&self, server: &Server, args: &[&str]) -> Command {
-        let mut cmd = Command::new("kubectl");
-        cmd.arg("--server")
-            .arg(&server.url)
-            .args(args)
-            .env("KUBECONFIG", &self.kubeconfig)
-            .env("KUBECACHEDIR", self.home.path().join("cache"))
-            .env("HOME", self.home.path());
-        cmd
+impl Kubectl<'_> {
+    fn command(&self, server: &Setpoint, args: &[&str]) -> Command {
+        let mut full = vec!["--server", server.url.as_str()];
+        full.extend_from_slice(args);
+        self.first.kubectl_command(&full)
     }
 
-    fn run(&self, server: &Server, args: &[&str]) -> Output {
+    fn run(&self, server: &Setpoint, args: &[&str]) -> Output {
         self.command(server, args).output().expect("run kubectl")
     }
 
-    fn ok(&self, server: &Server, args: &[&str]) -> String {
-        let out = self.run(server, args);
-        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-        assert!(
-            out.status.success(),
-            "kubectl {args:?} against {} failed:\n{stdout}\n{}",
-            server.url,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        stdout
+    fn ok(&self, server: &Setpoint, args: &[&str]) -> String {
+        let what = format!("kubectl {args:?} against {}", server.url);
+        support::expect_success(&what, &self.run(server, args))
     }
 
-    fn fails(&self, server: &Server, args: &[&str]) -> String {
-        let out = self.run(server, args);
-        assert!(
-            !out.status.success(),
-            "kubectl {args:?} against {} unexpectedly succeeded",
-            server.url
-        );
-        String::from_utf8_lossy(&out.stderr).to_string()
+    fn fails(&self, server: &Setpoint, args: &[&str]) -> String {
+        let what = format!("kubectl {args:?} against {}", server.url);
+        support::expect_failure(&what, &self.run(server, args))
     }
 
     /// Starts `kubectl get configmaps -w -o name` against `server`; lines arrive on the
     /// returned channel with the instant they were read.
-    fn watch(&self, server: &Server) -> (Child, mpsc::Receiver<(String, Instant)>) {
+    fn watch(&self, server: &Setpoint) -> (Child, mpsc::Receiver<(String, Instant)>) {
         let mut child = self
             .command(server, &["get", "configmaps", "-w", "-o", "name"])
             .stdout(Stdio::piped())
@@ -183,32 +107,16 @@ fn wait_line(rx: &mpsc::Receiver<(String, Instant)>, line: &str, within: Duratio
     }
 }
 
-fn have_kubectl() -> bool {
-    let ok = Command::new("kubectl")
-        .args(["version", "--client"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if !ok {
-        assert!(
-            std::env::var_os("SETPOINT_REQUIRE_KUBECTL").is_none(),
-            "kubectl is required but not installed"
-        );
-        eprintln!("kubectl not installed; skipping");
-    }
-    ok
-}
-
 fn millis(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
 #[test]
 fn two_servers_share_one_etcd() {
-    if !have_kubectl() {
+    if !support::kubectl_available() {
         return;
     }
-    let Some(etcd) = TestEtcd::start() else {
+    let Some(etcd) = Etcd::start() else {
         return;
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -226,7 +134,7 @@ fn two_servers_share_one_etcd() {
 
     let dir_a = tempfile::tempdir().unwrap();
     let dir_b = tempfile::tempdir().unwrap();
-    let a = Server::start(&etcd.url, dir_a.path());
+    let a = start_server(&etcd.url, dir_a.path());
     // The second server uses the first one's CA (and admin certificate), so one kubeconfig
     // works for both: `Pki::load_or_create` reuses what it finds in `<data-dir>/pki`.
     let pki_b = dir_b.path().join("pki");
@@ -234,11 +142,8 @@ fn two_servers_share_one_etcd() {
     for f in ["ca.crt", "ca.key", "admin.crt", "admin.key"] {
         std::fs::copy(dir_a.path().join("pki").join(f), pki_b.join(f)).unwrap();
     }
-    let b = Server::start(&etcd.url, dir_b.path());
-    let kubectl = Kubectl {
-        kubeconfig: a.kubeconfig.clone(),
-        home: tempfile::tempdir().unwrap(),
-    };
+    let b = start_server(&etcd.url, dir_b.path());
+    let kubectl = Kubectl { first: &a };
     let guard_at_start = runtime
         .block_on(observer.get(setpoint_apiserver::COMPACTION_GUARD_KEY))
         .unwrap();

@@ -3,135 +3,19 @@
 //! Skipped (with a message) when no kubectl is installed; CI installs it.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Stdio;
 
-struct Cluster {
-    child: Option<Child>,
-    kubeconfig: PathBuf,
-    cache: tempfile::TempDir,
-    url: String,
-}
+mod support;
 
-impl Cluster {
-    /// Starts `setpoint up` on `data_dir` and waits for the line that says where it runs.
-    fn start(data_dir: &Path) -> Cluster {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_setpoint"))
-            .args(["up", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(data_dir)
-            .env("SETPOINT_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start setpoint");
-        let stdout = child.stdout.take().unwrap();
-        let mut lines = BufReader::new(stdout).lines();
-        let mut url = String::new();
-        let mut kubeconfig = PathBuf::new();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            let line = lines.next().expect("setpoint printed its address").unwrap();
-            if let Some(rest) = line.strip_prefix("Setpoint is running at ") {
-                url = rest.split_whitespace().next().unwrap().to_string();
-            }
-            if let Some(rest) = line.trim().strip_prefix("export KUBECONFIG=") {
-                kubeconfig = PathBuf::from(rest);
-                break;
-            }
-        }
-        assert!(
-            !url.is_empty() && kubeconfig.exists(),
-            "setpoint did not print its kubeconfig"
-        );
-        // Keep draining stdout so the server never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
-        Cluster {
-            child: Some(child),
-            kubeconfig,
-            cache: tempfile::tempdir().unwrap(),
-            url,
-        }
-    }
-
-    fn kubectl(&self, args: &[&str]) -> Output {
-        Command::new("kubectl")
-            .args(args)
-            .env("KUBECONFIG", &self.kubeconfig)
-            .env("KUBECACHEDIR", self.cache.path())
-            .env("HOME", self.cache.path())
-            .output()
-            .expect("run kubectl")
-    }
-
-    /// Runs kubectl and returns stdout, panicking with stderr on failure.
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.kubectl(args);
-        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-        assert!(
-            out.status.success(),
-            "kubectl {args:?} failed:\n{stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        stdout
-    }
-
-    /// Runs kubectl expecting failure; returns stderr.
-    fn fails(&self, args: &[&str]) -> String {
-        let out = self.kubectl(args);
-        assert!(
-            !out.status.success(),
-            "kubectl {args:?} unexpectedly succeeded"
-        );
-        String::from_utf8_lossy(&out.stderr).to_string()
-    }
-
-    /// Stops the server with SIGTERM (a clean shutdown) and waits for it, within a deadline.
-    fn stop(mut self) {
-        let mut child = self.child.take().unwrap();
-        let pid = child.id();
-        let _ = Command::new("kill").arg(pid.to_string()).status();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = tx.send(child.wait());
-        });
-        if rx.recv_timeout(Duration::from_secs(15)).is_err() {
-            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-            panic!("setpoint did not shut down on SIGTERM");
-        }
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn have_kubectl() -> bool {
-    Command::new("kubectl")
-        .arg("version")
-        .arg("--client")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
-}
+use support::Setpoint;
 
 #[test]
 fn kubectl_tour() {
-    if !have_kubectl() {
-        assert!(
-            std::env::var_os("SETPOINT_REQUIRE_KUBECTL").is_none(),
-            "kubectl is required but not installed"
-        );
-        eprintln!("kubectl not installed; skipping");
+    if !support::kubectl_available() {
         return;
     }
     let data = tempfile::tempdir().unwrap();
-    let c = Cluster::start(data.path());
+    let c = Setpoint::up(data.path());
     assert!(c.url.starts_with("https://"));
 
     let v = c.ok(&["version", "-o", "json"]);
@@ -241,8 +125,8 @@ fn kubectl_tour() {
     assert!(err.contains("AlreadyExists"), "{err}");
 
     // `kubectl get -w` prints later changes.
-    let mut watch = Command::new("kubectl")
-        .args([
+    let mut watch = c
+        .kubectl_command(&[
             "-n",
             "demo",
             "get",
@@ -250,9 +134,6 @@ fn kubectl_tour() {
             "-w",
             "--output-watch-events",
         ])
-        .env("KUBECONFIG", &c.kubeconfig)
-        .env("KUBECACHEDIR", c.cache.path())
-        .env("HOME", c.cache.path())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -311,7 +192,7 @@ fn kubectl_tour() {
         .parse()
         .unwrap();
     c.stop();
-    let c = Cluster::start(data.path());
+    let c = Setpoint::up(data.path());
     assert_eq!(
         c.ok(&[
             "-n",

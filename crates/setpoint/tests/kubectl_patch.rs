@@ -8,110 +8,27 @@
 //!
 //! Skipped (with a message) when no kubectl is installed; CI installs it.
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
 
 use serde_json::{json, Value};
 
-struct Cluster {
-    child: Child,
-    kubeconfig: PathBuf,
-    home: tempfile::TempDir,
+mod support;
+
+use support::Setpoint;
+
+/// `kubectl apply -f` of `yaml`, returning kubectl's one-line verdict.
+fn apply(c: &Setpoint, dir: &Path, yaml: &str) -> String {
+    let file = dir.join("manifest.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    c.ok(&["apply", "-f", file.to_str().unwrap()])
+        .trim()
+        .to_string()
 }
 
-impl Cluster {
-    /// Starts `setpoint up` on `data_dir` and waits for the line naming its kubeconfig.
-    fn start(data_dir: &Path) -> Cluster {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_setpoint"))
-            .args(["up", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(data_dir)
-            .env("SETPOINT_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start setpoint");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let mut kubeconfig = PathBuf::new();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            let line = lines.next().expect("setpoint printed its address").unwrap();
-            if let Some(rest) = line.trim().strip_prefix("export KUBECONFIG=") {
-                kubeconfig = PathBuf::from(rest);
-                break;
-            }
-        }
-        assert!(kubeconfig.exists(), "setpoint did not print its kubeconfig");
-        // Keep draining stdout so the server never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
-        Cluster {
-            child,
-            kubeconfig,
-            home: tempfile::tempdir().unwrap(),
-        }
-    }
-
-    fn kubectl(&self, args: &[&str]) -> Output {
-        Command::new("kubectl")
-            .args(args)
-            .env("KUBECONFIG", &self.kubeconfig)
-            .env("KUBECACHEDIR", self.home.path().join("cache"))
-            .env("HOME", self.home.path())
-            .output()
-            .expect("run kubectl")
-    }
-
-    /// Runs kubectl and returns stdout, panicking with stderr on failure.
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.kubectl(args);
-        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-        assert!(
-            out.status.success(),
-            "kubectl {args:?} failed:\n{stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        stdout
-    }
-
-    /// Runs kubectl expecting failure; returns stderr.
-    fn fails(&self, args: &[&str]) -> String {
-        let out = self.kubectl(args);
-        assert!(
-            !out.status.success(),
-            "kubectl {args:?} unexpectedly succeeded"
-        );
-        String::from_utf8_lossy(&out.stderr).to_string()
-    }
-
-    /// `kubectl apply -f` of `yaml`, returning kubectl's one-line verdict.
-    fn apply(&self, dir: &Path, yaml: &str) -> String {
-        let file = dir.join("manifest.yaml");
-        std::fs::write(&file, yaml).unwrap();
-        self.ok(&["apply", "-f", file.to_str().unwrap()])
-            .trim()
-            .to_string()
-    }
-
-    fn get(&self, name: &str) -> Value {
-        let out = self.ok(&["-n", "smp", "get", "deployment", name, "-o", "json"]);
-        serde_json::from_str(&out).unwrap()
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn have_kubectl() -> bool {
-    Command::new("kubectl")
-        .args(["version", "--client"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
+/// Deployment `name` in namespace `smp`, as stored.
+fn get(c: &Setpoint, name: &str) -> Value {
+    let out = c.ok(&["-n", "smp", "get", "deployment", name, "-o", "json"]);
+    serde_json::from_str(&out).unwrap()
 }
 
 /// A container as the server stores it: the fields the manifest sets plus defaulting.
@@ -229,22 +146,17 @@ spec:
 
 #[test]
 fn kubectl_patch_and_client_side_apply() {
-    if !have_kubectl() {
-        assert!(
-            std::env::var_os("SETPOINT_REQUIRE_KUBECTL").is_none(),
-            "kubectl is required but not installed"
-        );
-        eprintln!("kubectl not installed; skipping");
+    if !support::kubectl_available() {
         return;
     }
     let data = tempfile::tempdir().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let c = Cluster::start(data.path());
+    let c = Setpoint::up(data.path());
     c.ok(&["create", "namespace", "smp"]);
 
     // --- client-side apply creates, and a second apply changes nothing.
-    assert_eq!(c.apply(dir.path(), V1), "deployment.apps/web created");
-    let v1 = c.get("web");
+    assert_eq!(apply(&c, dir.path(), V1), "deployment.apps/web created");
+    let v1 = get(&c, "web");
     let web_v1 = stored_container(json!({
         "name": "web", "image": "nginx:1.25",
         "ports": [{"containerPort": 80}, {"containerPort": 443}],
@@ -263,7 +175,7 @@ fn kubectl_patch_and_client_side_apply() {
             .as_str()
             .is_some_and(|s| s.contains("nginx:1.25"))
     );
-    assert_eq!(c.apply(dir.path(), V1), "deployment.apps/web unchanged");
+    assert_eq!(apply(&c, dir.path(), V1), "deployment.apps/web unchanged");
 
     // --- kubectl patch (strategic by default): only that container's image changes.
     let out = c.ok(&[
@@ -277,7 +189,7 @@ fn kubectl_patch_and_client_side_apply() {
         r#"{"spec":{"template":{"spec":{"containers":[{"name":"web","image":"nginx:1.26"}]}}}}"#,
     ]);
     assert!(out.contains("deployment.apps/web patched"), "{out}");
-    let patched = c.get("web");
+    let patched = get(&c, "web");
     let mut expected = v1["spec"].clone();
     expected["template"]["spec"]["containers"][0]["image"] = json!("nginx:1.26");
     assert_eq!(patched["spec"], expected);
@@ -291,19 +203,19 @@ fn kubectl_patch_and_client_side_apply() {
         "deployment/web",
         "web=nginx:1.27",
     ]);
-    let set = c.get("web");
+    let set = get(&c, "web");
     expected["template"]["spec"]["containers"][0]["image"] = json!("nginx:1.27");
     assert_eq!(set["spec"], expected);
 
     // --- rollout pause / resume / restart are strategic merge patches of the spec.
     c.ok(&["-n", "smp", "rollout", "pause", "deployment/web"]);
-    assert_eq!(c.get("web")["spec"]["paused"], json!(true));
+    assert_eq!(get(&c, "web")["spec"]["paused"], json!(true));
     c.ok(&["-n", "smp", "rollout", "resume", "deployment/web"]);
-    let resumed = c.get("web");
+    let resumed = get(&c, "web");
     assert!(resumed["spec"].get("paused").is_none(), "{resumed}");
     assert_eq!(resumed["spec"], expected);
     c.ok(&["-n", "smp", "rollout", "restart", "deployment/web"]);
-    let restarted = c.get("web");
+    let restarted = get(&c, "web");
     let restarted_at = restarted["spec"]["template"]["metadata"]["annotations"]
         ["kubectl.kubernetes.io/restartedAt"]
         .clone();
@@ -316,8 +228,8 @@ fn kubectl_patch_and_client_side_apply() {
     c.ok(&["-n", "smp", "label", "deployment", "web", "tier=front"]);
 
     // --- re-apply with edits: replicas, image, env added, a port removed, strategy deleted.
-    assert_eq!(c.apply(dir.path(), V2), "deployment.apps/web configured");
-    let v2 = c.get("web");
+    assert_eq!(apply(&c, dir.path(), V2), "deployment.apps/web configured");
+    let v2 = get(&c, "web");
     assert_eq!(
         v2["metadata"]["labels"],
         json!({"app": "web", "tier": "front"})
@@ -341,8 +253,8 @@ fn kubectl_patch_and_client_side_apply() {
     );
 
     // --- re-apply: Recreate strategy ($retainKeys drops rollingUpdate), sidecar and env B gone.
-    assert_eq!(c.apply(dir.path(), V3), "deployment.apps/web configured");
-    let v3 = c.get("web");
+    assert_eq!(apply(&c, dir.path(), V3), "deployment.apps/web configured");
+    let v3 = get(&c, "web");
     assert_eq!(v3["spec"]["strategy"], json!({"type": "Recreate"}));
     let web_v3 = stored_container(json!({
         "name": "web", "image": "nginx:1.28",
@@ -354,8 +266,8 @@ fn kubectl_patch_and_client_side_apply() {
         v3["metadata"]["labels"],
         json!({"app": "web", "tier": "front"})
     );
-    assert_eq!(c.apply(dir.path(), V3), "deployment.apps/web unchanged");
-    assert_eq!(c.get("web")["metadata"]["labels"]["tier"], json!("front"));
+    assert_eq!(apply(&c, dir.path(), V3), "deployment.apps/web unchanged");
+    assert_eq!(get(&c, "web")["metadata"]["labels"]["tier"], json!("front"));
 
     // --- subresources take strategic merge patches too.
     c.ok(&[
@@ -369,7 +281,7 @@ fn kubectl_patch_and_client_side_apply() {
         "-p",
         r#"{"spec":{"replicas":4}}"#,
     ]);
-    assert_eq!(c.get("web")["spec"]["replicas"], json!(4));
+    assert_eq!(get(&c, "web")["spec"]["replicas"], json!(4));
     for (ty, reason) in [
         ("Available", "A"),
         ("Progressing", "P"),
@@ -390,7 +302,7 @@ fn kubectl_patch_and_client_side_apply() {
             &patch.to_string(),
         ]);
     }
-    let conditions = &c.get("web")["status"]["conditions"];
+    let conditions = &get(&c, "web")["status"]["conditions"];
     let mut by_type: Vec<(String, String)> = conditions
         .as_array()
         .unwrap()
@@ -422,7 +334,7 @@ fn kubectl_patch_and_client_side_apply() {
     ]);
     c.ok(&["-n", "smp", "set", "env", "deployment/envs", "A=1"]);
     assert_eq!(
-        containers(&c.get("envs"))[0]["env"],
+        containers(&get(&c, "envs"))[0]["env"],
         json!([{"name": "A", "value": "1"}])
     );
     c.ok(&[
@@ -431,7 +343,7 @@ fn kubectl_patch_and_client_side_apply() {
             {"op":"replace","path":"/spec/template/spec/containers/0/env/0/value","value":"one"}]"#,
     ]);
     assert_eq!(
-        containers(&c.get("envs"))[0]["env"],
+        containers(&get(&c, "envs"))[0]["env"],
         json!([{"name": "A", "value": "one"}, {"name": "B", "value": "2"}])
     );
     // A merge patch replaces lists whole: the container list becomes exactly the patch's.
@@ -440,7 +352,7 @@ fn kubectl_patch_and_client_side_apply() {
         r#"{"spec":{"template":{"spec":{"containers":[{"name":"nginx","image":"nginx:1.26","env":[{"name":"C","value":"3"}]}]}}}}"#,
     ]);
     assert_eq!(
-        containers(&c.get("envs")),
+        containers(&get(&c, "envs")),
         &json!([stored_container(json!({
             "name": "nginx", "image": "nginx:1.26", "env": [{"name": "C", "value": "3"}],
         }))])
@@ -452,12 +364,12 @@ fn kubectl_patch_and_client_side_apply() {
         r#"{"spec":{"template":{"spec":{"containers":[{"name":"nginx","env":[{"name":"D","value":"4"}]}]}}}}"#,
     ]);
     assert_eq!(
-        containers(&c.get("envs"))[0]["env"],
+        containers(&get(&c, "envs"))[0]["env"],
         json!([{"name": "D", "value": "4"}, {"name": "C", "value": "3"}])
     );
 
     // --- a failed JSON patch `test` is 422; a malformed strategic patch is 400.
-    let rv_before = c.get("envs")["metadata"]["resourceVersion"].clone();
+    let rv_before = get(&c, "envs")["metadata"]["resourceVersion"].clone();
     let err = c.fails(&[
         "-n",
         "smp",
@@ -484,5 +396,5 @@ fn kubectl_patch_and_client_side_apply() {
     ]);
     assert!(err.contains("400"), "{err}");
     assert!(err.contains("merge key"), "{err}");
-    assert_eq!(c.get("envs")["metadata"]["resourceVersion"], rv_before);
+    assert_eq!(get(&c, "envs")["metadata"]["resourceVersion"], rv_before);
 }

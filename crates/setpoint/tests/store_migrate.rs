@@ -5,110 +5,21 @@
 //! Skipped (with a message) when etcd or kubectl is missing, unless `SETPOINT_REQUIRE_ETCD` /
 //! `SETPOINT_REQUIRE_KUBECTL` is set (CI sets both).
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
 
-#[path = "../../setpoint-store/tests/support/etcd_server.rs"]
-mod etcd_server;
+mod support;
 
-use etcd_server::TestEtcd;
+use support::{Etcd, Setpoint};
 
-/// One `setpoint` server process and the kubeconfig it wrote.
-struct Server {
-    child: Option<Child>,
-    kubeconfig: PathBuf,
-    home: tempfile::TempDir,
-}
-
-impl Server {
-    fn start(args: &[&str], data_dir: &Path) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_setpoint"))
-            .args(args)
-            .args(["--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(data_dir)
-            .env("SETPOINT_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start setpoint");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let mut kubeconfig = PathBuf::new();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while Instant::now() < deadline {
-            let Some(Ok(line)) = lines.next() else { break };
-            if let Some(rest) = line.trim().strip_prefix("export KUBECONFIG=") {
-                kubeconfig = PathBuf::from(rest);
-                break;
-            }
-        }
-        assert!(kubeconfig.exists(), "setpoint did not print its kubeconfig");
-        // Keep draining stdout so the server never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
-        Server {
-            child: Some(child),
-            kubeconfig,
-            home: tempfile::tempdir().unwrap(),
-        }
-    }
-
-    fn kubectl(&self, args: &[&str]) -> Output {
-        Command::new("kubectl")
-            .args(args)
-            .env("KUBECONFIG", &self.kubeconfig)
-            .env("KUBECACHEDIR", self.home.path().join("cache"))
-            .env("HOME", self.home.path())
-            .output()
-            .expect("run kubectl")
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.kubectl(args);
-        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-        assert!(
-            out.status.success(),
-            "kubectl {args:?} failed:\n{stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        stdout
-    }
-
-    /// An object's metadata (with managed fields), less `resourceVersion`, which is the one
-    /// thing a move between stores changes.
-    fn metadata(&self, args: &[&str]) -> serde_json::Value {
-        let mut full = args.to_vec();
-        full.extend(["-o", "json", "--show-managed-fields"]);
-        let obj: serde_json::Value = serde_json::from_str(&self.ok(&full)).unwrap();
-        let mut meta = obj["metadata"].clone();
-        meta.as_object_mut().unwrap().remove("resourceVersion");
-        meta
-    }
-
-    /// Stops the server with SIGTERM and waits for it, within a deadline.
-    fn stop(mut self) {
-        let mut child = self.child.take().unwrap();
-        let pid = child.id();
-        let _ = Command::new("kill").arg(pid.to_string()).status();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = tx.send(child.wait());
-        });
-        if rx.recv_timeout(Duration::from_secs(15)).is_err() {
-            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-            panic!("setpoint did not shut down on SIGTERM");
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
+/// An object's metadata (with managed fields), less `resourceVersion`, which is the one
+/// thing a move between stores changes.
+fn metadata(server: &Setpoint, args: &[&str]) -> serde_json::Value {
+    let mut full = args.to_vec();
+    full.extend(["-o", "json", "--show-managed-fields"]);
+    let obj: serde_json::Value = serde_json::from_str(&server.ok(&full)).unwrap();
+    let mut meta = obj["metadata"].clone();
+    meta.as_object_mut().unwrap().remove("resourceVersion");
+    meta
 }
 
 /// Runs `setpoint store …`.
@@ -141,34 +52,18 @@ fn store_fails(args: &[&str]) -> String {
     stderr
 }
 
-fn have_kubectl() -> bool {
-    let ok = Command::new("kubectl")
-        .args(["version", "--client"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if !ok {
-        assert!(
-            std::env::var_os("SETPOINT_REQUIRE_KUBECTL").is_none(),
-            "kubectl is required but not installed"
-        );
-        eprintln!("kubectl not installed; skipping");
-    }
-    ok
-}
-
 #[test]
 fn embedded_to_etcd_keeps_objects() {
-    if !have_kubectl() {
+    if !support::kubectl_available() {
         return;
     }
-    let Some(etcd) = TestEtcd::start() else {
+    let Some(etcd) = Etcd::start() else {
         return;
     };
     let embedded_dir = tempfile::tempdir().unwrap();
     let embedded_data = embedded_dir.path().to_str().unwrap();
 
-    let source = Server::start(&["up"], embedded_dir.path());
+    let source = Setpoint::up(embedded_dir.path());
     source.ok(&["create", "namespace", "demo"]);
     source.ok(&[
         "-n",
@@ -189,9 +84,9 @@ fn embedded_to_etcd_keeps_objects() {
         "web",
         "--tcp=80:80",
     ]);
-    let deployment = source.metadata(&["-n", "demo", "get", "deployment", "web"]);
+    let deployment = metadata(&source, &["-n", "demo", "get", "deployment", "web"]);
     assert_eq!(deployment["generation"], 2, "{deployment}");
-    let service = source.metadata(&["-n", "demo", "get", "service", "web"]);
+    let service = metadata(&source, &["-n", "demo", "get", "service", "web"]);
     let cluster_ip = source.ok(&[
         "-n",
         "demo",
@@ -252,13 +147,13 @@ fn embedded_to_etcd_keeps_objects() {
     }
     let mut server_args = vec!["server"];
     server_args.extend(etcd_flags);
-    let target = Server::start(&server_args, etcd_dir.path());
+    let target = Setpoint::start(&server_args, etcd_dir.path());
     assert_eq!(
-        target.metadata(&["-n", "demo", "get", "deployment", "web"]),
+        metadata(&target, &["-n", "demo", "get", "deployment", "web"]),
         deployment
     );
     assert_eq!(
-        target.metadata(&["-n", "demo", "get", "service", "web"]),
+        metadata(&target, &["-n", "demo", "get", "service", "web"]),
         service
     );
     assert_eq!(

@@ -1,0 +1,194 @@
+//! The harness the end-to-end tests share: a `setpoint` process on a temporary data dir, the
+//! real `kubectl` pointed at it, and a throwaway etcd.
+//!
+//! Each test file is its own crate (`mod support;`), so not every item is used by every one.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+#[path = "../../../setpoint-store/tests/support/etcd_server.rs"]
+mod etcd_server;
+
+/// A throwaway single-member etcd on free loopback ports, killed when dropped; `start` returns
+/// `None` (after saying so) when etcd is not installed, unless `SETPOINT_REQUIRE_ETCD` is set.
+pub type Etcd = etcd_server::TestEtcd;
+
+/// How long `setpoint` may take to print its address and kubeconfig.
+const START_DEADLINE: Duration = Duration::from_secs(60);
+
+/// How long `setpoint` may take to exit after SIGTERM.
+const STOP_DEADLINE: Duration = Duration::from_secs(15);
+
+/// Whether kubectl can be run here. When it cannot, says so and returns false, unless
+/// `SETPOINT_REQUIRE_KUBECTL` is set (CI sets it), in which case it panics: a CI run must not
+/// pass by skipping.
+pub fn kubectl_available() -> bool {
+    let found = Command::new("kubectl")
+        .args(["version", "--client"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            std::env::var_os("SETPOINT_REQUIRE_KUBECTL").is_none(),
+            "kubectl is required but not installed"
+        );
+        eprintln!("kubectl not installed; skipping");
+    }
+    found
+}
+
+/// stdout of a command that must have succeeded; `what` names it in the panic message.
+pub fn expect_success(what: &str, out: &Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{what} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// stderr of a command that must have failed; `what` names it in the panic message.
+pub fn expect_failure(what: &str, out: &Output) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        !out.status.success(),
+        "{what} unexpectedly succeeded:\n{}\n{stderr}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    stderr
+}
+
+/// A `setpoint` process listening on a free loopback port, and a kubectl environment (its
+/// kubeconfig, and a temporary `HOME` and cache) pointing at it.
+pub struct Setpoint {
+    child: Option<Child>,
+    /// Where it serves, `https://127.0.0.1:PORT`.
+    pub url: String,
+    /// The admin kubeconfig it wrote.
+    pub kubeconfig: PathBuf,
+    home: tempfile::TempDir,
+}
+
+impl Setpoint {
+    /// Starts `setpoint up` on `data_dir`.
+    pub fn up(data_dir: &Path) -> Setpoint {
+        Setpoint::start(&["up"], data_dir)
+    }
+
+    /// Starts `setpoint <args…> --listen 127.0.0.1:0 --data-dir <data_dir>` and waits, within a
+    /// deadline, for the lines that say where it runs and where its kubeconfig is.
+    pub fn start(args: &[&str], data_dir: &Path) -> Setpoint {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_setpoint"))
+            .args(args)
+            .args(["--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data_dir)
+            .env("SETPOINT_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start setpoint");
+        let stdout = child.stdout.take().unwrap();
+        // Read stdout on a thread, which keeps draining it after start-up so the server never
+        // blocks on a full pipe, and so the wait below can have a deadline.
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let _ = tx.send(line);
+            }
+        });
+        let mut setpoint = Setpoint {
+            child: Some(child),
+            url: String::new(),
+            kubeconfig: PathBuf::new(),
+            home: tempfile::tempdir().unwrap(),
+        };
+        let deadline = Instant::now() + START_DEADLINE;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = match rx.recv_timeout(left) {
+                Ok(line) => line,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    panic!(
+                        "setpoint {args:?} did not print its kubeconfig within {START_DEADLINE:?}"
+                    )
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    panic!("setpoint {args:?} exited before printing its kubeconfig")
+                }
+            };
+            if let Some(rest) = line.strip_prefix("Setpoint is running at ") {
+                setpoint.url = rest.split_whitespace().next().unwrap_or("").to_string();
+            }
+            if let Some(rest) = line.trim().strip_prefix("export KUBECONFIG=") {
+                setpoint.kubeconfig = PathBuf::from(rest);
+                break;
+            }
+        }
+        assert!(
+            setpoint.url.starts_with("https://") && setpoint.kubeconfig.exists(),
+            "setpoint {args:?} did not print its address and kubeconfig"
+        );
+        setpoint
+    }
+
+    /// The temporary `HOME` kubectl runs with (tests may put their own files there too).
+    pub fn home(&self) -> &Path {
+        self.home.path()
+    }
+
+    /// A `kubectl <args…>` command with this server's kubeconfig, a temporary `HOME` and
+    /// cache, for callers that spawn it themselves (`kubectl get -w`).
+    pub fn kubectl_command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new("kubectl");
+        cmd.args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("KUBECACHEDIR", self.home.path().join("cache"))
+            .env("HOME", self.home.path());
+        cmd
+    }
+
+    /// Runs kubectl to completion.
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        self.kubectl_command(args).output().expect("run kubectl")
+    }
+
+    /// Runs kubectl and returns stdout, panicking with stdout and stderr on failure.
+    pub fn ok(&self, args: &[&str]) -> String {
+        expect_success(&format!("kubectl {args:?}"), &self.kubectl(args))
+    }
+
+    /// Runs kubectl expecting failure; returns stderr.
+    pub fn fails(&self, args: &[&str]) -> String {
+        expect_failure(&format!("kubectl {args:?}"), &self.kubectl(args))
+    }
+
+    /// Stops the server with SIGTERM (a clean shutdown) and waits for it, within a deadline.
+    pub fn stop(mut self) {
+        let mut child = self.child.take().unwrap();
+        let pid = child.id();
+        let _ = Command::new("kill").arg(pid.to_string()).status();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait());
+        });
+        if rx.recv_timeout(STOP_DEADLINE).is_err() {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            panic!("setpoint did not shut down on SIGTERM within {STOP_DEADLINE:?}");
+        }
+    }
+}
+
+impl Drop for Setpoint {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
