@@ -153,6 +153,17 @@ pub async fn handle(State(server): State<Arc<ApiServer>>, req: http::Request<Bod
             .body(Body::from(server.metrics.render()))
             .expect("valid response");
     }
+    if path == "/openapi/v2" {
+        let accept = parts
+            .headers
+            .get(http::header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        return match crate::openapi::v2(&server, accept) {
+            Ok(doc) => value_response(StatusCode::OK, &doc),
+            Err(e) => error_response(&e),
+        };
+    }
     if path == "/openapi/v3" || path.starts_with("/openapi/v3/") {
         return match crate::openapi::v3(&server, &path) {
             Some(doc) => value_response(StatusCode::OK, &doc),
@@ -278,6 +289,35 @@ fn write_options(q: &Query) -> Result<WriteOptions, ApiError> {
     })
 }
 
+/// Fills in the field manager of a write that names none from the User-Agent's product name
+/// (`kubectl/v1.32.4 (linux/amd64) …` → `kubectl`), as Kubernetes does.
+fn with_default_manager(mut opts: WriteOptions, headers: &HeaderMap) -> WriteOptions {
+    if opts.field_manager.as_deref().is_none_or(str::is_empty) {
+        opts.field_manager = headers
+            .get(http::header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|ua| ua.split('/').next())
+            .map(str::trim)
+            .filter(|m| !m.is_empty())
+            .map(|m| m.chars().take(128).collect());
+    }
+    opts
+}
+
+/// Decodes a server-side apply body: YAML (JSON is YAML too), which must be an object.
+fn decode_apply_body(body: &[u8]) -> Result<Value, ApiError> {
+    let text = std::str::from_utf8(body)
+        .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
+    let v: Value = serde_saphyr::from_str(text)
+        .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
+    if !v.is_object() {
+        return Err(ApiError::bad_request(
+            "an apply patch must be a YAML or JSON object",
+        ));
+    }
+    Ok(v)
+}
+
 fn wants_table(headers: &HeaderMap) -> bool {
     headers
         .get_all(http::header::ACCEPT)
@@ -367,7 +407,7 @@ async fn serve(
                         (None, true) => return Err(ApiError::method_not_allowed()),
                         _ => String::new(),
                     };
-                    let opts = write_options(q)?;
+                    let opts = with_default_manager(write_options(q)?, headers);
                     let bytes = read_body(server, body).await?;
                     let obj = decode_object_body(&res, headers, &bytes)?;
                     let sres = storage_def(server, &res);
@@ -436,7 +476,7 @@ async fn serve(
                     Ok(value_response(StatusCode::OK, &obj))
                 }
                 Method::PUT => {
-                    let opts = write_options(q)?;
+                    let opts = with_default_manager(write_options(q)?, headers);
                     let bytes = read_body(server, body).await?;
                     let obj = if view == View::Scale {
                         serde_json::from_slice(&bytes).map_err(|e| {
@@ -462,10 +502,33 @@ async fn serve(
                     if view == View::Finalize {
                         return Err(ApiError::method_not_allowed());
                     }
-                    let opts = write_options(q)?;
+                    let opts = with_default_manager(write_options(q)?, headers);
                     let bytes = read_body(server, body).await?;
+                    let ct = content_type(headers);
+                    let force = flag(q, "force");
+                    let is_apply = ct == crate::patch::APPLY_PATCH;
+                    crate::apply::check_patch_options(
+                        is_apply,
+                        q.get("fieldManager").map(String::as_str),
+                        force,
+                    )?;
+                    if is_apply {
+                        let config = decode_apply_body(&bytes)?;
+                        if res.is_converted() {
+                            return Err(ApiError::method_not_allowed());
+                        }
+                        let (w, created) = server
+                            .apply(&sres, &ns, &name, view, config, force, &opts)
+                            .await?;
+                        let code = if created {
+                            StatusCode::CREATED
+                        } else {
+                            StatusCode::OK
+                        };
+                        return Ok(with_warnings(value_response(code, &w.object), &w.warnings));
+                    }
                     let strategic = crate::patch::strategic_type(&res, view);
-                    let patch = Patch::decode(&content_type(headers), &bytes, strategic)?;
+                    let patch = Patch::decode(&ct, &bytes, strategic)?;
                     if res.is_converted() {
                         return Err(ApiError::method_not_allowed());
                     }

@@ -8,6 +8,7 @@
 //!
 //! Start reading at [`server::ApiServer`].
 
+pub mod apply;
 pub mod convert;
 pub mod discovery;
 pub mod http;

@@ -61,6 +61,14 @@ pub struct Deleted {
     pub removed: bool,
 }
 
+/// The field manager a write is recorded under.
+fn manager(opts: &WriteOptions) -> &str {
+    opts.field_manager
+        .as_deref()
+        .filter(|m| !m.is_empty())
+        .unwrap_or(crate::apply::DEFAULT_MANAGER)
+}
+
 /// Where allocated service cluster IPs are reserved, so two services never share one.
 const SERVICE_IP_PREFIX: &str = "/registry/_allocations/serviceips/";
 
@@ -383,8 +391,21 @@ impl ApiServer {
         &self,
         res: &ResourceDef,
         namespace: &str,
+        obj: Value,
+        opts: &WriteOptions,
+    ) -> Result<Written, ApiError> {
+        self.create_tracked(res, namespace, obj, opts, true).await
+    }
+
+    /// Creates an object; with `track`, the creator's fields are recorded as an `Update` in
+    /// `managedFields` (apply records its own `Apply` entry before calling this).
+    async fn create_tracked(
+        &self,
+        res: &ResourceDef,
+        namespace: &str,
         mut obj: Value,
         opts: &WriteOptions,
+        track: bool,
     ) -> Result<Written, ApiError> {
         self.check_type_and_namespace(res, namespace, &mut obj)?;
         // One typed decode of the client's body finds both unknown fields and type errors;
@@ -416,6 +437,9 @@ impl ApiServer {
         strategy::prepare_for_create(res, &mut obj, &now);
         setpoint_kinds::defaults::apply(&res.group, &res.kind, &mut obj);
         setpoint_kinds::defaults::on_create(&res.group, &res.kind, &mut obj);
+        if track {
+            crate::apply::record_update(res, None, &mut obj, manager(opts), None, &now);
+        }
         self.check_namespace(res, namespace).await?;
         // A generated name that collides is retried with a fresh suffix, as Kubernetes does.
         let attempts = if generate.is_empty() { 1 } else { 8 };
@@ -582,7 +606,9 @@ impl ApiServer {
             vec![]
         };
         let mut written = self
-            .guaranteed_update(res, namespace, name, view, opts, |_cur| Ok(body.clone()))
+            .guaranteed_update(res, namespace, name, view, opts, true, |_cur| {
+                Ok(body.clone())
+            })
             .await?;
         written.warnings = warnings;
         Ok(written)
@@ -600,7 +626,7 @@ impl ApiServer {
     ) -> Result<Written, ApiError> {
         let mut warnings = Vec::new();
         let written = self
-            .guaranteed_update(res, namespace, name, view, opts, |cur| {
+            .guaranteed_update(res, namespace, name, view, opts, true, |cur| {
                 let patched = patch.apply(cur)?;
                 if !patched.is_object() {
                     return Err(ApiError::bad_request(
@@ -619,8 +645,80 @@ impl ApiServer {
         })
     }
 
-    /// The read-modify-write loop shared by PUT and PATCH. `mutate` gets the current view
-    /// (the object, or its Scale) and returns the desired view.
+    /// Server-side apply (`application/apply-patch+yaml`) of `config` by `opts.field_manager`
+    /// through the main resource or `/status`; creates the object when it does not exist.
+    /// Returns the write and whether it created the object.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn apply(
+        &self,
+        res: &ResourceDef,
+        namespace: &str,
+        name: &str,
+        view: View,
+        mut config: Value,
+        force: bool,
+        opts: &WriteOptions,
+    ) -> Result<(Written, bool), ApiError> {
+        if !matches!(view, View::Main | View::Status) {
+            return Err(ApiError::method_not_allowed());
+        }
+        self.check_type_and_namespace(res, namespace, &mut config)?;
+        match meta::name(&config) {
+            "" => meta::set_meta(&mut config, "name", json!(name)),
+            n if n != name => {
+                return Err(ApiError::bad_request(format!(
+                    "the name of the object ({n}) does not match the name on the URL ({name})"
+                )))
+            }
+            _ => {}
+        }
+        let warnings = if view == View::Main {
+            self.check_unknown_fields(res, &config, opts)?
+        } else {
+            vec![]
+        };
+        let request = crate::apply::Apply {
+            manager: manager(opts),
+            config: &config,
+            subresource: crate::apply::subresource(view),
+            force,
+        };
+        // A create that races with another create of the same name is retried as an update.
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let now = setpoint_api::time::now_rfc3339();
+            let updated = self
+                .guaranteed_update(res, namespace, name, view, opts, false, |cur| {
+                    request.apply_to(res, cur, &now)
+                })
+                .await;
+            match updated {
+                Ok(mut w) => {
+                    w.warnings = warnings;
+                    return Ok((w, false));
+                }
+                Err(e) if e.code == 404 && view == View::Main && attempts < 3 => {
+                    let obj = request.new_object(res, &now);
+                    match self.create_tracked(res, namespace, obj, opts, false).await {
+                        Ok(mut w) => {
+                            w.warnings = warnings;
+                            return Ok((w, true));
+                        }
+                        Err(e) if e.reason == "AlreadyExists" => continue,
+                        Err(e) => return Err(e),
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The read-modify-write loop shared by PUT, PATCH and apply. `mutate` gets the current view
+    /// (the object, or its Scale) and returns the desired view. With `track`, the write is
+    /// recorded as an `Update` in `managedFields`; without, the desired object's
+    /// `managedFields` (set by apply) are kept.
+    #[allow(clippy::too_many_arguments)]
     async fn guaranteed_update(
         &self,
         res: &ResourceDef,
@@ -628,6 +726,7 @@ impl ApiServer {
         name: &str,
         view: View,
         opts: &WriteOptions,
+        track: bool,
         mut mutate: impl FnMut(&Value) -> Result<Value, ApiError>,
     ) -> Result<Written, ApiError> {
         let gr = res.group_resource();
@@ -652,6 +751,7 @@ impl ApiServer {
                     &format!("Precondition failed: UID in precondition: {desired_uid}, UID in object meta: {}", meta::uid(&cur)),
                 ));
             }
+            let desired_managed = desired.pointer("/metadata/managedFields").cloned();
             let mut new = match view {
                 View::Main => {
                     let mut new = desired;
@@ -670,6 +770,14 @@ impl ApiServer {
                 View::Finalize => strategy::apply_finalize(&cur, &desired),
                 View::Scale => strategy::apply_scale(res, &cur, &desired)?,
             };
+            let now = setpoint_api::time::now_rfc3339();
+            let sub = crate::apply::subresource(view);
+            if track {
+                crate::apply::record_update(res, Some(&cur), &mut new, manager(opts), sub, &now);
+            } else if let Some(mf) = desired_managed {
+                meta::set_meta(&mut new, "managedFields", mf);
+            }
+            crate::apply::keep_times_if_unchanged(&cur, &mut new);
             meta::set_meta(&mut new, "resourceVersion", json!(cur_rv));
             self.validate(res, &new, Some(&cur))?;
             let respond = |obj: Value| {

@@ -3,7 +3,8 @@
 //!
 //! A strategic merge patch needs the type of what it patches, so it is decoded together with it
 //! ([`strategic_type`]); kinds without a type (custom resources) answer 415, as Kubernetes does.
-//! Server-side apply is separate work and is refused with 415 as well.
+//! Server-side apply bodies are not patches of this kind: the HTTP layer hands them to
+//! [`crate::apply`] and [`Patch::decode`] refuses them.
 
 pub mod strategic;
 
@@ -80,9 +81,9 @@ impl Patch {
             }
             (other, _) => {
                 let accepted: &[&str] = if strategic.is_some() {
-                    &[JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH]
+                    &[JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, APPLY_PATCH]
                 } else {
-                    &[JSON_PATCH, MERGE_PATCH]
+                    &[JSON_PATCH, MERGE_PATCH, APPLY_PATCH]
                 };
                 Err(ApiError::unsupported_media_type(other, accepted))
             }

@@ -1,0 +1,348 @@
+//! Sets of field paths in the `FieldsV1` form Kubernetes stores in `metadata.managedFields`.
+//!
+//! A set is a tree keyed by encoded path elements: `f:<field>` (an object property or map key),
+//! `k:<json object of merge-key values>` (an item of an associative list), `v:<json value>` (an
+//! item of a set), `i:<index>` (a position in a list that has no better identity). A node is a
+//! *member* of the set when the path that leads to it is itself owned; in JSON, a member with
+//! children carries a `"."` entry and a member without children is `{}`. Nodes that are not
+//! members only lead to owned descendants (e.g. `f:metadata` above `f:labels`).
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+/// The key that marks a node with children as a member itself.
+const SELF: &str = ".";
+
+/// A set of field paths (see the module docs). The root is never a member.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FieldSet {
+    /// Whether the path leading here is in the set.
+    member: bool,
+    children: BTreeMap<String, FieldSet>,
+}
+
+impl FieldSet {
+    /// The empty set.
+    pub fn new() -> FieldSet {
+        FieldSet::default()
+    }
+
+    /// True when no path is in the set.
+    pub fn is_empty(&self) -> bool {
+        !self.member && self.children.values().all(FieldSet::is_empty)
+    }
+
+    /// Adds `path` (encoded path elements, outermost first) as a member.
+    pub fn insert(&mut self, path: &[String]) {
+        let mut node = self;
+        for elem in path {
+            node = node.children.entry(elem.clone()).or_default();
+        }
+        if !path.is_empty() {
+            node.member = true;
+        }
+    }
+
+    /// Whether `path` is a member.
+    pub fn contains(&self, path: &[String]) -> bool {
+        self.node(path).is_some_and(|n| n.member) && !path.is_empty()
+    }
+
+    /// The subtree at `path`, if any path at or below it is in the set.
+    pub fn node(&self, path: &[String]) -> Option<&FieldSet> {
+        let mut node = self;
+        for elem in path {
+            node = node.children.get(elem)?;
+        }
+        (!node.is_empty()).then_some(node)
+    }
+
+    /// Marks this node itself as a member.
+    pub fn set_member(&mut self) {
+        self.member = true;
+    }
+
+    /// Whether this node itself is a member.
+    pub fn is_member(&self) -> bool {
+        self.member
+    }
+
+    /// The child node for one path element, if present.
+    pub fn child(&self, elem: &str) -> Option<&FieldSet> {
+        self.children.get(elem)
+    }
+
+    /// The child nodes by encoded path element.
+    pub fn children(&self) -> impl Iterator<Item = (&String, &FieldSet)> {
+        self.children.iter()
+    }
+
+    /// The child node for one path element, created on demand.
+    pub fn child_mut(&mut self, elem: &str) -> &mut FieldSet {
+        self.children.entry(elem.to_string()).or_default()
+    }
+
+    /// Every member path, outermost element first, in key order.
+    pub fn members(&self) -> Vec<Vec<String>> {
+        let mut out = Vec::new();
+        self.collect(&mut Vec::new(), &mut out, false);
+        out
+    }
+
+    /// The member paths without member descendants: the scalar values, atomic values and empty
+    /// objects the set owns.
+    pub fn leaves(&self) -> Vec<Vec<String>> {
+        let mut out = Vec::new();
+        self.collect(&mut Vec::new(), &mut out, true);
+        out
+    }
+
+    fn collect(&self, prefix: &mut Vec<String>, out: &mut Vec<Vec<String>>, leaves_only: bool) {
+        let has_member_below = self.children.values().any(|c| !c.is_empty());
+        if self.member && !(leaves_only && has_member_below) {
+            out.push(prefix.clone());
+        }
+        for (k, c) in &self.children {
+            prefix.push(k.clone());
+            c.collect(prefix, out, leaves_only);
+            prefix.pop();
+        }
+    }
+
+    /// The paths in either set.
+    pub fn union(&self, other: &FieldSet) -> FieldSet {
+        let mut out = self.clone();
+        out.member |= other.member;
+        for (k, c) in &other.children {
+            let merged = match out.children.get(k) {
+                Some(mine) => mine.union(c),
+                None => c.clone(),
+            };
+            out.children.insert(k.clone(), merged);
+        }
+        out.pruned()
+    }
+
+    /// The paths of `self` that are not in `other`.
+    pub fn difference(&self, other: &FieldSet) -> FieldSet {
+        let mut out = FieldSet {
+            member: self.member && !other.member,
+            children: BTreeMap::new(),
+        };
+        for (k, c) in &self.children {
+            let rest = match other.children.get(k) {
+                Some(o) => c.difference(o),
+                None => c.clone(),
+            };
+            out.children.insert(k.clone(), rest);
+        }
+        out.pruned()
+    }
+
+    /// The paths in both sets.
+    pub fn intersection(&self, other: &FieldSet) -> FieldSet {
+        let mut out = FieldSet {
+            member: self.member && other.member,
+            children: BTreeMap::new(),
+        };
+        for (k, c) in &self.children {
+            if let Some(o) = other.children.get(k) {
+                out.children.insert(k.clone(), c.intersection(o));
+            }
+        }
+        out.pruned()
+    }
+
+    /// Drops subtrees that hold no member.
+    fn pruned(mut self) -> FieldSet {
+        self.children.retain(|_, c| !c.is_empty());
+        self
+    }
+
+    /// The `FieldsV1` JSON form.
+    pub fn to_json(&self) -> Value {
+        let mut map = Map::new();
+        if self.member && self.children.values().any(|c| !c.is_empty()) {
+            map.insert(SELF.into(), Value::Object(Map::new()));
+        }
+        for (k, c) in &self.children {
+            if !c.is_empty() {
+                map.insert(k.clone(), c.to_json());
+            }
+        }
+        Value::Object(map)
+    }
+
+    /// Decodes the `FieldsV1` JSON form. Every key must be `.` or a known path element kind and
+    /// every value an object.
+    pub fn from_json(v: &Value) -> Result<FieldSet, String> {
+        let mut root = decode(v)?;
+        // The root stands for the whole object, which is never owned as such.
+        root.member = false;
+        Ok(root)
+    }
+}
+
+fn decode(v: &Value) -> Result<FieldSet, String> {
+    let Value::Object(map) = v else {
+        return Err(format!("expected an object in fieldsV1, got {v}"));
+    };
+    let mut node = FieldSet {
+        // `{}` is a member without children; a member with children says so with `.`.
+        member: map.is_empty() || map.contains_key(SELF),
+        children: BTreeMap::new(),
+    };
+    for (k, c) in map {
+        if k == SELF {
+            continue;
+        }
+        check_element(k)?;
+        node.children.insert(k.clone(), decode(c)?);
+    }
+    Ok(node)
+}
+
+/// Validates one encoded path element.
+fn check_element(k: &str) -> Result<(), String> {
+    let bad = || format!("invalid path element {k:?} in fieldsV1");
+    let (kind, rest) = k.split_once(':').ok_or_else(bad)?;
+    match kind {
+        "f" if !rest.is_empty() => Ok(()),
+        "k" => match serde_json::from_str::<Value>(rest) {
+            Ok(Value::Object(_)) => Ok(()),
+            _ => Err(bad()),
+        },
+        "v" => serde_json::from_str::<Value>(rest)
+            .map(|_| ())
+            .map_err(|_| bad()),
+        "i" => rest.parse::<usize>().map(|_| ()).map_err(|_| bad()),
+        _ => Err(bad()),
+    }
+}
+
+/// `f:<name>`.
+pub fn field(name: &str) -> String {
+    format!("f:{name}")
+}
+
+/// `k:<json>` for an associative list item whose merge keys have the values in `keys`.
+pub fn key(keys: &Map<String, Value>) -> String {
+    format!("k:{}", Value::Object(keys.clone()))
+}
+
+/// `v:<json>` for an item of a set.
+pub fn value(v: &Value) -> String {
+    format!("v:{v}")
+}
+
+/// `i:<n>`.
+pub fn index(i: usize) -> String {
+    format!("i:{i}")
+}
+
+/// A path as Kubernetes prints it in conflicts: `.spec.replicas`,
+/// `.spec.template.spec.containers[name="nginx"].image`, `.metadata.finalizers[="x"]`.
+pub fn display(path: &[String]) -> String {
+    let mut out = String::new();
+    for elem in path {
+        let (kind, rest) = elem.split_once(':').unwrap_or(("f", elem));
+        match kind {
+            "k" => {
+                let parts: Vec<String> = match serde_json::from_str::<Value>(rest) {
+                    Ok(Value::Object(m)) => m.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+                    _ => vec![rest.to_string()],
+                };
+                out.push_str(&format!("[{}]", parts.join(",")));
+            }
+            "v" => out.push_str(&format!("[={rest}]")),
+            "i" => out.push_str(&format!("[{rest}]")),
+            _ => {
+                out.push('.');
+                out.push_str(rest);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn p(elems: &[&str]) -> Vec<String> {
+        elems.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn round_trips_fields_v1() {
+        let v = json!({
+            "f:metadata": {"f:labels": {"f:app": {}}},
+            "f:spec": {
+                "f:replicas": {},
+                "f:template": {"f:spec": {"f:containers": {
+                    "k:{\"name\":\"main\"}": {".": {}, "f:image": {}, "f:name": {}}
+                }}}
+            }
+        });
+        let set = FieldSet::from_json(&v).unwrap();
+        assert_eq!(set.to_json(), v);
+        assert!(set.contains(&p(&["f:spec", "f:replicas"])));
+        assert!(!set.contains(&p(&["f:spec"])));
+        assert!(set.contains(&p(&[
+            "f:spec",
+            "f:template",
+            "f:spec",
+            "f:containers",
+            "k:{\"name\":\"main\"}"
+        ])));
+        assert_eq!(set.members().len(), 5);
+        assert_eq!(set.leaves().len(), 4);
+    }
+
+    #[test]
+    fn rejects_malformed_elements() {
+        assert!(FieldSet::from_json(&json!({"x:y": {}})).is_err());
+        assert!(FieldSet::from_json(&json!({"k:notjson": {}})).is_err());
+        assert!(FieldSet::from_json(&json!({"f:a": 1})).is_err());
+        assert!(FieldSet::from_json(&json!([])).is_err());
+    }
+
+    #[test]
+    fn set_algebra() {
+        let mut a = FieldSet::new();
+        a.insert(&p(&["f:spec", "f:replicas"]));
+        a.insert(&p(&["f:spec", "f:paused"]));
+        let mut b = FieldSet::new();
+        b.insert(&p(&["f:spec", "f:replicas"]));
+        b.insert(&p(&["f:metadata", "f:labels", "f:x"]));
+
+        let u = a.union(&b);
+        assert_eq!(u.leaves().len(), 3);
+        let d = a.difference(&b);
+        assert_eq!(d.leaves(), vec![p(&["f:spec", "f:paused"])]);
+        let i = a.intersection(&b);
+        assert_eq!(i.leaves(), vec![p(&["f:spec", "f:replicas"])]);
+        assert!(a.difference(&a).is_empty());
+        assert_eq!(a.difference(&a).to_json(), json!({}));
+    }
+
+    #[test]
+    fn displays_paths_like_kubernetes() {
+        assert_eq!(display(&p(&["f:spec", "f:replicas"])), ".spec.replicas");
+        assert_eq!(
+            display(&p(&[
+                "f:spec",
+                "f:containers",
+                "k:{\"name\":\"nginx\"}",
+                "f:image"
+            ])),
+            ".spec.containers[name=\"nginx\"].image"
+        );
+        assert_eq!(
+            display(&p(&["f:metadata", "f:finalizers", "v:\"x\""])),
+            ".metadata.finalizers[=\"x\"]"
+        );
+    }
+}

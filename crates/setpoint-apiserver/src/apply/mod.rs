@@ -1,0 +1,471 @@
+//! Server-side apply and field ownership (`metadata.managedFields`).
+//!
+//! Every write records which manager set which fields. Apply requests
+//! (`application/apply-patch+yaml`) carry a manager's whole intent: the applied configuration is
+//! merged into the live object by the type graph's list semantics ([`merge`]), fields the manager
+//! applied before but omits now are removed unless someone else owns them too, and changing a
+//! field another manager owns is a conflict unless forced. Other writes (create, update, merge,
+//! JSON and strategic patches) record an `Update` entry for the fields they changed and take those
+//! fields away from everyone else, as Kubernetes does.
+//!
+//! Field sets are kept in the `FieldsV1` form ([`fieldset`]). Server-owned fields (`apiVersion`,
+//! `kind`, name, namespace, uid, resourceVersion, generation, timestamps, `managedFields` itself,
+//! and `status` for main-resource writes of kinds with a status subresource) are never owned.
+
+pub mod fieldset;
+pub mod merge;
+
+use serde_json::{json, Map, Value};
+use setpoint_api::{meta, ApiError, Cause};
+use setpoint_protobuf::types;
+
+use crate::registry::ResourceDef;
+use crate::strategy::View;
+use fieldset::FieldSet;
+use merge::Shape;
+
+/// `operation` of an entry written by server-side apply.
+pub const APPLY: &str = "Apply";
+/// `operation` of an entry written by any other write.
+pub const UPDATE: &str = "Update";
+
+/// The manager recorded when a non-apply write names none.
+pub const DEFAULT_MANAGER: &str = "unknown";
+
+/// Metadata fields only the server sets; nobody owns them.
+const SERVER_METADATA: &[&str] = &[
+    "name",
+    "namespace",
+    "generateName",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "managedFields",
+    "selfLink",
+];
+
+/// One `managedFields` entry.
+#[derive(Clone, Debug, PartialEq)]
+struct Entry {
+    manager: String,
+    operation: String,
+    api_version: String,
+    time: Option<String>,
+    subresource: Option<String>,
+    fields: FieldSet,
+}
+
+impl Entry {
+    fn is(&self, manager: &str, operation: &str, subresource: Option<&str>) -> bool {
+        self.manager == manager
+            && self.operation == operation
+            && self.subresource.as_deref() == subresource
+    }
+
+    fn parse(v: &Value) -> Result<Entry, String> {
+        let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
+        let manager = s("manager").unwrap_or_default();
+        let operation = s("operation").unwrap_or_default();
+        if operation != APPLY && operation != UPDATE {
+            return Err(format!(
+                "operation must be Apply or Update, got {operation:?}"
+            ));
+        }
+        if let Some(ft) = s("fieldsType") {
+            if ft != "FieldsV1" {
+                return Err(format!("fieldsType must be FieldsV1, got {ft:?}"));
+            }
+        }
+        let fields = match v.get("fieldsV1") {
+            Some(f) => FieldSet::from_json(f)?,
+            None => FieldSet::new(),
+        };
+        Ok(Entry {
+            manager,
+            operation,
+            api_version: s("apiVersion").unwrap_or_default(),
+            time: s("time"),
+            subresource: s("subresource").filter(|s| !s.is_empty()),
+            fields,
+        })
+    }
+
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("manager".into(), json!(self.manager));
+        m.insert("operation".into(), json!(self.operation));
+        m.insert("apiVersion".into(), json!(self.api_version));
+        if let Some(t) = &self.time {
+            m.insert("time".into(), json!(t));
+        }
+        m.insert("fieldsType".into(), json!("FieldsV1"));
+        m.insert("fieldsV1".into(), self.fields.to_json());
+        if let Some(s) = &self.subresource {
+            m.insert("subresource".into(), json!(s));
+        }
+        Value::Object(m)
+    }
+}
+
+/// The entries of `obj`, `None` when `managedFields` is absent, `Err` when it is malformed.
+fn entries_of(obj: &Value) -> Result<Option<Vec<Entry>>, String> {
+    match meta::metadata(obj).and_then(|m| m.get("managedFields")) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(Entry::parse)
+            .collect::<Result<_, _>>()
+            .map(Some),
+        Some(_) => Err("managedFields must be a list".into()),
+    }
+}
+
+/// Writes `entries` (without empty ones) as `metadata.managedFields`.
+fn set_entries(obj: &mut Value, mut entries: Vec<Entry>) {
+    entries.retain(|e| !e.fields.is_empty());
+    if entries.is_empty() {
+        meta::remove_meta(obj, "managedFields");
+    } else {
+        let list: Vec<Value> = entries.iter().map(Entry::to_json).collect();
+        meta::set_meta(obj, "managedFields", Value::Array(list));
+    }
+}
+
+/// The schema shape of objects of `res`; kinds the type graph does not know are untyped (all
+/// lists atomic).
+fn shape_of(res: &ResourceDef) -> Shape {
+    types::for_kind(&res.group, &res.version, &res.kind).map_or(Shape::Untyped, Shape::Type)
+}
+
+/// The subresource name recorded for writes through `view`.
+pub fn subresource(view: View) -> Option<&'static str> {
+    view.name()
+}
+
+/// The part of `obj` whose fields can be owned through `subresource`: without server-owned
+/// fields, and only `status` for the status subresource (without it for the main resource of
+/// kinds that have one).
+fn ownable(res: &ResourceDef, obj: &Value, subresource: Option<&str>) -> Value {
+    let Some(map) = obj.as_object() else {
+        return json!({});
+    };
+    if subresource == Some("status") {
+        return match map.get("status") {
+            Some(s) => json!({"status": s}),
+            None => json!({}),
+        };
+    }
+    let mut out = map.clone();
+    out.remove("apiVersion");
+    out.remove("kind");
+    if res.status {
+        out.remove("status");
+    }
+    if let Some(Value::Object(m)) = out.get_mut("metadata") {
+        for f in SERVER_METADATA {
+            m.remove(*f);
+        }
+        if m.is_empty() {
+            out.remove("metadata");
+        }
+    }
+    Value::Object(out)
+}
+
+/// Records an `Update` by `manager` through `subresource` that turned `old` (`None` for a create)
+/// into `new`: the fields it set or changed become the manager's and nobody else's, the fields
+/// it removed are nobody's.
+///
+/// Client-supplied `managedFields` in `new` that differ from `old`'s replace them when valid
+/// (kubectl rewrites them when migrating to server-side apply); an explicitly empty list clears
+/// ownership without recording this write.
+pub fn record_update(
+    res: &ResourceDef,
+    old: Option<&Value>,
+    new: &mut Value,
+    manager: &str,
+    subresource: Option<&str>,
+    now: &str,
+) {
+    let old_entries = old
+        .and_then(|o| entries_of(o).ok().flatten())
+        .unwrap_or_default();
+    let supplied = new
+        .pointer("/metadata/managedFields")
+        .filter(|v| Some(*v) != old.and_then(|o| o.pointer("/metadata/managedFields")))
+        .cloned();
+    let mut entries = match supplied {
+        Some(Value::Array(items)) if items.is_empty() => {
+            meta::remove_meta(new, "managedFields");
+            return;
+        }
+        Some(_) => match entries_of(new) {
+            Ok(Some(e)) => e,
+            _ => old_entries,
+        },
+        None => old_entries,
+    };
+    let shape = shape_of(res);
+    let empty = json!({});
+    let before = old.map_or(empty, |o| ownable(res, o, subresource));
+    let after = ownable(res, new, subresource);
+    let changed = merge::changed_fields(&before, &after, shape);
+    let removed = merge::removed_fields(&before, &after, shape);
+    if !changed.is_empty() || !removed.is_empty() {
+        for e in &mut entries {
+            e.fields = e.fields.difference(&removed);
+            if !e.is(manager, UPDATE, subresource) {
+                e.fields = e.fields.difference(&changed);
+            }
+        }
+        if !changed.is_empty() {
+            let i = position_or_insert(&mut entries, manager, UPDATE, subresource);
+            entries[i].fields = entries[i].fields.union(&changed);
+            entries[i].time = Some(now.to_string());
+            entries[i].api_version = res.api_version();
+        }
+    }
+    set_entries(new, entries);
+}
+
+fn position_or_insert(
+    entries: &mut Vec<Entry>,
+    manager: &str,
+    operation: &str,
+    subresource: Option<&str>,
+) -> usize {
+    if let Some(i) = entries
+        .iter()
+        .position(|e| e.is(manager, operation, subresource))
+    {
+        return i;
+    }
+    entries.push(Entry {
+        manager: manager.to_string(),
+        operation: operation.to_string(),
+        api_version: String::new(),
+        time: None,
+        subresource: subresource.map(str::to_string),
+        fields: FieldSet::new(),
+    });
+    entries.len() - 1
+}
+
+/// An apply request: who applies what, and whether conflicts are overridden.
+pub struct Apply<'a> {
+    pub manager: &'a str,
+    pub config: &'a Value,
+    pub subresource: Option<&'a str>,
+    pub force: bool,
+}
+
+impl Apply<'_> {
+    /// The ownable part of the configuration. A `null` in an apply configuration sets nothing
+    /// (so a field the manager applied before and now sets to `null` is removed like an omitted
+    /// one).
+    fn ownable_config(&self, res: &ResourceDef) -> Value {
+        let mut config = ownable(res, self.config, self.subresource);
+        merge::strip_nulls(&mut config);
+        config
+    }
+
+    /// The object to create when the applied object does not exist yet: the configuration, with
+    /// the manager's `Apply` entry for it.
+    pub fn new_object(&self, res: &ResourceDef, now: &str) -> Value {
+        let mut obj = self.config.clone();
+        merge::strip_nulls(&mut obj);
+        let applied = merge::fields_of(&self.ownable_config(res), shape_of(res));
+        let entry = Entry {
+            manager: self.manager.to_string(),
+            operation: APPLY.to_string(),
+            api_version: res.api_version(),
+            time: Some(now.to_string()),
+            subresource: self.subresource.map(str::to_string),
+            fields: applied,
+        };
+        set_entries(&mut obj, vec![entry]);
+        obj
+    }
+
+    /// Merges the configuration into `live` and returns the object to store (before the usual
+    /// update preparation and defaulting), with updated `managedFields`. A changed value owned by
+    /// another manager is a 409 `Conflict` unless forced; forcing takes the field away from them.
+    pub fn apply_to(&self, res: &ResourceDef, live: &Value, now: &str) -> Result<Value, ApiError> {
+        let shape = shape_of(res);
+        let mut entries = entries_of(live).ok().flatten().unwrap_or_default();
+        let config = self.ownable_config(res);
+        let applied = merge::fields_of(&config, shape);
+        let live_part = ownable(res, live, self.subresource);
+        let mine = |e: &Entry| e.is(self.manager, APPLY, self.subresource);
+
+        let mut conflicts: Vec<(usize, Vec<String>)> = Vec::new();
+        for path in applied.leaves() {
+            let want = merge::value_at(&config, &path, shape);
+            let have = merge::value_at(&live_part, &path, shape);
+            if have.is_none() || want == have {
+                continue;
+            }
+            for (i, e) in entries.iter().enumerate() {
+                if !mine(e) && e.fields.contains(&path) {
+                    conflicts.push((i, path.clone()));
+                }
+            }
+        }
+        if !conflicts.is_empty() {
+            if !self.force {
+                return Err(conflict_error(res, live, &entries, &conflicts));
+            }
+            for (i, path) in &conflicts {
+                let mut one = FieldSet::new();
+                one.insert(path);
+                entries[*i].fields = entries[*i].fields.difference(&one);
+            }
+        }
+
+        let previous = entries
+            .iter()
+            .find(|e| mine(e))
+            .map(|e| e.fields.clone())
+            .unwrap_or_default();
+        let others = entries
+            .iter()
+            .filter(|e| !mine(e))
+            .fold(FieldSet::new(), |acc, e| acc.union(&e.fields));
+        let mut merged = merge::merge(live, &config, shape);
+        let gone = previous.difference(&applied).difference(&others);
+        merge::remove(&mut merged, &gone, &others, shape);
+        // A resourceVersion in the configuration is a precondition, checked by the caller.
+        if let Some(rv) = self.config.pointer("/metadata/resourceVersion") {
+            meta::set_meta(&mut merged, "resourceVersion", rv.clone());
+        }
+
+        let i = position_or_insert(&mut entries, self.manager, APPLY, self.subresource);
+        entries[i].fields = applied;
+        entries[i].time = Some(now.to_string());
+        entries[i].api_version = res.api_version();
+        set_entries(&mut merged, entries);
+        Ok(merged)
+    }
+}
+
+/// The 409 for apply conflicts, worded as Kubernetes words it.
+fn conflict_error(
+    res: &ResourceDef,
+    live: &Value,
+    entries: &[Entry],
+    conflicts: &[(usize, Vec<String>)],
+) -> ApiError {
+    let causes: Vec<Cause> = conflicts
+        .iter()
+        .map(|(i, path)| {
+            let e = &entries[*i];
+            Cause::new(
+                "FieldManagerConflict",
+                fieldset::display(path),
+                format!("conflict with {:?} using {}", e.manager, e.api_version),
+            )
+        })
+        .collect();
+    let message = if let [(i, path)] = conflicts {
+        let e = &entries[*i];
+        format!(
+            "Apply failed with 1 conflict: conflict with {:?} using {}: {}",
+            e.manager,
+            e.api_version,
+            fieldset::display(path)
+        )
+    } else {
+        // Grouped by manager, in the order the managers were first met.
+        let mut groups: Vec<(usize, Vec<String>)> = Vec::new();
+        for (i, path) in conflicts {
+            match groups.iter_mut().find(|(g, _)| g == i) {
+                Some((_, paths)) => paths.push(fieldset::display(path)),
+                None => groups.push((*i, vec![fieldset::display(path)])),
+            }
+        }
+        let parts: Vec<String> = groups
+            .iter()
+            .map(|(i, paths)| {
+                let e = &entries[*i];
+                format!(
+                    "conflicts with {:?} using {}:\n- {}",
+                    e.manager,
+                    e.api_version,
+                    paths.join("\n- ")
+                )
+            })
+            .collect();
+        format!(
+            "Apply failed with {} conflicts: {}",
+            conflicts.len(),
+            parts.join("\n")
+        )
+    };
+    let mut err = ApiError::new(409, "Conflict", message);
+    err.details = Some(Box::new(setpoint_api::status::Details {
+        name: meta::name(live).to_string(),
+        group: res.group.clone(),
+        kind: res.plural.clone(),
+        causes,
+        ..Default::default()
+    }));
+    err
+}
+
+/// Keeps `cur`'s `managedFields` in `new` when nothing else differs and the entries differ only
+/// in their timestamps, so a write that changes nothing stays a no-op.
+pub fn keep_times_if_unchanged(cur: &Value, new: &mut Value) {
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        meta::remove_meta(&mut v, "managedFields");
+        meta::remove_meta(&mut v, "resourceVersion");
+        v
+    };
+    if strip(cur) != strip(new) {
+        return;
+    }
+    let untimed = |v: &Value| {
+        entries_of(v).ok().flatten().map(|es| {
+            es.into_iter()
+                .map(|mut e| {
+                    e.time = None;
+                    e
+                })
+                .collect::<Vec<_>>()
+        })
+    };
+    if untimed(cur) == untimed(new) {
+        match cur.pointer("/metadata/managedFields") {
+            Some(mf) => meta::set_meta(new, "managedFields", mf.clone()),
+            None => meta::remove_meta(new, "managedFields"),
+        }
+    }
+}
+
+/// Checks the options of a PATCH: apply needs a field manager, and only apply may force.
+pub fn check_patch_options(
+    is_apply: bool,
+    manager: Option<&str>,
+    force: bool,
+) -> Result<(), ApiError> {
+    let cause = if is_apply && manager.is_none_or(str::is_empty) {
+        Cause::required("fieldManager", "is required for apply patch")
+    } else if !is_apply && force {
+        Cause::new(
+            "FieldValueForbidden",
+            "force",
+            "Forbidden: may not be specified for non-apply patch",
+        )
+    } else {
+        return Ok(());
+    };
+    Err(ApiError::invalid(
+        "meta.k8s.io",
+        "PatchOptions",
+        "",
+        vec![cause],
+    ))
+}
