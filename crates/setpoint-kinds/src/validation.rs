@@ -28,7 +28,13 @@ pub fn validate(
     obj: &Value,
     old: Option<&Value>,
 ) -> Vec<Cause> {
-    validate_with_type_errors(group, kind, obj, old, type_errors(group, version, kind, obj))
+    validate_with_type_errors(
+        group,
+        kind,
+        obj,
+        old,
+        type_errors(group, version, kind, obj),
+    )
 }
 
 /// What one typed decode of an object finds: values of the wrong type, and unknown fields.
@@ -51,7 +57,10 @@ pub fn check_types(group: &str, version: &str, kind: &str, obj: &Value) -> TypeC
     if let Some(round_trip) = &decoded.round_trip {
         typed::unknown(obj, round_trip, "", &decoded.dropped, &mut unknown);
     }
-    TypeCheck { type_errors: decoded.errors, unknown }
+    TypeCheck {
+        type_errors: decoded.errors,
+        unknown,
+    }
 }
 
 /// [`validate`] with the type errors already known (from [`check_types`]).
