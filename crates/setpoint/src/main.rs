@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use setpoint_apiserver::{ApiServer, ServerConfig, StoreConfig};
-use setpoint_store::etcd::{EtcdOptions, EtcdTls};
 
 mod controller_manager;
 mod store_cmd;
@@ -59,18 +58,8 @@ struct ServeArgs {
         env = "SETPOINT_ETCD_ENDPOINTS"
     )]
     etcd_endpoints: Vec<String>,
-    /// Prefix for every key this cluster keeps in etcd, so several clusters can share one.
-    #[arg(long, default_value = "")]
-    etcd_prefix: String,
-    /// CA certificate (PEM) that signed etcd's serving certificate; use `https://` endpoints.
-    #[arg(long)]
-    etcd_cacert: Option<PathBuf>,
-    /// Client certificate (PEM) for etcd's client-certificate authentication.
-    #[arg(long, requires_all = ["etcd_key", "etcd_cacert"])]
-    etcd_cert: Option<PathBuf>,
-    /// The client certificate's private key (PEM).
-    #[arg(long, requires = "etcd_cert")]
-    etcd_key: Option<PathBuf>,
+    #[command(flatten)]
+    etcd: store_cmd::EtcdFlags,
     /// Serve plain HTTP without authentication instead of HTTPS (only for local experiments).
     #[arg(long)]
     insecure_http: bool,
@@ -111,7 +100,7 @@ async fn run(args: ServeArgs, all_in_one: bool) -> anyhow::Result<()> {
         data_dir: Some(data_dir.clone()),
         store: match args.store.as_str() {
             "memory" => StoreConfig::Memory,
-            "etcd" => StoreConfig::Etcd(etcd_options(&args)?),
+            "etcd" => StoreConfig::Etcd(args.etcd.options(&args.etcd_endpoints)?),
             _ => StoreConfig::Embedded(data_dir.join("store")),
         },
         insecure_http: args.insecure_http,
@@ -153,30 +142,6 @@ async fn run(args: ServeArgs, all_in_one: bool) -> anyhow::Result<()> {
     drop(server);
     drop(store);
     Ok(())
-}
-
-/// The etcd connection the flags describe (certificates are read here, so a bad path fails
-/// at start-up with its name).
-fn etcd_options(args: &ServeArgs) -> anyhow::Result<EtcdOptions> {
-    let read = |path: &Option<PathBuf>| -> anyhow::Result<Option<Vec<u8>>> {
-        path.as_ref()
-            .map(|p| std::fs::read(p).with_context(|| format!("reading {}", p.display())))
-            .transpose()
-    };
-    let tls = match read(&args.etcd_cacert)? {
-        Some(ca_pem) => Some(EtcdTls {
-            ca_pem,
-            cert_pem: read(&args.etcd_cert)?,
-            key_pem: read(&args.etcd_key)?,
-        }),
-        None => None,
-    };
-    Ok(EtcdOptions {
-        endpoints: args.etcd_endpoints.clone(),
-        prefix: args.etcd_prefix.clone(),
-        tls,
-        ..EtcdOptions::default()
-    })
 }
 
 async fn wait_for_signal() {

@@ -57,7 +57,8 @@ pub enum StoreCommand {
     },
 }
 
-/// etcd connection flags other than the endpoints, for `store migrate`.
+/// etcd connection flags other than the endpoints, shared by `setpoint up|server` and the
+/// `store` commands.
 #[derive(clap::Args, Clone, Debug)]
 pub struct EtcdFlags {
     /// Prefix of the cluster's keys in etcd (as given to `setpoint server`).
@@ -75,6 +76,30 @@ pub struct EtcdFlags {
 }
 
 impl EtcdFlags {
+    /// The etcd connection to `endpoints` these flags describe (certificates are read here, so
+    /// a bad path fails at start-up with its name).
+    pub fn options(&self, endpoints: &[String]) -> anyhow::Result<EtcdOptions> {
+        let read = |path: &Option<PathBuf>| -> anyhow::Result<Option<Vec<u8>>> {
+            path.as_ref()
+                .map(|p| std::fs::read(p).with_context(|| format!("reading {}", p.display())))
+                .transpose()
+        };
+        let tls = match read(&self.etcd_cacert)? {
+            Some(ca_pem) => Some(EtcdTls {
+                ca_pem,
+                cert_pem: read(&self.etcd_cert)?,
+                key_pem: read(&self.etcd_key)?,
+            }),
+            None => None,
+        };
+        Ok(EtcdOptions {
+            endpoints: endpoints.to_vec(),
+            prefix: self.etcd_prefix.clone(),
+            tls,
+            ..EtcdOptions::default()
+        })
+    }
+
     /// The store a `--from`/`--to` spec names.
     fn store_args(&self, spec: &str) -> anyhow::Result<StoreArgs> {
         let (kind, rest) = spec.split_once(':').unwrap_or((spec, ""));
@@ -85,10 +110,7 @@ impl EtcdFlags {
             data_dir: PathBuf::new(),
             store: kind.to_owned(),
             etcd_endpoints: Vec::new(),
-            etcd_prefix: self.etcd_prefix.clone(),
-            etcd_cacert: self.etcd_cacert.clone(),
-            etcd_cert: self.etcd_cert.clone(),
-            etcd_key: self.etcd_key.clone(),
+            etcd: self.clone(),
         };
         match kind {
             "embedded" => args.data_dir = PathBuf::from(rest),
@@ -116,18 +138,8 @@ pub struct StoreArgs {
         env = "SETPOINT_ETCD_ENDPOINTS"
     )]
     pub etcd_endpoints: Vec<String>,
-    /// Prefix of the cluster's keys in etcd (as given to `setpoint server`).
-    #[arg(long, default_value = "")]
-    pub etcd_prefix: String,
-    /// CA certificate (PEM) that signed etcd's serving certificate; use `https://` endpoints.
-    #[arg(long)]
-    pub etcd_cacert: Option<PathBuf>,
-    /// Client certificate (PEM) for etcd's client-certificate authentication.
-    #[arg(long, requires_all = ["etcd_key", "etcd_cacert"])]
-    pub etcd_cert: Option<PathBuf>,
-    /// The client certificate's private key (PEM).
-    #[arg(long, requires = "etcd_cert")]
-    pub etcd_key: Option<PathBuf>,
+    #[command(flatten)]
+    pub etcd: EtcdFlags,
 }
 
 impl StoreArgs {
@@ -137,7 +149,7 @@ impl StoreArgs {
             "etcd" => format!(
                 "etcd at {} (prefix {:?})",
                 self.etcd_endpoints.join(","),
-                self.etcd_prefix
+                self.etcd.etcd_prefix
             ),
             _ => format!("the embedded store in {}", self.data_dir.display()),
         }
@@ -147,7 +159,7 @@ impl StoreArgs {
     /// (for imports; an export from a missing data dir is a mistake worth reporting).
     async fn open(&self, create: bool) -> anyhow::Result<Arc<dyn Store>> {
         if self.store == "etcd" {
-            let store = EtcdStore::connect(self.etcd_options()?)
+            let store = EtcdStore::connect(self.etcd.options(&self.etcd_endpoints)?)
                 .await
                 .with_context(|| format!("connecting to {}", self.describe()))?;
             return Ok(Arc::new(store));
@@ -161,30 +173,6 @@ impl StoreArgs {
             );
         }
         open_embedded(&dir).map(|s| Arc::new(s) as Arc<dyn Store>)
-    }
-
-    /// The etcd connection the flags describe (certificates are read here, so a bad path fails
-    /// with its name).
-    fn etcd_options(&self) -> anyhow::Result<EtcdOptions> {
-        let read = |path: &Option<PathBuf>| -> anyhow::Result<Option<Vec<u8>>> {
-            path.as_ref()
-                .map(|p| std::fs::read(p).with_context(|| format!("reading {}", p.display())))
-                .transpose()
-        };
-        let tls = match read(&self.etcd_cacert)? {
-            Some(ca_pem) => Some(EtcdTls {
-                ca_pem,
-                cert_pem: read(&self.etcd_cert)?,
-                key_pem: read(&self.etcd_key)?,
-            }),
-            None => None,
-        };
-        Ok(EtcdOptions {
-            endpoints: self.etcd_endpoints.clone(),
-            prefix: self.etcd_prefix.clone(),
-            tls,
-            ..EtcdOptions::default()
-        })
     }
 }
 
