@@ -8,15 +8,20 @@
 //! - [`namespace`]: empties a terminating namespace and then releases its `kubernetes`
 //!   finalizer so the server removes it;
 //! - [`gc`]: the garbage collector — background, foreground and orphan cascading deletion
-//!   driven by `ownerReferences`.
+//!   driven by `ownerReferences`;
+//! - [`replicaset`]: keeps a ReplicaSet's pods at `spec.replicas`;
+//! - [`deployment`]: rolls a Deployment's pod template out through ReplicaSets
+//!   (rolling update, recreate, pause, rollback, revision history).
 //!
 //! Every controller separates a pure decision (unit-tested without a server) from the I/O
 //! that carries it out.
 
+pub mod deployment;
 pub mod discovery;
 pub mod gc;
 pub mod manager;
 pub mod namespace;
+pub mod replicaset;
 
 /// Errors of the built-in controllers outside a reconcile (set-up and discovery).
 #[derive(Debug, thiserror::Error)]

@@ -10,7 +10,7 @@ use setpoint_runtime::informer::SharedInformers;
 use tokio::sync::watch;
 
 /// Every built-in controller, by the name `--controllers` knows it.
-pub const ALL: &[&str] = &["namespace", "garbagecollector"];
+pub const ALL: &[&str] = &["namespace", "garbagecollector", "replicaset", "deployment"];
 
 /// Builds the named controllers on one set of shared informers.
 pub async fn build(
@@ -22,11 +22,13 @@ pub async fn build(
     for name in names {
         match name.as_str() {
             "namespace" => out.push(crate::namespace::controller(client.clone(), informers)),
+            "deployment" => out.push(crate::deployment::controller(client.clone(), informers)),
             "garbagecollector" => {
                 let resources = crate::gc::resources(client).await;
                 tracing::info!(resources = resources.len(), "garbage collector watching");
                 out.push(crate::gc::controller(client.clone(), informers, &resources));
             }
+            "replicaset" => out.push(crate::replicaset::controller(client.clone(), informers)),
             other => tracing::warn!(controller = other, "unknown controller; skipped"),
         }
     }

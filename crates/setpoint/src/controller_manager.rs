@@ -23,7 +23,7 @@ pub struct ControllerManagerArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "namespace,garbagecollector",
+        default_value = "namespace,garbagecollector,replicaset,deployment",
         value_parser = clap::builder::PossibleValuesParser::new(ALL)
     )]
     controllers: Vec<String>,
@@ -38,6 +38,13 @@ pub struct ControllerManagerArgs {
         action = clap::ArgAction::Set
     )]
     leader_elect: bool,
+}
+
+impl ControllerManagerArgs {
+    /// The controllers selected.
+    pub fn controllers(&self) -> &[String] {
+        &self.controllers
+    }
 }
 
 /// `setpoint controller-manager`.

@@ -152,3 +152,17 @@ async fn wait_for_signal() {
         _ = term.recv() => {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn controller_manager_runs_every_controller_by_default() {
+        let cli = Cli::try_parse_from(["setpoint", "controller-manager"]).unwrap();
+        let Command::ControllerManager(args) = cli.command else {
+            panic!("wrong subcommand")
+        };
+        assert_eq!(args.controllers(), setpoint_controllers::manager::ALL);
+    }
+}
