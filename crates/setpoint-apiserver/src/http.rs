@@ -19,7 +19,7 @@ use setpoint_api::selector::{FieldSelector, LabelSelector};
 use setpoint_api::{meta, ApiError};
 use setpoint_store::Revision;
 
-use crate::objects::{DeleteOptions, FieldValidation, WriteOptions, CACHE_WAIT};
+use crate::objects::{BodySyntax, DeleteOptions, FieldValidation, WriteOptions, CACHE_WAIT};
 use crate::patch::Patch;
 use crate::registry::ResourceDef;
 use crate::request::{parse_path, PathTarget};
@@ -220,6 +220,15 @@ fn content_type(headers: &HeaderMap) -> String {
         .unwrap_or_default()
 }
 
+/// The syntax of a create/update body, by its content type (as [`decode_object_body`] reads it).
+fn object_body_syntax(headers: &HeaderMap) -> BodySyntax {
+    match content_type(headers).as_str() {
+        "" | "application/json" | "*/*" => BodySyntax::Json,
+        "application/yaml" | "application/x-yaml" | "text/yaml" => BodySyntax::Yaml,
+        _ => BodySyntax::Other,
+    }
+}
+
 /// Decodes a create/update body: JSON (also when no Content-Type is given), YAML, or
 /// Kubernetes protobuf.
 fn decode_object_body(
@@ -240,7 +249,8 @@ fn decode_object_body(
         }
         "application/yaml" | "application/x-yaml" | "text/yaml" => {
             let text = std::str::from_utf8(body).map_err(|e| cannot(e.to_string()))?;
-            serde_saphyr::from_str(text).map_err(|e| cannot(e.to_string()))?
+            serde_saphyr::from_str_with_options(text, crate::dupfields::yaml_options())
+                .map_err(|e| cannot(e.to_string()))?
         }
         "application/vnd.kubernetes.protobuf" => {
             setpoint_protobuf::decode(body).map_err(|e| cannot(e.to_string()))?
@@ -304,18 +314,25 @@ fn with_default_manager(mut opts: WriteOptions, headers: &HeaderMap) -> WriteOpt
     opts
 }
 
-/// Decodes a server-side apply body: YAML (JSON is YAML too), which must be an object.
-fn decode_apply_body(body: &[u8]) -> Result<Value, ApiError> {
+/// Decodes a server-side apply body: YAML (JSON is YAML too), which must be an object. A body
+/// that is JSON (as kubectl sends) is read as JSON, which is quicker; the syntax that was read is
+/// returned for the duplicate-field scan.
+fn decode_apply_body(body: &[u8]) -> Result<(Value, BodySyntax), ApiError> {
+    if body.trim_ascii_start().starts_with(b"{") {
+        if let Ok(v @ Value::Object(_)) = serde_json::from_slice::<Value>(body) {
+            return Ok((v, BodySyntax::Json));
+        }
+    }
     let text = std::str::from_utf8(body)
         .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
-    let v: Value = serde_saphyr::from_str(text)
+    let v: Value = serde_saphyr::from_str_with_options(text, crate::dupfields::yaml_options())
         .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
     if !v.is_object() {
         return Err(ApiError::bad_request(
             "an apply patch must be a YAML or JSON object",
         ));
     }
-    Ok(v)
+    Ok((v, BodySyntax::Yaml))
 }
 
 fn wants_table(headers: &HeaderMap) -> bool {
@@ -410,6 +427,12 @@ async fn serve(
                     let opts = with_default_manager(write_options(q)?, headers);
                     let bytes = read_body(server, body).await?;
                     let obj = decode_object_body(&res, headers, &bytes)?;
+                    let dups = server.check_duplicate_fields(
+                        &res,
+                        object_body_syntax(headers),
+                        &bytes,
+                        &opts,
+                    )?;
                     let sres = storage_def(server, &res);
                     let obj = if res.is_converted() {
                         crate::convert::to_storage(&res, obj)
@@ -419,7 +442,7 @@ async fn serve(
                     let w = server.create(&sres, &ns, obj, &opts).await?;
                     Ok(with_warnings(
                         value_response(StatusCode::CREATED, &to_api(&res, w.object)),
-                        &w.warnings,
+                        &[dups, w.warnings].concat(),
                     ))
                 }
                 Method::DELETE => {
@@ -487,6 +510,12 @@ async fn serve(
                     } else {
                         decode_object_body(&res, headers, &bytes)?
                     };
+                    let syntax = if view == View::Scale {
+                        BodySyntax::Json
+                    } else {
+                        object_body_syntax(headers)
+                    };
+                    let dups = server.check_duplicate_fields(&res, syntax, &bytes, &opts)?;
                     let obj = if res.is_converted() {
                         crate::convert::to_storage(&res, obj)
                     } else {
@@ -495,7 +524,7 @@ async fn serve(
                     let w = server.update(&sres, &ns, &name, view, obj, &opts).await?;
                     Ok(with_warnings(
                         value_response(StatusCode::OK, &to_api(&res, w.object)),
-                        &w.warnings,
+                        &[dups, w.warnings].concat(),
                     ))
                 }
                 Method::PATCH => {
@@ -513,10 +542,11 @@ async fn serve(
                         force,
                     )?;
                     if is_apply {
-                        let config = decode_apply_body(&bytes)?;
+                        let (config, syntax) = decode_apply_body(&bytes)?;
                         if res.is_converted() {
                             return Err(ApiError::method_not_allowed());
                         }
+                        let dups = server.check_duplicate_fields(&res, syntax, &bytes, &opts)?;
                         let (w, created) = server
                             .apply(&sres, &ns, &name, view, config, force, &opts)
                             .await?;
@@ -525,17 +555,25 @@ async fn serve(
                         } else {
                             StatusCode::OK
                         };
-                        return Ok(with_warnings(value_response(code, &w.object), &w.warnings));
+                        return Ok(with_warnings(
+                            value_response(code, &w.object),
+                            &[dups, w.warnings].concat(),
+                        ));
                     }
                     let strategic = crate::patch::strategic_type(&res, view);
                     let patch = Patch::decode(&ct, &bytes, strategic)?;
                     if res.is_converted() {
                         return Err(ApiError::method_not_allowed());
                     }
+                    let syntax = match patch {
+                        Patch::Merge(_) | Patch::Strategic(..) => BodySyntax::Json,
+                        Patch::Json(_) => BodySyntax::Other,
+                    };
+                    let dups = server.check_duplicate_fields(&res, syntax, &bytes, &opts)?;
                     let w = server.patch(&sres, &ns, &name, view, &patch, &opts).await?;
                     Ok(with_warnings(
                         value_response(StatusCode::OK, &w.object),
-                        &w.warnings,
+                        &[dups, w.warnings].concat(),
                     ))
                 }
                 Method::DELETE if view == View::Main => {

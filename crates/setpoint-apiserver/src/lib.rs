@@ -11,6 +11,7 @@
 pub mod apply;
 pub mod convert;
 pub mod discovery;
+pub mod dupfields;
 pub mod http;
 pub mod metrics;
 pub mod objects;

@@ -27,6 +27,42 @@ pub enum FieldValidation {
     Ignore,
 }
 
+/// The syntax of a request body, for [`ApiServer::check_duplicate_fields`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodySyntax {
+    Json,
+    Yaml,
+    /// Protobuf and anything else without repeatable keys.
+    Other,
+}
+
+/// The one place `fieldValidation` decides about problem fields of a write (`what` is `unknown`
+/// or `duplicate`): a 400 for `Strict`, warnings for `Warn`, nothing for `Ignore`.
+fn field_policy(
+    res: &ResourceDef,
+    fields: &[String],
+    what: &str,
+    opts: &WriteOptions,
+) -> Result<Vec<String>, ApiError> {
+    if opts.field_validation == FieldValidation::Ignore || fields.is_empty() {
+        return Ok(vec![]);
+    }
+    let msgs: Vec<String> = fields
+        .iter()
+        .map(|f| format!("{what} field \"{f}\""))
+        .collect();
+    match opts.field_validation {
+        FieldValidation::Strict => Err(ApiError::bad_request(format!(
+            "{} in version \"{}\" cannot be handled as a {}: strict decoding error: {}",
+            res.kind,
+            res.version,
+            res.kind,
+            msgs.join(", ")
+        ))),
+        _ => Ok(msgs),
+    }
+}
+
 /// Options shared by writes.
 #[derive(Clone, Debug, Default)]
 pub struct WriteOptions {
@@ -281,26 +317,33 @@ impl ApiServer {
         unknown: &[String],
         opts: &WriteOptions,
     ) -> Result<Vec<String>, ApiError> {
-        if opts.field_validation == FieldValidation::Ignore
-            || res.is_converted()
-            || unknown.is_empty()
-        {
+        if res.is_converted() {
             return Ok(vec![]);
         }
-        let msgs: Vec<String> = unknown
-            .iter()
-            .map(|f| format!("unknown field \"{f}\""))
-            .collect();
-        match opts.field_validation {
-            FieldValidation::Strict => Err(ApiError::bad_request(format!(
-                "{} in version \"{}\" cannot be handled as a {}: strict decoding error: {}",
-                res.kind,
-                res.version,
-                res.kind,
-                msgs.join(", ")
-            ))),
-            _ => Ok(msgs),
+        field_policy(res, unknown, "unknown", opts)
+    }
+
+    /// Rejects (`Strict`) or warns about (`Warn`) keys repeated in a request body of `syntax`;
+    /// with `Ignore` the body is not even scanned (its decoder kept the last of repeated keys).
+    pub fn check_duplicate_fields(
+        &self,
+        res: &ResourceDef,
+        syntax: BodySyntax,
+        body: &[u8],
+        opts: &WriteOptions,
+    ) -> Result<Vec<String>, ApiError> {
+        if opts.field_validation == FieldValidation::Ignore {
+            return Ok(vec![]);
         }
+        let dups = match syntax {
+            BodySyntax::Json => crate::dupfields::json(body),
+            BodySyntax::Yaml => match std::str::from_utf8(body) {
+                Ok(text) => crate::dupfields::yaml(text),
+                Err(_) => vec![],
+            },
+            BodySyntax::Other => vec![],
+        };
+        field_policy(res, &dups, "duplicate", opts)
     }
 
     fn validate(

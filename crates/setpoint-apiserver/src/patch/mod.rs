@@ -137,7 +137,9 @@ pub fn json_patch(target: &Value, ops: &[Value]) -> Result<Value, ApiError> {
     let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops.to_vec()))
         .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
     let mut doc = target.clone();
-    json_patch::patch(&mut doc, &patch).map_err(|e| {
+    // On a copy, so a failed patch needs no undo: `json_patch::patch` undoes and panics when it
+    // cannot (a `move` of a child onto its parent followed by a failing op).
+    json_patch::patch_unsafe(&mut doc, &patch).map_err(|e| {
         ApiError::new(
             422,
             "Invalid",
@@ -207,6 +209,17 @@ mod tests {
         )
         .unwrap();
         assert_eq!(p.resource_version(), Some("127"));
+    }
+
+    #[test]
+    fn failed_patch_after_moving_a_child_onto_its_parent_is_422() {
+        let t = json!({"0": [null, null]});
+        let ops = vec![
+            json!({"op": "move", "from": "/0/0", "path": "/0"}),
+            json!({"op": "test", "path": "/a", "value": 1}),
+        ];
+        assert_eq!(json_patch(&t, &ops).unwrap_err().code, 422);
+        assert_eq!(json_patch(&t, &ops[..1]).unwrap(), json!({"0": null}));
     }
 
     #[test]
