@@ -42,6 +42,7 @@ pub struct ControllerManagerArgs {
 
 impl ControllerManagerArgs {
     /// The controllers selected.
+    #[cfg(test)]
     pub fn controllers(&self) -> &[String] {
         &self.controllers
     }
