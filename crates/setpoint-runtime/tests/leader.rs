@@ -100,9 +100,12 @@ fn candidate(client: Client, name: &'static str, log: &Log) -> Candidate {
 
     let (h, work_log) = (handle.clone(), log.clone());
     tokio::spawn(async move {
-        h.run_while_leading(|_leadership| {
+        h.run_while_leading(|leadership| {
             let log = work_log.clone();
             async move {
+                // Hold the term's token for as long as the work runs, as real work does: a
+                // graceful shutdown waits for outstanding tokens before releasing the lease.
+                let _leadership = leadership;
                 log.lock().push((Instant::now(), name, Source::Work, true));
                 let _stopped = WorkStopped(name, log);
                 std::future::pending::<()>().await
