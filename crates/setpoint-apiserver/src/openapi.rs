@@ -130,8 +130,8 @@ pub fn v3(server: &ApiServer, path: &str) -> Option<Value> {
     gv_built(server, &group, &version).map(|b| b.doc.clone())
 }
 
-/// Serves `/openapi/v2`: Swagger 2.0 JSON. The gnostic protobuf form kubectl asks for first is
-/// not implemented; it gets 406 and, as the v3 documents are complete, does without.
+/// Serves `/openapi/v2`: Swagger 2.0 JSON. A request for the gnostic protobuf form (which
+/// kubectl tries first) gets 406 NotAcceptable; kubectl then relies on the v3 documents.
 pub fn v2(server: &ApiServer, accept: &str) -> Result<Value, ApiError> {
     let wants_json = accept.is_empty()
         || accept.split(',').any(|t| {

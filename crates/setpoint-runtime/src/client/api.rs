@@ -237,22 +237,27 @@ impl<K: DeserializeOwned + Serialize + Send + 'static> Api<K> {
         }))
     }
 
+    /// Sends `obj` as JSON with `method` to `path` and decodes the answer.
+    async fn send_object(
+        &self,
+        method: http::Method,
+        path: &str,
+        obj: &K,
+    ) -> Result<K, ClientError> {
+        decode(
+            self.client
+                .request(method, path, Some("application/json"), self.body(obj)?)
+                .await?,
+        )
+    }
+
     /// POST a new object.
     pub async fn create(&self, params: &PostParams, obj: &K) -> Result<K, ClientError> {
         let path = with_query(
             self.resource.collection_path(self.namespace.as_deref()),
             params.query(),
         );
-        decode(
-            self.client
-                .request(
-                    http::Method::POST,
-                    &path,
-                    Some("application/json"),
-                    self.body(obj)?,
-                )
-                .await?,
-        )
+        self.send_object(http::Method::POST, &path, obj).await
     }
 
     /// PUT an object (its `metadata.resourceVersion`, if set, is a precondition).
@@ -263,16 +268,7 @@ impl<K: DeserializeOwned + Serialize + Send + 'static> Api<K> {
         obj: &K,
     ) -> Result<K, ClientError> {
         let path = with_query(self.object_path(name, None), params.query());
-        decode(
-            self.client
-                .request(
-                    http::Method::PUT,
-                    &path,
-                    Some("application/json"),
-                    self.body(obj)?,
-                )
-                .await?,
-        )
+        self.send_object(http::Method::PUT, &path, obj).await
     }
 
     /// PUT the status subresource.
@@ -283,16 +279,7 @@ impl<K: DeserializeOwned + Serialize + Send + 'static> Api<K> {
         obj: &K,
     ) -> Result<K, ClientError> {
         let path = with_query(self.object_path(name, Some("status")), params.query());
-        decode(
-            self.client
-                .request(
-                    http::Method::PUT,
-                    &path,
-                    Some("application/json"),
-                    self.body(obj)?,
-                )
-                .await?,
-        )
+        self.send_object(http::Method::PUT, &path, obj).await
     }
 
     async fn patch_at(
