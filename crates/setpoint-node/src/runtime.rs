@@ -1,0 +1,116 @@
+//! The contract between the node agent and whatever runs containers.
+//!
+//! The agent is level-triggered: for each pod bound to its node it calls
+//! [`PodRuntime::sync_pod`] with the pod as the API shows it, and writes the returned
+//! [`RuntimeStatus`] into the pod's status (adding the pod conditions itself). A runtime
+//! never talks to the API server; it reports "something changed for this pod" through
+//! [`PodRuntime::subscribe`] so the agent syncs again (a process exited, a probe flipped, a
+//! back-off expired).
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use tokio::sync::mpsc;
+
+/// What the runtime can say went wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// No such pod or container in this runtime.
+    #[error("{0} not found")]
+    NotFound(String),
+    /// The request is understood but cannot be served (e.g. `previous` logs with no previous run).
+    #[error("{0}")]
+    BadRequest(String),
+    /// Anything else (I/O, spawning processes).
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// Facts about the node a pod runs on, for `fieldRef` environment variables and addresses.
+#[derive(Clone, Debug, Default)]
+pub struct NodeContext {
+    /// The node's name (`spec.nodeName`).
+    pub node_name: String,
+    /// The node's address (`status.hostIP`).
+    pub host_ip: String,
+}
+
+/// What a runtime observes about one pod.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RuntimeStatus {
+    /// `status.podIP`, once assigned.
+    pub pod_ip: Option<String>,
+    /// `Pending`, `Running`, `Succeeded` or `Failed`.
+    pub phase: String,
+    /// One entry per container in `spec.containers`, in spec order (state, ready,
+    /// restartCount, lastState, image, imageID, containerID, started).
+    pub container_statuses: Vec<ContainerStatus>,
+    /// When the pod's containers were first started (`status.startTime`).
+    pub start_time: Option<k8s_openapi::jiff::Timestamp>,
+    /// A human-readable note for the pod (e.g. that containers are simulated), if any.
+    pub message: Option<String>,
+    /// A one-word reason to go with `message`, if any.
+    pub reason: Option<String>,
+}
+
+/// A pod the runtime holds, whether or not the API still knows it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RuntimePod {
+    /// `metadata.uid`.
+    pub uid: String,
+    /// `metadata.namespace`.
+    pub namespace: String,
+    /// `metadata.name`.
+    pub name: String,
+}
+
+/// Options of a log request (`pods/log` query parameters).
+#[derive(Clone, Debug, Default)]
+pub struct LogOptions {
+    /// Keep the stream open and send new lines as they are written.
+    pub follow: bool,
+    /// The previous (terminated) run of the container instead of the current one.
+    pub previous: bool,
+    /// Only the last N lines.
+    pub tail_lines: Option<u64>,
+    /// Only lines written in the last N seconds.
+    pub since_seconds: Option<u64>,
+    /// Prefix each line with its RFC 3339 timestamp.
+    pub timestamps: bool,
+    /// Stop after this many bytes.
+    pub limit_bytes: Option<u64>,
+}
+
+/// A stream of log bytes.
+pub type LogStream = BoxStream<'static, Result<Bytes, RuntimeError>>;
+
+/// Something that runs pods' containers on one node.
+#[async_trait]
+pub trait PodRuntime: Send + Sync + 'static {
+    /// Brings the pod's containers to what its spec asks — starts those not started, restarts
+    /// exited ones as `restartPolicy` and back-off allow — and reports what it sees.
+    /// Idempotent: calling it again with the same pod changes nothing that is already right.
+    async fn sync_pod(&self, pod: &Pod, node: &NodeContext) -> Result<RuntimeStatus, RuntimeError>;
+
+    /// Stops every container of the pod (SIGTERM, then SIGKILL after `grace`) and forgets it,
+    /// returning when all have exited. Stopping a pod the runtime does not hold is not an error.
+    async fn kill_pod(&self, pod: &RuntimePod, grace: Duration) -> Result<(), RuntimeError>;
+
+    /// Every pod the runtime holds, including those it found again after the agent restarted.
+    async fn pods(&self) -> Vec<RuntimePod>;
+
+    /// A channel that receives a pod's uid whenever its observed status may have changed.
+    /// Called once by the agent.
+    fn subscribe(&self) -> mpsc::UnboundedReceiver<String>;
+
+    /// The log of one container of a pod.
+    async fn logs(
+        &self,
+        pod: &RuntimePod,
+        container: &str,
+        options: &LogOptions,
+    ) -> Result<LogStream, RuntimeError>;
+}
