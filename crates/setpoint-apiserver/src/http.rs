@@ -479,6 +479,13 @@ async fn serve(
                 let bytes = read_body(server, body).await?;
                 return bind_pod(server, &res, &ns, &name, headers, &bytes, q).await;
             }
+            if subresource.as_deref() == Some("log") && res.group.is_empty() && res.plural == "pods"
+            {
+                if *method != Method::GET {
+                    return Err(ApiError::method_not_allowed());
+                }
+                return pod_log(server, &res, &ns, &name, q).await;
+            }
             let view = View::parse(&res, subresource.as_deref())?;
             match *method {
                 Method::GET => {
@@ -970,6 +977,35 @@ async fn delete_collection(
         "items": items,
     });
     Ok(value_response(StatusCode::OK, &list))
+}
+
+/// `GET pods/<name>/log`: proxied to the agent of the pod's node.
+async fn pod_log(
+    server: &Arc<ApiServer>,
+    res: &Arc<ResourceDef>,
+    ns: &str,
+    name: &str,
+    q: &Query,
+) -> Result<Response, ApiError> {
+    let pod = server.get_object(res, ns, name).await?;
+    let node_name = pod
+        .pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    if node_name.is_empty() {
+        return Err(ApiError::bad_request(format!(
+            "pod {name} does not have a host assigned"
+        )));
+    }
+    let nodes = server
+        .registry
+        .get("", "v1", "nodes")
+        .cloned()
+        .ok_or_else(ApiError::not_found_path)?;
+    let node = server.get_object(&nodes, "", &node_name).await?;
+    let tls = server.agent_tls.read().clone();
+    crate::podlogs::stream(tls, &pod, &node, q).await
 }
 
 /// `POST pods/<name>/binding`: sets `spec.nodeName` once.

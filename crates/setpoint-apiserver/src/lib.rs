@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod objects;
 pub mod openapi;
 pub mod patch;
+pub mod podlogs;
 pub mod registry;
 pub mod request;
 pub mod server;

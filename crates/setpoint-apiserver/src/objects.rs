@@ -480,6 +480,12 @@ impl ApiServer {
         strategy::prepare_for_create(res, &mut obj, &now);
         setpoint_kinds::defaults::apply(&res.group, &res.kind, &mut obj);
         setpoint_kinds::defaults::on_create(&res.group, &res.kind, &mut obj);
+        if res.group.is_empty() && res.kind == "Pod" {
+            setpoint_kinds::defaults::default_tolerations(
+                &mut obj,
+                self.config.default_toleration_seconds,
+            );
+        }
         if track {
             crate::apply::record_update(res, None, &mut obj, manager(opts), None, &now);
         }

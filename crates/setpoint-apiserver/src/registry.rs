@@ -129,6 +129,13 @@ impl ResourceDef {
                 kind: "Binding".into(),
                 verbs: &["create"],
             });
+            out.push(Subresource {
+                name: "log",
+                group: String::new(),
+                version: "v1".into(),
+                kind: "Pod".into(),
+                verbs: &["get"],
+            });
         }
         if self.group.is_empty() && self.plural == "namespaces" {
             out.push(Subresource {

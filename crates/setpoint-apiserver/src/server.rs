@@ -56,6 +56,9 @@ pub struct ServerConfig {
     pub cache: CacheConfig,
     /// How often old revisions are compacted, keeping this much history.
     pub compaction_interval: Duration,
+    /// How long new pods tolerate their node being not ready or unreachable before they are
+    /// evicted (the `tolerationSeconds` added to pods that set none).
+    pub default_toleration_seconds: i64,
 }
 
 impl Default for ServerConfig {
@@ -68,6 +71,7 @@ impl Default for ServerConfig {
             max_body_bytes: 3 * 1024 * 1024,
             cache: CacheConfig::default(),
             compaction_interval: Duration::from_secs(300),
+            default_toleration_seconds: 300,
         }
     }
 }
@@ -84,6 +88,8 @@ pub struct ApiServer {
     ready: AtomicBool,
     /// Turns true when the server stops; background tasks end on it.
     stopping: watch::Sender<bool>,
+    /// TLS towards node agents (for `pods/log`); set once serving HTTPS.
+    pub(crate) agent_tls: parking_lot::RwLock<Option<Arc<rustls::ClientConfig>>>,
 }
 
 /// A running server: its address, the files a client needs, and a handle to stop it.
@@ -161,6 +167,7 @@ impl ApiServer {
             caches,
             metrics,
             address: parking_lot::RwLock::new(config.listen.to_string()),
+            agent_tls: parking_lot::RwLock::new(None),
             config,
             ready: AtomicBool::new(false),
             stopping,
@@ -362,6 +369,13 @@ impl ApiServer {
         let tls = pki
             .server_config()
             .map_err(|e| start_error::Error(format!("TLS: {e}")))?;
+        let (agent_cert, agent_key) = pki
+            .issue_agent_client()
+            .map_err(|e| start_error::Error(format!("certificates: {e}")))?;
+        *self.agent_tls.write() = Some(
+            crate::podlogs::agent_client_config(&agent_cert, &agent_key)
+                .map_err(|e| start_error::Error(format!("TLS: {e}")))?,
+        );
         let task = tokio::spawn(crate::tls::serve_tls(listener, router, tls, rx));
         Ok(Running {
             server: self.clone(),

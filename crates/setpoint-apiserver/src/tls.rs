@@ -188,6 +188,23 @@ impl Pki {
         })
     }
 
+    /// Issues the certificate the API server presents to node agents (for `pods/log`), signed
+    /// by the CA, and returns (certificate PEM, key PEM).
+    pub fn issue_agent_client(&self) -> Result<(String, String), TlsError> {
+        let ca_key = KeyPair::from_pem(&self.ca_key)?;
+        let ca_p = ca_params()?;
+        let issuer = Issuer::from_params(&ca_p, &ca_key);
+        let key = KeyPair::generate()?;
+        let cert = leaf(
+            "setpoint-apiserver-kubelet-client",
+            Some("system:masters"),
+            vec![],
+            ExtendedKeyUsagePurpose::ClientAuth,
+        )?
+        .signed_by(&key, &issuer)?;
+        Ok((cert.pem(), key.serialize_pem()))
+    }
+
     /// Writes `data_dir/kubeconfig` for the admin user and returns its path.
     pub fn write_kubeconfig(&self, data_dir: &Path, server_url: &str) -> Result<PathBuf, TlsError> {
         let path = data_dir.join("kubeconfig");

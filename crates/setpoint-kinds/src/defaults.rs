@@ -102,6 +102,49 @@ pub fn on_create(group: &str, kind: &str, obj: &mut Value) {
     }
 }
 
+/// The taints the node lifecycle controller puts on a node that is not ready or unreachable.
+pub const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
+/// See [`NOT_READY_TAINT`].
+pub const UNREACHABLE_TAINT: &str = "node.kubernetes.io/unreachable";
+
+/// Kubernetes' `DefaultTolerationSeconds` admission step: a new pod that does not already
+/// tolerate the `not-ready` / `unreachable` `NoExecute` taints gets tolerations for them lasting
+/// `seconds`, so its pods are evicted from a failed node after that long rather than at once.
+pub fn default_tolerations(obj: &mut Value, seconds: i64) {
+    let Some(spec) = obj.as_object_mut().and_then(|r| child_or_insert(r, "spec")) else {
+        return;
+    };
+    let list = spec.entry("tolerations").or_insert_with(|| json!([]));
+    if list.is_null() {
+        *list = json!([]);
+    }
+    let Some(list) = list.as_array_mut() else {
+        return;
+    };
+    for key in [NOT_READY_TAINT, UNREACHABLE_TAINT] {
+        // Upstream only skips a key when a toleration names it (or tolerates every key) for
+        // the NoExecute effect (or every effect).
+        let covered = list.iter().any(|t| {
+            let k = t.get("key").and_then(Value::as_str).unwrap_or("");
+            let op = t.get("operator").and_then(Value::as_str).unwrap_or("Equal");
+            let effect = t.get("effect").and_then(Value::as_str).unwrap_or("");
+            (k == key || (k.is_empty() && op == "Exists"))
+                && (effect.is_empty() || effect == "NoExecute")
+        });
+        if !covered {
+            list.push(json!({
+                "key": key,
+                "operator": "Exists",
+                "effect": "NoExecute",
+                "tolerationSeconds": seconds,
+            }));
+        }
+    }
+    if list.is_empty() {
+        spec.remove("tolerations");
+    }
+}
+
 /// Generates a Job's selector and pod-template labels from its uid, as the Job strategy does on
 /// create unless `spec.manualSelector` is true. Call it after [`apply`] (which copies the
 /// template's labels to the Job's own labels before these are added) and once the Job has its
@@ -776,6 +819,30 @@ fn scaling_rules(behavior: &mut Obj, key: &str, window: i64, policies: Value) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn default_tolerations_added_once_and_respect_existing() {
+        let mut pod = json!({"spec": {"containers": []}});
+        default_tolerations(&mut pod, 300);
+        default_tolerations(&mut pod, 300);
+        let t = pod["spec"]["tolerations"].as_array().unwrap();
+        assert_eq!(t.len(), 2);
+        assert_eq!(t[1]["key"], UNREACHABLE_TAINT);
+        assert_eq!(t[1]["tolerationSeconds"], 300);
+
+        let mut own = json!({"spec": {"tolerations": [
+            {"key": UNREACHABLE_TAINT, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 5}
+        ]}});
+        default_tolerations(&mut own, 300);
+        let t = own["spec"]["tolerations"].as_array().unwrap();
+        assert_eq!(t.len(), 2);
+        assert_eq!(t[0]["tolerationSeconds"], 5);
+        assert_eq!(t[1]["key"], NOT_READY_TAINT);
+
+        let mut all = json!({"spec": {"tolerations": [{"operator": "Exists"}]}});
+        default_tolerations(&mut all, 300);
+        assert_eq!(all["spec"]["tolerations"].as_array().unwrap().len(), 1);
+    }
+
     use super::*;
     use proptest::prelude::*;
 
