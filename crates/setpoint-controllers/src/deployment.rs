@@ -815,11 +815,7 @@ impl Reconciler for DeploymentController {
                 }
             }
         }
-        let secs = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs() as i64)
-            .unwrap_or_default();
-        let now = Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap_or_default());
+        let now = Time(crate::now());
         let p = plan(&d, &owned, &now);
         let reference = d.object_reference();
         let dapi: Api<Deployment> = Api::namespaced(self.client.clone(), &ns);

@@ -11,7 +11,9 @@
 //!   driven by `ownerReferences`;
 //! - [`replicaset`]: keeps a ReplicaSet's pods at `spec.replicas`;
 //! - [`deployment`]: rolls a Deployment's pod template out through ReplicaSets
-//!   (rolling update, recreate, pause, rollback, revision history).
+//!   (rolling update, recreate, pause, rollback, revision history);
+//! - [`nodelifecycle`]: marks nodes whose agent went silent `Unknown`, taints them, and
+//!   evicts their pods once the pods' tolerations run out.
 //!
 //! Every controller separates a pure decision (unit-tested without a server) from the I/O
 //! that carries it out.
@@ -21,7 +23,18 @@ pub mod discovery;
 pub mod gc;
 pub mod manager;
 pub mod namespace;
+pub mod nodelifecycle;
 pub mod replicaset;
+
+/// The current time in whole seconds, as the API stores timestamps (the `jiff` build that
+/// `k8s-openapi` uses has no clock of its own).
+pub(crate) fn now() -> k8s_openapi::jiff::Timestamp {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or_default();
+    k8s_openapi::jiff::Timestamp::from_second(secs).unwrap_or_default()
+}
 
 /// Errors of the built-in controllers outside a reconcile (set-up and discovery).
 #[derive(Debug, thiserror::Error)]

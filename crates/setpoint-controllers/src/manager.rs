@@ -10,12 +10,26 @@ use setpoint_runtime::informer::SharedInformers;
 use tokio::sync::watch;
 
 /// Every built-in controller, by the name `--controllers` knows it.
-pub const ALL: &[&str] = &["namespace", "garbagecollector", "replicaset", "deployment"];
+pub const ALL: &[&str] = &[
+    "namespace",
+    "garbagecollector",
+    "replicaset",
+    "deployment",
+    "nodelifecycle",
+];
+
+/// Settings of the controllers that have any.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// The node lifecycle controller's grace period.
+    pub node_lifecycle: crate::nodelifecycle::NodeLifecycleConfig,
+}
 
 /// Builds the named controllers on one set of shared informers.
 pub async fn build(
     client: &Client,
     names: &[String],
+    options: &Options,
     informers: &SharedInformers,
 ) -> Vec<Controller> {
     let mut out = Vec::new();
@@ -29,6 +43,11 @@ pub async fn build(
                 out.push(crate::gc::controller(client.clone(), informers, &resources));
             }
             "replicaset" => out.push(crate::replicaset::controller(client.clone(), informers)),
+            "nodelifecycle" => out.push(crate::nodelifecycle::controller(
+                client.clone(),
+                informers,
+                options.node_lifecycle.clone(),
+            )),
             other => tracing::warn!(controller = other, "unknown controller; skipped"),
         }
     }
@@ -39,13 +58,14 @@ pub async fn build(
 pub async fn run(
     client: Client,
     names: Vec<String>,
+    options: Options,
     leader: Option<watch::Receiver<bool>>,
     shutdown: impl Future<Output = ()> + Send,
 ) {
     let informers = SharedInformers::new(client.clone());
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = Vec::new();
-    for mut c in build(&client, &names, &informers).await {
+    for mut c in build(&client, &names, &options, &informers).await {
         if let Some(l) = &leader {
             c = c.with_leadership(l.clone());
         }
@@ -73,9 +93,14 @@ impl InProcess {
     /// Starts every built-in controller with `client` (no leader election: one set per
     /// process).
     pub fn start(client: Client) -> InProcess {
+        InProcess::start_with(client, Options::default())
+    }
+
+    /// Like [`InProcess::start`], with settings.
+    pub fn start_with(client: Client, options: Options) -> InProcess {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let names = ALL.iter().map(|s| s.to_string()).collect();
-        let task = tokio::spawn(run(client, names, None, async move {
+        let task = tokio::spawn(run(client, names, options, None, async move {
             let _ = stopped.await;
         }));
         InProcess { stop, task }

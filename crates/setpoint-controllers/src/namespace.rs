@@ -350,11 +350,7 @@ impl NamespaceController {
 
 /// The current time as a `metav1.Time` (whole seconds, as the API stores it).
 fn now() -> Time {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or_default();
-    Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap_or_default())
+    Time(crate::now())
 }
 
 fn finalizers(o: &DynamicObject) -> Vec<String> {

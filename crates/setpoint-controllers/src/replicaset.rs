@@ -378,14 +378,7 @@ pub fn same_status(a: &ReplicaSetStatus, b: &ReplicaSetStatus) -> bool {
         && c(a) == c(b)
 }
 
-/// The current time, in whole seconds as the API stores it.
-fn now() -> Timestamp {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or_default();
-    Timestamp::from_second(secs).unwrap_or_default()
-}
+use crate::now;
 
 /// The reconciler of ReplicaSets.
 pub struct ReplicaSetController {

@@ -23,7 +23,7 @@ pub struct ControllerManagerArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "namespace,garbagecollector,replicaset,deployment",
+        default_value = "namespace,garbagecollector,replicaset,deployment,nodelifecycle",
         value_parser = clap::builder::PossibleValuesParser::new(ALL)
     )]
     controllers: Vec<String>,
@@ -38,6 +38,9 @@ pub struct ControllerManagerArgs {
         action = clap::ArgAction::Set
     )]
     leader_elect: bool,
+    /// Seconds a node may go without renewing its Lease before it is marked unreachable.
+    #[arg(long, default_value_t = 50)]
+    node_monitor_grace_period_seconds: u64,
 }
 
 impl ControllerManagerArgs {
@@ -68,7 +71,19 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
         leader = Some(handle.is_leader());
         elector = Some(handle);
     }
-    manager::run(client, args.controllers, leader, crate::wait_for_signal()).await;
+    let options = manager::Options {
+        node_lifecycle: setpoint_controllers::nodelifecycle::NodeLifecycleConfig {
+            grace_period: std::time::Duration::from_secs(args.node_monitor_grace_period_seconds),
+        },
+    };
+    manager::run(
+        client,
+        args.controllers,
+        options,
+        leader,
+        crate::wait_for_signal(),
+    )
+    .await;
     if let Some(h) = elector {
         // Releasing the lease lets another replica take over at once, not after it expires.
         h.shutdown().await;
