@@ -70,20 +70,8 @@ fn start_controller(client: &Client) -> tokio::task::JoinHandle<()> {
 }
 
 /// Polls `check` until it returns `Some`, or panics after 30 s.
-async fn eventually<T, F: Future<Output = Option<T>>>(
-    what: &str,
-    mut check: impl FnMut() -> F,
-) -> T {
-    tokio::time::timeout(Duration::from_secs(30), async {
-        loop {
-            if let Some(v) = check().await {
-                return v;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+async fn eventually<T, F: Future<Output = Option<T>>>(what: &str, check: impl FnMut() -> F) -> T {
+    setpoint_testing::eventually_within(Duration::from_secs(30), what, check).await
 }
 
 async fn setup() -> (TestCluster, Api<ReplicaSet>, Api<Pod>) {

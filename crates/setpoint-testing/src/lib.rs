@@ -83,9 +83,18 @@ impl TestCluster {
     /// Like [`TestCluster::start`], with Setpoint's built-in controllers running against it
     /// (namespaces really terminate, garbage collection really happens).
     pub async fn start_with_controllers() -> TestCluster {
+        TestCluster::start_with_controller_options(Default::default()).await
+    }
+
+    /// Like [`TestCluster::start_with_controllers`], with settings (e.g. a short node grace
+    /// period).
+    pub async fn start_with_controller_options(
+        options: setpoint_controllers::manager::Options,
+    ) -> TestCluster {
         let mut c = TestCluster::start().await;
-        c.controllers = Some(setpoint_controllers::manager::InProcess::start(
+        c.controllers = Some(setpoint_controllers::manager::InProcess::start_with(
             c.client.clone(),
+            options,
         ));
         c
     }
@@ -122,6 +131,36 @@ impl TestCluster {
             None => self.server.stop().await,
         }
     }
+}
+
+/// Polls `check` every 50 ms until it returns `Some`, and returns that; panics naming `what`
+/// if `within` passes first. Tests wait on conditions with this instead of sleeping.
+pub async fn eventually_within<T, F>(
+    within: std::time::Duration,
+    what: &str,
+    mut check: impl FnMut() -> F,
+) -> T
+where
+    F: std::future::Future<Output = Option<T>>,
+{
+    tokio::time::timeout(within, async {
+        loop {
+            if let Some(v) = check().await {
+                return v;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("timed out after {within:?} waiting for {what}"))
+}
+
+/// [`eventually_within`] with a 30 s deadline.
+pub async fn eventually<T, F>(what: &str, check: impl FnMut() -> F) -> T
+where
+    F: std::future::Future<Output = Option<T>>,
+{
+    eventually_within(std::time::Duration::from_secs(30), what, check).await
 }
 
 #[cfg(test)]
