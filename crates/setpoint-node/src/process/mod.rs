@@ -1,0 +1,1111 @@
+//! The process runtime: each container of a pod is a local process.
+//!
+//! - A container runs `command` + `args` (with `$(VAR)` expansion, see [`expand`]) under a
+//!   small supervising `sh` wrapper in its own session ([`launch`]), so it survives the agent
+//!   and its exit status is recorded even while no agent runs. A container with no command
+//!   cannot run as a process (its image's entrypoint is unknown and images are not pulled);
+//!   it is simulated: reported running, with `imageID` `simulated://<image>` and a pod
+//!   reason `SimulatedContainer` saying so.
+//! - Each pod gets its own loopback address ([`ipam`]) as `status.podIP`.
+//! - Everything needed to find the processes again is in `<root>/pods/<uid>/pod.json`
+//!   ([`state`]): a new [`ProcessRuntime`] over the same root adopts the running processes
+//!   (pid plus `/proc` start time, so a reused pid is never mistaken for them) and records
+//!   the exits that happened while it was away.
+//! - Exited containers restart as `restartPolicy` says with CrashLoopBackOff ([`backoff`]);
+//!   probes ([`probe`]) set `started` and `ready` and stop containers that fail liveness.
+//! - Output goes to one log file per run with timestamps on the side ([`logs`]).
+//! - `status.containerStatuses[].containerID` is `process://<pid>` of the workload process
+//!   (not of its wrapper), so a test or a person can signal the real process.
+//!
+//! A monitor task polls the processes and the logs and sends the pod's uid to the
+//! subscriber whenever an exit happened, a probe verdict flipped or a back-off expired.
+
+pub mod backoff;
+pub mod expand;
+pub mod ipam;
+pub mod launch;
+pub mod logs;
+pub mod probe;
+pub mod state;
+
+use std::collections::{HashMap, HashSet};
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::{
+    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
+    ContainerStateWaiting, ContainerStatus, Pod,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use tokio::sync::{mpsc, Notify};
+use tokio::task::AbortHandle;
+
+use crate::runtime::{
+    LogOptions, LogStream, NodeContext, PodRuntime, RuntimeError, RuntimePod, RuntimeStatus,
+};
+use backoff::{format_delay, BackoffPolicy};
+use expand::FieldContext;
+use ipam::IpRange;
+use launch::{LaunchSpec, RunHandle};
+use probe::{ProbeSet, ProbeStatus, ProbeTarget};
+use state::{now_ms, ContainerRecord, ExitRecord, PodPaths, PodRecord, RunRecord};
+
+/// Tunables of a [`ProcessRuntime`].
+#[derive(Clone, Debug)]
+pub struct ProcessRuntimeOptions {
+    /// Restart delays (default: Kubernetes' 10 s doubling to 5 min, reset after 10 min).
+    pub backoff: BackoffPolicy,
+    /// The loopback addresses pods get (default 127.1.0.1 upward). Agents sharing a host
+    /// need disjoint ranges.
+    pub pod_ips: IpRange,
+    /// A run's live log is rotated once it passes this size (default 10 MiB).
+    pub log_max_bytes: u64,
+    /// How often the monitor looks at processes and logs (default 250 ms).
+    pub poll_interval: Duration,
+}
+
+impl Default for ProcessRuntimeOptions {
+    fn default() -> Self {
+        Self {
+            backoff: BackoffPolicy::default(),
+            pod_ips: IpRange::default(),
+            log_max_bytes: 10 * 1024 * 1024,
+            poll_interval: Duration::from_millis(250),
+        }
+    }
+}
+
+/// Runs pods' containers as local processes. See the [module docs](self).
+pub struct ProcessRuntime {
+    inner: Arc<Inner>,
+    monitor: AbortHandle,
+}
+
+type Subscribers = Arc<Mutex<Vec<mpsc::UnboundedSender<String>>>>;
+
+struct Inner {
+    root: PathBuf,
+    options: ProcessRuntimeOptions,
+    pods: Mutex<HashMap<String, Arc<tokio::sync::Mutex<PodState>>>>,
+    ips: Mutex<HashSet<Ipv4Addr>>,
+    subscribers: Subscribers,
+    /// Wakes the monitor early (a wrapper the agent started exited).
+    wake: Arc<Notify>,
+    /// Tasks to stop when the runtime is dropped (wrapper waiters, probes).
+    tasks: Mutex<Vec<AbortHandle>>,
+    /// The back-off expiry last announced per (uid, container), so it is announced once.
+    announced: Mutex<HashMap<(String, String), i64>>,
+    /// How much of each live log the timestamp checkpoints cover.
+    indexed: Mutex<HashMap<PathBuf, u64>>,
+}
+
+struct PodState {
+    paths: PodPaths,
+    record: PodRecord,
+    /// Probe tasks and verdicts per container, for the run they watch.
+    probes: HashMap<String, ProbeRun>,
+    /// Why a container could not be started at the last sync (reason, message).
+    errors: HashMap<String, (String, String)>,
+    /// Set by `kill_pod`: the state is being torn down.
+    gone: bool,
+}
+
+struct ProbeRun {
+    index: u32,
+    status: Arc<ProbeStatus>,
+    task: AbortHandle,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic elsewhere must not wedge the runtime: the data stays usable.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn internal(context: &str) -> impl FnOnce(std::io::Error) -> RuntimeError + '_ {
+    move |e| RuntimeError::Internal(format!("{context}: {e}"))
+}
+
+fn notify_all(subscribers: &Subscribers, uid: &str) {
+    lock(subscribers).retain(|tx| tx.send(uid.to_string()).is_ok());
+}
+
+fn time(ms: i64) -> Time {
+    Time(Timestamp::from_millisecond(ms).unwrap_or(Timestamp::UNIX_EPOCH))
+}
+
+impl ProcessRuntime {
+    /// A runtime keeping its state under `root_dir`, with Kubernetes' default timings.
+    /// Adopts the pods a previous runtime over the same directory left running. Must be
+    /// called inside a Tokio runtime (it starts the monitor task).
+    pub fn new(root_dir: impl Into<PathBuf>) -> Result<Self, RuntimeError> {
+        Self::with_options(root_dir, ProcessRuntimeOptions::default())
+    }
+
+    /// Like [`new`](Self::new) with other restart back-off delays (tests use short ones).
+    pub fn with_backoff(
+        root_dir: impl Into<PathBuf>,
+        base: Duration,
+        max: Duration,
+    ) -> Result<Self, RuntimeError> {
+        let mut options = ProcessRuntimeOptions::default();
+        options.backoff.base = base;
+        options.backoff.max = max;
+        Self::with_options(root_dir, options)
+    }
+
+    /// Like [`new`](Self::new) with every tunable given.
+    pub fn with_options(
+        root_dir: impl Into<PathBuf>,
+        options: ProcessRuntimeOptions,
+    ) -> Result<Self, RuntimeError> {
+        let root = root_dir.into();
+        let pods_dir = root.join("pods");
+        std::fs::create_dir_all(&pods_dir).map_err(internal("creating the state directory"))?;
+        let inner = Arc::new(Inner {
+            root,
+            options,
+            pods: Mutex::new(HashMap::new()),
+            ips: Mutex::new(HashSet::new()),
+            subscribers: Arc::new(Mutex::new(Vec::new())),
+            wake: Arc::new(Notify::new()),
+            tasks: Mutex::new(Vec::new()),
+            announced: Mutex::new(HashMap::new()),
+            indexed: Mutex::new(HashMap::new()),
+        });
+        inner.adopt(&pods_dir)?;
+        let monitor = tokio::spawn(Inner::monitor(Arc::clone(&inner))).abort_handle();
+        Ok(Self { inner, monitor })
+    }
+
+    /// The directory the runtime keeps its state in.
+    pub fn root_dir(&self) -> &Path {
+        &self.inner.root
+    }
+}
+
+impl Drop for ProcessRuntime {
+    /// Stops the runtime's tasks but never its containers: they outlive the agent, and the
+    /// next runtime over the same directory adopts them.
+    fn drop(&mut self) {
+        self.monitor.abort();
+        for task in lock(&self.inner.tasks).drain(..) {
+            task.abort();
+        }
+    }
+}
+
+impl Inner {
+    /// Loads the pods a previous runtime left and records what ended meanwhile.
+    fn adopt(&self, pods_dir: &Path) -> Result<(), RuntimeError> {
+        let entries =
+            std::fs::read_dir(pods_dir).map_err(internal("reading the state directory"))?;
+        for entry in entries.flatten() {
+            let dir = entry.path();
+            let uid = entry.file_name().to_string_lossy().into_owned();
+            let paths = PodPaths::new(&self.root, &uid);
+            let mut record = match PodRecord::load(&paths.record()) {
+                Ok(r) => r,
+                Err(e) => {
+                    // The record is written before any process starts: a directory without
+                    // one never ran anything.
+                    tracing::warn!(?dir, error = %e, "removing pod directory without a readable record");
+                    let _ = std::fs::remove_dir_all(&dir);
+                    continue;
+                }
+            };
+            if let Ok(ip) = record.ip.parse() {
+                lock(&self.ips).insert(ip);
+            }
+            for (name, c) in &record.containers {
+                if let Some(run) = c.run.as_ref().filter(|r| !r.simulated && r.exit.is_none()) {
+                    let log = paths.run_file(name, run.index, "log");
+                    let size = logs::indexed_size(&log);
+                    lock(&self.indexed).insert(log, size);
+                }
+            }
+            if observe(&paths, &mut record) {
+                record
+                    .save(&paths.record())
+                    .map_err(internal("saving pod record"))?;
+            }
+            tracing::info!(uid, pod = %record.name, "adopted pod");
+            let state = PodState {
+                paths,
+                record,
+                probes: HashMap::new(),
+                errors: HashMap::new(),
+                gone: false,
+            };
+            lock(&self.pods).insert(uid, Arc::new(tokio::sync::Mutex::new(state)));
+        }
+        Ok(())
+    }
+
+    fn notify(&self, uid: &str) {
+        notify_all(&self.subscribers, uid);
+    }
+
+    fn track(&self, task: AbortHandle) {
+        let mut tasks = lock(&self.tasks);
+        tasks.retain(|t| !t.is_finished());
+        tasks.push(task);
+    }
+
+    /// Polls processes, logs and back-off timers; announces changes.
+    async fn monitor(self: Arc<Self>) {
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(self.options.poll_interval) => {}
+                () = self.wake.notified() => {}
+            }
+            let entries: Vec<(String, Arc<tokio::sync::Mutex<PodState>>)> = lock(&self.pods)
+                .iter()
+                .map(|(k, v)| (k.clone(), Arc::clone(v)))
+                .collect();
+            let now = now_ms();
+            for (uid, entry) in entries {
+                // A pod being synced or killed is looked at next time.
+                let Ok(mut st) = entry.try_lock() else {
+                    continue;
+                };
+                if st.gone {
+                    continue;
+                }
+                self.index_logs(&st);
+                let st = &mut *st;
+                let changed = observe(&st.paths, &mut st.record);
+                if changed {
+                    if let Err(e) = st.record.save(&st.paths.record()) {
+                        tracing::warn!(uid, error = %e, "saving pod record");
+                    }
+                    self.index_logs(st);
+                }
+                let mut due = false;
+                for (name, c) in &st.record.containers {
+                    if let Some(at) = c.restart_at_ms.filter(|at| *at <= now) {
+                        let key = (uid.clone(), name.clone());
+                        let mut announced = lock(&self.announced);
+                        if announced.get(&key) != Some(&at) {
+                            announced.insert(key, at);
+                            due = true;
+                        }
+                    }
+                }
+                if changed || due {
+                    self.notify(&uid);
+                }
+            }
+        }
+    }
+
+    fn index_logs(&self, st: &PodState) {
+        for (name, c) in &st.record.containers {
+            let Some(run) = c.run.as_ref().filter(|r| !r.simulated) else {
+                continue;
+            };
+            // A run that just ended gets one last checkpoint.
+            let ended_long_ago = run
+                .exit
+                .as_ref()
+                .is_some_and(|e| now_ms() - e.finished_at_ms > 5_000);
+            if ended_long_ago {
+                continue;
+            }
+            let log = st.paths.run_file(name, run.index, "log");
+            let mut indexed = lock(&self.indexed);
+            let size = indexed.entry(log.clone()).or_insert(0);
+            if let Err(e) = logs::index(&log, size, self.options.log_max_bytes) {
+                tracing::debug!(?log, error = %e, "indexing log");
+            }
+        }
+    }
+
+    fn pod_entry(&self, uid: &str) -> Option<Arc<tokio::sync::Mutex<PodState>>> {
+        lock(&self.pods).get(uid).cloned()
+    }
+
+    /// The pod's state, created (address allocated, record written) on first sight.
+    fn pod_entry_or_create(
+        &self,
+        uid: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Arc<tokio::sync::Mutex<PodState>>, RuntimeError> {
+        let mut pods = lock(&self.pods);
+        if let Some(entry) = pods.get(uid) {
+            return Ok(Arc::clone(entry));
+        }
+        let ip = {
+            let mut ips = lock(&self.ips);
+            let ip = self.options.pod_ips.allocate(&ips).ok_or_else(|| {
+                RuntimeError::Internal("no free pod address left in the range".to_string())
+            })?;
+            ips.insert(ip);
+            ip
+        };
+        let paths = PodPaths::new(&self.root, uid);
+        let record = PodRecord {
+            uid: uid.to_string(),
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            ip: ip.to_string(),
+            start_time_ms: now_ms(),
+            containers: Default::default(),
+        };
+        let saved = std::fs::create_dir_all(&paths.dir).and_then(|()| record.save(&paths.record()));
+        if let Err(e) = saved {
+            lock(&self.ips).remove(&ip);
+            return Err(RuntimeError::Internal(format!("creating pod state: {e}")));
+        }
+        let state = PodState {
+            paths,
+            record,
+            probes: HashMap::new(),
+            errors: HashMap::new(),
+            gone: false,
+        };
+        let entry = Arc::new(tokio::sync::Mutex::new(state));
+        pods.insert(uid.to_string(), Arc::clone(&entry));
+        Ok(entry)
+    }
+}
+
+/// The handle of a run that has (or had) processes.
+fn run_handle(paths: &PodPaths, name: &str, run: &RunRecord) -> RunHandle {
+    RunHandle {
+        wrapper_pid: run.wrapper_pid,
+        wrapper_start: run.wrapper_start,
+        workload: run.pid.map(|p| (p, run.pid_start.unwrap_or(0))),
+        exit_file: paths.run_file(name, run.index, "exit"),
+    }
+}
+
+/// Records the exits of runs whose processes ended. Returns whether anything changed.
+fn observe(paths: &PodPaths, record: &mut PodRecord) -> bool {
+    let mut changed = false;
+    for (name, c) in record.containers.iter_mut() {
+        let Some(run) = c.run.as_mut().filter(|r| !r.simulated && r.exit.is_none()) else {
+            continue;
+        };
+        let handle = run_handle(paths, name, run);
+        if handle.running() {
+            continue;
+        }
+        let code = launch::read_i32(&handle.exit_file);
+        if code.is_none() && handle.wrapper_alive() {
+            // The workload ended and the wrapper is about to write its status.
+            continue;
+        }
+        let (code, message, finished) = match code {
+            Some(code) => (
+                code,
+                None,
+                state::mtime_ms(&handle.exit_file).unwrap_or_else(now_ms),
+            ),
+            None => (
+                137,
+                Some(
+                    "the exit status was not recorded: the container's supervisor was killed"
+                        .to_string(),
+                ),
+                now_ms(),
+            ),
+        };
+        // Background processes the workload left behind end with the container.
+        handle.kill_leftovers();
+        tracing::info!(pod = %record.name, container = %name, code, "container exited");
+        run.exit = Some(ExitRecord {
+            code,
+            reason: if code == 0 { "Completed" } else { "Error" }.to_string(),
+            message,
+            started_at_ms: run.started_at_ms,
+            finished_at_ms: finished.max(run.started_at_ms),
+            container_id: container_id(run),
+        });
+        changed = true;
+    }
+    changed
+}
+
+fn container_id(run: &RunRecord) -> String {
+    match run.pid {
+        Some(pid) => format!("process://{pid}"),
+        None => format!("process://{}", run.wrapper_pid),
+    }
+}
+
+/// Whether `restartPolicy` restarts a container that exited with `code`.
+fn restarts(policy: &str, code: i32) -> bool {
+    match policy {
+        "Never" => false,
+        "OnFailure" => code != 0,
+        _ => true,
+    }
+}
+
+fn is_simulated(container: &Container) -> bool {
+    container.command.as_ref().is_none_or(|c| c.is_empty())
+}
+
+fn base_env(pod_name: &str) -> Vec<(String, String)> {
+    let path = std::env::var("PATH").unwrap_or_else(|_| {
+        "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string()
+    });
+    let mut env = vec![
+        ("PATH".to_string(), path),
+        ("HOSTNAME".to_string(), pod_name.to_string()),
+    ];
+    if let Ok(home) = std::env::var("HOME") {
+        env.push(("HOME".to_string(), home));
+    }
+    env
+}
+
+/// A container's environment: the base variables, overridden by the spec's.
+fn full_env(base: Vec<(String, String)>, spec: Vec<(String, String)>) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = base
+        .into_iter()
+        .filter(|(k, _)| !spec.iter().any(|(s, _)| s == k))
+        .collect();
+    env.extend(spec);
+    env
+}
+
+struct Prepared {
+    argv: Vec<String>,
+    env: Vec<(String, String)>,
+    workdir: PathBuf,
+}
+
+fn prepare(
+    pod: &Pod,
+    container: &Container,
+    ctx: &FieldContext,
+    paths: &PodPaths,
+) -> Result<Prepared, (String, String)> {
+    let spec_env = expand::container_env(pod, container, ctx)
+        .map_err(|e| ("CreateContainerConfigError".to_string(), e))?;
+    let env = full_env(
+        base_env(pod.metadata.name.as_deref().unwrap_or_default()),
+        spec_env,
+    );
+    let argv = expand::command_line(container, &env).ok_or_else(|| {
+        (
+            "CreateContainerConfigError".to_string(),
+            "no command".to_string(),
+        )
+    })?;
+    let workdir = match container.working_dir.as_deref().filter(|w| !w.is_empty()) {
+        Some(dir) => {
+            let dir = PathBuf::from(dir);
+            if !dir.is_dir() {
+                return Err((
+                    "CreateContainerError".to_string(),
+                    format!("workingDir {} does not exist on this node", dir.display()),
+                ));
+            }
+            dir
+        }
+        None => {
+            let dir = paths.workdir(&container.name);
+            std::fs::create_dir_all(&dir).map_err(|e| {
+                (
+                    "CreateContainerError".to_string(),
+                    format!("creating {}: {e}", dir.display()),
+                )
+            })?;
+            dir
+        }
+    };
+    Ok(Prepared { argv, env, workdir })
+}
+
+impl ProcessRuntime {
+    async fn start_run(
+        &self,
+        st: &mut PodState,
+        pod: &Pod,
+        container: &Container,
+        prepared: Prepared,
+        index: u32,
+    ) -> Result<(), (String, String)> {
+        let name = &container.name;
+        let dir = st.paths.container(name);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| ("RunContainerError".to_string(), e.to_string()))?;
+        // Keep the logs of this run and the previous one only (`--previous`).
+        if let Some(old) = index.checked_sub(2) {
+            for ext in ["log", "log.1", "times", "times.1", "pid", "exit"] {
+                let _ = std::fs::remove_file(st.paths.run_file(name, old, ext));
+            }
+        }
+        let spec = LaunchSpec {
+            argv: prepared.argv,
+            env: prepared.env.clone(),
+            workdir: prepared.workdir.clone(),
+            log: st.paths.run_file(name, index, "log"),
+            pid_file: st.paths.run_file(name, index, "pid"),
+            exit_file: st.paths.run_file(name, index, "exit"),
+        };
+        for path in [&spec.log, &spec.pid_file, &spec.exit_file] {
+            let _ = std::fs::remove_file(path);
+        }
+        let mut launched = launch::launch(&spec).await.map_err(|e| {
+            (
+                "RunContainerError".to_string(),
+                format!("starting {}: {e}", spec.argv[0]),
+            )
+        })?;
+        let started_at_ms = now_ms();
+        let run = RunRecord {
+            index,
+            simulated: false,
+            wrapper_pid: launched.wrapper_pid,
+            wrapper_start: launched.wrapper_start,
+            pid: launched.workload.map(|w| w.0),
+            pid_start: launched.workload.map(|w| w.1),
+            started_at_ms,
+            exit: None,
+        };
+        tracing::info!(pod = %st.record.name, container = %name, pid = ?run.pid, index, "container started");
+        lock(&self.inner.indexed).insert(spec.log.clone(), 0);
+        st.record.containers.entry(name.clone()).or_default().run = Some(run);
+        if let Err(e) = st.record.save(&st.paths.record()) {
+            tracing::warn!(error = %e, "saving pod record");
+        }
+        // Reap the wrapper as soon as it exits and look at the pod right away.
+        let wake = Arc::clone(&self.inner.wake);
+        let waiter = tokio::spawn(async move {
+            let _ = launched.child.wait().await;
+            wake.notify_one();
+        });
+        self.inner.track(waiter.abort_handle());
+        self.ensure_probes(st, pod, container, &prepared.env, &prepared.workdir);
+        Ok(())
+    }
+
+    /// Starts the probe task of the container's current run unless it runs already.
+    fn ensure_probes(
+        &self,
+        st: &mut PodState,
+        pod: &Pod,
+        container: &Container,
+        env: &[(String, String)],
+        workdir: &Path,
+    ) {
+        let name = &container.name;
+        let Some(run) = st.record.containers.get(name).and_then(|c| c.run.as_ref()) else {
+            return;
+        };
+        if run.simulated || run.exit.is_some() {
+            return;
+        }
+        if st.probes.get(name).is_some_and(|p| p.index == run.index) {
+            return;
+        }
+        if let Some(old) = st.probes.remove(name) {
+            old.task.abort();
+        }
+        let status = Arc::new(ProbeStatus::default());
+        status
+            .started
+            .store(container.startup_probe.is_none(), Ordering::SeqCst);
+        let grace = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.termination_grace_period_seconds)
+            .map(|s| Duration::from_secs(s.max(0) as u64))
+            .unwrap_or(Duration::from_secs(30));
+        // Initial delays count from the run's start, also for an adopted run.
+        let age = Duration::from_millis(u64::try_from(now_ms() - run.started_at_ms).unwrap_or(0));
+        let started_at = tokio::time::Instant::now()
+            .checked_sub(age)
+            .unwrap_or_else(tokio::time::Instant::now);
+        let subscribers = Arc::clone(&self.inner.subscribers);
+        let uid = st.record.uid.clone();
+        let set = ProbeSet {
+            startup: container.startup_probe.clone(),
+            liveness: container.liveness_probe.clone(),
+            readiness: container.readiness_probe.clone(),
+            target: ProbeTarget {
+                pod_ip: st.record.ip.clone(),
+                ports: container.ports.clone().unwrap_or_default(),
+                env: env.to_vec(),
+                workdir: workdir.to_path_buf(),
+            },
+            status: Arc::clone(&status),
+            on_change: Arc::new(move || notify_all(&subscribers, &uid)),
+            run: run_handle(&st.paths, name, run),
+            grace,
+            started_at,
+        };
+        let index = run.index;
+        let task = tokio::spawn(set.run()).abort_handle();
+        self.inner.track(task.clone());
+        st.probes.insert(
+            name.clone(),
+            ProbeRun {
+                index,
+                status,
+                task,
+            },
+        );
+    }
+
+    /// Brings one container to what the spec asks. Returns whether the record changed.
+    async fn sync_container(
+        &self,
+        st: &mut PodState,
+        pod: &Pod,
+        container: &Container,
+        ctx: &FieldContext,
+        policy: &str,
+    ) -> bool {
+        let name = container.name.clone();
+        let now = now_ms();
+        let rec = st.record.containers.entry(name.clone()).or_default();
+        if is_simulated(container) {
+            if rec.run.is_none() {
+                rec.run = Some(RunRecord {
+                    simulated: true,
+                    started_at_ms: now,
+                    ..Default::default()
+                });
+                return true;
+            }
+            return false;
+        }
+        let next_index = match &rec.run {
+            None => Some(0),
+            Some(run) => match &run.exit {
+                None => None,
+                Some(exit) if restarts(policy, exit.code) => {
+                    let mut changed = false;
+                    if rec.restart_at_ms.is_none() {
+                        let ran = Duration::from_millis(
+                            u64::try_from(exit.finished_at_ms - exit.started_at_ms).unwrap_or(0),
+                        );
+                        let current = rec.backoff_ms.map(Duration::from_millis);
+                        let (wait, next) = self.inner.options.backoff.after_exit(current, ran);
+                        rec.backoff_ms = Some(next.as_millis() as u64);
+                        // Waits count from the exit, so time spent while no agent ran counts.
+                        rec.restart_at_ms = Some(exit.finished_at_ms + wait.as_millis() as i64);
+                        changed = true;
+                    }
+                    if rec.restart_at_ms.is_some_and(|at| at > now) {
+                        return changed;
+                    }
+                    Some(run.index + 1)
+                }
+                Some(_) => None,
+            },
+        };
+        let prepared = prepare(pod, container, ctx, &st.paths);
+        let Some(index) = next_index else {
+            // Running (perhaps adopted): make sure its probes run.
+            if let Ok(p) = prepared {
+                self.ensure_probes(st, pod, container, &p.env, &p.workdir);
+            }
+            return false;
+        };
+        let prepared = match prepared {
+            Ok(p) => p,
+            Err(err) => {
+                st.errors.insert(name, err);
+                return false;
+            }
+        };
+        let rec = st.record.containers.entry(name.clone()).or_default();
+        let previous = rec.run.clone();
+        if let Err(err) = self.start_run(st, pod, container, prepared, index).await {
+            st.errors.insert(name, err);
+            return true;
+        }
+        let rec = st.record.containers.entry(name).or_default();
+        if let Some(exit) = previous.and_then(|r| r.exit) {
+            rec.last = Some(exit);
+            rec.restart_count += 1;
+            rec.restart_at_ms = None;
+        }
+        true
+    }
+
+    fn container_status(
+        st: &PodState,
+        pod: &Pod,
+        container: &Container,
+    ) -> (ContainerStatus, Disposition) {
+        let name = &container.name;
+        let image = container.image.clone().unwrap_or_default();
+        let rec = st
+            .record
+            .containers
+            .get(name)
+            .cloned()
+            .unwrap_or_else(ContainerRecord::default);
+        let mut status = ContainerStatus {
+            name: name.clone(),
+            image: image.clone(),
+            image_id: String::new(),
+            restart_count: rec.restart_count,
+            last_state: rec.last.as_ref().map(terminated_state),
+            ready: false,
+            started: Some(false),
+            ..Default::default()
+        };
+        let Some(run) = &rec.run else {
+            let (reason, message) = st
+                .errors
+                .get(name)
+                .cloned()
+                .unwrap_or_else(|| ("ContainerCreating".to_string(), String::new()));
+            status.state = Some(waiting(&reason, (!message.is_empty()).then_some(message)));
+            return (status, Disposition::NotStarted);
+        };
+        if run.simulated {
+            status.image_id = format!("simulated://{image}");
+            status.container_id = Some(format!("simulated://{}/{name}", st.record.uid));
+            status.state = Some(running(run.started_at_ms));
+            status.started = Some(true);
+            status.ready = container.readiness_probe.is_none();
+            return (status, Disposition::Active);
+        }
+        status.container_id = Some(container_id(run));
+        let Some(exit) = &run.exit else {
+            let probes = st.probes.get(name).filter(|p| p.index == run.index);
+            let started = container.startup_probe.is_none()
+                || probes.is_some_and(|p| p.status.started.load(Ordering::SeqCst));
+            let ready = started
+                && (container.readiness_probe.is_none()
+                    || probes.is_some_and(|p| p.status.ready.load(Ordering::SeqCst)));
+            status.state = Some(running(run.started_at_ms));
+            status.started = Some(started);
+            status.ready = ready;
+            return (status, Disposition::Active);
+        };
+        match rec.restart_at_ms {
+            Some(at) => {
+                let delay =
+                    Duration::from_millis(u64::try_from(at - exit.finished_at_ms).unwrap_or(0));
+                let (pod_name, ns) = (st.record.name.as_str(), st.record.namespace.as_str());
+                let message = format!(
+                    "back-off {} restarting failed container={name} pod={pod_name}_{ns}({})",
+                    format_delay(delay),
+                    st.record.uid
+                );
+                status.state = Some(waiting("CrashLoopBackOff", Some(message)));
+                status.last_state = Some(terminated_state(exit));
+                (status, Disposition::Active)
+            }
+            None => {
+                let policy = restart_policy(pod);
+                status.state = Some(terminated_state(exit));
+                if restarts(&policy, exit.code) {
+                    // Restart pending but not scheduled yet (error while preparing).
+                    (status, Disposition::Active)
+                } else {
+                    (status, Disposition::Done(exit.code))
+                }
+            }
+        }
+    }
+}
+
+/// What a container means for the pod's phase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Disposition {
+    NotStarted,
+    Active,
+    Done(i32),
+}
+
+fn restart_policy(pod: &Pod) -> String {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.restart_policy.clone())
+        .unwrap_or_else(|| "Always".to_string())
+}
+
+fn phase(dispositions: &[Disposition]) -> &'static str {
+    if dispositions.is_empty() || dispositions.contains(&Disposition::NotStarted) {
+        "Pending"
+    } else if dispositions
+        .iter()
+        .all(|d| matches!(d, Disposition::Done(_)))
+    {
+        if dispositions.iter().all(|d| *d == Disposition::Done(0)) {
+            "Succeeded"
+        } else {
+            "Failed"
+        }
+    } else {
+        "Running"
+    }
+}
+
+fn waiting(reason: &str, message: Option<String>) -> ContainerState {
+    ContainerState {
+        waiting: Some(ContainerStateWaiting {
+            reason: Some(reason.to_string()),
+            message,
+        }),
+        ..Default::default()
+    }
+}
+
+fn running(started_ms: i64) -> ContainerState {
+    ContainerState {
+        running: Some(ContainerStateRunning {
+            started_at: Some(time(started_ms)),
+        }),
+        ..Default::default()
+    }
+}
+
+fn terminated_state(exit: &ExitRecord) -> ContainerState {
+    ContainerState {
+        terminated: Some(ContainerStateTerminated {
+            exit_code: exit.code,
+            reason: Some(exit.reason.clone()),
+            message: exit.message.clone(),
+            started_at: Some(time(exit.started_at_ms)),
+            finished_at: Some(time(exit.finished_at_ms)),
+            container_id: Some(exit.container_id.clone()),
+            signal: None,
+        }),
+        ..Default::default()
+    }
+}
+
+#[async_trait]
+impl PodRuntime for ProcessRuntime {
+    async fn sync_pod(&self, pod: &Pod, node: &NodeContext) -> Result<RuntimeStatus, RuntimeError> {
+        let meta = &pod.metadata;
+        let uid = meta
+            .uid
+            .as_deref()
+            .filter(|u| !u.is_empty())
+            .ok_or_else(|| RuntimeError::BadRequest("pod has no metadata.uid".to_string()))?;
+        let (name, namespace) = (
+            meta.name.clone().unwrap_or_default(),
+            meta.namespace.clone().unwrap_or_default(),
+        );
+        let mut attempts = 0;
+        let entry = loop {
+            let entry = self.inner.pod_entry_or_create(uid, &namespace, &name)?;
+            // A concurrent kill_pod may have torn this entry down: take a fresh one.
+            if !entry.lock().await.gone || attempts > 3 {
+                break entry;
+            }
+            attempts += 1;
+            tokio::task::yield_now().await;
+        };
+        let mut guard = entry.lock().await;
+        let st = &mut *guard;
+        let mut changed = observe(&st.paths, &mut st.record);
+        st.errors.clear();
+        let ctx = FieldContext {
+            pod_ip: st.record.ip.clone(),
+            node_name: node.node_name.clone(),
+            host_ip: node.host_ip.clone(),
+        };
+        let policy = restart_policy(pod);
+        let containers = pod
+            .spec
+            .as_ref()
+            .map(|s| s.containers.clone())
+            .unwrap_or_default();
+        for container in &containers {
+            changed |= self.sync_container(st, pod, container, &ctx, &policy).await;
+        }
+        if changed {
+            st.record
+                .save(&st.paths.record())
+                .map_err(internal("saving pod record"))?;
+        }
+        let mut statuses = Vec::new();
+        let mut dispositions = Vec::new();
+        let mut notes = Vec::new();
+        for container in &containers {
+            let (status, disposition) = Self::container_status(st, pod, container);
+            if is_simulated(container) {
+                notes.push(format!(
+                    "container {} has no command; image {} is not pulled or run, the container is simulated",
+                    container.name,
+                    container.image.as_deref().unwrap_or("(none)")
+                ));
+            }
+            statuses.push(status);
+            dispositions.push(disposition);
+        }
+        let any_started = st.record.containers.values().any(|c| c.run.is_some());
+        Ok(RuntimeStatus {
+            pod_ip: Some(st.record.ip.clone()),
+            phase: phase(&dispositions).to_string(),
+            container_statuses: statuses,
+            start_time: any_started
+                .then(|| Timestamp::from_millisecond(st.record.start_time_ms).ok())
+                .flatten(),
+            reason: (!notes.is_empty()).then(|| "SimulatedContainer".to_string()),
+            message: (!notes.is_empty()).then(|| notes.join("; ")),
+        })
+    }
+
+    async fn kill_pod(&self, pod: &RuntimePod, grace: Duration) -> Result<(), RuntimeError> {
+        let Some(entry) = self.inner.pod_entry(&pod.uid) else {
+            return Ok(());
+        };
+        let mut st = entry.lock().await;
+        if st.gone {
+            return Ok(());
+        }
+        st.gone = true;
+        for (_, p) in st.probes.drain() {
+            p.task.abort();
+        }
+        let handles: Vec<RunHandle> = st
+            .record
+            .containers
+            .iter()
+            .filter_map(|(name, c)| {
+                c.run
+                    .as_ref()
+                    .filter(|r| !r.simulated)
+                    .map(|r| run_handle(&st.paths, name, r))
+            })
+            .collect();
+        futures::future::join_all(handles.iter().map(|h| h.terminate(grace))).await;
+        for h in &handles {
+            h.kill_leftovers();
+        }
+        match std::fs::remove_dir_all(&st.paths.dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                tracing::warn!(uid = %pod.uid, error = %e, "removing pod directory");
+            }
+            _ => {}
+        }
+        if let Ok(ip) = st.record.ip.parse() {
+            lock(&self.inner.ips).remove(&ip);
+        }
+        lock(&self.inner.indexed).retain(|path, _| !path.starts_with(&st.paths.dir));
+        lock(&self.inner.announced).retain(|(uid, _), _| *uid != pod.uid);
+        lock(&self.inner.pods).remove(&pod.uid);
+        tracing::info!(uid = %pod.uid, pod = %pod.name, "pod killed");
+        Ok(())
+    }
+
+    async fn pods(&self) -> Vec<RuntimePod> {
+        let entries: Vec<_> = lock(&self.inner.pods).values().cloned().collect();
+        let mut out = Vec::new();
+        for entry in entries {
+            let st = entry.lock().await;
+            if !st.gone {
+                out.push(RuntimePod {
+                    uid: st.record.uid.clone(),
+                    namespace: st.record.namespace.clone(),
+                    name: st.record.name.clone(),
+                });
+            }
+        }
+        out
+    }
+
+    fn subscribe(&self) -> mpsc::UnboundedReceiver<String> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        lock(&self.inner.subscribers).push(tx);
+        rx
+    }
+
+    async fn logs(
+        &self,
+        pod: &RuntimePod,
+        container: &str,
+        options: &LogOptions,
+    ) -> Result<LogStream, RuntimeError> {
+        let entry = self
+            .inner
+            .pod_entry(&pod.uid)
+            .ok_or_else(|| RuntimeError::NotFound(format!("pod {}/{}", pod.namespace, pod.name)))?;
+        let st = entry.lock().await;
+        let rec = st.record.containers.get(container).ok_or_else(|| {
+            RuntimeError::NotFound(format!(
+                "container {container} in pod {}/{}",
+                pod.namespace, pod.name
+            ))
+        })?;
+        let Some(run) = &rec.run else {
+            return Err(RuntimeError::BadRequest(format!(
+                "container \"{container}\" in pod \"{}\" is waiting to start",
+                pod.name
+            )));
+        };
+        let no_previous = || {
+            RuntimeError::BadRequest(format!(
+                "previous terminated container \"{container}\" in pod \"{}\" not found",
+                pod.name
+            ))
+        };
+        if run.simulated {
+            if options.previous {
+                return Err(no_previous());
+            }
+            return Ok(Box::pin(futures::stream::empty()));
+        }
+        let index = if options.previous {
+            run.index.checked_sub(1).ok_or_else(no_previous)?
+        } else {
+            run.index
+        };
+        let log = st.paths.run_file(container, index, "log");
+        let active = (!options.previous && run.exit.is_none())
+            .then(|| run_handle(&st.paths, container, run));
+        drop(st);
+        logs::open(&log, options, active)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Disposition::*;
+
+    #[test]
+    fn phase_follows_the_containers() {
+        assert_eq!(phase(&[NotStarted, Active]), "Pending");
+        assert_eq!(phase(&[Active, Done(0)]), "Running");
+        assert_eq!(phase(&[Done(0), Done(0)]), "Succeeded");
+        assert_eq!(phase(&[Done(0), Done(2)]), "Failed");
+        assert_eq!(phase(&[]), "Pending");
+    }
+
+    #[test]
+    fn restart_policy_decides_restarts() {
+        assert!(restarts("Always", 0));
+        assert!(restarts("OnFailure", 1));
+        assert!(!restarts("OnFailure", 0));
+        assert!(!restarts("Never", 1));
+    }
+
+    #[test]
+    fn spec_env_overrides_the_base() {
+        let env = full_env(
+            vec![
+                ("PATH".into(), "/bin".into()),
+                ("HOSTNAME".into(), "p".into()),
+            ],
+            vec![("PATH".into(), "/opt".into())],
+        );
+        assert_eq!(
+            env,
+            [
+                ("HOSTNAME".to_string(), "p".to_string()),
+                ("PATH".to_string(), "/opt".to_string())
+            ]
+        );
+    }
+}
