@@ -1,0 +1,253 @@
+//! The local node agent: one node, one runtime, the logs endpoint. [`run_agent`] is the
+//! entry point; [`AgentConfig::local`] fills the configuration from this machine.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, NodeSystemInfo, Pod, Taint};
+use setpoint_runtime::client::{Client, ClientError};
+use setpoint_runtime::informer::{InformerError, Scope, SharedInformers};
+
+use crate::host::{self, HostedNode};
+use crate::runtime::PodRuntime;
+use crate::server::{LogServer, LogTargets, ServerError};
+
+/// The `kubeletVersion` nodes report.
+pub const KUBELET_VERSION: &str = "v1.32.0-setpoint";
+/// The `containerRuntimeVersion` of the process runtime.
+pub const PROCESS_RUNTIME_VERSION: &str = "setpoint-process://0.1";
+/// The kubelet's default port.
+pub const DEFAULT_PORT: u16 = 10250;
+
+/// What can stop an agent.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The Node could not be registered.
+    #[error("registering node {0}: {1}")]
+    Register(String, ClientError),
+    /// An informer stopped before syncing.
+    #[error("informer: {0}")]
+    Informer(#[from] InformerError),
+    /// The logs endpoint could not start.
+    #[error("logs endpoint: {0}")]
+    Server(#[from] ServerError),
+}
+
+/// A node's resources (`status.capacity`; `allocatable` is the same, nothing is reserved).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Capacity {
+    /// CPUs as a quantity (`"4"`, `"3500m"`).
+    pub cpu: String,
+    /// Memory as a quantity (`"16Gi"`, `"16318412Ki"`).
+    pub memory: String,
+    /// How many pods the node runs at most.
+    pub pods: u32,
+}
+
+impl Capacity {
+    /// This machine: its CPUs, its total memory (`/proc/meminfo`), and 110 pods.
+    pub fn of_machine() -> Capacity {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let memory = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|m| mem_total_kib(&m))
+            .map_or_else(|| "0".to_string(), |kib| format!("{kib}Ki"));
+        Capacity {
+            cpu: cpus.to_string(),
+            memory,
+            pods: 110,
+        }
+    }
+}
+
+/// `MemTotal` in KiB from the text of `/proc/meminfo`.
+fn mem_total_kib(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The Kubernetes name of this machine's architecture.
+pub fn arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        "powerpc64" => "ppc64le",
+        other => other,
+    }
+}
+
+fn read_trimmed(path: &str) -> String {
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+fn os_image() -> String {
+    let release = std::fs::read_to_string("/etc/os-release").unwrap_or_default();
+    release
+        .lines()
+        .find_map(|l| l.strip_prefix("PRETTY_NAME="))
+        .map(|v| v.trim_matches('"').to_string())
+        .unwrap_or_else(|| "Linux".into())
+}
+
+/// The first non-loopback address this machine would use to reach other hosts (no packet is
+/// sent: connecting a UDP socket only picks a route), or 127.0.0.1.
+fn local_address() -> String {
+    std::net::UdpSocket::bind("0.0.0.0:0")
+        .and_then(|s| {
+            s.connect("192.0.2.1:9")?;
+            s.local_addr()
+        })
+        .map(|a| a.ip())
+        .ok()
+        .filter(|ip| !ip.is_unspecified())
+        .map_or_else(|| "127.0.0.1".into(), |ip| ip.to_string())
+}
+
+/// How one node agent behaves.
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    /// The Node's name.
+    pub node_name: String,
+    /// `InternalIP` address, also each pod's `hostIP` and where the logs endpoint is reached.
+    pub address: String,
+    /// Capacity and allocatable.
+    pub capacity: Capacity,
+    /// Extra labels (override the well-known ones).
+    pub labels: BTreeMap<String, String>,
+    /// `node.kubernetes.io/instance-type`, if any.
+    pub instance_type: Option<String>,
+    /// Taints set at registration (kept on existing nodes too).
+    pub taints: Vec<Taint>,
+    /// `status.nodeInfo`; set `container_runtime_version` to name the runtime used.
+    pub system_info: NodeSystemInfo,
+    /// Where the logs endpoint listens (port 0: a free port, which is what gets reported).
+    pub server_listen: SocketAddr,
+    /// The CA that signs accepted client certificates (the cluster CA). `None` disables the
+    /// logs endpoint (the node then reports port 0).
+    pub client_ca_pem: Option<String>,
+    /// Lease renewal interval (Kubernetes: 10 s).
+    pub lease_interval: Duration,
+    /// How often status is checked and written if it changed (Kubernetes: 10 s).
+    pub status_interval: Duration,
+    /// Status is written at least this often even unchanged (Kubernetes: 5 min).
+    pub status_report_frequency: Duration,
+    /// Every pod is synced at least this often (a safety net under events).
+    pub resync_interval: Duration,
+    /// Concurrent pod syncs (different pods).
+    pub pod_workers: usize,
+}
+
+impl AgentConfig {
+    /// The configuration of an agent for `node_name` on this machine: its CPUs, memory,
+    /// address, OS facts, the process runtime, the logs endpoint on 0.0.0.0:10250 (disabled
+    /// until `client_ca_pem` is set), Kubernetes' intervals.
+    pub fn local(node_name: &str) -> AgentConfig {
+        AgentConfig {
+            node_name: node_name.into(),
+            address: local_address(),
+            capacity: Capacity::of_machine(),
+            labels: BTreeMap::new(),
+            instance_type: None,
+            taints: Vec::new(),
+            system_info: NodeSystemInfo {
+                architecture: arch().into(),
+                boot_id: read_trimmed("/proc/sys/kernel/random/boot_id"),
+                container_runtime_version: PROCESS_RUNTIME_VERSION.into(),
+                kernel_version: read_trimmed("/proc/sys/kernel/osrelease"),
+                kube_proxy_version: String::new(),
+                kubelet_version: KUBELET_VERSION.into(),
+                machine_id: read_trimmed("/etc/machine-id"),
+                operating_system: "linux".into(),
+                os_image: os_image(),
+                system_uuid: String::new(),
+            },
+            server_listen: SocketAddr::from(([0, 0, 0, 0], DEFAULT_PORT)),
+            client_ca_pem: None,
+            lease_interval: Duration::from_secs(10),
+            status_interval: Duration::from_secs(10),
+            status_report_frequency: Duration::from_secs(5 * 60),
+            resync_interval: Duration::from_secs(10),
+            pod_workers: 4,
+        }
+    }
+}
+
+/// Names the serving certificate is issued for.
+pub(crate) fn serving_names(address: &str, node_name: &str) -> Vec<String> {
+    let mut names = vec![
+        address.to_string(),
+        node_name.to_string(),
+        "localhost".into(),
+    ];
+    names.dedup();
+    names
+}
+
+/// Runs the node agent for `config.node_name` on `runtime` until `shutdown` resolves:
+/// registers the Node, renews its Lease, runs the pods bound to it and serves their logs.
+/// Pods keep running in the runtime when it returns; a restarted agent adopts them.
+pub async fn run_agent(
+    client: Client,
+    config: AgentConfig,
+    runtime: Arc<dyn PodRuntime>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), AgentError> {
+    let informers = SharedInformers::new(client.clone());
+    let pods =
+        informers.typed::<Pod>(Scope::all().fields(&format!("spec.nodeName={}", config.node_name)));
+    let nodes = informers
+        .typed::<Node>(Scope::all().fields(&format!("metadata.name={}", config.node_name)));
+    let server = match &config.client_ca_pem {
+        Some(ca) => {
+            let tls =
+                crate::server::tls_config(&serving_names(&config.address, &config.node_name), ca)?;
+            let mut targets = LogTargets::new(pods.store());
+            targets.add(&config.node_name, runtime.clone());
+            Some(LogServer::start(config.server_listen, tls, Arc::new(targets)).await?)
+        }
+        None => {
+            tracing::warn!("no client CA configured: the logs endpoint is disabled");
+            None
+        }
+    };
+    let port = server.as_ref().map_or(0, |s| s.local_addr().port());
+    let hosted = vec![HostedNode {
+        config: Arc::new(config),
+        runtime,
+        lease_offset: Duration::ZERO,
+    }];
+    let result = host::run(client, pods, nodes, port, hosted, shutdown).await;
+    informers.shutdown().await;
+    if let Some(s) = server {
+        s.stop().await;
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn meminfo_total() {
+        let m = "MemTotal:       16318412 kB\nMemFree:  100 kB\n";
+        assert_eq!(mem_total_kib(m), Some(16318412));
+        assert_eq!(mem_total_kib("nothing"), None);
+    }
+
+    #[test]
+    fn local_config_describes_this_machine() {
+        let c = AgentConfig::local("me");
+        assert!(c.capacity.cpu.parse::<u32>().unwrap() >= 1);
+        assert!(c.capacity.memory.ends_with("Ki"));
+        assert_eq!(c.capacity.pods, 110);
+        assert!(c.address.parse::<std::net::IpAddr>().is_ok());
+        assert_eq!(c.system_info.kubelet_version, KUBELET_VERSION);
+    }
+}

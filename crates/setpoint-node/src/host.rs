@@ -1,0 +1,196 @@
+//! Hosting nodes: the part the local agent and the simulation host share.
+//!
+//! A host runs any number of nodes (one for `run_agent`, N for `run_simulated`) on one pod
+//! informer and one node informer. Per node it registers the `Node`, runs a heartbeat task
+//! (Lease renewals, and status reports when needed) and a set of [`PodWorkers`]; the pod
+//! informer's events are routed by `spec.nodeName` to the node's workers, so a pod bound to a
+//! node this process does not host costs nothing but its cache entry.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use setpoint_runtime::client::Client;
+use setpoint_runtime::informer::{Event, Informer};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use crate::agent::{AgentConfig, AgentError};
+use crate::lease::LeaseRenewer;
+use crate::node::NodeReporter;
+use crate::podworker::PodWorkers;
+use crate::runtime::{NodeContext, PodRuntime};
+
+/// How many nodes register at once when a host starts many.
+const REGISTER_CONCURRENCY: usize = 32;
+/// Registration attempts before a host gives up on starting.
+const REGISTER_ATTEMPTS: u32 = 6;
+
+/// One node to host.
+pub(crate) struct HostedNode {
+    pub config: Arc<AgentConfig>,
+    pub runtime: Arc<dyn PodRuntime>,
+    /// Delay of the first Lease renewal, to spread many nodes' renewals over the interval.
+    pub lease_offset: Duration,
+}
+
+fn node_of(pod: &Pod) -> Option<&str> {
+    pod.spec.as_ref()?.node_name.as_deref()
+}
+
+async fn register(reporter: &mut NodeReporter, name: &str) -> Result<Node, AgentError> {
+    let mut delay = Duration::from_millis(200);
+    let mut attempt = 1;
+    loop {
+        match reporter.register().await {
+            Ok(n) => return Ok(n),
+            Err(e) if attempt < REGISTER_ATTEMPTS => {
+                tracing::warn!(node = %name, error = %e, "registering the node failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+                attempt += 1;
+            }
+            Err(e) => return Err(AgentError::Register(name.to_string(), e)),
+        }
+    }
+}
+
+/// Renews the Lease every `lease_interval` and reports status every `status_interval` when
+/// it changed or is due. Runs until aborted.
+async fn heartbeat(mut lease: LeaseRenewer, mut reporter: NodeReporter, node: HostedNodeTimes) {
+    let start = Instant::now();
+    let mut next_lease = start + node.lease_offset;
+    let mut next_status = start + node.lease_offset + node.status_interval;
+    loop {
+        tokio::time::sleep_until(next_lease.min(next_status)).await;
+        let now = Instant::now();
+        if now >= next_lease {
+            next_lease = match lease.renew().await {
+                Ok(()) => next_lease + node.lease_interval,
+                Err(e) => {
+                    tracing::warn!(node = %node.name, error = %e, "renewing the node Lease failed");
+                    now + node.lease_interval.min(Duration::from_secs(1))
+                }
+            };
+            // Never try to catch up on missed renewals in a burst.
+            next_lease = next_lease.max(now);
+        }
+        if now >= next_status {
+            if let Err(e) = reporter.report().await {
+                tracing::warn!(node = %node.name, error = %e, "reporting node status failed");
+            }
+            next_status = (next_status + node.status_interval).max(now);
+        }
+    }
+}
+
+struct HostedNodeTimes {
+    name: String,
+    lease_offset: Duration,
+    lease_interval: Duration,
+    status_interval: Duration,
+}
+
+/// A registered node, ready to run.
+struct Registered {
+    workers: PodWorkers,
+    heartbeat: futures::future::BoxFuture<'static, ()>,
+    pod_workers: usize,
+    resync: Duration,
+}
+
+/// Registers `node` and prepares its heartbeat and pod workers.
+async fn register_node(
+    client: Client,
+    pods: Informer<Pod>,
+    nodes: Informer<Node>,
+    port: u16,
+    node: HostedNode,
+) -> Result<Registered, AgentError> {
+    let config = node.config.clone();
+    let mut reporter = NodeReporter::new(client.clone(), nodes.store(), config.clone(), port);
+    let registered = register(&mut reporter, &config.node_name).await?;
+    let lease = LeaseRenewer::new(
+        client.clone(),
+        &config.node_name,
+        registered.metadata.uid.as_deref(),
+    );
+    let times = HostedNodeTimes {
+        name: config.node_name.clone(),
+        lease_offset: node.lease_offset,
+        lease_interval: config.lease_interval,
+        status_interval: config.status_interval,
+    };
+    let context = NodeContext {
+        node_name: config.node_name.clone(),
+        host_ip: config.address.clone(),
+    };
+    Ok(Registered {
+        workers: PodWorkers::new(client, context, node.runtime, pods.store()),
+        heartbeat: Box::pin(heartbeat(lease, reporter, times)),
+        pod_workers: config.pod_workers,
+        resync: config.resync_interval,
+    })
+}
+
+/// Hosts `nodes` on the given (started) informers until `shutdown`. Pods keep running in their
+/// runtimes when it returns.
+pub(crate) async fn run(
+    client: Client,
+    pods: Informer<Pod>,
+    nodes: Informer<Node>,
+    port: u16,
+    hosted: Vec<HostedNode>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), AgentError> {
+    let mut tasks = JoinSet::new();
+    let result = async {
+        pods.wait_synced().await?;
+        nodes.wait_synced().await?;
+        let registered: Vec<Result<Registered, AgentError>> = futures::stream::iter(
+            hosted
+                .into_iter()
+                .map(|n| register_node(client.clone(), pods.clone(), nodes.clone(), port, n)),
+        )
+        .buffer_unordered(REGISTER_CONCURRENCY)
+        .collect()
+        .await;
+        let mut workers = HashMap::new();
+        for r in registered {
+            let r = r?;
+            tasks.spawn(r.heartbeat);
+            r.workers.spawn(r.pod_workers, r.resync, &mut tasks);
+            workers.insert(r.workers.node().node_name.clone(), r.workers);
+        }
+        let workers = Arc::new(workers);
+        let routed = workers.clone();
+        pods.subscribe(Arc::new(move |event: &Event<Pod>| {
+            if let Some(w) = node_of(event.object()).and_then(|n| routed.get(n)) {
+                w.enqueue(event.key());
+            }
+        }));
+        // After a restart: reconcile what the runtimes still hold against the API.
+        for w in workers.values() {
+            w.enqueue_all().await;
+        }
+        tracing::info!(nodes = workers.len(), "hosting nodes");
+        Ok::<_, AgentError>(workers)
+    }
+    .await;
+    let workers = match result {
+        Ok(w) => w,
+        Err(e) => {
+            tasks.shutdown().await;
+            return Err(e);
+        }
+    };
+    shutdown.await;
+    for w in workers.values() {
+        w.shutdown().await;
+    }
+    tasks.shutdown().await;
+    Ok(())
+}

@@ -1,0 +1,284 @@
+//! Pod workers: for one node, bring every pod the API binds to it and every pod its runtime
+//! holds to agreement, one pod at a time per pod.
+//!
+//! Keys are `namespace/name`. A work queue guarantees a pod is never synced by two workers at
+//! once and retries failures with backoff. Whatever woke a sync (informer event, runtime
+//! notification, periodic resync), [`PodWorkers::sync`] reads the desired pod from the
+//! informer cache and the actual pods from the runtime, and closes the whole gap:
+//!
+//! - runtime pods with that name but another uid (or no API pod at all) are killed;
+//! - a pod with a `deletionTimestamp` is killed with its grace period, then deleted for good
+//!   (`gracePeriodSeconds=0` with a uid precondition, so a new pod of the same name is safe);
+//! - a `Succeeded`/`Failed` pod is left alone: it is never started again;
+//! - anything else is synced through the runtime, and its status written (pods/status) only
+//!   when it differs from what the API holds.
+//!
+//! The same workers serve the local agent and every simulated node of a simulation host.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use parking_lot::Mutex;
+use setpoint_runtime::client::{Api, Client, ClientError, DeleteParams, PostParams};
+use setpoint_runtime::informer::Store;
+use setpoint_runtime::workqueue::WorkQueue;
+use setpoint_runtime::ObjectKey;
+use tokio::task::JoinSet;
+use tracing::Instrument;
+
+use crate::runtime::{NodeContext, PodRuntime, RuntimeError, RuntimePod};
+use crate::status;
+
+/// The field manager of the agent's writes.
+pub const FIELD_MANAGER: &str = "setpoint-node";
+
+/// What can fail in one pod sync (it is retried with backoff).
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    /// The runtime failed.
+    #[error("runtime: {0}")]
+    Runtime(#[from] RuntimeError),
+    /// Writing to the API failed.
+    #[error("API: {0}")]
+    Api(#[from] ClientError),
+}
+
+/// What a sync did, for logs and tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncOutcome {
+    /// Neither the API nor the runtime knows the pod (any more).
+    Absent,
+    /// The pod was killed and removed from the API.
+    Deleted,
+    /// The pod has finished; nothing to do.
+    Finished,
+    /// The pod was synced; `true` if its status was written.
+    Synced(bool),
+}
+
+/// The workers of one node.
+#[derive(Clone)]
+pub struct PodWorkers {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    node: NodeContext,
+    runtime: Arc<dyn PodRuntime>,
+    /// The informer cache; may hold other nodes' pods (a simulation host shares one).
+    pods: Store<Pod>,
+    client: Client,
+    queue: WorkQueue<ObjectKey>,
+    /// Last seen grace period per pod uid, for pods that vanish from the API while held.
+    grace: Mutex<HashMap<String, Duration>>,
+}
+
+fn node_of(pod: &Pod) -> Option<&str> {
+    pod.spec.as_ref()?.node_name.as_deref()
+}
+
+fn runtime_pod(pod: &Pod) -> RuntimePod {
+    RuntimePod {
+        uid: pod.metadata.uid.clone().unwrap_or_default(),
+        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+        name: pod.metadata.name.clone().unwrap_or_default(),
+    }
+}
+
+fn key_of(p: &RuntimePod) -> ObjectKey {
+    ObjectKey::new(Some(&p.namespace), &p.name)
+}
+
+impl PodWorkers {
+    /// Workers for `node`, reading desired pods from `pods` and running them on `runtime`.
+    pub fn new(
+        client: Client,
+        node: NodeContext,
+        runtime: Arc<dyn PodRuntime>,
+        pods: Store<Pod>,
+    ) -> Self {
+        let queue = WorkQueue::builder(format!("pods-{}", node.node_name))
+            .backoff(Duration::from_millis(50), Duration::from_secs(30))
+            .no_rate_limit()
+            .build();
+        PodWorkers {
+            inner: Arc::new(Inner {
+                node,
+                runtime,
+                pods,
+                client,
+                queue,
+                grace: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// The node these workers serve.
+    pub fn node(&self) -> &NodeContext {
+        &self.inner.node
+    }
+
+    /// Asks for a sync of one pod.
+    pub fn enqueue(&self, key: ObjectKey) {
+        self.inner.queue.add(key);
+    }
+
+    /// Asks for a sync of every pod the API binds to the node and every pod the runtime holds
+    /// (at start, that is how pods found again after a restart are reconciled).
+    pub async fn enqueue_all(&self) {
+        for pod in self.inner.pods.by_node(&self.inner.node.node_name) {
+            self.enqueue(ObjectKey::of(pod.as_ref()));
+        }
+        for p in self.inner.runtime.pods().await {
+            self.enqueue(key_of(&p));
+        }
+    }
+
+    /// Runs `workers` workers, the runtime's notifications and a resync every `resync` until
+    /// [`PodWorkers::shutdown`]. Tasks are added to `tasks`.
+    pub fn spawn(&self, workers: usize, resync: Duration, tasks: &mut JoinSet<()>) {
+        for _ in 0..workers.max(1) {
+            let this = self.clone();
+            tasks.spawn(async move {
+                while let Some(item) = this.inner.queue.get().await {
+                    let key = item.key().clone();
+                    match this.sync(&key).await {
+                        Ok(_) => item.forget(),
+                        Err(e) => {
+                            tracing::warn!(node = %this.inner.node.node_name, pod = %key, error = %e, "pod sync failed; retrying");
+                            item.retry();
+                        }
+                    }
+                }
+            });
+        }
+        let mut notes = self.inner.runtime.subscribe();
+        let this = self.clone();
+        tasks.spawn(async move {
+            while let Some(uid) = notes.recv().await {
+                if this.inner.queue.is_shutting_down() {
+                    break;
+                }
+                if let Some(key) = this.key_of_uid(&uid).await {
+                    this.enqueue(key);
+                }
+            }
+        });
+        let this = self.clone();
+        tasks.spawn(async move {
+            let mut tick = tokio::time::interval(resync);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            while !this.inner.queue.is_shutting_down() {
+                tick.tick().await;
+                this.enqueue_all().await;
+            }
+        });
+    }
+
+    /// Stops the workers once the syncs in progress finish. Pods keep running: an agent that
+    /// stops does not stop its pods.
+    pub async fn shutdown(&self) {
+        self.inner.queue.shutdown_with_drain().await;
+    }
+
+    async fn key_of_uid(&self, uid: &str) -> Option<ObjectKey> {
+        let cached = self
+            .inner
+            .pods
+            .by_node(&self.inner.node.node_name)
+            .into_iter()
+            .find(|p| p.metadata.uid.as_deref() == Some(uid));
+        if let Some(p) = cached {
+            return Some(ObjectKey::of(p.as_ref()));
+        }
+        let held = self.inner.runtime.pods().await;
+        held.iter().find(|p| p.uid == uid).map(key_of)
+    }
+
+    /// One level-triggered pass over one pod (see the module doc).
+    pub async fn sync(&self, key: &ObjectKey) -> Result<SyncOutcome, SyncError> {
+        let span = tracing::debug_span!("sync_pod", node = %self.inner.node.node_name, pod = %key);
+        self.sync_inner(key).instrument(span).await
+    }
+
+    async fn sync_inner(&self, key: &ObjectKey) -> Result<SyncOutcome, SyncError> {
+        let inner = &self.inner;
+        let desired = inner
+            .pods
+            .get(key)
+            .filter(|p| node_of(p) == Some(inner.node.node_name.as_str()));
+        let desired_uid = desired.as_ref().and_then(|p| p.metadata.uid.clone());
+
+        // Whatever the runtime holds under this name that is not the desired pod must go.
+        let held: Vec<RuntimePod> = inner
+            .runtime
+            .pods()
+            .await
+            .into_iter()
+            .filter(|p| key_of(p) == *key)
+            .collect();
+        for stale in held.iter().filter(|p| Some(&p.uid) != desired_uid.as_ref()) {
+            let grace = inner
+                .grace
+                .lock()
+                .get(&stale.uid)
+                .copied()
+                .unwrap_or(status::DEFAULT_GRACE_PERIOD);
+            tracing::info!(uid = %stale.uid, ?grace, "killing a pod the API no longer binds here");
+            inner.runtime.kill_pod(stale, grace).await?;
+            inner.grace.lock().remove(&stale.uid);
+        }
+
+        let Some(pod) = desired else {
+            return Ok(SyncOutcome::Absent);
+        };
+        let uid = desired_uid.unwrap_or_default();
+        let grace = status::grace_period(&pod);
+        inner.grace.lock().insert(uid.clone(), grace);
+        let namespace = key.namespace.as_deref().unwrap_or_default();
+        let api: Api<Pod> = Api::namespaced(inner.client.clone(), namespace);
+
+        if pod.metadata.deletion_timestamp.is_some() {
+            tracing::info!(?grace, "stopping a deleted pod");
+            inner.runtime.kill_pod(&runtime_pod(&pod), grace).await?;
+            inner.grace.lock().remove(&uid);
+            let params = DeleteParams {
+                grace_period_seconds: Some(0),
+                precondition_uid: Some(uid),
+                ..Default::default()
+            };
+            match api.delete(&key.name, &params).await {
+                // 404: already gone; 409: the name now belongs to a new pod.
+                Ok(_) => {}
+                Err(e) if e.is_not_found() || e.code() == Some(409) => {}
+                Err(e) => return Err(e.into()),
+            }
+            return Ok(SyncOutcome::Deleted);
+        }
+        if status::is_terminal(&pod) {
+            return Ok(SyncOutcome::Finished);
+        }
+
+        let observed = inner.runtime.sync_pod(&pod, &inner.node).await?;
+        let composed = status::compose(&pod, &observed, &inner.node.host_ip, status::now());
+        if pod.status.as_ref() == Some(&composed) {
+            return Ok(SyncOutcome::Synced(false));
+        }
+        let mut updated = (*pod).clone();
+        updated.status = Some(composed);
+        let params = PostParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        // The cached resourceVersion is a precondition: on 409 the retry sees a fresh pod.
+        match api.replace_status(&key.name, &params, &updated).await {
+            Ok(_) => Ok(SyncOutcome::Synced(true)),
+            // Deleted meanwhile: the informer's delete event brings us back to kill it.
+            Err(e) if e.is_not_found() => Ok(SyncOutcome::Absent),
+            Err(e) => Err(e.into()),
+        }
+    }
+}

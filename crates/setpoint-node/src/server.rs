@@ -1,0 +1,333 @@
+//! The kubelet HTTPS endpoint: `GET /containerLogs/{namespace}/{pod}/{container}` streams a
+//! container's log from the runtime (what the API server's `pods/log` proxies to).
+//!
+//! TLS with a self-signed serving certificate generated at start (the API server, like
+//! kube-apiserver without `--kubelet-certificate-authority`, does not verify it), and a client
+//! certificate signed by the configured CA is required: a connection without one fails the
+//! handshake, so nothing is served to anonymous clients.
+//!
+//! Query parameters follow `pods/log`: `follow`, `previous`, `timestamps` (booleans),
+//! `tailLines` (≥ 0), `sinceSeconds` and `limitBytes` (≥ 1). Bad values get 400, unknown
+//! pods or containers 404.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use futures::StreamExt;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use k8s_openapi::api::core::v1::Pod;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use setpoint_runtime::informer::Store;
+use setpoint_runtime::ObjectKey;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::runtime::{LogOptions, PodRuntime, RuntimeError, RuntimePod};
+
+/// What can go wrong starting the server.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// Binding the listen address failed.
+    #[error("listening on {0}: {1}")]
+    Bind(SocketAddr, std::io::Error),
+    /// The client CA or the generated certificate is unusable.
+    #[error("TLS: {0}")]
+    Tls(String),
+}
+
+/// Where log requests go: the runtimes of the nodes this process hosts, found through the
+/// pod informer's cache (pod → `spec.nodeName` → runtime).
+pub struct LogTargets {
+    pods: Store<Pod>,
+    runtimes: HashMap<String, Arc<dyn PodRuntime>>,
+}
+
+impl LogTargets {
+    /// Targets resolving pods through `pods`.
+    pub fn new(pods: Store<Pod>) -> Self {
+        LogTargets {
+            pods,
+            runtimes: HashMap::new(),
+        }
+    }
+
+    /// Serves the logs of pods bound to `node` from `runtime`.
+    pub fn add(&mut self, node: &str, runtime: Arc<dyn PodRuntime>) {
+        self.runtimes.insert(node.to_string(), runtime);
+    }
+
+    /// The runtime holding `namespace/name`, and the pod as it knows it.
+    async fn find(&self, namespace: &str, name: &str) -> Option<(Arc<dyn PodRuntime>, RuntimePod)> {
+        let matches = |p: &RuntimePod, uid: Option<&str>| {
+            p.namespace == namespace && p.name == name && uid.is_none_or(|u| u == p.uid)
+        };
+        if let Some(pod) = self.pods.get(&ObjectKey::new(Some(namespace), name)) {
+            let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+            if let Some(rt) = node.and_then(|n| self.runtimes.get(n)) {
+                let uid = pod.metadata.uid.as_deref();
+                if let Some(p) = rt.pods().await.into_iter().find(|p| matches(p, uid)) {
+                    return Some((rt.clone(), p));
+                }
+            }
+        }
+        // Gone from the API but still held (being killed): ask every runtime.
+        for rt in self.runtimes.values() {
+            if let Some(p) = rt.pods().await.into_iter().find(|p| matches(p, None)) {
+                return Some((rt.clone(), p));
+            }
+        }
+        None
+    }
+}
+
+fn parse_bool(q: &HashMap<String, String>, name: &str) -> Result<bool, String> {
+    match q.get(name).map(String::as_str) {
+        None | Some("") => Ok(false),
+        Some("1" | "t" | "T" | "true" | "TRUE" | "True") => Ok(true),
+        Some("0" | "f" | "F" | "false" | "FALSE" | "False") => Ok(false),
+        Some(v) => Err(format!("{name}: invalid boolean {v:?}")),
+    }
+}
+
+fn parse_int(q: &HashMap<String, String>, name: &str, min: i64) -> Result<Option<u64>, String> {
+    let Some(v) = q.get(name) else {
+        return Ok(None);
+    };
+    let n: i64 = v
+        .parse()
+        .map_err(|_| format!("{name}: invalid integer {v:?}"))?;
+    if n < min {
+        return Err(format!("{name}: must be at least {min}, got {n}"));
+    }
+    Ok(Some(n as u64))
+}
+
+/// The log options a query asks for, or why they are invalid.
+pub fn parse_options(q: &HashMap<String, String>) -> Result<LogOptions, String> {
+    Ok(LogOptions {
+        follow: parse_bool(q, "follow")?,
+        previous: parse_bool(q, "previous")?,
+        timestamps: parse_bool(q, "timestamps")?,
+        tail_lines: parse_int(q, "tailLines", 0)?,
+        since_seconds: parse_int(q, "sinceSeconds", 1)?,
+        limit_bytes: parse_int(q, "limitBytes", 1)?,
+    })
+}
+
+fn text(code: StatusCode, msg: String) -> Response {
+    (
+        code,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        msg,
+    )
+        .into_response()
+}
+
+async fn container_logs(
+    State(targets): State<Arc<LogTargets>>,
+    Path((namespace, pod, container)): Path<(String, String, String)>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let options = match parse_options(&query) {
+        Ok(o) => o,
+        Err(e) => return text(StatusCode::BAD_REQUEST, e),
+    };
+    let Some((runtime, held)) = targets.find(&namespace, &pod).await else {
+        return text(
+            StatusCode::NOT_FOUND,
+            format!("pod {namespace}/{pod} is not running on this node"),
+        );
+    };
+    match runtime.logs(&held, &container, &options).await {
+        Ok(stream) => {
+            // An error mid-stream ends the response; what was sent stays sent.
+            let body = stream.map(|chunk| chunk.map_err(|e| std::io::Error::other(e.to_string())));
+            Response::builder()
+                .status(StatusCode::OK)
+                .header(header::CONTENT_TYPE, "text/plain")
+                .body(Body::from_stream(body))
+                .unwrap_or_else(|e| text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
+        }
+        Err(RuntimeError::NotFound(what)) => {
+            text(StatusCode::NOT_FOUND, format!("{what} not found"))
+        }
+        Err(RuntimeError::BadRequest(msg)) => text(StatusCode::BAD_REQUEST, msg),
+        Err(RuntimeError::Internal(msg)) => text(StatusCode::INTERNAL_SERVER_ERROR, msg),
+    }
+}
+
+/// The endpoint's routes.
+pub fn router(targets: Arc<LogTargets>) -> Router {
+    Router::new()
+        .route(
+            "/containerLogs/{namespace}/{pod}/{container}",
+            get(container_logs),
+        )
+        .with_state(targets)
+}
+
+/// The rustls configuration: a fresh self-signed certificate for `names` (DNS names or IP
+/// addresses), client certificates required and verified against `client_ca_pem`.
+pub fn tls_config(
+    names: &[String],
+    client_ca_pem: &str,
+) -> Result<rustls::ServerConfig, ServerError> {
+    let tls = |e: &dyn std::fmt::Display| ServerError::Tls(e.to_string());
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let generated = rcgen::generate_simple_self_signed(names.to_vec()).map_err(|e| tls(&e))?;
+    let cert = generated.cert.der().clone();
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(
+        generated.signing_key.serialize_der(),
+    ));
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(client_ca_pem.as_bytes()) {
+        roots.add(c.map_err(|e| tls(&e))?).map_err(|e| tls(&e))?;
+    }
+    if roots.is_empty() {
+        return Err(ServerError::Tls(
+            "the client CA bundle holds no certificate".into(),
+        ));
+    }
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        provider.clone(),
+    )
+    .build()
+    .map_err(|e| tls(&e))?;
+    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| tls(&e))?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(vec![cert], key)
+        .map_err(|e| tls(&e))?;
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(cfg)
+}
+
+/// A running endpoint.
+pub struct LogServer {
+    addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl LogServer {
+    /// Binds `listen` (port 0 picks a free port) and serves `targets` over TLS.
+    pub async fn start(
+        listen: SocketAddr,
+        tls: rustls::ServerConfig,
+        targets: Arc<LogTargets>,
+    ) -> Result<LogServer, ServerError> {
+        let listener = TcpListener::bind(listen)
+            .await
+            .map_err(|e| ServerError::Bind(listen, e))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| ServerError::Bind(listen, e))?;
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+        let app = router(targets);
+        let (stop, mut stopped) = watch::channel(false);
+        let task = tokio::spawn(async move {
+            loop {
+                let accepted = tokio::select! {
+                    _ = stopped.wait_for(|s| *s) => return,
+                    accepted = listener.accept() => accepted,
+                };
+                let (tcp, peer) = match accepted {
+                    Ok(c) => c,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accepting a connection failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let acceptor = acceptor.clone();
+                let app = app.clone();
+                tokio::spawn(async move {
+                    let tls =
+                        match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp))
+                            .await
+                        {
+                            Ok(Ok(s)) => s,
+                            Ok(Err(e)) => {
+                                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                                return;
+                            }
+                            Err(_) => return,
+                        };
+                    let service = hyper_util::service::TowerToHyperService::new(app);
+                    let builder =
+                        hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                    if let Err(e) = builder.serve_connection(TokioIo::new(tls), service).await {
+                        tracing::debug!(%peer, error = %e, "connection ended with an error");
+                    }
+                });
+            }
+        });
+        Ok(LogServer { addr, stop, task })
+    }
+
+    /// The bound address (with the port chosen for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops accepting connections.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn options_parse_and_validate() {
+        let o = parse_options(&q(&[
+            ("follow", "true"),
+            ("tailLines", "0"),
+            ("sinceSeconds", "5"),
+            ("limitBytes", "10"),
+            ("timestamps", "1"),
+        ]))
+        .unwrap();
+        assert!(o.follow && o.timestamps && !o.previous);
+        assert_eq!(o.tail_lines, Some(0));
+        assert_eq!(o.since_seconds, Some(5));
+        assert_eq!(o.limit_bytes, Some(10));
+        assert!(parse_options(&q(&[])).unwrap().tail_lines.is_none());
+        for bad in [
+            ("follow", "yes"),
+            ("tailLines", "-1"),
+            ("tailLines", "x"),
+            ("sinceSeconds", "0"),
+            ("limitBytes", "0"),
+        ] {
+            assert!(parse_options(&q(&[bad])).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn tls_needs_a_ca() {
+        assert!(tls_config(&["localhost".into()], "").is_err());
+    }
+}

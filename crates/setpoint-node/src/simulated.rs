@@ -1,0 +1,651 @@
+//! A [`PodRuntime`] without processes, for loading a cluster with many nodes from one process.
+//!
+//! Each container goes `Waiting (ContainerCreating)` → `Running` after
+//! [`SimulatedConfig::start_delay`] → ready after [`SimulatedConfig::ready_delay`]. With
+//! probability [`SimulatedConfig::failure_rate`] a run ends with exit code 1 after
+//! [`SimulatedConfig::fail_after`]; the container is then restarted as `restartPolicy` says,
+//! waiting out a CrashLoopBackOff-style back-off (base doubling to a cap), or stays terminated
+//! under `Never` (the pod then fails). Simulated containers never finish on their own.
+//!
+//! Nothing pretends to be real: image IDs and container IDs use the `simulated://` scheme, the
+//! pod's status message says it is simulated, and logs are a one-line note.
+//!
+//! State advances lazily: every `sync_pod` computes where each container is *now* (tokio
+//! time, so tests can pause the clock), and the runtime schedules one wake-up per pod at its
+//! next transition to tell the agent to sync again.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use k8s_openapi::api::core::v1::{
+    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
+    ContainerStatus, Pod,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use parking_lot::Mutex;
+use rand::Rng;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::runtime::{
+    LogOptions, LogStream, NodeContext, PodRuntime, RuntimeError, RuntimePod, RuntimeStatus,
+};
+use crate::status::{now as now_truncated, truncate, wall_now};
+
+/// The `containerRuntimeVersion` a node running this runtime reports.
+pub const RUNTIME_VERSION: &str = "setpoint-simulated://0.1";
+
+/// The pod status message of every simulated pod.
+pub const SIMULATED_MESSAGE: &str = "containers are simulated by setpoint: no processes run";
+
+/// How simulated containers behave.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SimulatedConfig {
+    /// From first sync to `Running`.
+    pub start_delay: Duration,
+    /// From `Running` to `ready: true`.
+    pub ready_delay: Duration,
+    /// Probability (0.0–1.0) that a run of a container fails.
+    pub failure_rate: f64,
+    /// How long a failing run lasts before it exits with code 1.
+    pub fail_after: Duration,
+    /// First restart back-off after a failure; doubles per restart (Kubernetes: 10 s).
+    pub backoff_base: Duration,
+    /// Back-off cap (Kubernetes: 5 min).
+    pub backoff_max: Duration,
+}
+
+impl Default for SimulatedConfig {
+    fn default() -> Self {
+        SimulatedConfig {
+            start_delay: Duration::from_secs(1),
+            ready_delay: Duration::from_secs(1),
+            failure_rate: 0.0,
+            fail_after: Duration::from_secs(5),
+            backoff_base: Duration::from_secs(10),
+            backoff_max: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Pod IPs are unique within the process: 10.64.0.0/10 from one counter.
+static NEXT_IP: AtomicU32 = AtomicU32::new(1);
+
+fn next_pod_ip() -> String {
+    let n = NEXT_IP.fetch_add(1, Ordering::Relaxed);
+    format!(
+        "10.{}.{}.{}",
+        64 + ((n >> 16) & 63),
+        (n >> 8) & 255,
+        n & 255
+    )
+}
+
+#[derive(Clone, Debug)]
+enum State {
+    /// Not running; becomes Running at `until`. `crashed` marks a back-off after a failure.
+    Waiting { until: Instant, crashed: bool },
+    /// Running since `since`; fails at `fails_at` if this run is one that fails.
+    Running {
+        since: Instant,
+        fails_at: Option<Instant>,
+    },
+    /// Exited and not restarted (`restartPolicy: Never`).
+    Terminated,
+}
+
+#[derive(Clone, Debug)]
+struct SimContainer {
+    name: String,
+    image: String,
+    state: State,
+    restart_count: i32,
+    /// The previous run's end, for `lastState`.
+    last_terminated: Option<ContainerStateTerminated>,
+}
+
+#[derive(Debug)]
+struct SimPod {
+    namespace: String,
+    name: String,
+    pod_ip: String,
+    start_time: Timestamp,
+    restart_policy: String,
+    containers: Vec<SimContainer>,
+    /// The wake-up already scheduled, so one is not scheduled twice.
+    wake_at: Option<Instant>,
+}
+
+/// Simulated containers for one node.
+pub struct SimulatedRuntime {
+    config: SimulatedConfig,
+    pods: Mutex<HashMap<String, SimPod>>,
+    notify: Arc<Mutex<Option<mpsc::UnboundedSender<String>>>>,
+}
+
+impl SimulatedRuntime {
+    /// A runtime holding no pods.
+    pub fn new(config: SimulatedConfig) -> Self {
+        SimulatedRuntime {
+            config,
+            pods: Mutex::new(HashMap::new()),
+            notify: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// How long the back-off after the `restarts`-th restart lasts.
+    fn backoff(&self, restarts: i32) -> Duration {
+        let factor = 2u32.saturating_pow(restarts.clamp(0, 30) as u32);
+        self.config
+            .backoff_base
+            .saturating_mul(factor)
+            .min(self.config.backoff_max)
+    }
+
+    fn run_fails(&self) -> bool {
+        self.config.failure_rate > 0.0 && rand::rng().random::<f64>() < self.config.failure_rate
+    }
+
+    /// Moves every container of `pod` through the transitions due by `now`.
+    fn advance(&self, pod: &mut SimPod, now: Instant) {
+        let restart = pod.restart_policy != "Never";
+        for c in &mut pod.containers {
+            loop {
+                match c.state.clone() {
+                    State::Waiting { until, crashed } if until <= now => {
+                        if crashed {
+                            c.restart_count += 1;
+                        }
+                        let fails_at = self.run_fails().then(|| until + self.config.fail_after);
+                        c.state = State::Running {
+                            since: until,
+                            fails_at,
+                        };
+                    }
+                    State::Running {
+                        since,
+                        fails_at: Some(t),
+                    } if t <= now => {
+                        c.last_terminated = Some(ContainerStateTerminated {
+                            exit_code: 1,
+                            reason: Some("Error".into()),
+                            message: Some("simulated failure".into()),
+                            started_at: Some(Time(wall(since, now))),
+                            finished_at: Some(Time(wall(t, now))),
+                            container_id: Some(container_id(&pod.pod_ip, &c.name, c.restart_count)),
+                            signal: None,
+                        });
+                        c.state = if restart {
+                            State::Waiting {
+                                until: t + self.backoff(c.restart_count),
+                                crashed: true,
+                            }
+                        } else {
+                            State::Terminated
+                        };
+                    }
+                    _ => break,
+                }
+            }
+        }
+    }
+
+    /// The earliest future transition of any container (including turning ready).
+    fn next_transition(&self, pod: &SimPod, now: Instant) -> Option<Instant> {
+        pod.containers
+            .iter()
+            .filter_map(|c| match c.state {
+                State::Waiting { until, .. } => Some(until),
+                State::Running { since, fails_at } => {
+                    let ready_at = since + self.config.ready_delay;
+                    match fails_at {
+                        Some(f) if ready_at <= now => Some(f),
+                        Some(f) => Some(f.min(ready_at)),
+                        None => (ready_at > now).then_some(ready_at),
+                    }
+                }
+                State::Terminated => None,
+            })
+            .min()
+    }
+
+    fn status(&self, pod: &SimPod, now: Instant) -> RuntimeStatus {
+        let statuses: Vec<ContainerStatus> = pod
+            .containers
+            .iter()
+            .map(|c| self.container_status(pod, c, now))
+            .collect();
+        let all_terminated = pod
+            .containers
+            .iter()
+            .all(|c| matches!(c.state, State::Terminated));
+        let active = pod.containers.iter().any(|c| {
+            matches!(
+                c.state,
+                State::Running { .. } | State::Waiting { crashed: true, .. }
+            )
+        });
+        let phase = if all_terminated && !pod.containers.is_empty() {
+            "Failed"
+        } else if active {
+            "Running"
+        } else {
+            "Pending"
+        };
+        RuntimeStatus {
+            pod_ip: Some(pod.pod_ip.clone()),
+            phase: phase.into(),
+            container_statuses: statuses,
+            start_time: Some(pod.start_time),
+            message: Some(SIMULATED_MESSAGE.into()),
+            reason: None,
+        }
+    }
+
+    fn container_status(&self, pod: &SimPod, c: &SimContainer, now: Instant) -> ContainerStatus {
+        let (state, ready, started) = match &c.state {
+            State::Waiting { crashed: false, .. } => (
+                ContainerState {
+                    waiting: Some(ContainerStateWaiting {
+                        reason: Some("ContainerCreating".into()),
+                        message: None,
+                    }),
+                    ..Default::default()
+                },
+                false,
+                false,
+            ),
+            State::Waiting { crashed: true, .. } => (
+                ContainerState {
+                    waiting: Some(ContainerStateWaiting {
+                        reason: Some("CrashLoopBackOff".into()),
+                        message: Some(format!(
+                            "back-off {}s restarting failed container={} pod={}",
+                            self.backoff(c.restart_count).as_secs(),
+                            c.name,
+                            pod.name
+                        )),
+                    }),
+                    ..Default::default()
+                },
+                false,
+                false,
+            ),
+            State::Running { since, .. } => (
+                ContainerState {
+                    running: Some(ContainerStateRunning {
+                        started_at: Some(Time(wall(*since, now))),
+                    }),
+                    ..Default::default()
+                },
+                *since + self.config.ready_delay <= now,
+                true,
+            ),
+            State::Terminated => (
+                ContainerState {
+                    terminated: c.last_terminated.clone(),
+                    ..Default::default()
+                },
+                false,
+                false,
+            ),
+        };
+        let running_or_done = !matches!(c.state, State::Waiting { crashed: false, .. });
+        let last_state = match c.state {
+            State::Terminated => None,
+            _ => c.last_terminated.clone().map(|t| ContainerState {
+                terminated: Some(t),
+                ..Default::default()
+            }),
+        };
+        ContainerStatus {
+            name: c.name.clone(),
+            image: c.image.clone(),
+            image_id: format!("simulated://{}", c.image),
+            container_id: running_or_done
+                .then(|| container_id(&pod.pod_ip, &c.name, c.restart_count)),
+            ready,
+            started: Some(started),
+            restart_count: c.restart_count,
+            state: Some(state),
+            last_state,
+            ..Default::default()
+        }
+    }
+
+    /// Schedules a notification at `at` unless one is already due then.
+    fn wake(&self, uid: &str, pod: &mut SimPod, at: Option<Instant>) {
+        let Some(at) = at else { return };
+        if pod.wake_at == Some(at) {
+            return;
+        }
+        pod.wake_at = Some(at);
+        let notify = self.notify.clone();
+        let uid = uid.to_string();
+        tokio::spawn(async move {
+            tokio::time::sleep_until(at).await;
+            if let Some(tx) = notify.lock().as_ref() {
+                let _ = tx.send(uid);
+            }
+        });
+    }
+
+    fn send(&self, uid: &str) {
+        if let Some(tx) = self.notify.lock().as_ref() {
+            let _ = tx.send(uid.to_string());
+        }
+    }
+}
+
+/// The wall-clock time of a tokio instant in the past (or now).
+fn wall(at: Instant, now: Instant) -> Timestamp {
+    let ago = now.saturating_duration_since(at);
+    let t = wall_now()
+        .checked_sub(k8s_openapi::jiff::SignedDuration::try_from(ago).unwrap_or_default())
+        .unwrap_or(Timestamp::UNIX_EPOCH);
+    truncate(t)
+}
+
+fn container_id(pod_ip: &str, name: &str, run: i32) -> String {
+    format!("simulated://{pod_ip}/{name}/{run}")
+}
+
+#[async_trait]
+impl PodRuntime for SimulatedRuntime {
+    async fn sync_pod(
+        &self,
+        pod: &Pod,
+        _node: &NodeContext,
+    ) -> Result<RuntimeStatus, RuntimeError> {
+        let uid = pod
+            .metadata
+            .uid
+            .clone()
+            .ok_or_else(|| RuntimeError::BadRequest("pod has no uid".into()))?;
+        let now = Instant::now();
+        let mut pods = self.pods.lock();
+        let entry = pods.entry(uid.clone()).or_insert_with(|| {
+            let spec = pod.spec.clone().unwrap_or_default();
+            SimPod {
+                namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+                name: pod.metadata.name.clone().unwrap_or_default(),
+                pod_ip: next_pod_ip(),
+                start_time: now_truncated(),
+                restart_policy: spec.restart_policy.unwrap_or_else(|| "Always".into()),
+                containers: spec
+                    .containers
+                    .iter()
+                    .map(|c| SimContainer {
+                        name: c.name.clone(),
+                        image: c.image.clone().unwrap_or_default(),
+                        state: State::Waiting {
+                            until: now + self.config.start_delay,
+                            crashed: false,
+                        },
+                        restart_count: 0,
+                        last_terminated: None,
+                    })
+                    .collect(),
+                wake_at: None,
+            }
+        });
+        self.advance(entry, now);
+        let status = self.status(entry, now);
+        let next = self.next_transition(entry, now);
+        self.wake(&uid, entry, next);
+        Ok(status)
+    }
+
+    async fn kill_pod(&self, pod: &RuntimePod, _grace: Duration) -> Result<(), RuntimeError> {
+        // No process to signal: a simulated container stops at once.
+        let removed = self.pods.lock().remove(&pod.uid).is_some();
+        if removed {
+            self.send(&pod.uid);
+        }
+        Ok(())
+    }
+
+    async fn pods(&self) -> Vec<RuntimePod> {
+        self.pods
+            .lock()
+            .iter()
+            .map(|(uid, p)| RuntimePod {
+                uid: uid.clone(),
+                namespace: p.namespace.clone(),
+                name: p.name.clone(),
+            })
+            .collect()
+    }
+
+    fn subscribe(&self) -> mpsc::UnboundedReceiver<String> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        *self.notify.lock() = Some(tx);
+        rx
+    }
+
+    async fn logs(
+        &self,
+        pod: &RuntimePod,
+        container: &str,
+        options: &LogOptions,
+    ) -> Result<LogStream, RuntimeError> {
+        let (image, restarts) = {
+            let pods = self.pods.lock();
+            let p = pods
+                .get(&pod.uid)
+                .ok_or_else(|| RuntimeError::NotFound(format!("pod {}", pod.name)))?;
+            let c = p
+                .containers
+                .iter()
+                .find(|c| c.name == container)
+                .ok_or_else(|| {
+                    RuntimeError::NotFound(format!("container {container} in pod {}", pod.name))
+                })?;
+            (c.image.clone(), c.restart_count)
+        };
+        if options.previous && restarts == 0 {
+            return Err(RuntimeError::BadRequest(format!(
+                "previous terminated container {container:?} in pod {:?} not found",
+                pod.name
+            )));
+        }
+        let mut text = format!(
+            "setpoint simulated container {container} (image {image}): no process runs, so there is no output\n"
+        );
+        if options.timestamps {
+            text = format!("{} {text}", now_truncated());
+        }
+        if options.tail_lines == Some(0) {
+            text.clear();
+        }
+        if let Some(limit) = options.limit_bytes {
+            text.truncate(limit.min(text.len() as u64) as usize);
+        }
+        // `follow` ends here too: a simulated container never writes more.
+        let chunk: Result<Bytes, RuntimeError> = Ok(Bytes::from(text));
+        Ok(Box::pin(futures::stream::iter(
+            Some(chunk).filter(|c| c.as_ref().is_ok_and(|b| !b.is_empty())),
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::StreamExt;
+    use k8s_openapi::api::core::v1::{Container, PodSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn pod(policy: &str) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("default".into()),
+                uid: Some("uid-1".into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                restart_policy: Some(policy.into()),
+                containers: vec![Container {
+                    name: "app".into(),
+                    image: Some("nginx:1".into()),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
+
+    fn config(failure_rate: f64) -> SimulatedConfig {
+        SimulatedConfig {
+            start_delay: Duration::from_secs(2),
+            ready_delay: Duration::from_secs(3),
+            failure_rate,
+            fail_after: Duration::from_secs(5),
+            backoff_base: Duration::from_secs(10),
+            backoff_max: Duration::from_secs(40),
+        }
+    }
+
+    fn node() -> NodeContext {
+        NodeContext {
+            node_name: "n".into(),
+            host_ip: "10.0.0.1".into(),
+        }
+    }
+
+    fn waiting_reason(s: &RuntimeStatus) -> Option<String> {
+        s.container_statuses[0]
+            .state
+            .as_ref()?
+            .waiting
+            .as_ref()?
+            .reason
+            .clone()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn container_starts_then_turns_ready_and_wakes_the_agent() {
+        let rt = SimulatedRuntime::new(config(0.0));
+        let mut wakeups = rt.subscribe();
+        let p = pod("Always");
+        let s = rt.sync_pod(&p, &node()).await.unwrap();
+        assert_eq!(s.phase, "Pending");
+        assert_eq!(waiting_reason(&s).as_deref(), Some("ContainerCreating"));
+        assert!(s.pod_ip.is_some());
+        assert_eq!(s.message.as_deref(), Some(SIMULATED_MESSAGE));
+
+        // The runtime asks for a sync when the container starts.
+        assert_eq!(wakeups.recv().await.as_deref(), Some("uid-1"));
+        let s = rt.sync_pod(&p, &node()).await.unwrap();
+        assert_eq!(s.phase, "Running");
+        assert!(!s.container_statuses[0].ready);
+        assert_eq!(s.container_statuses[0].image_id, "simulated://nginx:1");
+
+        assert_eq!(wakeups.recv().await.as_deref(), Some("uid-1"));
+        let s = rt.sync_pod(&p, &node()).await.unwrap();
+        assert!(s.container_statuses[0].ready);
+        assert_eq!(s.container_statuses[0].started, Some(true));
+        // Idempotent: syncing again changes nothing.
+        assert_eq!(rt.sync_pod(&p, &node()).await.unwrap(), s);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failing_container_backs_off_and_restarts() {
+        let rt = SimulatedRuntime::new(config(1.0));
+        let p = pod("Always");
+        rt.sync_pod(&p, &node()).await.unwrap();
+        // Started at 2 s, fails at 7 s, back-off 10 s.
+        tokio::time::advance(Duration::from_secs(8)).await;
+        let s = rt.sync_pod(&p, &node()).await.unwrap();
+        assert_eq!(s.phase, "Running");
+        assert_eq!(waiting_reason(&s).as_deref(), Some("CrashLoopBackOff"));
+        let last = s.container_statuses[0].last_state.clone().unwrap();
+        assert_eq!(last.terminated.unwrap().exit_code, 1);
+        assert_eq!(s.container_statuses[0].restart_count, 0);
+        // Restarted at 17 s.
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let s = rt.sync_pod(&p, &node()).await.unwrap();
+        assert_eq!(s.container_statuses[0].restart_count, 1);
+        assert!(s.container_statuses[0]
+            .state
+            .as_ref()
+            .unwrap()
+            .running
+            .is_some());
+        // Fails again at 22 s; the second back-off doubles to 20 s.
+        tokio::time::advance(Duration::from_secs(6)).await;
+        let s = rt.sync_pod(&p, &node()).await.unwrap();
+        let msg = s.container_statuses[0]
+            .state
+            .clone()
+            .unwrap()
+            .waiting
+            .unwrap()
+            .message;
+        assert!(msg.unwrap().starts_with("back-off 20s"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failing_container_with_restart_never_fails_the_pod() {
+        let rt = SimulatedRuntime::new(config(1.0));
+        let p = pod("Never");
+        rt.sync_pod(&p, &node()).await.unwrap();
+        tokio::time::advance(Duration::from_secs(8)).await;
+        let s = rt.sync_pod(&p, &node()).await.unwrap();
+        assert_eq!(s.phase, "Failed");
+        let term = s.container_statuses[0].state.clone().unwrap().terminated;
+        assert_eq!(term.unwrap().exit_code, 1);
+        assert_eq!(s.container_statuses[0].restart_count, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn never_policy_keeps_running_without_failures() {
+        let rt = SimulatedRuntime::new(config(0.0));
+        let p = pod("Never");
+        rt.sync_pod(&p, &node()).await.unwrap();
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        let s = rt.sync_pod(&p, &node()).await.unwrap();
+        assert_eq!(s.phase, "Running");
+        assert!(s.container_statuses[0].ready);
+    }
+
+    #[tokio::test]
+    async fn kill_forgets_the_pod_and_logs_are_honest() {
+        let rt = SimulatedRuntime::new(config(0.0));
+        let p = pod("Always");
+        rt.sync_pod(&p, &node()).await.unwrap();
+        let held = rt.pods().await;
+        assert_eq!(held.len(), 1);
+        let mut logs = rt
+            .logs(&held[0], "app", &LogOptions::default())
+            .await
+            .unwrap();
+        let line = logs.next().await.unwrap().unwrap();
+        assert!(String::from_utf8_lossy(&line).contains("simulated"));
+        assert!(matches!(
+            rt.logs(&held[0], "nope", &LogOptions::default()).await,
+            Err(RuntimeError::NotFound(_))
+        ));
+        let previous = LogOptions {
+            previous: true,
+            ..Default::default()
+        };
+        assert!(matches!(
+            rt.logs(&held[0], "app", &previous).await,
+            Err(RuntimeError::BadRequest(_))
+        ));
+        rt.kill_pod(&held[0], Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert!(rt.pods().await.is_empty());
+        // Killing again is not an error.
+        rt.kill_pod(&held[0], Duration::ZERO).await.unwrap();
+    }
+}

@@ -1,0 +1,571 @@
+//! Pure decisions about one pod: the status the agent writes (from what the runtime observed
+//! and what the API already holds), the QoS class, and the grace period of a kill.
+//!
+//! No I/O here, so every rule is unit-tested; [`crate::podworker`] does the reading and
+//! writing around these functions.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{
+    ContainerState, ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+
+use crate::runtime::RuntimeStatus;
+
+/// The grace period of a pod with none set anywhere (Kubernetes' default).
+pub const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(30);
+
+/// The conditions the agent owns; any other condition in the status (readiness gates,
+/// `DisruptionTarget`, …) belongs to someone else and is kept as it is.
+const OWNED_CONDITIONS: [&str; 5] = [
+    "PodReadyToStartContainers",
+    "Initialized",
+    "Ready",
+    "ContainersReady",
+    "PodScheduled",
+];
+
+/// Whole seconds: API times are serialized with second precision, so anything finer would
+/// make a freshly composed status differ from the stored one forever.
+pub fn truncate(t: Timestamp) -> Timestamp {
+    Timestamp::from_second(t.as_second()).unwrap_or(t)
+}
+
+/// The wall clock, to the microsecond.
+pub fn wall_now() -> Timestamp {
+    Timestamp::from_microsecond(chrono::Utc::now().timestamp_micros())
+        .unwrap_or(Timestamp::UNIX_EPOCH)
+}
+
+/// `now`, truncated to whole seconds.
+pub fn now() -> Timestamp {
+    truncate(wall_now())
+}
+
+/// How long to give a pod's containers to stop: `metadata.deletionGracePeriodSeconds` (what
+/// the DELETE asked for), else `spec.terminationGracePeriodSeconds`, else 30 s.
+pub fn grace_period(pod: &Pod) -> Duration {
+    let secs = pod.metadata.deletion_grace_period_seconds.or_else(|| {
+        pod.spec
+            .as_ref()
+            .and_then(|s| s.termination_grace_period_seconds)
+    });
+    match secs {
+        Some(s) => Duration::from_secs(s.max(0) as u64),
+        None => DEFAULT_GRACE_PERIOD,
+    }
+}
+
+/// Whether the pod has finished for good (`Succeeded` or `Failed`): its containers are never
+/// started again.
+pub fn is_terminal(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+/// The pod's QoS class: `Guaranteed` when every container has CPU and memory limits and its
+/// requests (defaulting to the limits) equal them, `BestEffort` when no container requests or
+/// limits anything, otherwise `Burstable`.
+pub fn qos_class(pod: &Pod) -> &'static str {
+    let Some(spec) = &pod.spec else {
+        return "BestEffort";
+    };
+    let containers: Vec<_> = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .collect();
+    let mut any = false;
+    let mut guaranteed = true;
+    for c in containers {
+        let res = c.resources.as_ref();
+        let limits = res.and_then(|r| r.limits.as_ref());
+        let requests = res.and_then(|r| r.requests.as_ref());
+        let relevant = |m: Option<&std::collections::BTreeMap<String, _>>| {
+            m.is_some_and(|m| m.contains_key("cpu") || m.contains_key("memory"))
+        };
+        if relevant(limits) || relevant(requests) {
+            any = true;
+        }
+        for r in ["cpu", "memory"] {
+            let limit = limits.and_then(|l| l.get(r));
+            let request = requests.and_then(|q| q.get(r)).or(limit);
+            if limit.is_none() || request != limit {
+                guaranteed = false;
+            }
+        }
+    }
+    if !any {
+        "BestEffort"
+    } else if guaranteed {
+        "Guaranteed"
+    } else {
+        "Burstable"
+    }
+}
+
+fn truncate_state(state: &mut Option<ContainerState>) {
+    let Some(s) = state else { return };
+    let fix = |t: &mut Option<Time>| {
+        if let Some(t) = t {
+            t.0 = truncate(t.0);
+        }
+    };
+    if let Some(r) = &mut s.running {
+        fix(&mut r.started_at);
+    }
+    if let Some(t) = &mut s.terminated {
+        fix(&mut t.started_at);
+        fix(&mut t.finished_at);
+    }
+}
+
+fn normalize_container(mut c: ContainerStatus) -> ContainerStatus {
+    truncate_state(&mut c.state);
+    truncate_state(&mut c.last_state);
+    c
+}
+
+/// A condition with `lastTransitionTime` kept from `old` when its status did not change.
+fn condition(
+    old: &[PodCondition],
+    type_: &str,
+    ok: bool,
+    reason: Option<&str>,
+    message: Option<String>,
+    now: Timestamp,
+) -> PodCondition {
+    let status = if ok { "True" } else { "False" };
+    let previous = old.iter().find(|c| c.type_ == type_);
+    let since = match previous {
+        Some(p) if p.status == status => p.last_transition_time.clone(),
+        _ => None,
+    };
+    PodCondition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: reason.map(String::from),
+        message,
+        last_probe_time: None,
+        last_transition_time: Some(since.unwrap_or(Time(now))),
+    }
+}
+
+/// The status to write for `pod`, composed from what the runtime `observed`, the node's
+/// address and the pod's current status (whose `startTime`, transition times and foreign
+/// conditions are kept). `now` stamps conditions that change.
+pub fn compose(pod: &Pod, observed: &RuntimeStatus, host_ip: &str, now: Timestamp) -> PodStatus {
+    let old = pod.status.clone().unwrap_or_default();
+    let old_conditions = old.conditions.clone().unwrap_or_default();
+    let spec_containers: Vec<&str> = pod
+        .spec
+        .as_ref()
+        .map(|s| s.containers.iter().map(|c| c.name.as_str()).collect())
+        .unwrap_or_default();
+    let has_init = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.init_containers.as_ref())
+        .is_some_and(|i| !i.is_empty());
+    let statuses: Vec<ContainerStatus> = observed
+        .container_statuses
+        .iter()
+        .cloned()
+        .map(normalize_container)
+        .collect();
+    let phase = observed.phase.as_str();
+
+    let unready: Vec<&str> = spec_containers
+        .iter()
+        .copied()
+        .filter(|name| !statuses.iter().any(|s| s.name == *name && s.ready))
+        .collect();
+    let completed = phase == "Succeeded";
+    let containers_ready = unready.is_empty() && !completed && phase != "Failed";
+    let (cr_reason, cr_message) = if containers_ready {
+        (None, None)
+    } else if completed {
+        (Some("PodCompleted"), None)
+    } else {
+        (
+            Some("ContainersNotReady"),
+            Some(format!(
+                "containers with unready status: [{}]",
+                unready.join(" ")
+            )),
+        )
+    };
+    // Readiness gates: Ready also needs each named condition to be True (set by others).
+    let gates_unready: Vec<String> = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.readiness_gates.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|g| g.condition_type.clone())
+        .filter(|t| {
+            !old_conditions
+                .iter()
+                .any(|c| &c.type_ == t && c.status == "True")
+        })
+        .collect();
+    let (ready, r_reason, r_message) = if !containers_ready {
+        (false, cr_reason, cr_message.clone())
+    } else if !gates_unready.is_empty() {
+        (
+            false,
+            Some("ReadinessGatesNotReady"),
+            Some(format!(
+                "corresponding condition of pod readiness gate \"{}\" does not exist or is not True",
+                gates_unready.join("\", \"")
+            )),
+        )
+    } else {
+        (true, None, None)
+    };
+    // Without init-container support in the runtime contract, a pod counts as initialized
+    // once its containers run (or always, when it has no init containers).
+    let initialized = !has_init || phase != "Pending";
+
+    let mut conditions: Vec<PodCondition> = vec![
+        condition(
+            &old_conditions,
+            "PodReadyToStartContainers",
+            observed.pod_ip.is_some(),
+            None,
+            None,
+            now,
+        ),
+        condition(
+            &old_conditions,
+            "Initialized",
+            initialized,
+            (!initialized).then_some("ContainersNotInitialized"),
+            None,
+            now,
+        ),
+        condition(&old_conditions, "Ready", ready, r_reason, r_message, now),
+        condition(
+            &old_conditions,
+            "ContainersReady",
+            containers_ready,
+            cr_reason,
+            cr_message,
+            now,
+        ),
+        condition(&old_conditions, "PodScheduled", true, None, None, now),
+    ];
+    for c in &old_conditions {
+        if !OWNED_CONDITIONS.contains(&c.type_.as_str()) {
+            conditions.push(c.clone());
+        }
+    }
+
+    let start_time = old
+        .start_time
+        .clone()
+        .or_else(|| observed.start_time.map(|t| Time(truncate(t))));
+    PodStatus {
+        phase: Some(observed.phase.clone()),
+        conditions: Some(conditions),
+        host_ip: Some(host_ip.to_string()).filter(|s| !s.is_empty()),
+        host_ips: Some(vec![HostIP {
+            ip: host_ip.to_string(),
+        }])
+        .filter(|_| !host_ip.is_empty()),
+        pod_ip: observed.pod_ip.clone(),
+        pod_ips: observed
+            .pod_ip
+            .as_ref()
+            .map(|ip| vec![PodIP { ip: ip.clone() }]),
+        start_time,
+        container_statuses: Some(statuses),
+        qos_class: Some(qos_class(pod).to_string()),
+        message: observed.message.clone(),
+        reason: observed.reason.clone(),
+        // Kept: written by others (scheduler, resize, claims) or not modelled by the runtime.
+        nominated_node_name: old.nominated_node_name,
+        init_container_statuses: old.init_container_statuses,
+        ephemeral_container_statuses: old.ephemeral_container_statuses,
+        resize: old.resize,
+        resource_claim_statuses: old.resource_claim_statuses,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        Container, ContainerStateRunning, PodReadinessGate, PodSpec, ResourceRequirements,
+    };
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn pod(containers: &[&str]) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some("p".into()),
+                namespace: Some("default".into()),
+                uid: Some("u1".into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                node_name: Some("n1".into()),
+                containers: containers
+                    .iter()
+                    .map(|n| Container {
+                        name: n.to_string(),
+                        image: Some("busybox".into()),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
+
+    fn ts(s: i64) -> Timestamp {
+        Timestamp::from_second(s).unwrap()
+    }
+
+    fn cs(name: &str, ready: bool) -> ContainerStatus {
+        ContainerStatus {
+            name: name.into(),
+            ready,
+            image: "busybox".into(),
+            image_id: "simulated://busybox".into(),
+            state: Some(ContainerState {
+                running: Some(ContainerStateRunning {
+                    started_at: Some(Time(Timestamp::from_millisecond(1_500_250).unwrap())),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn running(ready: &[(&str, bool)]) -> RuntimeStatus {
+        RuntimeStatus {
+            pod_ip: Some("10.244.0.5".into()),
+            phase: "Running".into(),
+            container_statuses: ready.iter().map(|(n, r)| cs(n, *r)).collect(),
+            start_time: Some(Timestamp::from_millisecond(1_000_700).unwrap()),
+            message: None,
+            reason: None,
+        }
+    }
+
+    fn cond<'a>(s: &'a PodStatus, t: &str) -> &'a PodCondition {
+        s.conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|c| c.type_ == t)
+            .unwrap_or_else(|| panic!("no {t} condition"))
+    }
+
+    #[test]
+    fn ready_pod_has_all_conditions_true_and_addresses() {
+        let p = pod(&["a", "b"]);
+        let s = compose(
+            &p,
+            &running(&[("a", true), ("b", true)]),
+            "10.0.0.1",
+            ts(2000),
+        );
+        for t in ["PodScheduled", "Initialized", "ContainersReady", "Ready"] {
+            assert_eq!(cond(&s, t).status, "True", "{t}");
+            assert_eq!(cond(&s, t).last_transition_time, Some(Time(ts(2000))));
+        }
+        assert_eq!(s.phase.as_deref(), Some("Running"));
+        assert_eq!(s.host_ip.as_deref(), Some("10.0.0.1"));
+        assert_eq!(s.pod_ips.as_ref().unwrap()[0].ip, "10.244.0.5");
+        assert_eq!(s.qos_class.as_deref(), Some("BestEffort"));
+        // Times are whole seconds, as the API stores them.
+        assert_eq!(s.start_time, Some(Time(ts(1000))));
+        let started = s.container_statuses.as_ref().unwrap()[0]
+            .state
+            .as_ref()
+            .unwrap()
+            .running
+            .as_ref()
+            .unwrap()
+            .started_at
+            .clone();
+        assert_eq!(started, Some(Time(ts(1500))));
+    }
+
+    #[test]
+    fn unready_container_is_named_and_transition_time_kept_when_unchanged() {
+        let mut p = pod(&["a", "b"]);
+        let first = compose(&p, &running(&[("a", true), ("b", false)]), "h", ts(100));
+        let ready = cond(&first, "Ready");
+        assert_eq!(ready.status, "False");
+        assert_eq!(ready.reason.as_deref(), Some("ContainersNotReady"));
+        assert_eq!(
+            ready.message.as_deref(),
+            Some("containers with unready status: [b]")
+        );
+        p.status = Some(first.clone());
+        // Same observation later: nothing changes, so nothing needs writing.
+        let again = compose(&p, &running(&[("a", true), ("b", false)]), "h", ts(200));
+        assert_eq!(again, first);
+        // b turns ready: Ready flips and gets the new time; PodScheduled keeps its old one.
+        let later = compose(&p, &running(&[("a", true), ("b", true)]), "h", ts(300));
+        assert_eq!(cond(&later, "Ready").status, "True");
+        assert_eq!(
+            cond(&later, "Ready").last_transition_time,
+            Some(Time(ts(300)))
+        );
+        assert_eq!(
+            cond(&later, "PodScheduled").last_transition_time,
+            Some(Time(ts(100)))
+        );
+    }
+
+    #[test]
+    fn missing_container_status_counts_as_unready() {
+        let p = pod(&["a", "b"]);
+        let s = compose(&p, &running(&[("a", true)]), "h", ts(1));
+        assert_eq!(cond(&s, "ContainersReady").status, "False");
+    }
+
+    #[test]
+    fn start_time_is_kept_and_foreign_conditions_survive() {
+        let mut p = pod(&["a"]);
+        p.status = Some(PodStatus {
+            start_time: Some(Time(ts(5))),
+            nominated_node_name: Some("x".into()),
+            conditions: Some(vec![PodCondition {
+                type_: "DisruptionTarget".into(),
+                status: "True".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        let s = compose(&p, &running(&[("a", true)]), "h", ts(50));
+        assert_eq!(s.start_time, Some(Time(ts(5))));
+        assert_eq!(s.nominated_node_name.as_deref(), Some("x"));
+        assert_eq!(cond(&s, "DisruptionTarget").status, "True");
+    }
+
+    #[test]
+    fn readiness_gates_hold_ready_back() {
+        let mut p = pod(&["a"]);
+        p.spec.as_mut().unwrap().readiness_gates = Some(vec![PodReadinessGate {
+            condition_type: "example.com/lb".into(),
+        }]);
+        let s = compose(&p, &running(&[("a", true)]), "h", ts(1));
+        assert_eq!(cond(&s, "ContainersReady").status, "True");
+        assert_eq!(cond(&s, "Ready").status, "False");
+        assert_eq!(
+            cond(&s, "Ready").reason.as_deref(),
+            Some("ReadinessGatesNotReady")
+        );
+        p.status = Some(PodStatus {
+            conditions: Some(vec![PodCondition {
+                type_: "example.com/lb".into(),
+                status: "True".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        let s = compose(&p, &running(&[("a", true)]), "h", ts(2));
+        assert_eq!(cond(&s, "Ready").status, "True");
+    }
+
+    #[test]
+    fn finished_pod_is_not_ready() {
+        let p = pod(&["a"]);
+        let mut rs = running(&[("a", false)]);
+        rs.phase = "Succeeded".into();
+        let s = compose(&p, &rs, "h", ts(1));
+        assert_eq!(cond(&s, "Ready").reason.as_deref(), Some("PodCompleted"));
+        rs.phase = "Failed".into();
+        let s = compose(&p, &rs, "h", ts(1));
+        assert_eq!(cond(&s, "Ready").status, "False");
+    }
+
+    #[test]
+    fn pending_pod_with_init_containers_is_not_initialized() {
+        let mut p = pod(&["a"]);
+        p.spec.as_mut().unwrap().init_containers = Some(vec![Container {
+            name: "init".into(),
+            ..Default::default()
+        }]);
+        let rs = RuntimeStatus {
+            phase: "Pending".into(),
+            ..Default::default()
+        };
+        let s = compose(&p, &rs, "h", ts(1));
+        assert_eq!(cond(&s, "Initialized").status, "False");
+        assert_eq!(cond(&s, "PodReadyToStartContainers").status, "False");
+        assert!(s.pod_ip.is_none());
+    }
+
+    #[test]
+    fn grace_period_prefers_deletion_then_spec_then_default() {
+        let mut p = pod(&["a"]);
+        assert_eq!(grace_period(&p), Duration::from_secs(30));
+        p.spec.as_mut().unwrap().termination_grace_period_seconds = Some(7);
+        assert_eq!(grace_period(&p), Duration::from_secs(7));
+        p.metadata.deletion_grace_period_seconds = Some(2);
+        assert_eq!(grace_period(&p), Duration::from_secs(2));
+        p.metadata.deletion_grace_period_seconds = Some(0);
+        assert_eq!(grace_period(&p), Duration::ZERO);
+    }
+
+    #[test]
+    fn terminal_phases() {
+        let mut p = pod(&["a"]);
+        assert!(!is_terminal(&p));
+        for (phase, terminal) in [("Running", false), ("Succeeded", true), ("Failed", true)] {
+            p.status = Some(PodStatus {
+                phase: Some(phase.into()),
+                ..Default::default()
+            });
+            assert_eq!(is_terminal(&p), terminal, "{phase}");
+        }
+    }
+
+    fn resources(req: &[(&str, &str)], lim: &[(&str, &str)]) -> Option<ResourceRequirements> {
+        let m = |v: &[(&str, &str)]| {
+            Some(
+                v.iter()
+                    .map(|(k, q)| (k.to_string(), Quantity(q.to_string())))
+                    .collect(),
+            )
+            .filter(|m: &std::collections::BTreeMap<_, _>| !m.is_empty())
+        };
+        Some(ResourceRequirements {
+            requests: m(req),
+            limits: m(lim),
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn qos_classes() {
+        let mut p = pod(&["a", "b"]);
+        assert_eq!(qos_class(&p), "BestEffort");
+        let cs = &mut p.spec.as_mut().unwrap().containers;
+        cs[0].resources = resources(&[], &[("cpu", "1"), ("memory", "1Gi")]);
+        cs[1].resources = resources(
+            &[("cpu", "1"), ("memory", "1Gi")],
+            &[("cpu", "1"), ("memory", "1Gi")],
+        );
+        assert_eq!(qos_class(&p), "Guaranteed");
+        let cs = &mut p.spec.as_mut().unwrap().containers;
+        cs[1].resources = resources(&[("cpu", "500m")], &[("cpu", "1"), ("memory", "1Gi")]);
+        assert_eq!(qos_class(&p), "Burstable");
+        let cs = &mut p.spec.as_mut().unwrap().containers;
+        cs[0].resources = None;
+        cs[1].resources = resources(&[("memory", "1Gi")], &[]);
+        assert_eq!(qos_class(&p), "Burstable");
+    }
+}
