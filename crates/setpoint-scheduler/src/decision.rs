@@ -1,0 +1,520 @@
+//! The pure scheduling decision: which nodes a pod fits on (and, when none, why not), and
+//! which of them is best. No I/O, no clock: everything it needs is in its arguments.
+//!
+//! Filters run in Kubernetes' order and a node is rejected by the first that fails:
+//! readiness, `spec.unschedulable` (NodeUnschedulable), taints (TaintToleration),
+//! `nodeSelector` and required node affinity (NodeAffinity), then requests against
+//! allocatable (NodeResourcesFit, which reports every insufficient resource). Scores are
+//! NodeResourcesFit's LeastAllocated plus NodeResourcesBalancedAllocation, weight 1 each.
+//! Like kube-scheduler, the search stops after finding enough feasible nodes
+//! ([`nodes_to_find`]) and the next search starts where this one stopped, so pods spread
+//! and large clusters cost less per pod.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+
+use k8s_openapi::api::core::v1::{
+    Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod, Taint, Toleration,
+};
+
+use crate::resources::{Allocatable, PodRequests, Resources};
+
+/// The largest score a single plugin gives.
+pub const MAX_NODE_SCORE: i64 = 100;
+
+/// The taint that stands for `spec.unschedulable`: tolerating it lets a pod onto a cordoned node.
+pub const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
+
+/// Below this many nodes every node is looked at (Kubernetes' `minFeasibleNodesToFind`).
+pub const MIN_FEASIBLE_NODES_TO_FIND: usize = 100;
+
+/// What the decision needs to know about a node, derived once per node change.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeFacts {
+    /// `metadata.labels`.
+    pub labels: BTreeMap<String, String>,
+    /// `spec.taints` with effect `NoSchedule` or `NoExecute` (the ones filtering looks at).
+    pub taints: Vec<Taint>,
+    /// The `Ready` condition is `True`.
+    pub ready: bool,
+    /// `spec.unschedulable` (cordoned).
+    pub unschedulable: bool,
+    /// `status.allocatable`.
+    pub allocatable: Allocatable,
+}
+
+impl NodeFacts {
+    /// The facts of a node object.
+    pub fn of(node: &Node) -> NodeFacts {
+        let spec = node.spec.as_ref();
+        NodeFacts {
+            labels: node.metadata.labels.clone().unwrap_or_default(),
+            taints: spec
+                .and_then(|s| s.taints.as_ref())
+                .map(|ts| {
+                    ts.iter()
+                        .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
+                        .cloned()
+                        .collect()
+                })
+                .unwrap_or_default(),
+            ready: node
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+                .is_some_and(|c| c.status == "True"),
+            unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+            allocatable: Allocatable::of(node),
+        }
+    }
+}
+
+/// A node with what is already placed on it (bound and assumed pods).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeInfo {
+    /// `metadata.name`.
+    pub name: String,
+    /// The node's scheduling-relevant state.
+    pub facts: NodeFacts,
+    /// Sum of the requests of the pods on it.
+    pub requested: Resources,
+    /// Sum of the non-zero requests (for scoring) of the pods on it.
+    pub non_zero_requested: Resources,
+    /// Pods on it.
+    pub pods: i64,
+}
+
+impl NodeInfo {
+    /// An empty node.
+    pub fn new(name: &str, facts: NodeFacts) -> NodeInfo {
+        NodeInfo {
+            name: name.into(),
+            facts,
+            ..NodeInfo::default()
+        }
+    }
+
+    /// Counts a pod in.
+    pub fn add(&mut self, r: &PodRequests) {
+        self.requested = self.requested.plus(r.requested);
+        self.non_zero_requested = self.non_zero_requested.plus(r.non_zero);
+        self.pods += 1;
+    }
+
+    /// Counts a pod out.
+    pub fn remove(&mut self, r: &PodRequests) {
+        self.requested = self.requested.minus(r.requested);
+        self.non_zero_requested = self.non_zero_requested.minus(r.non_zero);
+        self.pods -= 1;
+    }
+}
+
+/// What the decision needs to know about a pod, borrowed from it.
+#[derive(Clone, Copy, Debug)]
+pub struct PodFacts<'a> {
+    /// Its requests.
+    pub requests: PodRequests,
+    /// `spec.nodeSelector`.
+    pub node_selector: Option<&'a BTreeMap<String, String>>,
+    /// `spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution`.
+    pub required_affinity: Option<&'a NodeSelector>,
+    /// `spec.tolerations`.
+    pub tolerations: &'a [Toleration],
+}
+
+impl<'a> PodFacts<'a> {
+    /// The facts of a pod.
+    pub fn of(pod: &'a Pod) -> PodFacts<'a> {
+        let spec = pod.spec.as_ref();
+        PodFacts {
+            requests: PodRequests::of(pod),
+            node_selector: spec.and_then(|s| s.node_selector.as_ref()),
+            required_affinity: spec
+                .and_then(|s| s.affinity.as_ref())
+                .and_then(|a| a.node_affinity.as_ref())
+                .and_then(|a| {
+                    a.required_during_scheduling_ignored_during_execution
+                        .as_ref()
+                }),
+            tolerations: spec.and_then(|s| s.tolerations.as_deref()).unwrap_or(&[]),
+        }
+    }
+}
+
+/// Why a node was rejected; the text is Kubernetes' so messages read the same.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Reason {
+    /// The Ready condition is not True.
+    NotReady,
+    /// Cordoned, and the pod does not tolerate it.
+    Unschedulable,
+    /// A NoSchedule/NoExecute taint the pod does not tolerate.
+    UntoleratedTaint { key: String, value: String },
+    /// `nodeSelector` or required node affinity does not match.
+    NodeAffinity,
+    /// Not enough CPU left.
+    InsufficientCpu,
+    /// Not enough memory left.
+    InsufficientMemory,
+    /// The node holds its maximum number of pods.
+    TooManyPods,
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reason::NotReady => f.write_str("node(s) were not ready"),
+            Reason::Unschedulable => f.write_str("node(s) were unschedulable"),
+            Reason::UntoleratedTaint { key, value } => {
+                write!(f, "node(s) had untolerated taint {{{key}: {value}}}")
+            }
+            Reason::NodeAffinity => {
+                f.write_str("node(s) didn't match Pod's node affinity/selector")
+            }
+            Reason::InsufficientCpu => f.write_str("Insufficient cpu"),
+            Reason::InsufficientMemory => f.write_str("Insufficient memory"),
+            Reason::TooManyPods => f.write_str("Too many pods"),
+        }
+    }
+}
+
+/// Whether a toleration tolerates a taint (Kubernetes' `ToleratesTaint`): effects match
+/// when the toleration names none; keys match when it names none (only valid with
+/// `Exists`, which then tolerates everything); `Equal` (the default) compares values.
+pub fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
+    let effect = toleration.effect.as_deref().unwrap_or("");
+    if !effect.is_empty() && effect != taint.effect {
+        return false;
+    }
+    let key = toleration.key.as_deref().unwrap_or("");
+    if !key.is_empty() && key != taint.key {
+        return false;
+    }
+    match toleration.operator.as_deref().unwrap_or("") {
+        "" | "Equal" => {
+            toleration.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
+        }
+        "Exists" => true,
+        _ => false,
+    }
+}
+
+/// The first NoSchedule/NoExecute taint no toleration tolerates.
+pub fn untolerated_taint<'t>(taints: &'t [Taint], tolerations: &[Toleration]) -> Option<&'t Taint> {
+    taints
+        .iter()
+        .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
+        .find(|t| !tolerations.iter().any(|tol| tolerates(tol, t)))
+}
+
+/// One label-selector requirement against a value (`None`: the label is absent).
+fn requirement_matches(r: &NodeSelectorRequirement, value: Option<&str>) -> bool {
+    let values = r.values.as_deref().unwrap_or(&[]);
+    match r.operator.as_str() {
+        "In" => value.is_some_and(|v| values.iter().any(|x| x == v)),
+        "NotIn" => value.is_none_or(|v| !values.iter().any(|x| x == v)),
+        "Exists" => value.is_some(),
+        "DoesNotExist" => value.is_none(),
+        op @ ("Gt" | "Lt") => {
+            // Exactly one integer bound; anything else is an invalid selector, which matches
+            // nothing.
+            let [bound] = values else {
+                return false;
+            };
+            match (bound.parse::<i64>(), value.map(str::parse::<i64>)) {
+                (Ok(b), Some(Ok(v))) => {
+                    if op == "Gt" {
+                        v > b
+                    } else {
+                        v < b
+                    }
+                }
+                _ => false,
+            }
+        }
+        _ => false,
+    }
+}
+
+/// One node selector term: its expressions (on labels) and fields (only `metadata.name`,
+/// `In`/`NotIn`) all match. An empty term matches nothing.
+fn term_matches(term: &NodeSelectorTerm, name: &str, labels: &BTreeMap<String, String>) -> bool {
+    let exprs = term.match_expressions.as_deref().unwrap_or(&[]);
+    let fields = term.match_fields.as_deref().unwrap_or(&[]);
+    if exprs.is_empty() && fields.is_empty() {
+        return false;
+    }
+    exprs
+        .iter()
+        .all(|r| requirement_matches(r, labels.get(&r.key).map(String::as_str)))
+        && fields.iter().all(|r| {
+            r.key == "metadata.name"
+                && matches!(r.operator.as_str(), "In" | "NotIn")
+                && requirement_matches(r, Some(name))
+        })
+}
+
+/// Whether a node selector (terms ORed) matches a node.
+pub fn node_selector_matches(
+    selector: &NodeSelector,
+    name: &str,
+    labels: &BTreeMap<String, String>,
+) -> bool {
+    selector
+        .node_selector_terms
+        .iter()
+        .any(|t| term_matches(t, name, labels))
+}
+
+/// Whether `spec.nodeSelector` and required node affinity both match.
+pub fn affinity_matches(pod: &PodFacts<'_>, name: &str, labels: &BTreeMap<String, String>) -> bool {
+    if let Some(sel) = pod.node_selector {
+        if !sel.iter().all(|(k, v)| labels.get(k) == Some(v)) {
+            return false;
+        }
+    }
+    pod.required_affinity
+        .is_none_or(|a| node_selector_matches(a, name, labels))
+}
+
+/// The resources a node lacks for a pod (Kubernetes' `Fits`); empty when it fits.
+fn insufficient(pod: &PodFacts<'_>, node: &NodeInfo, out: &mut Vec<Reason>) {
+    let alloc = &node.facts.allocatable;
+    if node.pods + 1 > alloc.pods {
+        out.push(Reason::TooManyPods);
+    }
+    let want = pod.requests.requested;
+    let used = node.requested;
+    if want.milli_cpu > 0 && want.milli_cpu > alloc.resources.milli_cpu - used.milli_cpu {
+        out.push(Reason::InsufficientCpu);
+    }
+    if want.memory > 0 && want.memory > alloc.resources.memory - used.memory {
+        out.push(Reason::InsufficientMemory);
+    }
+}
+
+/// Runs every filter; `Err` holds why the node was rejected (several reasons only from
+/// the resource filter).
+pub fn filter(pod: &PodFacts<'_>, node: &NodeInfo) -> Result<(), Vec<Reason>> {
+    let facts = &node.facts;
+    if !facts.ready {
+        return Err(vec![Reason::NotReady]);
+    }
+    if facts.unschedulable
+        && !pod.tolerations.iter().any(|t| {
+            tolerates(
+                t,
+                &Taint {
+                    key: UNSCHEDULABLE_TAINT.into(),
+                    effect: "NoSchedule".into(),
+                    ..Taint::default()
+                },
+            )
+        })
+    {
+        return Err(vec![Reason::Unschedulable]);
+    }
+    if let Some(t) = untolerated_taint(&facts.taints, pod.tolerations) {
+        return Err(vec![Reason::UntoleratedTaint {
+            key: t.key.clone(),
+            value: t.value.clone().unwrap_or_default(),
+        }]);
+    }
+    if !affinity_matches(pod, &node.name, &facts.labels) {
+        return Err(vec![Reason::NodeAffinity]);
+    }
+    let mut reasons = Vec::new();
+    insufficient(pod, node, &mut reasons);
+    if reasons.is_empty() {
+        Ok(())
+    } else {
+        Err(reasons)
+    }
+}
+
+/// `(capacity - requested) / capacity` scaled to 0..=100; 0 when full or over.
+fn least_requested(requested: i64, capacity: i64) -> i64 {
+    if capacity <= 0 || requested > capacity {
+        return 0;
+    }
+    (capacity - requested) * MAX_NODE_SCORE / capacity
+}
+
+/// NodeResourcesFit's LeastAllocated score: the mean free share of CPU and memory after
+/// placing the pod, counting unset requests at their defaults.
+pub fn least_allocated_score(pod: &PodFacts<'_>, node: &NodeInfo) -> i64 {
+    let used = node.non_zero_requested.plus(pod.requests.non_zero);
+    let alloc = node.facts.allocatable.resources;
+    (least_requested(used.milli_cpu, alloc.milli_cpu) + least_requested(used.memory, alloc.memory))
+        / 2
+}
+
+/// NodeResourcesBalancedAllocation: 100 × (1 − the standard deviation of the CPU and memory
+/// fractions after placing the pod), so nodes whose CPU and memory fill evenly win.
+pub fn balanced_allocation_score(pod: &PodFacts<'_>, node: &NodeInfo) -> i64 {
+    let used = node.requested.plus(pod.requests.requested);
+    let alloc = node.facts.allocatable.resources;
+    let fraction = |u: i64, a: i64| (a > 0).then(|| (u as f64 / a as f64).min(1.0));
+    let std = match (
+        fraction(used.milli_cpu, alloc.milli_cpu),
+        fraction(used.memory, alloc.memory),
+    ) {
+        (Some(c), Some(m)) => ((c - m) / 2.0).abs(),
+        _ => 0.0,
+    };
+    ((1.0 - std) * MAX_NODE_SCORE as f64) as i64
+}
+
+/// The node's total score for the pod.
+pub fn score(pod: &PodFacts<'_>, node: &NodeInfo) -> i64 {
+    least_allocated_score(pod, node) + balanced_allocation_score(pod, node)
+}
+
+/// How many feasible nodes to find before choosing, out of `all`
+/// (Kubernetes' `numFeasibleNodesToFind`). `percentage` 0 means adaptive: 50% minus one
+/// percent per 125 nodes, at least 5%; never fewer than [`MIN_FEASIBLE_NODES_TO_FIND`].
+pub fn nodes_to_find(all: usize, percentage: u32) -> usize {
+    if all < MIN_FEASIBLE_NODES_TO_FIND || percentage >= 100 {
+        return all;
+    }
+    let p = if percentage == 0 {
+        (50usize.saturating_sub(all / 125)).max(5)
+    } else {
+        percentage as usize
+    };
+    (all * p / 100).clamp(MIN_FEASIBLE_NODES_TO_FIND, all)
+}
+
+/// A tiny random source for tie-breaking (SplitMix64): no dependency, seedable in tests.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator from a seed.
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    /// The next number.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `0..n` (`n` > 0); the slight modulo bias is irrelevant for tie-breaking.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+}
+
+/// Where a pod goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    /// Index of the chosen node in the slice searched.
+    pub node: usize,
+    /// Nodes looked at (the next search starts after them).
+    pub evaluated: usize,
+    /// Feasible nodes found.
+    pub feasible: usize,
+}
+
+/// Why a pod fits nowhere: per reason, how many nodes gave it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Diagnosis {
+    /// Nodes considered.
+    pub nodes: usize,
+    /// Nodes rejected per reason.
+    pub reasons: HashMap<Reason, usize>,
+}
+
+impl Diagnosis {
+    /// Kubernetes' FailedScheduling text: `0/5 nodes are available: 2 Insufficient cpu, 3
+    /// node(s) didn't match Pod's node affinity/selector.` (entries sorted as text, as
+    /// kube-scheduler sorts them).
+    pub fn message(&self) -> String {
+        if self.nodes == 0 {
+            return "no nodes available to schedule pods".into();
+        }
+        let mut parts: Vec<String> = self
+            .reasons
+            .iter()
+            .map(|(r, n)| format!("{n} {r}"))
+            .collect();
+        parts.sort();
+        format!(
+            "0/{} nodes are available: {}.",
+            self.nodes,
+            parts.join(", ")
+        )
+    }
+}
+
+/// Chooses a node for a pod among `nodes`: searches from `start` (wrapping) until
+/// `to_find` feasible nodes are found or every node was looked at, then takes the best
+/// score, breaking ties uniformly at random.
+pub fn schedule(
+    pod: &PodFacts<'_>,
+    nodes: &[NodeInfo],
+    start: usize,
+    to_find: usize,
+    rng: &mut Rng,
+) -> Result<Placement, Diagnosis> {
+    let n = nodes.len();
+    let mut feasible: Vec<usize> = Vec::with_capacity(to_find.min(n));
+    let mut diagnosis = Diagnosis {
+        nodes: n,
+        ..Diagnosis::default()
+    };
+    let mut evaluated = 0;
+    for i in 0..n {
+        let idx = (start + i) % n;
+        evaluated += 1;
+        match filter(pod, &nodes[idx]) {
+            Ok(()) => {
+                feasible.push(idx);
+                if feasible.len() >= to_find {
+                    break;
+                }
+            }
+            Err(reasons) => {
+                for r in reasons {
+                    *diagnosis.reasons.entry(r).or_default() += 1;
+                }
+            }
+        }
+    }
+    let chosen = match feasible.as_slice() {
+        [] => return Err(diagnosis),
+        // One candidate: no need to score.
+        [only] => *only,
+        _ => {
+            let (mut best, mut best_score, mut ties) = (feasible[0], i64::MIN, 0u64);
+            for &idx in &feasible {
+                let s = score(pod, &nodes[idx]);
+                if s > best_score {
+                    (best, best_score, ties) = (idx, s, 1);
+                } else if s == best_score {
+                    // Reservoir sampling: each of the k tied nodes ends up chosen with
+                    // probability 1/k.
+                    ties += 1;
+                    if rng.below(ties) == 0 {
+                        best = idx;
+                    }
+                }
+            }
+            best
+        }
+    };
+    Ok(Placement {
+        node: chosen,
+        evaluated,
+        feasible: feasible.len(),
+    })
+}
+
+#[cfg(test)]
+mod tests;

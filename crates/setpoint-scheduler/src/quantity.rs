@@ -1,0 +1,224 @@
+//! Resource quantities (`100m`, `1`, `1.5`, `2Gi`, `512Mi`, `1e3`) as integers.
+//!
+//! The scheduler compares requests with allocatable amounts, so it needs exact integers:
+//! CPU in millicores and everything else in units. Like Kubernetes' `MilliValue()` and
+//! `Value()`, fractions round up, so `0.5m` of CPU is `1` millicore and never rounds to free.
+
+/// Why a quantity did not parse.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum QuantityError {
+    /// Not a number followed by a known suffix.
+    #[error("quantity {0:?} is not a number with a known suffix")]
+    Syntax(String),
+    /// Too large for a 64-bit integer of the unit asked for.
+    #[error("quantity {0:?} is out of range")]
+    Range(String),
+}
+
+/// A parsed quantity: `mantissa × 10^exponent` (binary suffixes are already multiplied in).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Quantity {
+    mantissa: i128,
+    exponent: i32,
+}
+
+/// Binary suffixes: power of 1024.
+const BINARY: &[(&str, u32)] = &[
+    ("Ki", 1),
+    ("Mi", 2),
+    ("Gi", 3),
+    ("Ti", 4),
+    ("Pi", 5),
+    ("Ei", 6),
+];
+
+/// Decimal suffixes: power of ten.
+const DECIMAL: &[(&str, i32)] = &[
+    ("n", -9),
+    ("u", -6),
+    ("m", -3),
+    ("", 0),
+    ("k", 3),
+    ("M", 6),
+    ("G", 9),
+    ("T", 12),
+    ("P", 15),
+    ("E", 18),
+];
+
+impl Quantity {
+    /// Parses Kubernetes' quantity syntax: an optionally signed decimal number followed by a
+    /// binary (`Ki` … `Ei`), decimal (`n` … `E`) or exponent (`e3`, `E-2`) suffix.
+    pub fn parse(s: &str) -> Result<Quantity, QuantityError> {
+        let syntax = || QuantityError::Syntax(s.to_string());
+        let range = || QuantityError::Range(s.to_string());
+        let t = s.trim();
+        let (negative, rest) = match t.as_bytes().first() {
+            Some(b'-') => (true, &t[1..]),
+            Some(b'+') => (false, &t[1..]),
+            Some(_) => (false, t),
+            None => return Err(syntax()),
+        };
+        let split = rest
+            .find(|c: char| !c.is_ascii_digit() && c != '.')
+            .unwrap_or(rest.len());
+        let (number, suffix) = rest.split_at(split);
+        let (int, frac) = number.split_once('.').unwrap_or((number, ""));
+        if (int.is_empty() && frac.is_empty()) || frac.contains('.') {
+            return Err(syntax());
+        }
+        let mut mantissa: i128 = 0;
+        for c in int.bytes().chain(frac.bytes()) {
+            mantissa = mantissa
+                .checked_mul(10)
+                .and_then(|m| m.checked_add(i128::from(c - b'0')))
+                .ok_or_else(range)?;
+        }
+        let mut exponent = -i32::try_from(frac.len()).map_err(|_| range())?;
+        if let Some((_, power)) = BINARY.iter().find(|(b, _)| *b == suffix) {
+            mantissa = mantissa
+                .checked_mul(1024i128.pow(*power))
+                .ok_or_else(range)?;
+        } else if let Some((_, power)) = DECIMAL.iter().find(|(d, _)| *d == suffix) {
+            exponent += power;
+        } else if let Some(e) = suffix.strip_prefix(['e', 'E']).filter(|e| !e.is_empty()) {
+            let e: i32 = e.parse().map_err(|_| syntax())?;
+            exponent = exponent.checked_add(e).ok_or_else(range)?;
+        } else {
+            return Err(syntax());
+        }
+        if negative {
+            mantissa = -mantissa;
+        }
+        Ok(Quantity { mantissa, exponent })
+    }
+
+    /// The value scaled by `10^scale`, rounded up (towards positive infinity).
+    fn scaled(&self, scale: i32) -> Option<i64> {
+        let e = self.exponent.checked_add(scale)?;
+        let v = if e >= 0 {
+            // Zero stays zero however large the exponent.
+            if self.mantissa == 0 {
+                0
+            } else {
+                self.mantissa
+                    .checked_mul(10i128.checked_pow(u32::try_from(e).ok()?)?)?
+            }
+        } else {
+            match 10i128.checked_pow(e.unsigned_abs()) {
+                Some(d) => {
+                    let q = self.mantissa.div_euclid(d);
+                    if self.mantissa.rem_euclid(d) != 0 {
+                        q + 1
+                    } else {
+                        q
+                    }
+                }
+                // A divisor beyond i128: any non-zero positive value is a fraction of one.
+                None => i128::from(self.mantissa > 0),
+            }
+        };
+        i64::try_from(v).ok()
+    }
+
+    /// Whole units, rounded up (Kubernetes' `Value()`): bytes of memory, pods.
+    pub fn value(&self) -> Option<i64> {
+        self.scaled(0)
+    }
+
+    /// Thousandths, rounded up (Kubernetes' `MilliValue()`): millicores of CPU.
+    pub fn milli_value(&self) -> Option<i64> {
+        self.scaled(3)
+    }
+}
+
+/// Millicores in a CPU quantity; an unparsable or out-of-range quantity is an error.
+pub fn milli_cpu(s: &str) -> Result<i64, QuantityError> {
+    Quantity::parse(s)?
+        .milli_value()
+        .ok_or_else(|| QuantityError::Range(s.to_string()))
+}
+
+/// Whole units of a quantity (bytes, pods); an unparsable or out-of-range quantity is an error.
+pub fn units(s: &str) -> Result<i64, QuantityError> {
+    Quantity::parse(s)?
+        .value()
+        .ok_or_else(|| QuantityError::Range(s.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_in_millicores() {
+        assert_eq!(milli_cpu("100m"), Ok(100));
+        assert_eq!(milli_cpu("1"), Ok(1000));
+        assert_eq!(milli_cpu("1.5"), Ok(1500));
+        assert_eq!(milli_cpu("0.1"), Ok(100));
+        assert_eq!(milli_cpu(".5"), Ok(500));
+        assert_eq!(milli_cpu("2000m"), Ok(2000));
+        assert_eq!(milli_cpu("64"), Ok(64_000));
+        assert_eq!(milli_cpu("0"), Ok(0));
+        assert_eq!(milli_cpu("+3"), Ok(3000));
+    }
+
+    #[test]
+    fn fractions_round_up_like_kubernetes() {
+        assert_eq!(milli_cpu("0.5m"), Ok(1));
+        assert_eq!(milli_cpu("1u"), Ok(1));
+        assert_eq!(milli_cpu("100n"), Ok(1));
+        assert_eq!(units("0.5"), Ok(1));
+        assert_eq!(units("1.5Ki"), Ok(1536));
+        assert_eq!(units("0.1Ki"), Ok(103)); // 102.4 rounds up
+        assert_eq!(units("-0.5"), Ok(0)); // ceiling, not away from zero
+    }
+
+    #[test]
+    fn memory_in_bytes() {
+        assert_eq!(units("2Gi"), Ok(2 * 1024 * 1024 * 1024));
+        assert_eq!(units("512Mi"), Ok(512 * 1024 * 1024));
+        assert_eq!(units("1Ki"), Ok(1024));
+        assert_eq!(units("1Ti"), Ok(1 << 40));
+        assert_eq!(units("1Ei"), Ok(1 << 60));
+        assert_eq!(units("1G"), Ok(1_000_000_000));
+        assert_eq!(units("128974848"), Ok(128_974_848));
+        assert_eq!(units("129e6"), Ok(129_000_000));
+        assert_eq!(units("123M"), Ok(123_000_000));
+        assert_eq!(units("1k"), Ok(1000));
+        assert_eq!(units("110"), Ok(110));
+        assert_eq!(units("1E"), Ok(1_000_000_000_000_000_000));
+        assert_eq!(units("12e-1"), Ok(2));
+    }
+
+    #[test]
+    fn exponent_is_not_confused_with_exa() {
+        assert_eq!(units("1E"), Ok(10i64.pow(18)));
+        assert_eq!(units("1E2"), Ok(100));
+        assert_eq!(units("5e3"), Ok(5000));
+    }
+
+    #[test]
+    fn rejects_garbage() {
+        for bad in [
+            "", " ", "abc", "1Gb", "1.2.3", "m", "1e", "1ki", "--1", "1 Gi",
+        ] {
+            assert!(
+                matches!(Quantity::parse(bad), Err(QuantityError::Syntax(_))),
+                "{bad:?} should not parse"
+            );
+        }
+    }
+
+    #[test]
+    fn out_of_range_is_an_error_not_a_wrap() {
+        assert!(matches!(units("16Ei"), Err(QuantityError::Range(_))));
+        assert!(matches!(milli_cpu("1E"), Err(QuantityError::Range(_))));
+        assert!(matches!(
+            units("99999999999999999999999999999999999999999"),
+            Err(QuantityError::Range(_))
+        ));
+        assert_eq!(units("0e400"), Ok(0));
+        assert_eq!(units("1e-400"), Ok(1));
+    }
+}

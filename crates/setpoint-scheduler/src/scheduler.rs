@@ -1,0 +1,495 @@
+//! The scheduler's I/O: informers feed the [`Cache`] and the [`SchedulingQueue`]; one loop
+//! takes pending pods, decides in memory, assumes the pod on its node and hands the bind to
+//! a bounded pool of concurrent requests; pods that fit nowhere get a `PodScheduled=False`
+//! condition and a `FailedScheduling` event and wait for a cluster event.
+//!
+//! Decisions are made one at a time on purpose: each sees every earlier decision in the
+//! cache, so no two pods are given the same free space. Only binds (and status writes) go
+//! to the API, concurrently, so the loop never waits for the server unless
+//! [`SchedulerConfig::parallelism`] requests are already in flight.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use parking_lot::Mutex;
+use serde_json::json;
+use setpoint_runtime::client::{Api, Client, ClientError, Patch, PatchParams};
+use setpoint_runtime::events::{EventRecorder, EventType, Reporter, ToObjectReference};
+use setpoint_runtime::informer::{Event, InformerError, Scope, SharedInformers, Store};
+use setpoint_runtime::ObjectKey;
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tracing::Instrument;
+
+use crate::cache::Cache;
+use crate::decision::{PodFacts, Rng};
+use crate::queue::{QueueTiming, SchedulingQueue};
+use crate::resources::PodRequests;
+
+/// The scheduler name pods get when they name none.
+pub const DEFAULT_SCHEDULER_NAME: &str = "default-scheduler";
+
+/// How the scheduler runs.
+#[derive(Clone, Debug)]
+pub struct SchedulerConfig {
+    /// Pods whose `spec.schedulerName` is this (or unset, for `default-scheduler`) are ours.
+    pub scheduler_name: String,
+    /// Most API requests (binds, status updates) in flight at once.
+    pub parallelism: usize,
+    /// Share of nodes to find feasible before choosing, in percent (Kubernetes'
+    /// `percentageOfNodesToScore`); 0 adapts to the cluster size as Kubernetes does.
+    pub percentage_of_nodes_to_score: u32,
+    /// Backoff after the first failed attempt of a pod; doubles per attempt.
+    pub initial_backoff: Duration,
+    /// The longest backoff.
+    pub max_backoff: Duration,
+    /// An unschedulable pod is retried after this long even if no cluster event suggested it.
+    pub max_unschedulable: Duration,
+    /// Pods taken from the queue per turn of the loop.
+    pub batch_size: usize,
+    /// Publish a Normal `Scheduled` event per bound pod, as kube-scheduler does. Each one is
+    /// an extra write, so very large bursts may want it off.
+    pub scheduled_events: bool,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            scheduler_name: DEFAULT_SCHEDULER_NAME.into(),
+            parallelism: 256,
+            percentage_of_nodes_to_score: 0,
+            initial_backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(10),
+            max_unschedulable: Duration::from_secs(60),
+            batch_size: 64,
+            scheduled_events: true,
+        }
+    }
+}
+
+/// What can go wrong around one pod or at start; logged, never fatal.
+#[derive(Debug, thiserror::Error)]
+pub enum SchedulerError {
+    /// The informers stopped before their caches filled.
+    #[error("informers did not sync: {0}")]
+    Sync(#[from] InformerError),
+    /// The API refused or failed a bind.
+    #[error("binding pod {pod} to node {node}: {source}")]
+    Bind {
+        pod: ObjectKey,
+        node: String,
+        source: ClientError,
+    },
+    /// Writing the pod's PodScheduled condition failed.
+    #[error("updating the status of pod {pod}: {source}")]
+    Status { pod: ObjectKey, source: ClientError },
+}
+
+fn bound_node(pod: &Pod) -> Option<&str> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .filter(|n| !n.is_empty())
+}
+
+fn terminated(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+/// Whether this scheduler should place the pod now.
+fn wants_scheduling(pod: &Pod, scheduler_name: &str) -> bool {
+    let Some(spec) = pod.spec.as_ref() else {
+        return false;
+    };
+    let name = spec
+        .scheduler_name
+        .as_deref()
+        .filter(|s| !s.is_empty())
+        .unwrap_or(DEFAULT_SCHEDULER_NAME);
+    bound_node(pod).is_none()
+        && name == scheduler_name
+        && pod.metadata.deletion_timestamp.is_none()
+        && !terminated(pod)
+        // Gated pods wait until their gates are removed (an update brings them back).
+        && spec.scheduling_gates.as_ref().is_none_or(|g| g.is_empty())
+}
+
+/// State shared by the loop, the handlers and the bind tasks.
+struct Shared {
+    client: Client,
+    config: SchedulerConfig,
+    cache: Mutex<Cache>,
+    queue: SchedulingQueue,
+    recorder: EventRecorder,
+    pods: Store<Pod>,
+}
+
+/// Runs the scheduler until `shutdown` completes, placing pods only while `leader` is true
+/// (when given; caches stay warm meanwhile). In-flight binds finish before it returns.
+pub async fn run(
+    client: Client,
+    config: SchedulerConfig,
+    leader: Option<watch::Receiver<bool>>,
+    shutdown: impl Future<Output = ()> + Send,
+) {
+    let informers = SharedInformers::new(client.clone());
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let work = run_on(client, config, &informers, leader, stop_rx);
+    tokio::pin!(work);
+    tokio::select! {
+        _ = &mut work => {}
+        _ = shutdown => {
+            let _ = stop_tx.send(true);
+            work.await;
+        }
+    }
+    informers.shutdown().await;
+}
+
+async fn wait_stop(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+async fn run_on(
+    client: Client,
+    config: SchedulerConfig,
+    informers: &SharedInformers,
+    mut leader: Option<watch::Receiver<bool>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let pods = informers.typed::<Pod>(Scope::all());
+    let nodes = informers.typed::<Node>(Scope::all());
+    let shared = Arc::new(Shared {
+        recorder: EventRecorder::new(client.clone(), Reporter::new(DEFAULT_SCHEDULER_NAME)),
+        client,
+        queue: SchedulingQueue::new(QueueTiming {
+            initial_backoff: config.initial_backoff,
+            max_backoff: config.max_backoff,
+            max_unschedulable: config.max_unschedulable,
+        }),
+        config,
+        cache: Mutex::new(Cache::new()),
+        pods: pods.store(),
+    });
+    let node_handler = nodes.subscribe(Arc::new({
+        let shared = shared.clone();
+        move |e: &Event<Node>| shared.on_node(e)
+    }));
+    let pod_handler = pods.subscribe(Arc::new({
+        let shared = shared.clone();
+        move |e: &Event<Pod>| shared.on_pod(e)
+    }));
+    // Deciding on a partial view would overcommit nodes or call pods unschedulable.
+    let synced = async {
+        pods.wait_synced().await?;
+        nodes.wait_synced().await?;
+        Ok::<(), SchedulerError>(())
+    };
+    tokio::select! {
+        r = synced => if let Err(e) = r {
+            tracing::error!(error = %e, "scheduler not started");
+            return;
+        },
+        _ = wait_stop(&mut stop) => return,
+    }
+    tracing::info!(
+        nodes = shared.cache.lock().nodes().len(),
+        pending = shared.queue.len(),
+        "scheduler running"
+    );
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(1);
+    let mut rng = Rng::new(seed);
+    let permits = Arc::new(Semaphore::new(shared.config.parallelism.max(1)));
+    'outer: loop {
+        if let Some(l) = &mut leader {
+            tokio::select! {
+                r = l.wait_for(|lead| *lead) => if r.is_err() { break },
+                _ = wait_stop(&mut stop) => break,
+            }
+        }
+        let batch = tokio::select! {
+            b = shared.queue.pop(shared.config.batch_size.max(1)) => match b {
+                Some(b) => b,
+                None => break,
+            },
+            _ = wait_stop(&mut stop) => break,
+        };
+        let mut keys = batch.into_iter();
+        while let Some(key) = keys.next() {
+            let leading = leader.as_ref().is_none_or(|l| *l.borrow());
+            if !leading || *stop.borrow() {
+                // Not ours to act on any more: leave the rest for the next leader turn.
+                shared.queue.requeue(key);
+                keys.for_each(|k| shared.queue.requeue(k));
+                continue 'outer;
+            }
+            let permit = tokio::select! {
+                p = permits.clone().acquire_owned() => match p {
+                    Ok(p) => p,
+                    Err(_) => break 'outer,
+                },
+                _ = wait_stop(&mut stop) => {
+                    shared.queue.requeue(key);
+                    break 'outer;
+                }
+            };
+            shared.schedule_one(key, &mut rng, permit);
+        }
+    }
+    shared.queue.close();
+    // Let binds under way finish, so their outcome is not lost.
+    let _ = permits
+        .acquire_many(shared.config.parallelism.max(1) as u32)
+        .await;
+    nodes.unsubscribe(node_handler);
+    pods.unsubscribe(pod_handler);
+    shared.recorder.flush().await;
+}
+
+impl Shared {
+    fn on_node(&self, e: &Event<Node>) {
+        match e {
+            Event::Added(n) | Event::Updated { new: n, .. } => {
+                if self.cache.lock().set_node(n) {
+                    self.queue.move_all_unschedulable();
+                }
+            }
+            Event::Deleted(n) => {
+                let name = n.metadata.name.as_deref().unwrap_or_default();
+                self.cache.lock().remove_node(name);
+            }
+        }
+    }
+
+    fn on_pod(&self, e: &Event<Pod>) {
+        let key = e.key();
+        match e {
+            Event::Deleted(_) => {
+                self.queue.remove(&key);
+                if self.cache.lock().remove_pod(&key) {
+                    self.queue.move_all_unschedulable();
+                }
+            }
+            Event::Added(p) | Event::Updated { new: p, .. } => {
+                if let Some(node) = bound_node(p) {
+                    self.queue.remove(&key);
+                    if terminated(p) {
+                        if self.cache.lock().remove_pod(&key) {
+                            self.queue.move_all_unschedulable();
+                        }
+                    } else {
+                        let requests = PodRequests::of(p);
+                        self.cache.lock().set_pod(&key, node, requests);
+                    }
+                } else if wants_scheduling(p, &self.config.scheduler_name) {
+                    match e {
+                        Event::Updated { old, new }
+                            if old.spec != new.spec
+                                || old.metadata.labels != new.metadata.labels =>
+                        {
+                            self.queue.update(key)
+                        }
+                        _ => self.queue.add(key),
+                    }
+                } else {
+                    self.queue.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// One attempt for one pod: decide in memory, then start the bind or the report.
+    fn schedule_one(self: &Arc<Self>, key: ObjectKey, rng: &mut Rng, permit: OwnedSemaphorePermit) {
+        let Some(pod) = self.pods.get(&key) else {
+            self.queue.remove(&key);
+            return;
+        };
+        if !wants_scheduling(&pod, &self.config.scheduler_name) {
+            self.queue.remove(&key);
+            return;
+        }
+        let span = tracing::debug_span!("schedule", pod = %key, node = tracing::field::Empty);
+        let _entered = span.enter();
+        let facts = PodFacts::of(&pod);
+        let outcome = {
+            let mut cache = self.cache.lock();
+            if cache.node_of(&key).is_some() {
+                // Already assumed (its bind is under way) or seen bound.
+                None
+            } else {
+                Some(cache.schedule(&key, &facts, self.config.percentage_of_nodes_to_score, rng))
+            }
+        };
+        match outcome {
+            None => self.queue.done(&key),
+            Some(Ok(node)) => {
+                span.record("node", node.as_str());
+                tracing::debug!("assumed");
+                self.queue.done(&key);
+                let me = self.clone();
+                tokio::spawn(
+                    async move { me.bind(pod, key, node, permit).await }.instrument(span.clone()),
+                );
+            }
+            Some(Err(diagnosis)) => {
+                let message = diagnosis.message();
+                tracing::debug!(%message, "unschedulable");
+                self.queue.unschedulable(key.clone());
+                let me = self.clone();
+                tokio::spawn(
+                    async move { me.report_unschedulable(pod, key, message, permit).await }
+                        .instrument(span.clone()),
+                );
+            }
+        }
+    }
+
+    async fn bind(
+        &self,
+        pod: Arc<Pod>,
+        key: ObjectKey,
+        node: String,
+        _permit: OwnedSemaphorePermit,
+    ) {
+        let ns = key.namespace.as_deref().unwrap_or("default");
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+        let binding = json!({
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": key.name, "namespace": ns, "uid": pod.metadata.uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        });
+        match api.create_subresource(&key.name, "binding", &binding).await {
+            Ok(_) => {
+                if self.config.scheduled_events {
+                    self.recorder.publish(
+                        &pod.object_reference(),
+                        EventType::Normal,
+                        "Scheduled",
+                        &format!("Successfully assigned {ns}/{} to {node}", key.name),
+                    );
+                }
+            }
+            Err(source) => {
+                // The space it held is free again, for this pod's retry or for others.
+                self.cache.lock().forget(&key);
+                self.queue.move_all_unschedulable();
+                if source.is_not_found() {
+                    self.queue.remove(&key);
+                    return;
+                }
+                let message = format!("Binding rejected: {source}");
+                let err = SchedulerError::Bind {
+                    pod: key.clone(),
+                    node,
+                    source,
+                };
+                tracing::warn!(error = %err, "bind failed; retrying after backoff");
+                self.queue.backoff(key);
+                self.recorder.publish(
+                    &pod.object_reference(),
+                    EventType::Warning,
+                    "FailedScheduling",
+                    &message,
+                );
+            }
+        }
+    }
+
+    async fn report_unschedulable(
+        &self,
+        pod: Arc<Pod>,
+        key: ObjectKey,
+        message: String,
+        _permit: OwnedSemaphorePermit,
+    ) {
+        self.recorder.publish(
+            &pod.object_reference(),
+            EventType::Warning,
+            "FailedScheduling",
+            &message,
+        );
+        let current = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"));
+        if current.is_some_and(|c| {
+            c.status == "False"
+                && c.reason.as_deref() == Some("Unschedulable")
+                && c.message.as_deref() == Some(message.as_str())
+        }) {
+            return;
+        }
+        let mut condition = json!({
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": message,
+            "lastProbeTime": null,
+        });
+        // The transition time moves only when the status does.
+        if current.is_none_or(|c| c.status != "False") {
+            condition["lastTransitionTime"] = json!(setpoint_api::time::now_rfc3339());
+        }
+        let ns = key.namespace.as_deref().unwrap_or("default");
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+        let patch = Patch::Strategic(json!({"status": {"conditions": [condition]}}));
+        if let Err(source) = api
+            .patch_status(&key.name, &PatchParams::default(), &patch)
+            .await
+        {
+            if !source.is_not_found() {
+                let err = SchedulerError::Status { pod: key, source };
+                tracing::warn!(error = %err, "could not record that the pod is unschedulable");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(v: serde_json::Value) -> Pod {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn which_pods_are_ours() {
+        let base = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]}});
+        assert!(wants_scheduling(&pod(base.clone()), DEFAULT_SCHEDULER_NAME));
+        let mut named = base.clone();
+        named["spec"]["schedulerName"] = json!("default-scheduler");
+        assert!(wants_scheduling(
+            &pod(named.clone()),
+            DEFAULT_SCHEDULER_NAME
+        ));
+        named["spec"]["schedulerName"] = json!("other");
+        assert!(!wants_scheduling(
+            &pod(named.clone()),
+            DEFAULT_SCHEDULER_NAME
+        ));
+        assert!(wants_scheduling(&pod(named), "other"));
+        let mut bound = base.clone();
+        bound["spec"]["nodeName"] = json!("n1");
+        assert!(!wants_scheduling(&pod(bound), DEFAULT_SCHEDULER_NAME));
+        let mut deleting = base.clone();
+        deleting["metadata"]["deletionTimestamp"] = json!("2024-01-01T00:00:00Z");
+        assert!(!wants_scheduling(&pod(deleting), DEFAULT_SCHEDULER_NAME));
+        let mut failed = base.clone();
+        failed["status"] = json!({"phase": "Failed"});
+        assert!(!wants_scheduling(&pod(failed), DEFAULT_SCHEDULER_NAME));
+        let mut gated = base.clone();
+        gated["spec"]["schedulingGates"] = json!([{"name": "wait"}]);
+        assert!(!wants_scheduling(&pod(gated), DEFAULT_SCHEDULER_NAME));
+        assert!(!wants_scheduling(&Pod::default(), DEFAULT_SCHEDULER_NAME));
+    }
+}
