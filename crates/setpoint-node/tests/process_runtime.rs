@@ -1,0 +1,728 @@
+//! The process runtime driven directly: real processes, no API server.
+
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use setpoint_node::process::backoff::BackoffPolicy;
+use setpoint_node::process::ipam::IpRange;
+use setpoint_node::process::state::{alive, PodRecord};
+use setpoint_node::process::{ProcessRuntime, ProcessRuntimeOptions};
+use setpoint_node::runtime::{LogOptions, NodeContext, PodRuntime, RuntimePod, RuntimeStatus};
+use tokio::sync::mpsc;
+
+const DEADLINE: Duration = Duration::from_secs(30);
+
+/// Kills every process a test's runtimes started, even when the test panics.
+struct Cleanup(PathBuf);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let Ok(dirs) = std::fs::read_dir(self.0.join("pods")) else {
+            return;
+        };
+        for dir in dirs.flatten() {
+            let Ok(record) = PodRecord::load(&dir.path().join("pod.json")) else {
+                continue;
+            };
+            for c in record.containers.values() {
+                let Some(run) = &c.run else { continue };
+                let workload_alive =
+                    matches!((run.pid, run.pid_start), (Some(p), Some(s)) if alive(p, s));
+                if run.wrapper_pid > 0
+                    && (alive(run.wrapper_pid, run.wrapper_start) || workload_alive)
+                {
+                    // SAFETY: plain syscall on a process group the test's runtime started.
+                    unsafe {
+                        libc::kill(-run.wrapper_pid, libc::SIGKILL);
+                    }
+                }
+            }
+        }
+    }
+}
+
+struct Harness {
+    rt: ProcessRuntime,
+    rx: mpsc::UnboundedReceiver<String>,
+    // Dropped before the temporary directory: fields drop in declaration order.
+    _cleanup: Cleanup,
+    dir: tempfile::TempDir,
+}
+
+fn options(ip_block: u8) -> ProcessRuntimeOptions {
+    ProcessRuntimeOptions {
+        backoff: BackoffPolicy {
+            base: Duration::from_millis(200),
+            max: Duration::from_millis(800),
+            reset_after: Duration::from_secs(600),
+        },
+        // Each test its own addresses, so tests running at once never share a pod IP.
+        pod_ips: IpRange {
+            first: Ipv4Addr::new(127, 1, ip_block, 1),
+            count: 200,
+        },
+        log_max_bytes: 10 * 1024 * 1024,
+        poll_interval: Duration::from_millis(50),
+    }
+}
+
+impl Harness {
+    fn new(ip_block: u8) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = ProcessRuntime::with_options(dir.path(), options(ip_block)).unwrap();
+        let rx = rt.subscribe();
+        Self {
+            rt,
+            rx,
+            _cleanup: Cleanup(dir.path().to_path_buf()),
+            dir,
+        }
+    }
+
+    fn node() -> NodeContext {
+        NodeContext {
+            node_name: "node-1".into(),
+            host_ip: "127.0.0.1".into(),
+        }
+    }
+
+    /// Syncs the pod (again on every notification, at least every 100 ms) until `done`.
+    async fn sync_until(
+        &mut self,
+        pod: &Pod,
+        what: &str,
+        done: impl Fn(&RuntimeStatus) -> bool,
+    ) -> RuntimeStatus {
+        let start = Instant::now();
+        loop {
+            let status = self.rt.sync_pod(pod, &Self::node()).await.unwrap();
+            if done(&status) {
+                return status;
+            }
+            assert!(
+                start.elapsed() < DEADLINE,
+                "timed out waiting for {what}; last status: {status:#?}"
+            );
+            let _ = tokio::time::timeout(Duration::from_millis(100), self.rx.recv()).await;
+        }
+    }
+
+    async fn log(&self, pod: &Pod, container: &str, options: LogOptions) -> String {
+        let stream = self.rt.logs(&rpod(pod), container, &options).await.unwrap();
+        let chunks: Vec<_> = stream.collect().await;
+        let bytes: Vec<u8> = chunks
+            .into_iter()
+            .flat_map(|c| c.unwrap().to_vec())
+            .collect();
+        String::from_utf8(bytes).unwrap()
+    }
+
+    async fn log_until(&self, pod: &Pod, container: &str, needle: &str) -> String {
+        let start = Instant::now();
+        loop {
+            let text = self.log(pod, container, LogOptions::default()).await;
+            if text.contains(needle) {
+                return text;
+            }
+            assert!(
+                start.elapsed() < DEADLINE,
+                "log never contained {needle:?}: {text:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+fn pod(name: &str, policy: &str, containers: serde_json::Value) -> Pod {
+    let uid = format!(
+        "uid-{}-{}-{name}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::SeqCst)
+    );
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": "default", "uid": uid},
+        "spec": {
+            "nodeName": "node-1",
+            "restartPolicy": policy,
+            "terminationGracePeriodSeconds": 5,
+            "containers": containers,
+        }
+    }))
+    .unwrap()
+}
+
+fn sh(name: &str, script: &str) -> serde_json::Value {
+    serde_json::json!({"name": name, "image": "busybox", "command": ["sh", "-c", script]})
+}
+
+fn rpod(pod: &Pod) -> RuntimePod {
+    RuntimePod {
+        uid: pod.metadata.uid.clone().unwrap(),
+        namespace: pod.metadata.namespace.clone().unwrap(),
+        name: pod.metadata.name.clone().unwrap(),
+    }
+}
+
+fn first(status: &RuntimeStatus) -> &ContainerStatus {
+    &status.container_statuses[0]
+}
+
+fn running(status: &RuntimeStatus) -> bool {
+    first(status)
+        .state
+        .as_ref()
+        .is_some_and(|s| s.running.is_some())
+}
+
+fn pid(status: &ContainerStatus) -> i32 {
+    let id = status.container_id.as_deref().expect("container id");
+    id.strip_prefix("process://")
+        .expect("process:// id")
+        .parse()
+        .unwrap()
+}
+
+fn process_exists(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| !s[s.rfind(')').unwrap() + 1..].trim_start().starts_with('Z'))
+}
+
+fn kill9(pid: i32) {
+    // SAFETY: plain syscall on the workload process this test started.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+}
+
+fn terminated(state: Option<&k8s_openapi::api::core::v1::ContainerState>) -> (i32, String) {
+    let t = state
+        .and_then(|s| s.terminated.as_ref())
+        .expect("terminated state");
+    (t.exit_code, t.reason.clone().unwrap_or_default())
+}
+
+#[tokio::test]
+async fn a_shell_container_runs_logs_and_is_killed() {
+    let mut h = Harness::new(10);
+    let pod = pod(
+        "hello",
+        "Always",
+        serde_json::json!([{
+            "name": "main",
+            "image": "busybox",
+            "command": ["sh", "-c", "echo hello; echo \"ip=$(MY_IP) name=$NAME dir=$(pwd)\"; sleep 1000"],
+            "env": [
+                {"name": "MY_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                {"name": "NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+            ]
+        }]),
+    );
+    let status = h
+        .sync_until(&pod, "running and ready", |s| running(s) && first(s).ready)
+        .await;
+    assert_eq!(status.phase, "Running");
+    let ip = status.pod_ip.clone().unwrap();
+    assert_eq!(ip, "127.1.10.1");
+    assert!(status.start_time.is_some());
+    assert_eq!(first(&status).started, Some(true));
+    let pid = pid(first(&status));
+    assert!(process_exists(pid));
+    let text = h.log_until(&pod, "main", "name=").await;
+    assert!(text.starts_with("hello\n"), "{text:?}");
+    assert!(text.contains(&format!("ip={ip} name=hello")), "{text:?}");
+
+    // Idempotent: syncing again changes nothing.
+    let again = h.rt.sync_pod(&pod, &Harness::node()).await.unwrap();
+    assert_eq!(again, status);
+    assert_eq!(h.rt.pods().await, vec![rpod(&pod)]);
+
+    h.rt.kill_pod(&rpod(&pod), Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(!process_exists(pid), "the workload survived kill_pod");
+    assert!(h.rt.pods().await.is_empty());
+    assert!(!h.dir.path().join("pods").join(rpod(&pod).uid).exists());
+    // Killing a pod the runtime does not hold is fine.
+    h.rt.kill_pod(&rpod(&pod), Duration::from_secs(1))
+        .await
+        .unwrap();
+}
+
+async fn http_get(ip: &str, port: u16) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect((ip, port)).await.unwrap();
+    stream
+        .write_all(b"GET / HTTP/1.0\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = String::new();
+    stream.read_to_string(&mut out).await.unwrap();
+    out
+}
+
+#[tokio::test]
+async fn replicas_listen_on_the_same_port_of_their_own_pod_ip() {
+    let mut h = Harness::new(11);
+    let server = |name: &str| {
+        pod(
+            name,
+            "Always",
+            serde_json::json!([{
+                "name": "web",
+                "image": "python:3",
+                "command": ["python3", "-m", "http.server", "8080", "--bind", "$(POD_IP)"],
+                "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+                "ports": [{"name": "http", "containerPort": 8080}],
+                "readinessProbe": {"httpGet": {"path": "/", "port": "http"}, "periodSeconds": 1}
+            }]),
+        )
+    };
+    let (a, b) = (server("web-a"), server("web-b"));
+    let mut ips = Vec::new();
+    for p in [&a, &b] {
+        let status = h.rt.sync_pod(p, &Harness::node()).await.unwrap();
+        assert!(!first(&status).ready, "ready before the probe ran");
+        ips.push(status.pod_ip.unwrap());
+    }
+    for p in [&a, &b] {
+        h.sync_until(p, "readiness probe success", |s| first(s).ready)
+            .await;
+    }
+    assert_ne!(ips[0], ips[1]);
+    for ip in &ips {
+        let response = http_get(ip, 8080).await;
+        assert!(response.starts_with("HTTP/1.0 200"), "{ip}: {response}");
+    }
+    // The probe flips back when the server is gone; the container is then restarted.
+    let status = h.rt.sync_pod(&a, &Harness::node()).await.unwrap();
+    kill9(pid(first(&status)));
+    h.sync_until(&a, "restart after kill", |s| {
+        first(s).restart_count == 1 && running(s)
+    })
+    .await;
+    for p in [&a, &b] {
+        h.rt.kill_pod(&rpod(p), Duration::from_secs(5))
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_killed_process_is_a_container_exit_and_restarts() {
+    let mut h = Harness::new(12);
+    let pod = pod(
+        "victim",
+        "Always",
+        serde_json::json!([sh("main", "echo up; sleep 1000")]),
+    );
+    let status = h.sync_until(&pod, "running", running).await;
+    let old = pid(first(&status));
+    kill9(old);
+    let status = h
+        .sync_until(&pod, "restart", |s| {
+            first(s).restart_count == 1 && running(s)
+        })
+        .await;
+    let c = first(&status);
+    assert_eq!(
+        terminated(c.last_state.as_ref()),
+        (137, "Error".to_string())
+    );
+    let last = c.last_state.as_ref().unwrap().terminated.as_ref().unwrap();
+    assert_eq!(
+        last.container_id.as_deref(),
+        Some(format!("process://{old}").as_str())
+    );
+    assert!(last.finished_at.as_ref().unwrap().0 >= last.started_at.as_ref().unwrap().0);
+    assert_ne!(pid(c), old);
+    assert!(process_exists(pid(c)));
+    h.rt.kill_pod(&rpod(&pod), Duration::from_secs(5))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_crashing_container_backs_off_with_growing_delays() {
+    let mut h = Harness::new(13);
+    // Each run prints its number (counted in the container's scratch directory) and fails.
+    let pod = pod(
+        "crash",
+        "Always",
+        serde_json::json!([sh(
+            "c",
+            "n=$(cat n 2>/dev/null || echo 0); n=$((n+1)); echo $n > n; echo run $n; exit 1"
+        )]),
+    );
+    let uid = rpod(&pod).uid;
+    let mut messages = Vec::new();
+    let start = Instant::now();
+    loop {
+        let status = h.rt.sync_pod(&pod, &Harness::node()).await.unwrap();
+        let c = first(&status);
+        assert_eq!(status.phase, "Running");
+        if let Some(w) = c.state.as_ref().and_then(|s| s.waiting.as_ref()) {
+            assert_eq!(w.reason.as_deref(), Some("CrashLoopBackOff"));
+            let m = w.message.clone().unwrap();
+            assert_eq!(terminated(c.last_state.as_ref()), (1, "Error".to_string()));
+            if messages.last() != Some(&m) {
+                messages.push(m);
+            }
+        }
+        if c.restart_count >= 4 {
+            break;
+        }
+        assert!(start.elapsed() < DEADLINE, "too slow: {messages:?}");
+        let _ = tokio::time::timeout(Duration::from_millis(100), h.rx.recv()).await;
+    }
+    let expect =
+        |d: &str| format!("back-off {d} restarting failed container=c pod=crash_default({uid})");
+    assert!(messages.contains(&expect("200ms")), "{messages:?}");
+    assert!(messages.contains(&expect("400ms")), "{messages:?}");
+    assert!(messages.contains(&expect("800ms")), "{messages:?}");
+
+    let status = h.rt.sync_pod(&pod, &Harness::node()).await.unwrap();
+    let runs = first(&status).restart_count + 1;
+    let current = h.log_until(&pod, "c", "run").await;
+    let previous = h
+        .log(
+            &pod,
+            "c",
+            LogOptions {
+                previous: true,
+                ..Default::default()
+            },
+        )
+        .await;
+    assert_eq!(current, format!("run {runs}\n"));
+    assert_eq!(previous, format!("run {}\n", runs - 1));
+    h.rt.kill_pod(&rpod(&pod), Duration::from_secs(5))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn never_policy_ends_in_succeeded_or_failed() {
+    let mut h = Harness::new(14);
+    let ok = pod(
+        "ok",
+        "Never",
+        serde_json::json!([sh("a", "exit 0"), sh("b", "sleep 0.2")]),
+    );
+    let status = h
+        .sync_until(&ok, "Succeeded", |s| s.phase == "Succeeded")
+        .await;
+    for c in &status.container_statuses {
+        assert_eq!(terminated(c.state.as_ref()), (0, "Completed".to_string()));
+        assert_eq!(c.restart_count, 0);
+        assert!(!c.ready);
+    }
+    let bad = pod("bad", "Never", serde_json::json!([sh("a", "exit 3")]));
+    let status = h.sync_until(&bad, "Failed", |s| s.phase == "Failed").await;
+    assert_eq!(
+        terminated(first(&status).state.as_ref()),
+        (3, "Error".to_string())
+    );
+    // OnFailure restarts a failure but not a success.
+    let once = pod(
+        "once",
+        "OnFailure",
+        serde_json::json!([sh("a", "test -f done && exit 0; touch done; exit 1")]),
+    );
+    let status = h
+        .sync_until(&once, "Succeeded", |s| s.phase == "Succeeded")
+        .await;
+    assert_eq!(first(&status).restart_count, 1);
+    for p in [&ok, &bad, &once] {
+        h.rt.kill_pod(&rpod(p), Duration::from_secs(1))
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn kill_pod_sends_sigterm_then_sigkill_after_the_grace_period() {
+    let mut h = Harness::new(15);
+    let marker = h.dir.path().join("terminated");
+    let polite = pod(
+        "polite",
+        "Always",
+        serde_json::json!([sh(
+            "main",
+            &format!(
+                "trap 'echo term > {}; exit 0' TERM; while :; do sleep 0.05; done",
+                marker.display()
+            )
+        )]),
+    );
+    let status = h.sync_until(&polite, "running", running).await;
+    let pid1 = pid(first(&status));
+    let started = Instant::now();
+    h.rt.kill_pod(&rpod(&polite), Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "waited for the grace period"
+    );
+    assert_eq!(std::fs::read_to_string(&marker).unwrap(), "term\n");
+    assert!(!process_exists(pid1));
+
+    let stubborn = pod(
+        "stubborn",
+        "Always",
+        serde_json::json!([sh("main", "trap '' TERM; while :; do sleep 0.05; done")]),
+    );
+    let status = h.sync_until(&stubborn, "running", running).await;
+    let pid2 = pid(first(&status));
+    let started = Instant::now();
+    h.rt.kill_pod(&rpod(&stubborn), Duration::from_secs(1))
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(900),
+        "did not wait for the grace period: {took:?}"
+    );
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    assert!(!process_exists(pid2));
+}
+
+#[tokio::test]
+async fn a_new_runtime_adopts_running_processes_and_notices_deaths() {
+    let mut h = Harness::new(16);
+    let starts = h.dir.path().join("starts");
+    let script = format!("echo started >> {}; echo up; sleep 1000", starts.display());
+    let a = pod(
+        "adopted",
+        "Always",
+        serde_json::json!([sh("main", &script)]),
+    );
+    let b = pod(
+        "died",
+        "Always",
+        serde_json::json!([sh("main", "sleep 1000")]),
+    );
+    let sa = h.sync_until(&a, "a running", running).await;
+    let sb = h.sync_until(&b, "b running", running).await;
+    h.log_until(&a, "main", "up").await;
+    let (pid_a, pid_b) = (pid(first(&sa)), pid(first(&sb)));
+
+    // The agent goes away; one container dies meanwhile; a new agent comes.
+    let old = std::mem::replace(
+        &mut h.rt,
+        ProcessRuntime::with_options(h.dir.path().join("unused"), options(17)).unwrap(),
+    );
+    drop(old);
+    kill9(pid_b);
+    while process_exists(pid_b) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    h.rt = ProcessRuntime::with_options(h.dir.path(), options(16)).unwrap();
+    h.rx = h.rt.subscribe();
+
+    let mut held = h.rt.pods().await;
+    held.sort_by(|x, y| x.name.cmp(&y.name));
+    assert_eq!(held, vec![rpod(&a), rpod(&b)]);
+
+    let sa2 = h.rt.sync_pod(&a, &Harness::node()).await.unwrap();
+    assert!(running(&sa2));
+    assert_eq!(pid(first(&sa2)), pid_a, "not the same process");
+    assert_eq!(first(&sa2).restart_count, 0);
+    assert_eq!(sa2.pod_ip, sa.pod_ip);
+    assert_eq!(h.log(&a, "main", LogOptions::default()).await, "up\n");
+
+    let sb2 = h
+        .sync_until(&b, "b restarted", |s| {
+            first(s).restart_count == 1 && running(s)
+        })
+        .await;
+    assert_eq!(
+        terminated(first(&sb2).last_state.as_ref()),
+        (137, "Error".to_string())
+    );
+    assert_eq!(sb2.pod_ip, sb.pod_ip);
+
+    // Later syncs start nothing more.
+    for _ in 0..3 {
+        h.rt.sync_pod(&a, &Harness::node()).await.unwrap();
+    }
+    assert_eq!(std::fs::read_to_string(&starts).unwrap(), "started\n");
+    for p in [&a, &b] {
+        h.rt.kill_pod(&rpod(p), Duration::from_secs(5))
+            .await
+            .unwrap();
+    }
+    assert!(!process_exists(pid_a));
+}
+
+#[tokio::test]
+async fn an_image_only_container_is_simulated_and_says_so() {
+    let mut h = Harness::new(18);
+    let pod = pod(
+        "nginx",
+        "Always",
+        serde_json::json!([{"name": "web", "image": "nginx:1.25"}]),
+    );
+    let status = h.sync_until(&pod, "running", running).await;
+    let c = first(&status);
+    assert!(c.ready);
+    assert_eq!(c.image, "nginx:1.25");
+    assert_eq!(c.image_id, "simulated://nginx:1.25");
+    assert_eq!(status.phase, "Running");
+    assert_eq!(status.reason.as_deref(), Some("SimulatedContainer"));
+    assert_eq!(
+        status.message.as_deref(),
+        Some("container web has no command; image nginx:1.25 is not pulled or run, the container is simulated")
+    );
+    assert!(status.pod_ip.is_some());
+    h.rt.kill_pod(&rpod(&pod), Duration::from_secs(1))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn liveness_failure_restarts_and_startup_gates_readiness() {
+    let mut h = Harness::new(19);
+    let pod = pod(
+        "probed",
+        "Always",
+        serde_json::json!([{
+            "name": "main",
+            "image": "busybox",
+            "command": ["sh", "-c", "sleep 0.5; touch started healthy; while :; do sleep 0.05; done"],
+            "startupProbe": {"exec": {"command": ["test", "-f", "started"]}, "periodSeconds": 1, "failureThreshold": 30},
+            "readinessProbe": {"exec": {"command": ["test", "-f", "healthy"]}, "periodSeconds": 1},
+            "livenessProbe": {"exec": {"command": ["test", "-f", "healthy"]}, "periodSeconds": 1, "failureThreshold": 1}
+        }]),
+    );
+    let status = h.rt.sync_pod(&pod, &Harness::node()).await.unwrap();
+    assert_eq!(first(&status).started, Some(false));
+    assert!(!first(&status).ready);
+    let status = h
+        .sync_until(&pod, "started and ready", |s| first(s).ready)
+        .await;
+    assert_eq!(first(&status).started, Some(true));
+    // Make the container unhealthy: liveness stops it (SIGTERM, exit 143) and it restarts.
+    let workdir = h
+        .dir
+        .path()
+        .join("pods")
+        .join(rpod(&pod).uid)
+        .join("work/main");
+    std::fs::remove_file(workdir.join("healthy")).unwrap();
+    std::fs::remove_file(workdir.join("started")).unwrap();
+    let status = h
+        .sync_until(&pod, "liveness restart", |s| first(s).restart_count == 1)
+        .await;
+    assert_eq!(
+        terminated(first(&status).last_state.as_ref()),
+        (143, "Error".to_string())
+    );
+    h.rt.kill_pod(&rpod(&pod), Duration::from_secs(1))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn logs_follow_tail_limit_and_timestamps() {
+    let mut h = Harness::new(20);
+    let pod = pod(
+        "chatty",
+        "Never",
+        serde_json::json!([sh(
+            "main",
+            "for i in 1 2 3; do echo line $i; sleep 0.3; done; exit 0"
+        )]),
+    );
+    h.sync_until(&pod, "running", running).await;
+    let options = LogOptions {
+        follow: true,
+        ..Default::default()
+    };
+    let follow = h.rt.logs(&rpod(&pod), "main", &options).await.unwrap();
+    let followed = tokio::time::timeout(DEADLINE, async {
+        let chunks: Vec<_> = follow.collect().await;
+        chunks
+            .into_iter()
+            .flat_map(|c| c.unwrap().to_vec())
+            .collect::<Vec<u8>>()
+    })
+    .await
+    .expect("follow did not end with the container");
+    assert_eq!(
+        String::from_utf8(followed).unwrap(),
+        "line 1\nline 2\nline 3\n"
+    );
+    h.sync_until(&pod, "Succeeded", |s| s.phase == "Succeeded")
+        .await;
+
+    let tail = h
+        .log(
+            &pod,
+            "main",
+            LogOptions {
+                tail_lines: Some(1),
+                ..Default::default()
+            },
+        )
+        .await;
+    assert_eq!(tail, "line 3\n");
+    let limited = h
+        .log(
+            &pod,
+            "main",
+            LogOptions {
+                limit_bytes: Some(8),
+                ..Default::default()
+            },
+        )
+        .await;
+    assert_eq!(limited, "line 1\nl");
+    let stamped = h
+        .log(
+            &pod,
+            "main",
+            LogOptions {
+                timestamps: true,
+                ..Default::default()
+            },
+        )
+        .await;
+    let times: Vec<k8s_openapi::jiff::Timestamp> = stamped
+        .lines()
+        .map(|l| l.split_once(' ').unwrap().0.parse().unwrap())
+        .collect();
+    assert_eq!(times.len(), 3);
+    assert!(times[0] < times[2], "{stamped}");
+    let recent = h
+        .log(
+            &pod,
+            "main",
+            LogOptions {
+                since_seconds: Some(600),
+                ..Default::default()
+            },
+        )
+        .await;
+    assert_eq!(recent, "line 1\nline 2\nline 3\n");
+    let err =
+        h.rt.logs(
+            &rpod(&pod),
+            "main",
+            &LogOptions {
+                previous: true,
+                ..Default::default()
+            },
+        )
+        .await;
+    assert!(err.is_err());
+    h.rt.kill_pod(&rpod(&pod), Duration::from_secs(1))
+        .await
+        .unwrap();
+}
