@@ -38,6 +38,12 @@ pub struct ControllerManagerArgs {
         action = clap::ArgAction::Set
     )]
     leader_elect: bool,
+    /// Requests per second the controllers may send to the API server (client-side limit).
+    #[arg(long, default_value_t = 50.0)]
+    kube_api_qps: f64,
+    /// Requests the controllers may send in a burst above `--kube-api-qps`.
+    #[arg(long, default_value_t = 100)]
+    kube_api_burst: u32,
     /// Seconds a node may go without renewing its Lease before it is marked unreachable.
     #[arg(long, default_value_t = 50)]
     node_monitor_grace_period_seconds: u64,
@@ -57,7 +63,8 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
         Some(p) => Kubeconfig::read(p)?,
         None => Kubeconfig::from_env()?,
     };
-    let client = Client::from_kubeconfig(&kubeconfig)?;
+    let client = Client::from_kubeconfig(&kubeconfig)?
+        .with_rate_limit(args.kube_api_qps.max(0.1), args.kube_api_burst.max(1));
     let mut elector = None;
     let mut leader = None;
     if args.leader_elect {

@@ -137,11 +137,7 @@ fn two_servers_share_one_etcd() {
     let a = start_server(&etcd.url, dir_a.path());
     // The second server uses the first one's CA (and admin certificate), so one kubeconfig
     // works for both: `Pki::load_or_create` reuses what it finds in `<data-dir>/pki`.
-    let pki_b = dir_b.path().join("pki");
-    std::fs::create_dir_all(&pki_b).unwrap();
-    for f in ["ca.crt", "ca.key", "admin.crt", "admin.key"] {
-        std::fs::copy(dir_a.path().join("pki").join(f), pki_b.join(f)).unwrap();
-    }
+    support::share_pki(dir_a.path(), dir_b.path());
     let b = start_server(&etcd.url, dir_b.path());
     let kubectl = Kubectl { first: &a };
     let guard_at_start = runtime

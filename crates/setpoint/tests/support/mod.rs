@@ -17,6 +17,16 @@ mod etcd_server;
 /// `None` (after saying so) when etcd is not installed, unless `SETPOINT_REQUIRE_ETCD` is set.
 pub type Etcd = etcd_server::TestEtcd;
 
+/// Gives the data dir `to` the CA and admin certificate of the data dir `from`, so a server
+/// started on `to` trusts the same kubeconfig (`Pki::load_or_create` reuses what it finds).
+pub fn share_pki(from: &Path, to: &Path) {
+    let pki = to.join("pki");
+    std::fs::create_dir_all(&pki).unwrap();
+    for f in ["ca.crt", "ca.key", "admin.crt", "admin.key"] {
+        std::fs::copy(from.join("pki").join(f), pki.join(f)).unwrap();
+    }
+}
+
 /// How long `setpoint` may take to print its address and kubeconfig.
 const START_DEADLINE: Duration = Duration::from_secs(60);
 
