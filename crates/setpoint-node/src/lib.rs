@@ -26,6 +26,7 @@ mod host;
 pub mod lease;
 pub mod node;
 pub mod podworker;
+pub mod process;
 pub mod runtime;
 pub mod server;
 pub mod simulated;

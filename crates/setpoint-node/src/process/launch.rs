@@ -179,11 +179,17 @@ impl RunHandle {
         while self.running() && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        self.signal_group(libc::SIGKILL);
+        if self.running() {
+            self.signal_group(libc::SIGKILL);
+        }
+        // Let the wrapper record the exit status before anything left in the group is killed.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while (self.running() || self.wrapper_alive()) && tokio::time::Instant::now() < deadline {
+        while (self.running() || (self.wrapper_alive() && !self.exit_file.exists()))
+            && tokio::time::Instant::now() < deadline
+        {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+        self.kill_leftovers();
     }
 
     /// Kills what is left of the run's process group after its workload ended.
