@@ -455,12 +455,14 @@ async fn kill_pod_sends_sigterm_then_sigkill_after_the_grace_period() {
         serde_json::json!([sh(
             "main",
             &format!(
-                "trap 'echo term > {}; exit 0' TERM; while :; do sleep 0.05; done",
+                "trap 'echo term > {}; exit 0' TERM; echo trapped; while :; do sleep 0.05; done",
                 marker.display()
             )
         )]),
     );
     let status = h.sync_until(&polite, "running", running).await;
+    // Signal only once the trap is set.
+    h.log_until(&polite, "main", "trapped").await;
     let pid1 = pid(first(&status));
     let started = Instant::now();
     h.rt.kill_pod(&rpod(&polite), Duration::from_secs(20))
@@ -476,9 +478,13 @@ async fn kill_pod_sends_sigterm_then_sigkill_after_the_grace_period() {
     let stubborn = pod(
         "stubborn",
         "Always",
-        serde_json::json!([sh("main", "trap '' TERM; while :; do sleep 0.05; done")]),
+        serde_json::json!([sh(
+            "main",
+            "trap '' TERM; echo trapped; while :; do sleep 0.05; done"
+        )]),
     );
     let status = h.sync_until(&stubborn, "running", running).await;
+    h.log_until(&stubborn, "main", "trapped").await;
     let pid2 = pid(first(&status));
     let started = Instant::now();
     h.rt.kill_pod(&rpod(&stubborn), Duration::from_secs(1))

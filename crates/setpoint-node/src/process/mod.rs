@@ -279,6 +279,7 @@ impl Inner {
                 self.index_logs(&st);
                 let st = &mut *st;
                 let changed = observe(&st.paths, &mut st.record);
+                prune_probes(st);
                 if changed {
                     if let Err(e) = st.record.save(&st.paths.record()) {
                         tracing::warn!(uid, error = %e, "saving pod record");
@@ -373,6 +374,19 @@ impl Inner {
         pods.insert(uid.to_string(), Arc::clone(&entry));
         Ok(entry)
     }
+}
+
+/// Stops the probe tasks of runs that have ended: an exited container is not probed.
+fn prune_probes(st: &mut PodState) {
+    let record = &st.record;
+    st.probes.retain(|name, p| {
+        let current = record.containers.get(name).and_then(|c| c.run.as_ref());
+        let live = current.is_some_and(|r| r.index == p.index && r.exit.is_none());
+        if !live {
+            p.task.abort();
+        }
+        live
+    });
 }
 
 /// The handle of a run that has (or had) processes.
@@ -889,8 +903,11 @@ impl PodRuntime for ProcessRuntime {
         let uid = meta
             .uid
             .as_deref()
-            .filter(|u| !u.is_empty())
-            .ok_or_else(|| RuntimeError::BadRequest("pod has no metadata.uid".to_string()))?;
+            // The uid names the pod's directory: it must stay one path component.
+            .filter(|u| !u.is_empty() && !u.contains('/') && *u != "." && *u != "..")
+            .ok_or_else(|| {
+                RuntimeError::BadRequest("pod has no usable metadata.uid".to_string())
+            })?;
         let (name, namespace) = (
             meta.name.clone().unwrap_or_default(),
             meta.namespace.clone().unwrap_or_default(),
@@ -908,6 +925,7 @@ impl PodRuntime for ProcessRuntime {
         let mut guard = entry.lock().await;
         let st = &mut *guard;
         let mut changed = observe(&st.paths, &mut st.record);
+        prune_probes(st);
         st.errors.clear();
         let ctx = FieldContext {
             pod_ip: st.record.ip.clone(),
