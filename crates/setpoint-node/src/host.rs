@@ -68,6 +68,9 @@ async fn heartbeat(mut lease: LeaseRenewer, mut reporter: NodeReporter, node: Ho
         tokio::time::sleep_until(next_lease.min(next_status)).await;
         let now = Instant::now();
         if now >= next_lease {
+            if let Some(uid) = reporter.node_uid() {
+                lease.set_owner(&uid);
+            }
             next_lease = match lease.renew().await {
                 Ok(()) => next_lease + node.lease_interval,
                 Err(e) => {

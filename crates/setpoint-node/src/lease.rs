@@ -30,7 +30,9 @@ fn renewed(mut lease: Lease, node_name: &str, owner: Option<&OwnerReference>) ->
     spec.lease_duration_seconds = Some(DURATION_SECONDS);
     spec.renew_time = Some(MicroTime(crate::status::wall_now()));
     if let Some(o) = owner {
+        // The Node may have been deleted and registered again: only the current one owns it.
         let refs = lease.metadata.owner_references.get_or_insert_with(Vec::new);
+        refs.retain(|r| r.kind != "Node" || r.uid == o.uid);
         if !refs.iter().any(|r| r.uid == o.uid) {
             refs.push(o.clone());
         }
@@ -42,17 +44,30 @@ impl LeaseRenewer {
     /// A renewer for `node_name`'s Lease. `node_uid`, when known, makes the Node the Lease's
     /// owner, so deleting the Node deletes its Lease (as Kubernetes does).
     pub fn new(client: Client, node_name: &str, node_uid: Option<&str>) -> Self {
-        LeaseRenewer {
+        let mut renewer = LeaseRenewer {
             api: Api::namespaced(client, NAMESPACE),
             node_name: node_name.into(),
-            owner: node_uid.map(|uid| OwnerReference {
+            owner: None,
+            last: None,
+        };
+        if let Some(uid) = node_uid {
+            renewer.set_owner(uid);
+        }
+        renewer
+    }
+
+    /// Makes the Node with `uid` the Lease's owner from the next renewal on.
+    pub fn set_owner(&mut self, uid: &str) {
+        if let Some(o) = &mut self.owner {
+            o.uid = uid.into();
+        } else {
+            self.owner = Some(OwnerReference {
                 api_version: "v1".into(),
                 kind: "Node".into(),
-                name: node_name.into(),
+                name: self.node_name.clone(),
                 uid: uid.into(),
                 ..Default::default()
-            }),
-            last: None,
+            });
         }
     }
 
@@ -96,5 +111,33 @@ impl LeaseRenewer {
         };
         self.last = Some(written);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owner(uid: &str) -> OwnerReference {
+        OwnerReference {
+            api_version: "v1".into(),
+            kind: "Node".into(),
+            name: "n".into(),
+            uid: uid.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn renewal_names_the_holder_and_only_the_current_node_as_owner() {
+        let l = renewed(Lease::default(), "n", Some(&owner("old")));
+        let spec = l.spec.clone().unwrap();
+        assert_eq!(spec.holder_identity.as_deref(), Some("n"));
+        assert_eq!(spec.lease_duration_seconds, Some(DURATION_SECONDS));
+        assert!(spec.renew_time.is_some());
+        let again = renewed(l, "n", Some(&owner("new")));
+        let refs = again.metadata.owner_references.unwrap();
+        assert_eq!(refs.len(), 1);
+        assert_eq!(refs[0].uid, "new");
     }
 }

@@ -291,6 +291,12 @@ impl NodeReporter {
         Ok(written)
     }
 
+    /// The uid of the Node as the cache shows it.
+    pub fn node_uid(&self) -> Option<String> {
+        let key = ObjectKey::new(None, &self.config.node_name);
+        self.nodes.get(&key)?.metadata.uid.clone()
+    }
+
     /// Writes the node's status if it changed or is due; re-registers a node that was
     /// deleted. Returns whether anything was written.
     pub async fn report(&mut self) -> Result<bool, ClientError> {
@@ -299,10 +305,11 @@ impl NodeReporter {
             if !self.nodes.has_synced() {
                 return Ok(false);
             }
-            // Deleted (or not yet seen by the cache): a direct read decides.
-            if self.api.get_opt(&self.config.node_name).await?.is_none() {
-                tracing::warn!(node = %self.config.node_name, "node object is gone; registering again");
+            // Deleted, or not yet seen by the cache: a direct read decides.
+            if self.api.get_opt(&self.config.node_name).await?.is_some() {
+                return Ok(false);
             }
+            tracing::warn!(node = %self.config.node_name, "the Node was deleted; registering again");
             self.register().await?;
             return Ok(true);
         };

@@ -22,6 +22,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use parking_lot::Mutex;
 use setpoint_runtime::client::{Api, Client, ClientError, DeleteParams, PostParams};
+use setpoint_runtime::events::{EventRecorder, EventType, Reporter, ToObjectReference};
 use setpoint_runtime::informer::Store;
 use setpoint_runtime::workqueue::WorkQueue;
 use setpoint_runtime::ObjectKey;
@@ -71,6 +72,8 @@ struct Inner {
     pods: Store<Pod>,
     client: Client,
     queue: WorkQueue<ObjectKey>,
+    /// Events about the node's pods, reported as `kubelet` from this node.
+    recorder: EventRecorder,
     /// Last seen grace period per pod uid, for pods that vanish from the API while held.
     grace: Mutex<HashMap<String, Duration>>,
 }
@@ -103,8 +106,14 @@ impl PodWorkers {
             .backoff(Duration::from_millis(50), Duration::from_secs(30))
             .no_rate_limit()
             .build();
+        let reporter = Reporter {
+            component: "kubelet".into(),
+            instance: node.node_name.clone(),
+        };
+        let recorder = EventRecorder::new(client.clone(), reporter);
         PodWorkers {
             inner: Arc::new(Inner {
+                recorder,
                 node,
                 runtime,
                 pods,
@@ -243,6 +252,12 @@ impl PodWorkers {
 
         if pod.metadata.deletion_timestamp.is_some() {
             tracing::info!(?grace, "stopping a deleted pod");
+            for c in pod.spec.iter().flat_map(|s| &s.containers) {
+                let msg = format!("Stopping container {}", c.name);
+                inner
+                    .recorder
+                    .publish(&pod.object_reference(), EventType::Normal, "Killing", &msg);
+            }
             inner.runtime.kill_pod(&runtime_pod(&pod), grace).await?;
             inner.grace.lock().remove(&uid);
             let params = DeleteParams {
@@ -267,6 +282,7 @@ impl PodWorkers {
         if pod.status.as_ref() == Some(&composed) {
             return Ok(SyncOutcome::Synced(false));
         }
+        let events = status::container_events(&key.name, pod.status.as_ref(), &composed);
         let mut updated = (*pod).clone();
         updated.status = Some(composed);
         let params = PostParams {
@@ -275,7 +291,21 @@ impl PodWorkers {
         };
         // The cached resourceVersion is a precondition: on 409 the retry sees a fresh pod.
         match api.replace_status(&key.name, &params, &updated).await {
-            Ok(_) => Ok(SyncOutcome::Synced(true)),
+            Ok(_) => {
+                // Only once the status that shows the change is written: a failed write is
+                // retried and reports it then.
+                for e in events {
+                    let type_ = if e.warning {
+                        EventType::Warning
+                    } else {
+                        EventType::Normal
+                    };
+                    inner
+                        .recorder
+                        .publish(&pod.object_reference(), type_, e.reason, &e.message);
+                }
+                Ok(SyncOutcome::Synced(true))
+            }
             // Deleted meanwhile: the informer's delete event brings us back to kill it.
             Err(e) if e.is_not_found() => Ok(SyncOutcome::Absent),
             Err(e) => Err(e.into()),

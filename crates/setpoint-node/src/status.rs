@@ -296,6 +296,59 @@ pub fn compose(pod: &Pod, observed: &RuntimeStatus, host_ip: &str, now: Timestam
     }
 }
 
+/// An Event the agent records about a pod, from a change of its status.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodEvent {
+    /// `Warning` rather than `Normal`.
+    pub warning: bool,
+    /// The one-word reason (`Started`, `BackOff`).
+    pub reason: &'static str,
+    /// What happened, for `kubectl describe`.
+    pub message: String,
+}
+
+fn running_since(c: &ContainerStatus) -> Option<&Time> {
+    c.state.as_ref()?.running.as_ref()?.started_at.as_ref()
+}
+
+fn waiting_reason(c: &ContainerStatus) -> Option<&str> {
+    c.state.as_ref()?.waiting.as_ref()?.reason.as_deref()
+}
+
+/// The Events that going from `old` to `new` calls for: a container started (again), or a
+/// container entered CrashLoopBackOff. Nothing when nothing changed, so re-syncs are silent.
+pub fn container_events(pod_name: &str, old: Option<&PodStatus>, new: &PodStatus) -> Vec<PodEvent> {
+    let before: &[ContainerStatus] = old
+        .and_then(|s| s.container_statuses.as_deref())
+        .unwrap_or_default();
+    let mut events = Vec::new();
+    for c in new.container_statuses.iter().flatten() {
+        let prev = before.iter().find(|p| p.name == c.name);
+        if let Some(since) = running_since(c) {
+            if prev.and_then(running_since) != Some(since) {
+                events.push(PodEvent {
+                    warning: false,
+                    reason: "Started",
+                    message: format!("Started container {}", c.name),
+                });
+            }
+        }
+        if waiting_reason(c) == Some("CrashLoopBackOff")
+            && prev.and_then(waiting_reason) != Some("CrashLoopBackOff")
+        {
+            events.push(PodEvent {
+                warning: true,
+                reason: "BackOff",
+                message: format!(
+                    "Back-off restarting failed container {} in pod {pod_name}",
+                    c.name
+                ),
+            });
+        }
+    }
+    events
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -567,5 +620,36 @@ mod tests {
         cs[0].resources = None;
         cs[1].resources = resources(&[("memory", "1Gi")], &[]);
         assert_eq!(qos_class(&p), "Burstable");
+    }
+
+    #[test]
+    fn events_for_starts_and_back_offs_only_on_change() {
+        let p = pod(&["a"]);
+        let first = compose(&p, &running(&[("a", false)]), "h", ts(1));
+        let ev = container_events("p", None, &first);
+        assert_eq!(ev.len(), 1);
+        assert_eq!(ev[0].reason, "Started");
+        assert_eq!(ev[0].message, "Started container a");
+        assert!(container_events("p", Some(&first), &first).is_empty());
+
+        let mut crashed = first.clone();
+        crashed.container_statuses.as_mut().unwrap()[0].state = Some(ContainerState {
+            waiting: Some(k8s_openapi::api::core::v1::ContainerStateWaiting {
+                reason: Some("CrashLoopBackOff".into()),
+                message: None,
+            }),
+            ..Default::default()
+        });
+        let ev = container_events("p", Some(&first), &crashed);
+        assert_eq!(ev.len(), 1);
+        assert!(ev[0].warning);
+        assert_eq!(
+            ev[0].message,
+            "Back-off restarting failed container a in pod p"
+        );
+        assert!(container_events("p", Some(&crashed), &crashed).is_empty());
+        // Running again: started again.
+        let ev = container_events("p", Some(&crashed), &first);
+        assert_eq!(ev[0].reason, "Started");
     }
 }

@@ -227,6 +227,21 @@ async fn agent_registers_renews_and_runs_pods() {
     assert!(cs.ready);
     assert_eq!(cs.image_id, "simulated://nginx:1.27");
 
+    // The start is reported as an Event from the kubelet on this node.
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), "default");
+    eventually("a Started event", || async {
+        let list = events.list(&Default::default()).await.unwrap();
+        list.items
+            .iter()
+            .find(|e| {
+                e.reason.as_deref() == Some("Started")
+                    && e.involved_object.name.as_deref() == Some("web")
+                    && e.source.as_ref().and_then(|s| s.component.as_deref()) == Some("kubelet")
+            })
+            .map(|_| ())
+    })
+    .await;
+
     // A pod bound elsewhere is not this agent's business.
     pods.create(&PostParams::default(), &pod("elsewhere", "node-b"))
         .await
@@ -246,6 +261,18 @@ async fn agent_registers_renews_and_runs_pods() {
         .status
         .and_then(|s| s.phase)
         .is_none_or(|p| p == "Pending"));
+
+    // A deleted Node is registered again.
+    let old_uid = nodes.get("node-a").await.unwrap().metadata.uid;
+    nodes
+        .delete("node-a", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("node registered again", || async {
+        let n = nodes.get_opt("node-a").await.unwrap()?;
+        (n.metadata.uid != old_uid && node_ready(&n).as_deref() == Some("True")).then_some(())
+    })
+    .await;
 
     agent.stop().await;
     cluster.stop().await;
