@@ -60,7 +60,11 @@ async fn register(reporter: &mut NodeReporter, name: &str) -> Result<Node, Agent
 
 /// Renews the Lease every `lease_interval` and reports status every `status_interval` when
 /// it changed or is due. Runs until aborted.
-async fn heartbeat(mut lease: LeaseRenewer, mut reporter: NodeReporter, node: HostedNodeTimes) {
+async fn heartbeat(mut lease: LeaseRenewer, mut reporter: NodeReporter, mut node: HostedNodeTimes) {
+    // Zero intervals would spin; nothing needs to be faster than this.
+    let floor = Duration::from_millis(50);
+    node.lease_interval = node.lease_interval.max(floor);
+    node.status_interval = node.status_interval.max(floor);
     let start = Instant::now();
     let mut next_lease = start + node.lease_offset;
     let mut next_status = start + node.lease_offset + node.status_interval;

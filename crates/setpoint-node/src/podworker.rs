@@ -177,7 +177,8 @@ impl PodWorkers {
         });
         let this = self.clone();
         tasks.spawn(async move {
-            let mut tick = tokio::time::interval(resync);
+            // A zero period would spin (and `interval` rejects it).
+            let mut tick = tokio::time::interval(resync.max(Duration::from_millis(100)));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             tick.tick().await;
             while !this.inner.queue.is_shutting_down() {

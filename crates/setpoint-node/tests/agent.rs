@@ -621,6 +621,12 @@ async fn logs_endpoint_serves_over_tls_only_to_client_certificates_of_the_ca() {
         .unwrap();
     assert_eq!(code, 200, "{body}");
     assert!(body.contains("simulated"), "{body}");
+    // Path segments arrive percent-encoded from the API server's proxy.
+    let (code, body) = kubelet_get(port, "/containerLogs/default/w%65b/app?follow=true", id)
+        .await
+        .unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("no process runs"), "{body}");
     let (code, body) = kubelet_get(port, "/containerLogs/default/web/app?limitBytes=9", id)
         .await
         .unwrap();
