@@ -216,7 +216,7 @@ async fn a_shell_container_runs_logs_and_is_killed() {
         serde_json::json!([{
             "name": "main",
             "image": "busybox",
-            "command": ["sh", "-c", "echo hello; echo \"ip=$(MY_IP) name=$NAME dir=$(pwd)\"; sleep 1000"],
+            "command": ["sh", "-c", "echo hello; echo \"ip=$(MY_IP) name=$NAME\"; grep SigIgn /proc/self/status; sleep 1000"],
             "env": [
                 {"name": "MY_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
                 {"name": "NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
@@ -236,6 +236,17 @@ async fn a_shell_container_runs_logs_and_is_killed() {
     let text = h.log_until(&pod, "main", "name=").await;
     assert!(text.starts_with("hello\n"), "{text:?}");
     assert!(text.contains(&format!("ip={ip} name=hello")), "{text:?}");
+    // No standard signal is ignored: the workload can be interrupted and terminated. (Signals
+    // 32 and 33 are reserved by the C library, which will not reset them; whether they are
+    // ignored depends on what started the test.)
+    let text = h.log_until(&pod, "main", "SigIgn").await;
+    let mask = text
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .unwrap()
+        .trim();
+    let mask = u64::from_str_radix(mask, 16).unwrap();
+    assert_eq!(mask & 0x7fff_ffff, 0, "ignored signals: {mask:#x}");
 
     // Idempotent: syncing again changes nothing.
     let again = h.rt.sync_pod(&pod, &Harness::node()).await.unwrap();
@@ -588,6 +599,16 @@ async fn an_image_only_container_is_simulated_and_says_so() {
     );
     assert!(status.pod_ip.is_some());
     h.rt.kill_pod(&rpod(&pod), Duration::from_secs(1))
+        .await
+        .unwrap();
+
+    // A hostNetwork pod has the node's address.
+    let mut host = pod.clone();
+    host.metadata.uid = Some(format!("{}-host", rpod(&pod).uid));
+    host.spec.as_mut().unwrap().host_network = Some(true);
+    let status = h.sync_until(&host, "running", running).await;
+    assert_eq!(status.pod_ip.as_deref(), Some("127.0.0.1"));
+    h.rt.kill_pod(&rpod(&host), Duration::from_secs(1))
         .await
         .unwrap();
 }

@@ -7,6 +7,9 @@
 //! known even when the agent was not running when the workload exited. The wrapper traps
 //! TERM/HUP/INT with a handler (never ignores them), so the workload, which sh resets to
 //! default dispositions, receives signals sent to the group as it would in a container.
+//! (`sh` starts background commands with SIGINT and SIGQUIT ignored and cannot undo that;
+//! where GNU `env --default-signal` exists the workload is started through it to restore
+//! them.)
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -68,6 +71,26 @@ pub struct Launched {
     pub workload: Option<(i32, u64)>,
 }
 
+/// The argv prefix that restores default SIGINT/SIGQUIT handling, if this host has one.
+fn signal_reset_prefix() -> &'static [&'static str] {
+    static SUPPORTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    const PREFIX: &[&str] = &["/usr/bin/env", "--default-signal=INT,QUIT"];
+    let supported = *SUPPORTED.get_or_init(|| {
+        std::process::Command::new(PREFIX[0])
+            .args(&PREFIX[1..])
+            .arg("true")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    });
+    if supported {
+        PREFIX
+    } else {
+        &[]
+    }
+}
+
 /// Starts the wrapper and waits (briefly) for it to report the workload's pid.
 pub async fn launch(spec: &LaunchSpec) -> std::io::Result<Launched> {
     let mut cmd = tokio::process::Command::new("/bin/sh");
@@ -77,6 +100,7 @@ pub async fn launch(spec: &LaunchSpec) -> std::io::Result<Launched> {
         .arg(&spec.pid_file)
         .arg(&spec.exit_file)
         .arg(&spec.log)
+        .args(signal_reset_prefix())
         .args(&spec.argv)
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
@@ -84,11 +108,18 @@ pub async fn launch(spec: &LaunchSpec) -> std::io::Result<Launched> {
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
-    // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+    // SAFETY: setsid and signal are async-signal-safe and touch no memory of the parent.
     unsafe {
         cmd.pre_exec(|| {
             if libc::setsid() == -1 {
                 return Err(std::io::Error::last_os_error());
+            }
+            // A container starts with default signal handling, whatever the agent inherited
+            // (the C library refuses to change the two signals it reserves; that is fine).
+            for sig in 1..libc::SIGRTMAX() {
+                if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                    libc::signal(sig, libc::SIG_DFL);
+                }
             }
             Ok(())
         });

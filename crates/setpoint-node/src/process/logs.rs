@@ -85,7 +85,9 @@ pub fn index(log: &Path, indexed: &mut u64, cap: u64) -> std::io::Result<()> {
         writeln!(f, "{size} {mtime}")?;
         *indexed = size;
     }
-    if size > cap {
+    // The checkpoints count too: a log growing by a byte per interval has more of them.
+    let times_len = std::fs::metadata(&times).map(|m| m.len()).unwrap_or(0);
+    if size > cap || times_len > cap {
         std::fs::copy(log, suffixed(log, ".1"))?;
         std::fs::copy(&times, suffixed(&times, ".1"))?;
         std::fs::OpenOptions::new()

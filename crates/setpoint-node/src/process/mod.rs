@@ -331,36 +331,47 @@ impl Inner {
     }
 
     /// The pod's state, created (address allocated, record written) on first sight.
+    /// `host_ip` is the address of a `hostNetwork` pod, which gets no address of its own.
     fn pod_entry_or_create(
         &self,
         uid: &str,
         namespace: &str,
         name: &str,
+        host_ip: Option<&str>,
     ) -> Result<Arc<tokio::sync::Mutex<PodState>>, RuntimeError> {
         let mut pods = lock(&self.pods);
         if let Some(entry) = pods.get(uid) {
             return Ok(Arc::clone(entry));
         }
-        let ip = {
-            let mut ips = lock(&self.ips);
-            let ip = self.options.pod_ips.allocate(&ips).ok_or_else(|| {
-                RuntimeError::Internal("no free pod address left in the range".to_string())
-            })?;
-            ips.insert(ip);
-            ip
+        let allocated = match host_ip {
+            Some(_) => None,
+            None => {
+                let mut ips = lock(&self.ips);
+                let ip = self.options.pod_ips.allocate(&ips).ok_or_else(|| {
+                    RuntimeError::Internal("no free pod address left in the range".to_string())
+                })?;
+                ips.insert(ip);
+                Some(ip)
+            }
         };
+        let ip = allocated.map_or_else(
+            || host_ip.unwrap_or_default().to_string(),
+            |ip| ip.to_string(),
+        );
         let paths = PodPaths::new(&self.root, uid);
         let record = PodRecord {
             uid: uid.to_string(),
             namespace: namespace.to_string(),
             name: name.to_string(),
-            ip: ip.to_string(),
+            ip,
             start_time_ms: now_ms(),
             containers: Default::default(),
         };
         let saved = std::fs::create_dir_all(&paths.dir).and_then(|()| record.save(&paths.record()));
         if let Err(e) = saved {
-            lock(&self.ips).remove(&ip);
+            if let Some(ip) = allocated {
+                lock(&self.ips).remove(&ip);
+            }
             return Err(RuntimeError::Internal(format!("creating pod state: {e}")));
         }
         let state = PodState {
@@ -588,7 +599,15 @@ impl ProcessRuntime {
         };
         tracing::info!(pod = %st.record.name, container = %name, pid = ?run.pid, index, "container started");
         lock(&self.inner.indexed).insert(spec.log.clone(), 0);
-        st.record.containers.entry(name.clone()).or_default().run = Some(run);
+        let rec = st.record.containers.entry(name.clone()).or_default();
+        // The restart and the new run are recorded together: a crash of the agent in
+        // between must not lose the restart count or leave a stale back-off expiry.
+        if let Some(exit) = rec.run.take().and_then(|r| r.exit) {
+            rec.last = Some(exit);
+            rec.restart_count += 1;
+            rec.restart_at_ms = None;
+        }
+        rec.run = Some(run);
         if let Err(e) = st.record.save(&st.paths.record()) {
             tracing::warn!(error = %e, "saving pod record");
         }
@@ -734,17 +753,8 @@ impl ProcessRuntime {
                 return false;
             }
         };
-        let rec = st.record.containers.entry(name.clone()).or_default();
-        let previous = rec.run.clone();
         if let Err(err) = self.start_run(st, pod, container, prepared, index).await {
             st.errors.insert(name, err);
-            return true;
-        }
-        let rec = st.record.containers.entry(name).or_default();
-        if let Some(exit) = previous.and_then(|r| r.exit) {
-            rec.last = Some(exit);
-            rec.restart_count += 1;
-            rec.restart_at_ms = None;
         }
         true
     }
@@ -912,9 +922,13 @@ impl PodRuntime for ProcessRuntime {
             meta.name.clone().unwrap_or_default(),
             meta.namespace.clone().unwrap_or_default(),
         );
+        let host_network = pod.spec.as_ref().and_then(|s| s.host_network) == Some(true);
+        let host_ip = host_network.then_some(node.host_ip.as_str());
         let mut attempts = 0;
         let entry = loop {
-            let entry = self.inner.pod_entry_or_create(uid, &namespace, &name)?;
+            let entry = self
+                .inner
+                .pod_entry_or_create(uid, &namespace, &name, host_ip)?;
             // A concurrent kill_pod may have torn this entry down: take a fresh one.
             if !entry.lock().await.gone || attempts > 3 {
                 break entry;
