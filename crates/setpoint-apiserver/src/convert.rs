@@ -50,7 +50,9 @@ fn rename(obj: Value, api_version: &str, to_v1: bool) -> Value {
 
 /// A stored object as the (converted) resource shows it.
 pub fn from_storage(res: &ResourceDef, obj: Value) -> Value {
-    if res.group == "events.k8s.io" {
+    if res.custom.is_some() {
+        crate::crd::to_version(res, obj)
+    } else if res.group == "events.k8s.io" {
         rename(obj, "events.k8s.io/v1", true)
     } else {
         obj
@@ -59,7 +61,9 @@ pub fn from_storage(res: &ResourceDef, obj: Value) -> Value {
 
 /// A request body of the (converted) resource as it is stored.
 pub fn to_storage(res: &ResourceDef, obj: Value) -> Value {
-    if res.group == "events.k8s.io" {
+    if res.custom.is_some() {
+        crate::crd::to_storage(res, obj)
+    } else if res.group == "events.k8s.io" {
         let av = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("");
         if !av.is_empty() && av != "events.k8s.io/v1" {
             return obj;

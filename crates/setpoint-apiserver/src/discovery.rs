@@ -42,7 +42,7 @@ fn group_doc(name: &str, versions: &[String]) -> Value {
 /// `GET /apis`.
 pub fn groups(server: &ApiServer) -> Value {
     let groups: Vec<Value> = server
-        .registry
+        .registry()
         .groups()
         .iter()
         .filter(|(g, _)| !g.is_empty())
@@ -53,7 +53,7 @@ pub fn groups(server: &ApiServer) -> Value {
 
 /// `GET /apis/<group>`.
 pub fn group(server: &ApiServer, name: &str) -> Option<Value> {
-    let groups = server.registry.groups();
+    let groups = server.registry().groups();
     let (g, vs) = groups.iter().find(|(g, _)| g == name && !g.is_empty())?;
     let mut doc = group_doc(g, vs);
     doc["kind"] = json!("APIGroup");
@@ -61,22 +61,10 @@ pub fn group(server: &ApiServer, name: &str) -> Option<Value> {
     Some(doc)
 }
 
-fn resources_of<'a>(
-    server: &'a ApiServer,
-    group: &'a str,
-    version: &'a str,
-) -> impl Iterator<Item = &'a std::sync::Arc<ResourceDef>> {
-    server
-        .registry
-        .all()
-        .iter()
-        .filter(move |r| r.group == group && r.version == version)
-}
-
 /// `GET /api/v1` or `GET /apis/<group>/<version>`.
 pub fn resource_list(server: &ApiServer, group: &str, version: &str) -> Option<Value> {
     let mut resources = Vec::new();
-    for r in resources_of(server, group, version) {
+    for r in &server.registry().of_group_version(group, version) {
         resources.push(json!({
             "name": r.plural, "singularName": r.singular, "namespaced": r.namespaced, "kind": r.kind,
             "verbs": r.verbs(), "shortNames": r.short_names, "categories": r.categories,
@@ -119,14 +107,17 @@ fn storage_version_hash(r: &ResourceDef) -> String {
 /// The aggregated discovery document for `/api` (core) or `/apis` (everything else).
 pub fn aggregated(server: &ApiServer, core: bool) -> Value {
     let mut items = Vec::new();
-    for (g, versions) in server.registry.groups() {
+    for (g, versions) in server.registry().groups() {
         if g.is_empty() != core {
             continue;
         }
         let vs: Vec<Value> = versions
             .iter()
             .map(|v| {
-                let resources: Vec<Value> = resources_of(server, &g, v)
+                let resources: Vec<Value> = server
+                    .registry()
+                    .of_group_version(&g, v)
+                    .iter()
                     .map(|r| {
                         let subs: Vec<Value> = r
                             .subresources()

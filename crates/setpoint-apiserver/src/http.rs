@@ -359,7 +359,7 @@ fn wants_aggregated(headers: &HeaderMap) -> bool {
 fn storage_def(server: &ApiServer, res: &Arc<ResourceDef>) -> Arc<ResourceDef> {
     if res.is_converted() {
         server
-            .registry
+            .registry()
             .all()
             .iter()
             .find(|r| {
@@ -406,7 +406,7 @@ async fn serve(
             namespace,
         } => {
             let res = server
-                .registry
+                .registry()
                 .get(&group, &version, &plural)
                 .cloned()
                 .ok_or_else(ApiError::not_found_path)?;
@@ -460,7 +460,7 @@ async fn serve(
             subresource,
         } => {
             let res = server
-                .registry
+                .registry()
                 .get(&group, &version, &plural)
                 .cloned()
                 .ok_or_else(ApiError::not_found_path)?;
@@ -857,10 +857,7 @@ async fn list(
             "" => wait_fresh(server, None).await?,
             n => wait_fresh(server, Some(parse_rv(n)?)).await?,
         }
-        let cache = server
-            .caches
-            .get(&sres.storage_prefix())
-            .ok_or_else(|| ApiError::internal("no cache for resource"))?;
+        let cache = server.caches.get(&sres.storage_prefix());
         let (objs, revision) = cache.list(&prefix, &filter);
         match limit {
             Some(l) if objs.len() > l && rv != "0" => {
@@ -955,10 +952,7 @@ async fn delete_collection(
     let filter = filter_for(server, res, namespace, q)?;
     let sres = storage_def(server, res);
     wait_fresh(server, None).await?;
-    let cache = server
-        .caches
-        .get(&sres.storage_prefix())
-        .ok_or_else(|| ApiError::internal("no cache for resource"))?;
+    let cache = server.caches.get(&sres.storage_prefix());
     let (objs, revision) = cache.list(&sres.namespace_prefix(filter.namespace.as_deref()), &filter);
     let mut items = Vec::new();
     for o in objs {
@@ -999,7 +993,7 @@ async fn pod_log(
         )));
     }
     let nodes = server
-        .registry
+        .registry()
         .get("", "v1", "nodes")
         .cloned()
         .ok_or_else(ApiError::not_found_path)?;
@@ -1085,11 +1079,7 @@ async fn watch(
         // Kubernetes spreads long watches over 30–60 minutes so reconnects don't bunch up.
         None => Duration::from_secs(1800 + rand::random::<u64>() % 1800),
     };
-    let cache = server
-        .caches
-        .get(&sres.storage_prefix())
-        .ok_or_else(|| ApiError::internal("no cache for resource"))?
-        .clone();
+    let cache = server.caches.get(&sres.storage_prefix());
     let table = wants_table(headers);
     let handle = match cache.watch(start, filter, bookmarks) {
         Ok(h) => h,

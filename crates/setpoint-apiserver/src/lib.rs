@@ -10,6 +10,7 @@
 
 pub mod apply;
 pub mod convert;
+pub mod crd;
 pub mod discovery;
 pub mod dupfields;
 pub mod http;

@@ -271,7 +271,7 @@ impl ApiServer {
             return Ok(());
         }
         let ns_res = self
-            .registry
+            .registry()
             .get("", "v1", "namespaces")
             .expect("namespaces are built in")
             .clone();
@@ -279,7 +279,7 @@ impl ApiServer {
         let cached = self
             .caches
             .get(&ns_res.storage_prefix())
-            .and_then(|c| c.get(&key))
+            .get(&key)
             .map(|o| o.object.clone());
         let ns = match cached {
             Some(o) => o,
@@ -305,8 +305,11 @@ impl ApiServer {
         if opts.field_validation == FieldValidation::Ignore || res.is_converted() {
             return Ok(vec![]);
         }
-        let unknown =
-            setpoint_kinds::validation::unknown_fields(&res.group, &res.version, &res.kind, obj);
+        let unknown = if res.custom.is_some() {
+            crate::crd::unknown_fields(res, obj)
+        } else {
+            setpoint_kinds::validation::unknown_fields(&res.group, &res.version, &res.kind, obj)
+        };
         self.unknown_field_policy(res, &unknown, opts)
     }
 
@@ -352,8 +355,9 @@ impl ApiServer {
         obj: &Value,
         old: Option<&Value>,
     ) -> Result<(), ApiError> {
-        let causes =
+        let mut causes =
             setpoint_kinds::validation::validate(&res.group, &res.version, &res.kind, obj, old);
+        causes.extend(crate::crd::validate(res, obj, old));
         self.invalid_if_any(res, obj, causes)
     }
 
@@ -458,7 +462,12 @@ impl ApiServer {
         } else {
             setpoint_kinds::validation::check_types(&res.group, &res.version, &res.kind, &obj)
         };
-        let warnings = self.unknown_field_policy(res, &types.unknown, opts)?;
+        let unknown = if res.custom.is_some() {
+            crate::crd::unknown_fields(res, &obj)
+        } else {
+            types.unknown
+        };
+        let warnings = self.unknown_field_policy(res, &unknown, opts)?;
         let generate = meta::generate_name(&obj).to_string();
         if meta::name(&obj).is_empty() && generate.is_empty() {
             return Err(ApiError::invalid(
@@ -480,6 +489,17 @@ impl ApiServer {
         strategy::prepare_for_create(res, &mut obj, &now);
         setpoint_kinds::defaults::apply(&res.group, &res.kind, &mut obj);
         setpoint_kinds::defaults::on_create(&res.group, &res.kind, &mut obj);
+        if crate::crd::is_crd(res) {
+            crate::crd::on_create_crd(&mut obj);
+        }
+        if res.custom.as_ref().is_some_and(|c| c.terminating) {
+            return Err(ApiError::new(
+                405,
+                "MethodNotAllowed",
+                "create not allowed while custom resource definition is terminating",
+            ));
+        }
+        crate::crd::admit(res, &mut obj);
         if res.group.is_empty() && res.kind == "Pod" {
             setpoint_kinds::defaults::default_tolerations(
                 &mut obj,
@@ -501,13 +521,14 @@ impl ApiServer {
                 let uid = meta::uid(&obj).to_string();
                 setpoint_kinds::defaults::job_selector(&mut obj, &uid);
             }
-            let causes = setpoint_kinds::validation::validate_with_type_errors(
+            let mut causes = setpoint_kinds::validation::validate_with_type_errors(
                 &res.group,
                 &res.kind,
                 &obj,
                 None,
                 types.type_errors.clone(),
             );
+            causes.extend(crate::crd::validate(res, &obj, None));
             self.invalid_if_any(res, &obj, causes)?;
             let mut reserved_ip = None;
             if res.group.is_empty() && res.plural == "services" && !opts.dry_run {
@@ -819,6 +840,9 @@ impl ApiServer {
                 View::Finalize => strategy::apply_finalize(&cur, &desired),
                 View::Scale => strategy::apply_scale(res, &cur, &desired)?,
             };
+            if matches!(view, View::Main | View::Status) {
+                crate::crd::admit(res, &mut new);
+            }
             let now = setpoint_api::time::now_rfc3339();
             let sub = crate::apply::subresource(view);
             if track {

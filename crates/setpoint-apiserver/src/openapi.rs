@@ -76,20 +76,9 @@ fn fingerprint<'a>(defs: impl Iterator<Item = &'a Arc<ResourceDef>>) -> String {
     key
 }
 
-fn gv_defs<'a>(
-    server: &'a ApiServer,
-    group: &'a str,
-    version: &'a str,
-) -> impl Iterator<Item = &'a Arc<ResourceDef>> + 'a {
-    server
-        .registry
-        .all()
-        .iter()
-        .filter(move |r| r.group == group && r.version == version)
-}
-
 fn gv_built(server: &ApiServer, group: &str, version: &str) -> Option<Arc<Built>> {
-    let defs: Vec<&Arc<ResourceDef>> = gv_defs(server, group, version).collect();
+    let owned = server.registry().of_group_version(group, version);
+    let defs: Vec<&Arc<ResourceDef>> = owned.iter().collect();
     if defs.is_empty() {
         return None;
     }
@@ -104,7 +93,7 @@ pub fn v3(server: &ApiServer, path: &str) -> Option<Value> {
         .trim_start_matches('/');
     if rest.is_empty() {
         let mut paths = Map::new();
-        for (g, versions) in server.registry.groups() {
+        for (g, versions) in server.registry().groups() {
             for v in versions {
                 let key = if g.is_empty() {
                     format!("api/{v}")
@@ -148,7 +137,7 @@ pub fn v2(server: &ApiServer, accept: &str) -> Result<Value, ApiError> {
             "unsupported Accept {accept:?} for /openapi/v2: only application/json is served"
         )));
     }
-    let all = server.registry.all();
+    let all = server.registry().all().to_vec();
     let key = format!("v2:{}", fingerprint(all.iter()));
     let built = cached(key, || {
         let mut gvs: Vec<(String, String)> = Vec::new();
@@ -160,8 +149,8 @@ pub fn v2(server: &ApiServer, accept: &str) -> Result<Value, ApiError> {
         let docs: Vec<Value> = gvs
             .iter()
             .map(|(g, v)| {
-                let defs: Vec<&Arc<ResourceDef>> = gv_defs(server, g, v).collect();
-                group_version_doc(&defs)
+                let owned = server.registry().of_group_version(g, v);
+                group_version_doc(&owned.iter().collect::<Vec<_>>())
             })
             .collect();
         swagger2(&docs)
@@ -224,6 +213,36 @@ pub fn schema_name(proto: &str) -> String {
 fn custom_schema_name(group: &str, version: &str, kind: &str) -> String {
     let reversed: Vec<&str> = group.rsplit('.').collect();
     format!("{}.{version}.{kind}", reversed.join("."))
+}
+
+/// The schema of a custom resource: its CRD's `openAPIV3Schema` (or "anything" without one)
+/// with the server's `apiVersion`, `kind` and `metadata`, as Kubernetes publishes it.
+fn custom_schema(r: &ResourceDef, object_meta: Option<&str>) -> Value {
+    let mut s = r
+        .custom
+        .as_ref()
+        .and_then(|c| c.schema.clone())
+        .unwrap_or_else(|| json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}));
+    if let Some(m) = s.as_object_mut() {
+        if !m.get("properties").is_some_and(Value::is_object) {
+            m.insert("properties".into(), json!({}));
+        }
+        if let Some(props) = m.get_mut("properties").and_then(Value::as_object_mut) {
+            props.insert(
+                "apiVersion".into(),
+                json!({"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object."}),
+            );
+            props.insert(
+                "kind".into(),
+                json!({"type": "string", "description": "Kind is a string value representing the REST resource this object represents."}),
+            );
+            if let Some(meta) = object_meta {
+                props.insert("metadata".into(), json!({"allOf": [ref_to(meta)]}));
+            }
+        }
+        m.insert("x-kubernetes-group-version-kind".into(), json!([gvk(r)]));
+    }
+    s
 }
 
 /// Collects the component schemas of one document.
@@ -423,10 +442,11 @@ fn group_version_doc(defs: &[&Arc<ResourceDef>]) -> Value {
             Some(t) => schemas.add_type(t),
             None => {
                 let name = custom_schema_name(&r.group, &r.version, &r.kind);
-                schemas.schemas.insert(
-                    name.clone(),
-                    json!({"type": "object", "x-kubernetes-group-version-kind": [gvk(r)], "x-kubernetes-preserve-unknown-fields": true}),
-                );
+                let object_meta =
+                    TypeRef::by_name(&format!("{META}.ObjectMeta")).map(|t| schemas.add_type(t));
+                schemas
+                    .schemas
+                    .insert(name.clone(), custom_schema(r, object_meta.as_deref()));
                 name
             }
         };

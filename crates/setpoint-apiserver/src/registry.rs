@@ -26,6 +26,8 @@ pub struct ResourceDef {
     /// Storage (group, plural): resources that share storage map to the same cache.
     pub storage_group: String,
     pub storage_plural: String,
+    /// For custom resources: the schema, printer columns and storage version from the CRD.
+    pub custom: Option<Arc<crate::crd::CustomResource>>,
 }
 
 impl ResourceDef {
@@ -45,6 +47,7 @@ impl ResourceDef {
             generation: k.generation,
             storage_group: sg.into(),
             storage_plural: sp.into(),
+            custom: None,
         }
     }
 
@@ -65,7 +68,12 @@ impl ResourceDef {
     }
     /// Whether this resource is stored in another resource's storage (and converted).
     pub fn is_converted(&self) -> bool {
-        self.storage_group != self.group || self.storage_plural != self.plural
+        self.storage_group != self.group
+            || self.storage_plural != self.plural
+            || self
+                .custom
+                .as_ref()
+                .is_some_and(|c| c.storage_version != self.version)
     }
     /// The storage key prefix for all objects of this resource:
     /// `/registry/<group or "core">/<plural>/`.
@@ -207,6 +215,15 @@ impl Registry {
         self.resources
             .iter()
             .find(|r| r.group == group && r.version == version && r.kind == kind)
+    }
+
+    /// The resources of one group version, in discovery order.
+    pub fn of_group_version(&self, group: &str, version: &str) -> Vec<Arc<ResourceDef>> {
+        self.resources
+            .iter()
+            .filter(|r| r.group == group && r.version == version)
+            .cloned()
+            .collect()
     }
 
     /// All resources in discovery order.

@@ -79,7 +79,9 @@ impl Default for ServerConfig {
 /// The server's shared state. Request handlers get an `Arc<ApiServer>`.
 pub struct ApiServer {
     pub(crate) store: Arc<dyn Store>,
-    pub(crate) registry: Registry,
+    /// The served resources: a snapshot replaced whole when custom resources change, so a
+    /// request sees one consistent set.
+    registry: parking_lot::RwLock<Arc<Registry>>,
     pub(crate) caches: Arc<Caches>,
     pub(crate) metrics: Metrics,
     pub(crate) config: ServerConfig,
@@ -163,7 +165,7 @@ impl ApiServer {
         .map_err(|e| start_error::Error(format!("loading the watch cache: {e}")))?;
         let server = Arc::new(ApiServer {
             store,
-            registry,
+            registry: parking_lot::RwLock::new(Arc::new(registry)),
             caches,
             metrics,
             address: parking_lot::RwLock::new(config.listen.to_string()),
@@ -176,6 +178,9 @@ impl ApiServer {
             .bootstrap()
             .await
             .map_err(|e| start_error::Error(format!("bootstrap: {e}")))?;
+        // Custom resources are served from the first request on, not once a loop catches up.
+        server.sync_crds().await;
+        tokio::spawn(server.clone().crd_loop());
         server.ready.store(true, Ordering::SeqCst);
         let s = server.clone();
         tokio::spawn(async move { s.compaction_loop().await });
@@ -197,8 +202,18 @@ impl ApiServer {
     }
 
     /// The registry of served resources.
-    pub fn registry(&self) -> &Registry {
-        &self.registry
+    pub fn registry(&self) -> Arc<Registry> {
+        self.registry.read().clone()
+    }
+
+    /// Replaces the served resources (custom resources were established or removed).
+    /// A receiver that turns true when the server stops (for its background loops).
+    pub(crate) fn stopping_signal(&self) -> watch::Receiver<bool> {
+        self.stopping.subscribe()
+    }
+
+    pub(crate) fn set_registry(&self, registry: Registry) {
+        *self.registry.write() = Arc::new(registry);
     }
 
     /// The metrics registry.
@@ -214,7 +229,7 @@ impl ApiServer {
     /// Creates the namespaces and the `kubernetes` service every cluster has, if missing.
     async fn bootstrap(&self) -> Result<(), ApiError> {
         let ns = self
-            .registry
+            .registry()
             .get("", "v1", "namespaces")
             .expect("built in")
             .clone();
@@ -227,7 +242,7 @@ impl ApiServer {
             }
         }
         let svc = self
-            .registry
+            .registry()
             .get("", "v1", "services")
             .expect("built in")
             .clone();

@@ -232,36 +232,47 @@ pub fn scale_of(res: &ResourceDef, obj: &Value) -> Value {
             sm.insert(f.into(), v.clone());
         }
     }
+    let paths = res.custom.as_ref().and_then(|c| c.scale.as_ref());
     let replicas = obj
-        .pointer("/spec/replicas")
+        .pointer(paths.map_or("/spec/replicas", |p| p.spec_replicas.as_str()))
         .and_then(Value::as_i64)
-        .unwrap_or(1);
+        .unwrap_or(if paths.is_some() { 0 } else { 1 });
     let status_replicas = obj
-        .pointer("/status/replicas")
+        .pointer(paths.map_or("/status/replicas", |p| p.status_replicas.as_str()))
         .and_then(Value::as_i64)
         .unwrap_or(0);
-    let selector = obj
-        .pointer("/spec/selector")
-        .map(|s| {
-            if res.plural == "replicationcontrollers" {
-                // RC selectors are plain maps.
-                s.as_object()
-                    .map(|m| {
-                        let mut parts: Vec<String> = m
-                            .iter()
-                            .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
-                            .collect();
-                        parts.sort();
-                        parts.join(",")
-                    })
-                    .unwrap_or_default()
-            } else {
-                setpoint_api::selector::LabelSelector::from_label_selector_json(s)
-                    .map(|s| s.to_string())
-                    .unwrap_or_default()
-            }
-        })
-        .unwrap_or_default();
+    // A custom resource names a field holding its selector already serialized.
+    let custom_selector = paths.map(|p| {
+        p.label_selector
+            .as_deref()
+            .and_then(|ptr| obj.pointer(ptr))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    });
+    let selector = custom_selector.unwrap_or_else(|| {
+        obj.pointer("/spec/selector")
+            .map(|s| {
+                if res.plural == "replicationcontrollers" {
+                    // RC selectors are plain maps.
+                    s.as_object()
+                        .map(|m| {
+                            let mut parts: Vec<String> = m
+                                .iter()
+                                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+                                .collect();
+                            parts.sort();
+                            parts.join(",")
+                        })
+                        .unwrap_or_default()
+                } else {
+                    setpoint_api::selector::LabelSelector::from_label_selector_json(s)
+                        .map(|s| s.to_string())
+                        .unwrap_or_default()
+                }
+            })
+            .unwrap_or_default()
+    });
     json!({
         "kind": "Scale",
         "apiVersion": "autoscaling/v1",
@@ -303,15 +314,32 @@ pub fn apply_scale(res: &ResourceDef, old: &Value, scale: &Value) -> Result<Valu
         ));
     }
     let mut out = old.clone();
-    if let Some(obj) = out.as_object_mut() {
-        let spec = obj.entry("spec").or_insert_with(|| json!({}));
-        if let Some(spec) = spec.as_object_mut() {
-            spec.insert("replicas".into(), json!(n));
-        }
-    }
+    let pointer = res
+        .custom
+        .as_ref()
+        .and_then(|c| c.scale.as_ref())
+        .map_or("/spec/replicas", |p| p.spec_replicas.as_str());
+    set_pointer(&mut out, pointer, json!(n));
     copy_resource_version(&mut out, scale);
     bump_generation(res, &mut out, old);
     Ok(out)
+}
+
+/// Sets the field at a JSON pointer, creating the objects on the way.
+fn set_pointer(obj: &mut Value, pointer: &str, value: Value) {
+    let mut cur = obj;
+    let segments: Vec<&str> = pointer.trim_start_matches('/').split('/').collect();
+    for (i, seg) in segments.iter().enumerate() {
+        if !cur.is_object() {
+            *cur = json!({});
+        }
+        let map = cur.as_object_mut().expect("made an object above");
+        if i == segments.len() - 1 {
+            map.insert((*seg).to_string(), value);
+            return;
+        }
+        cur = map.entry((*seg).to_string()).or_insert_with(|| json!({}));
+    }
 }
 
 /// Whether a stored object that is being deleted can go now: no finalizers left (for

@@ -26,7 +26,10 @@ pub fn table(
     let rows: Vec<Value> = objects
         .iter()
         .map(|o| {
-            let cells = setpoint_kinds::tables::cells(&res.group, &res.kind, o, now);
+            let cells = match &res.custom {
+                Some(c) => crate::crd::columns::cells(c, o, now),
+                None => setpoint_kinds::tables::cells(&res.group, &res.kind, o, now),
+            };
             let object = match include {
                 "Object" => (**o).clone(),
                 "None" => Value::Null,
@@ -45,12 +48,15 @@ pub fn table(
     }
     let mut t = json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": metadata});
     if with_columns {
-        let cols: Vec<Value> = setpoint_kinds::tables::columns(&res.group, &res.kind)
-            .into_iter()
-            .map(|c| {
-                json!({"name": c.name, "type": c.type_, "format": c.format, "description": c.description, "priority": c.priority})
-            })
-            .collect();
+        let cols: Vec<Value> = match &res.custom {
+            Some(c) => crate::crd::columns::columns(c),
+            None => setpoint_kinds::tables::columns(&res.group, &res.kind)
+                .into_iter()
+                .map(|c| {
+                    json!({"name": c.name, "type": c.type_, "format": c.format, "description": c.description, "priority": c.priority})
+                })
+                .collect(),
+        };
         t["columnDefinitions"] = Value::Array(cols);
     }
     t["rows"] = Value::Array(rows);

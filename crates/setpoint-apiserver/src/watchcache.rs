@@ -428,7 +428,11 @@ pub fn decode_object(value: &[u8], revision: Revision) -> Option<Value> {
 
 /// All caches, one per storage resource, and the task that feeds them.
 pub struct Caches {
-    by_prefix: HashMap<String, Arc<WatchCache>>,
+    /// One cache per `/registry/<group>/<plural>/` prefix, created the first time a key under
+    /// it is seen or a request asks for it — so custom resources get caches as they appear.
+    by_prefix: parking_lot::RwLock<HashMap<String, Arc<WatchCache>>>,
+    config: CacheConfig,
+    metrics: Metrics,
     revision: watch::Sender<Revision>,
     /// Asks the store watch for a progress notification. A consistent read waits for the
     /// store's current revision, and on a store shared beyond `/registry/` (another cluster
@@ -470,24 +474,17 @@ impl Caches {
         metrics: Metrics,
         stop: watch::Receiver<bool>,
     ) -> Result<Arc<Caches>, StoreError> {
-        let mut by_prefix = HashMap::new();
-        for p in prefixes {
-            by_prefix.insert(
-                p.clone(),
-                Arc::new(WatchCache::new(
-                    p,
-                    config.window,
-                    config.watcher_buffer,
-                    metrics.clone(),
-                )),
-            );
-        }
         let (tx, _) = watch::channel(0);
         let caches = Arc::new(Caches {
-            by_prefix,
+            by_prefix: parking_lot::RwLock::new(HashMap::new()),
+            config: config.clone(),
+            metrics,
             revision: tx,
             progress: tokio::sync::Notify::new(),
         });
+        for p in prefixes {
+            caches.get(&p);
+        }
         let rev = caches.load(&*store).await?;
         let c = caches.clone();
         tokio::spawn(async move {
@@ -500,9 +497,27 @@ impl Caches {
         Ok(caches)
     }
 
-    /// The cache for a storage prefix.
-    pub fn get(&self, prefix: &str) -> Option<&Arc<WatchCache>> {
-        self.by_prefix.get(prefix)
+    /// The cache for a storage prefix, created (empty, current through the revision every
+    /// cache has reached) if nothing under the prefix was seen yet. That is exact: a key under
+    /// the prefix would have created the cache when the store reported it. Watches on a new
+    /// cache cannot resume from before its creation (410, so clients relist).
+    pub fn get(&self, prefix: &str) -> Arc<WatchCache> {
+        if let Some(c) = self.by_prefix.read().get(prefix) {
+            return c.clone();
+        }
+        let mut map = self.by_prefix.write();
+        map.entry(prefix.to_string())
+            .or_insert_with(|| {
+                let c = WatchCache::new(
+                    prefix.to_string(),
+                    self.config.window,
+                    self.config.watcher_buffer,
+                    self.metrics.clone(),
+                );
+                c.reset(Vec::new(), self.revision());
+                Arc::new(c)
+            })
+            .clone()
     }
 
     /// The revision all caches are current through.
@@ -529,13 +544,18 @@ impl Caches {
         tokio::time::timeout(timeout, fut).await.is_ok()
     }
 
-    fn cache_for_key(&self, key: &str) -> Option<&Arc<WatchCache>> {
-        // `/registry/<group>/<plural>/...` → prefix of the first three segments.
+    /// The cache a stored key belongs to (`/registry/<group>/<plural>/...`), created if new;
+    /// keys outside that layout (such as the compaction guard) belong to none.
+    fn cache_for_key(&self, key: &str) -> Option<Arc<WatchCache>> {
         let rest = key.strip_prefix(REGISTRY_PREFIX)?;
         let mut parts = rest.splitn(3, '/');
         let g = parts.next()?;
         let p = parts.next()?;
-        self.by_prefix.get(&format!("{REGISTRY_PREFIX}{g}/{p}/"))
+        parts.next()?;
+        if g.is_empty() || p.is_empty() {
+            return None;
+        }
+        Some(self.get(&format!("{REGISTRY_PREFIX}{g}/{p}/")))
     }
 
     /// Lists everything at one revision and resets every cache to it.
@@ -566,7 +586,7 @@ impl Caches {
             }
             start_after = resp.kvs.last().map(|kv| kv.key.clone());
         }
-        for (prefix, cache) in &self.by_prefix {
+        for (prefix, cache) in self.by_prefix.read().iter() {
             cache.reset(per.remove(prefix).unwrap_or_default(), rev);
         }
         self.revision.send_replace(rev);
@@ -623,7 +643,8 @@ impl Caches {
                     _ = self.progress.notified() => stream.request_progress(),
                     _ = ticker.tick() => {
                         stream.request_progress();
-                        for c in self.by_prefix.values() {
+                        let caches: Vec<_> = self.by_prefix.read().values().cloned().collect();
+                        for c in caches {
                             c.bookmark();
                         }
                     }
@@ -633,7 +654,7 @@ impl Caches {
     }
 
     fn apply(&self, events: Vec<Event>, revision: Revision) {
-        let mut per: HashMap<&str, Vec<CacheEvent>> = HashMap::new();
+        let mut per: HashMap<String, Vec<CacheEvent>> = HashMap::new();
         for ev in events {
             let Some(cache) = self.cache_for_key(ev.key()) else {
                 continue;
@@ -676,9 +697,15 @@ impl Caches {
             };
             // Serialize once here, off the request path, so LISTs and every watcher share it.
             ce.object.json();
-            per.entry(cache.prefix.as_str()).or_default().push(ce);
+            per.entry(cache.prefix.clone()).or_default().push(ce);
         }
-        for (prefix, cache) in &self.by_prefix {
+        let caches: Vec<_> = self
+            .by_prefix
+            .read()
+            .iter()
+            .map(|(p, c)| (p.clone(), c.clone()))
+            .collect();
+        for (prefix, cache) in caches {
             match per.remove(prefix.as_str()) {
                 Some(evs) => cache.apply(evs, revision),
                 None => cache.advance(revision),

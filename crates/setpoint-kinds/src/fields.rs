@@ -71,6 +71,7 @@ pub fn supported_fields(group: &str, kind: &str) -> &'static [&'static str] {
         // Cluster-scoped kinds with their own list do not accept metadata.namespace.
         ("", "Node") => &["metadata.name", "spec.unschedulable"],
         ("", "Namespace") => &["metadata.name", "status.phase"],
+        ("apiextensions.k8s.io", "CustomResourceDefinition") => &["metadata.name"],
         ("", "Secret") => &["metadata.name", "metadata.namespace", "type"],
         ("", "Service") => &[
             "metadata.name",

@@ -72,6 +72,10 @@ impl KindInfo {
         self.categories = ALL;
         self
     }
+    const fn categories(mut self, categories: &'static [&'static str]) -> Self {
+        self.categories = categories;
+        self
+    }
     const fn status(mut self) -> Self {
         self.status = true;
         self
@@ -240,6 +244,19 @@ pub static BUILTIN: &[KindInfo] = &[
         "lease",
         true,
     ),
+    // apiextensions.k8s.io/v1
+    kind(
+        "apiextensions.k8s.io",
+        "v1",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+        "customresourcedefinition",
+        false,
+    )
+    .short(&["crd", "crds"])
+    .categories(&["api-extensions"])
+    .status()
+    .generation(),
     // events.k8s.io/v1 (stored with core events and converted on the way in and out)
     kind("events.k8s.io", "v1", "Event", "events", "event", true)
         .short(&["ev"])

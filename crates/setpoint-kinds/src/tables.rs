@@ -129,6 +129,7 @@ fn printer(group: &str, kind: &str) -> (&'static [Column], CellFn) {
         ("batch", "CronJob") => (apps::CRON_JOB, apps::cron_job),
         ("autoscaling", "HorizontalPodAutoscaler") => (apps::HPA, apps::hpa),
         ("coordination.k8s.io", "Lease") => (apps::LEASE, apps::lease),
+        ("apiextensions.k8s.io", "CustomResourceDefinition") => (apps::CRD, apps::crd),
         _ => (DEFAULT, default_cells),
     }
 }

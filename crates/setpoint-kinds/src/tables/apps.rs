@@ -519,3 +519,22 @@ pub(super) fn lease(lease: &Value, now: DateTime<Utc>) -> Vec<Value> {
         age(lease, now),
     ]
 }
+
+// ---- CustomResourceDefinition ---------------------------------------------------------------
+
+pub(super) const CRD: &[Column] = &[
+    NAME,
+    col(
+        "Created At",
+        "date",
+        "The time the definition was created, as a timestamp.",
+    ),
+];
+
+/// Upstream prints a CRD's creation time as a timestamp, not an age.
+pub(super) fn crd(crd: &Value, _now: DateTime<Utc>) -> Vec<Value> {
+    vec![
+        name_cell(crd),
+        Value::from(str_at(crd, "metadata.creationTimestamp")),
+    ]
+}
