@@ -525,10 +525,20 @@ async fn a_new_runtime_adopts_running_processes_and_notices_deaths() {
         "Always",
         serde_json::json!([sh("main", "sleep 1000")]),
     );
+    // Exits with 3 when told to, which will happen while no runtime watches.
+    let c = pod(
+        "exits",
+        "OnFailure",
+        serde_json::json!([sh(
+            "main",
+            "while [ ! -f stop ]; do sleep 0.05; done; echo bye; exit 3"
+        )]),
+    );
     let sa = h.sync_until(&a, "a running", running).await;
     let sb = h.sync_until(&b, "b running", running).await;
+    let sc = h.sync_until(&c, "c running", running).await;
     h.log_until(&a, "main", "up").await;
-    let (pid_a, pid_b) = (pid(first(&sa)), pid(first(&sb)));
+    let (pid_a, pid_b, pid_c) = (pid(first(&sa)), pid(first(&sb)), pid(first(&sc)));
 
     // The agent goes away; one container dies meanwhile; a new agent comes.
     let old = std::mem::replace(
@@ -537,15 +547,22 @@ async fn a_new_runtime_adopts_running_processes_and_notices_deaths() {
     );
     drop(old);
     kill9(pid_b);
-    while process_exists(pid_b) {
+    let c_dir = h.dir.path().join("pods").join(rpod(&c).uid);
+    std::fs::write(c_dir.join("work/main/stop"), b"").unwrap();
+    while process_exists(pid_b) || process_exists(pid_c) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    let back_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    let back = k8s_openapi::jiff::Timestamp::from_millisecond(back_ms as i64).unwrap();
     h.rt = ProcessRuntime::with_options(h.dir.path(), options(16)).unwrap();
     h.rx = h.rt.subscribe();
 
     let mut held = h.rt.pods().await;
     held.sort_by(|x, y| x.name.cmp(&y.name));
-    assert_eq!(held, vec![rpod(&a), rpod(&b)]);
+    assert_eq!(held, vec![rpod(&a), rpod(&b), rpod(&c)]);
 
     let sa2 = h.rt.sync_pod(&a, &Harness::node()).await.unwrap();
     assert!(running(&sa2));
@@ -565,12 +582,26 @@ async fn a_new_runtime_adopts_running_processes_and_notices_deaths() {
     );
     assert_eq!(sb2.pod_ip, sb.pod_ip);
 
+    // The exit status written while no runtime ran is the process's own, at its own time.
+    let sc2 = h
+        .sync_until(&c, "c restarted", |s| first(s).restart_count >= 1)
+        .await;
+    let last = first(&sc2).last_state.clone();
+    assert_eq!(terminated(last.as_ref()), (3, "Error".to_string()));
+    let finished = last.unwrap().terminated.unwrap().finished_at.unwrap().0;
+    assert!(finished <= back, "{finished} after {back}");
+    let previous = LogOptions {
+        previous: true,
+        ..Default::default()
+    };
+    assert_eq!(h.log(&c, "main", previous).await, "bye\n");
+
     // Later syncs start nothing more.
     for _ in 0..3 {
         h.rt.sync_pod(&a, &Harness::node()).await.unwrap();
     }
     assert_eq!(std::fs::read_to_string(&starts).unwrap(), "started\n");
-    for p in [&a, &b] {
+    for p in [&a, &b, &c] {
         h.rt.kill_pod(&rpod(p), Duration::from_secs(5))
             .await
             .unwrap();
