@@ -227,6 +227,30 @@ async fn agent_registers_renews_and_runs_pods() {
     assert!(cs.ready);
     assert_eq!(cs.image_id, "simulated://nginx:1.27");
 
+    // Status is written only when it changes: several resyncs later (measured on the Lease's
+    // renewTime, the agent's own clock) the pod is the same object.
+    let settled = pods.get("web").await.unwrap();
+    let since = leases
+        .get("node-a")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .renew_time
+        .unwrap();
+    eventually("three resync periods", || async {
+        let now = leases.get("node-a").await.unwrap().spec?.renew_time?;
+        let waited = now.0.duration_since(since.0);
+        (waited > k8s_openapi::jiff::SignedDuration::from_secs(3)).then_some(())
+    })
+    .await;
+    let later = pods.get("web").await.unwrap();
+    assert_eq!(
+        settled.metadata.resource_version, later.metadata.resource_version,
+        "status rewritten without a change: {:#?} vs {:#?}",
+        settled.status, later.status
+    );
+
     // The start is reported as an Event from the kubelet on this node.
     let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), "default");
     eventually("a Started event", || async {
@@ -333,16 +357,30 @@ async fn restarted_agent_adopts_its_pods_and_kills_orphans() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn failing_pod_with_restart_never_fails_and_stays_failed() {
+async fn failing_pod_with_restart_never_fails_and_finished_pods_are_not_started() {
     let cluster = TestCluster::start().await;
     let client = cluster.client();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    // A pod that already finished (say, before a node restart) is never started again.
+    let done = pods
+        .create(&PostParams::default(), &pod("done", "node-f"))
+        .await
+        .unwrap();
+    let mut finished = done.clone();
+    finished.status = Some(k8s_openapi::api::core::v1::PodStatus {
+        phase: Some("Succeeded".into()),
+        ..Default::default()
+    });
+    pods.replace_status("done", &PostParams::default(), &finished)
+        .await
+        .unwrap();
+
     let runtime = Arc::new(SimulatedRuntime::new(SimulatedConfig {
         failure_rate: 1.0,
         fail_after: Duration::from_millis(100),
         ..sim_config()
     }));
-    let agent = start_agent(client.clone(), agent_config("node-f"), runtime);
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let agent = start_agent(client.clone(), agent_config("node-f"), runtime.clone());
     let mut p = pod("once", "node-f");
     p.spec.as_mut().unwrap().restart_policy = Some("Never".into());
     pods.create(&PostParams::default(), &p).await.unwrap();
@@ -362,6 +400,12 @@ async fn failing_pod_with_restart_never_fails_and_stays_failed() {
     assert_eq!(terminated.exit_code, 1);
     assert_eq!(cs.restart_count, 0);
     assert_eq!(condition(&failed, "Ready").as_deref(), Some("False"));
+
+    // By now the agent has synced both pods (it started with both in its cache).
+    let held: Vec<String> = runtime.pods().await.into_iter().map(|p| p.name).collect();
+    assert_eq!(held, vec!["once".to_string()]);
+    let done = pods.get("done").await.unwrap();
+    assert_eq!(done.status.unwrap().phase.as_deref(), Some("Succeeded"));
     agent.stop().await;
     cluster.stop().await;
 }
