@@ -395,6 +395,21 @@ impl PodRuntime for SimulatedRuntime {
             }
         });
         self.advance(entry, now);
+        // A container whose image changed in the spec is restarted with the new image, as
+        // the kubelet does (the image is the one mutable field of a container).
+        for spec in pod.spec.iter().flat_map(|s| &s.containers) {
+            let image = spec.image.clone().unwrap_or_default();
+            if let Some(c) = entry.containers.iter_mut().find(|c| c.name == spec.name) {
+                if c.image != image {
+                    c.image = image;
+                    c.restart_count += 1;
+                    c.state = State::Waiting {
+                        until: now + self.config.start_delay,
+                        crashed: false,
+                    };
+                }
+            }
+        }
         let status = self.status(entry, now);
         let next = self.next_transition(entry, now);
         self.wake(&uid, entry, next);
@@ -614,6 +629,25 @@ mod tests {
         let s = rt.sync_pod(&p, &node()).await.unwrap();
         assert_eq!(s.phase, "Running");
         assert!(s.container_statuses[0].ready);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn image_change_restarts_the_container() {
+        let rt = SimulatedRuntime::new(config(0.0));
+        let mut p = pod("Always");
+        rt.sync_pod(&p, &node()).await.unwrap();
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let s = rt.sync_pod(&p, &node()).await.unwrap();
+        assert!(s.container_statuses[0].ready);
+        p.spec.as_mut().unwrap().containers[0].image = Some("nginx:2".into());
+        let s = rt.sync_pod(&p, &node()).await.unwrap();
+        assert_eq!(s.container_statuses[0].image, "nginx:2");
+        assert_eq!(s.container_statuses[0].restart_count, 1);
+        assert!(!s.container_statuses[0].ready);
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let s = rt.sync_pod(&p, &node()).await.unwrap();
+        assert!(s.container_statuses[0].ready);
+        assert_eq!(s.container_statuses[0].image_id, "simulated://nginx:2");
     }
 
     #[tokio::test]
