@@ -3,10 +3,12 @@
 //! `setpoint up` (in-process) and by test clusters that want real controllers.
 
 use std::future::Future;
+use std::sync::Arc;
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use setpoint_runtime::client::Client;
 use setpoint_runtime::controller::Controller;
-use setpoint_runtime::informer::SharedInformers;
+use setpoint_runtime::informer::{Scope, SharedInformers};
 use tokio::sync::watch;
 
 /// Every built-in controller, by the name `--controllers` knows it.
@@ -25,7 +27,8 @@ pub struct Options {
     pub node_lifecycle: crate::nodelifecycle::NodeLifecycleConfig,
 }
 
-/// Builds the named controllers on one set of shared informers.
+/// Builds the named controllers on one set of shared informers (the garbage collector, which
+/// follows the set of served resources, is run by [`run`] itself).
 pub async fn build(
     client: &Client,
     names: &[String],
@@ -37,11 +40,7 @@ pub async fn build(
         match name.as_str() {
             "namespace" => out.push(crate::namespace::controller(client.clone(), informers)),
             "deployment" => out.push(crate::deployment::controller(client.clone(), informers)),
-            "garbagecollector" => {
-                let resources = crate::gc::resources(client).await;
-                tracing::info!(resources = resources.len(), "garbage collector watching");
-                out.push(crate::gc::controller(client.clone(), informers, &resources));
-            }
+            "garbagecollector" => {}
             "replicaset" => out.push(crate::replicaset::controller(client.clone(), informers)),
             "nodelifecycle" => out.push(crate::nodelifecycle::controller(
                 client.clone(),
@@ -74,6 +73,14 @@ pub async fn run(
             let _ = stop.wait_for(|s| *s).await;
         })));
     }
+    if names.iter().any(|n| n == "garbagecollector") {
+        tasks.push(tokio::spawn(run_garbage_collector(
+            client.clone(),
+            informers.clone(),
+            leader.clone(),
+            stop_rx.clone(),
+        )));
+    }
     tracing::info!(controllers = ?names, "controllers running");
     shutdown.await;
     let _ = stop_tx.send(true);
@@ -81,6 +88,52 @@ pub async fn run(
         let _ = t.await;
     }
     informers.shutdown().await;
+}
+
+/// Runs the garbage collector over every served resource, and builds it again when that set
+/// changes (CustomResourceDefinitions come and go), so custom objects are collected too. The
+/// collector keeps no state of its own, so a rebuild only costs re-reading its caches.
+async fn run_garbage_collector(
+    client: Client,
+    informers: SharedInformers,
+    leader: Option<watch::Receiver<bool>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let changed = Arc::new(tokio::sync::Notify::new());
+    let crds = informers.typed::<CustomResourceDefinition>(Scope::all());
+    let notify = changed.clone();
+    let subscription = crds.subscribe(Arc::new(move |_: &_| notify.notify_one()));
+    let mut resources = crate::gc::resources(&client).await;
+    loop {
+        tracing::info!(resources = resources.len(), "garbage collector watching");
+        let mut c = crate::gc::controller(client.clone(), &informers, &resources);
+        if let Some(l) = &leader {
+            c = c.with_leadership(l.clone());
+        }
+        let (halt, halted) = watch::channel(false);
+        let task = tokio::spawn(c.run(async move {
+            let mut halted = halted;
+            let _ = halted.wait_for(|h| *h).await;
+        }));
+        let rebuild = loop {
+            tokio::select! {
+                _ = changed.notified() => {
+                    let now = crate::gc::resources(&client).await;
+                    if now != resources {
+                        resources = now;
+                        break true;
+                    }
+                }
+                _ = async { let _ = stop.wait_for(|s| *s).await; } => break false,
+            }
+        };
+        let _ = halt.send(true);
+        let _ = task.await;
+        if !rebuild {
+            break;
+        }
+    }
+    crds.unsubscribe(subscription);
 }
 
 /// Controllers running in the background of the current process.
