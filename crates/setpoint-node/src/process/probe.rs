@@ -1,4 +1,4 @@
-//! Container probes: exec, httpGet and tcpSocket checks, and the loop that applies
+//! Container probes: exec, httpGet (HTTP and HTTPS) and tcpSocket checks, and the loop that applies
 //! Kubernetes' probe timing (initial delay, period, timeout, thresholds) for one run.
 
 use std::path::PathBuf;
@@ -118,13 +118,10 @@ async fn http_check(
     http: &k8s_openapi::api::core::v1::HTTPGetAction,
     target: &ProbeTarget,
 ) -> Result<(), String> {
-    if http
+    let https = http
         .scheme
         .as_deref()
-        .is_some_and(|s| s.eq_ignore_ascii_case("HTTPS"))
-    {
-        return Err("HTTPS probes are not supported by the process runtime".to_string());
-    }
+        .is_some_and(|s| s.eq_ignore_ascii_case("HTTPS"));
     let port = resolve_port(&http.port, target)?;
     let host = http
         .host
@@ -144,10 +141,6 @@ async fn http_check(
     let stream = tokio::net::TcpStream::connect((host.as_str(), port))
         .await
         .map_err(|e| format!("dial tcp {host}:{port}: {e}"))?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| format!("http handshake: {e}"))?;
-    let conn = tokio::spawn(conn);
     let mut req = hyper::Request::get(&path);
     let mut has_host = false;
     for h in http.http_headers.iter().flatten() {
@@ -162,16 +155,107 @@ async fn http_check(
         .header(hyper::header::ACCEPT, "*/*")
         .body(Empty::<bytes::Bytes>::new())
         .map_err(|e| format!("http request: {e}"))?;
+    let status = if https {
+        let name = rustls::pki_types::ServerName::try_from(host.clone())
+            .map_err(|e| format!("server name {host}: {e}"))?;
+        let tls = tokio_rustls::TlsConnector::from(insecure_tls()?)
+            .connect(name, stream)
+            .await
+            .map_err(|e| format!("tls handshake with {host}:{port}: {e}"))?;
+        get(tls, req).await?
+    } else {
+        get(stream, req).await?
+    };
+    if (200..400).contains(&status) {
+        Ok(())
+    } else {
+        Err(format!("HTTP probe failed with statuscode: {status}"))
+    }
+}
+
+/// Sends one request over a fresh HTTP/1.1 connection and returns the response status.
+async fn get<S>(io: S, req: hyper::Request<Empty<bytes::Bytes>>) -> Result<u16, String>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let path = req.uri().path().to_string();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+        .await
+        .map_err(|e| format!("http handshake: {e}"))?;
+    let conn = tokio::spawn(conn);
     let response = sender
         .send_request(req)
         .await
         .map_err(|e| format!("http GET {path}: {e}"));
     conn.abort();
-    let status = response?.status().as_u16();
-    if (200..400).contains(&status) {
-        Ok(())
-    } else {
-        Err(format!("HTTP probe failed with statuscode: {status}"))
+    Ok(response?.status().as_u16())
+}
+
+/// TLS for HTTPS probes. Like the kubelet, the probe does not verify the server's
+/// certificate (containers serve self-signed ones); handshake signatures are still checked.
+fn insecure_tls() -> Result<Arc<rustls::ClientConfig>, String> {
+    static CONFIG: std::sync::OnceLock<Result<Arc<rustls::ClientConfig>, String>> =
+        std::sync::OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let config = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
+                .with_safe_default_protocol_versions()
+                .map_err(|e| e.to_string())?
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+                .with_no_client_auth();
+            Ok(Arc::new(config))
+        })
+        .clone()
+}
+
+/// Accepts any server certificate, checking only handshake signatures.
+#[derive(Debug)]
+struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
     }
 }
 
@@ -402,5 +486,64 @@ mod tests {
             check(&tcp(i32::from(port)), &target()).await,
             Outcome::Failure(_)
         ));
+    }
+
+    /// Serves HTTPS with a self-signed certificate, answering `status` to every request.
+    async fn https_server(status: u16) -> u16 {
+        let generated = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+        let cert = generated.cert.der().clone();
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(
+            rustls::pki_types::PrivatePkcs8KeyDer::from(generated.signing_key.serialize_der()),
+        );
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert], key)
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                    let Ok(mut tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let mut buf = vec![0; 4096];
+                    let _ = tls.read(&mut buf).await;
+                    let reply = format!(
+                        "HTTP/1.1 {status} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                    );
+                    let _ = tls.write_all(reply.as_bytes()).await;
+                    let _ = tls.shutdown().await;
+                });
+            }
+        });
+        port
+    }
+
+    #[tokio::test]
+    async fn https_checks_accept_self_signed_certificates() {
+        let probe = |port: u16| Probe {
+            http_get: Some(k8s_openapi::api::core::v1::HTTPGetAction {
+                port: IntOrString::Int(i32::from(port)),
+                scheme: Some("HTTPS".into()),
+                path: Some("/healthz".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let ok = https_server(204).await;
+        assert_eq!(check(&probe(ok), &target()).await, Outcome::Success);
+        let bad = https_server(500).await;
+        let outcome = check(&probe(bad), &target()).await;
+        assert!(
+            matches!(&outcome, Outcome::Failure(m) if m.contains("500")),
+            "{outcome:?}"
+        );
     }
 }
