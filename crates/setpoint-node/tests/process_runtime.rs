@@ -560,6 +560,9 @@ async fn a_new_runtime_adopts_running_processes_and_notices_deaths() {
     h.rt = ProcessRuntime::with_options(h.dir.path(), options(16)).unwrap();
     h.rx = h.rt.subscribe();
 
+    // Only one runtime may own a state directory.
+    assert!(ProcessRuntime::with_options(h.dir.path(), options(16)).is_err());
+
     let mut held = h.rt.pods().await;
     held.sort_by(|x, y| x.name.cmp(&y.name));
     assert_eq!(held, vec![rpod(&a), rpod(&b), rpod(&c)]);

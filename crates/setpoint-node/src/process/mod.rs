@@ -10,7 +10,8 @@
 //! - Everything needed to find the processes again is in `<root>/pods/<uid>/pod.json`
 //!   ([`state`]): a new [`ProcessRuntime`] over the same root adopts the running processes
 //!   (pid plus `/proc` start time, so a reused pid is never mistaken for them) and records
-//!   the exits that happened while it was away.
+//!   the exits that happened while it was away. One runtime at a time owns a directory
+//!   (an exclusive `flock` on `<root>/lock`).
 //! - Exited containers restart as `restartPolicy` says with CrashLoopBackOff ([`backoff`]);
 //!   probes ([`probe`]) set `started` and `ready` and stop containers that fail liveness.
 //! - Output goes to one log file per run with timestamps on the side ([`logs`]).
@@ -84,6 +85,9 @@ impl Default for ProcessRuntimeOptions {
 pub struct ProcessRuntime {
     inner: Arc<Inner>,
     monitor: AbortHandle,
+    /// Holds an exclusive lock on the state directory: two runtimes over one directory
+    /// would start each other's containers twice. The kernel drops it when the agent dies.
+    _lock: std::fs::File,
 }
 
 type Subscribers = Arc<Mutex<Vec<mpsc::UnboundedSender<String>>>>;
@@ -134,6 +138,25 @@ fn notify_all(subscribers: &Subscribers, uid: &str) {
     lock(subscribers).retain(|tx| tx.send(uid.to_string()).is_ok());
 }
 
+/// Takes the exclusive lock of a state directory, failing if another runtime holds it.
+fn lock_dir(root: &Path) -> Result<std::fs::File, RuntimeError> {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(root.join("lock"))
+        .map_err(internal("opening the state lock"))?;
+    // SAFETY: plain syscall on a descriptor we own.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(RuntimeError::Internal(format!(
+            "{} is in use by another process runtime",
+            root.display()
+        )));
+    }
+    Ok(file)
+}
+
 fn time(ms: i64) -> Time {
     Time(Timestamp::from_millisecond(ms).unwrap_or(Timestamp::UNIX_EPOCH))
 }
@@ -166,6 +189,7 @@ impl ProcessRuntime {
         let root = root_dir.into();
         let pods_dir = root.join("pods");
         std::fs::create_dir_all(&pods_dir).map_err(internal("creating the state directory"))?;
+        let lock_file = lock_dir(&root)?;
         let inner = Arc::new(Inner {
             root,
             options,
@@ -179,7 +203,11 @@ impl ProcessRuntime {
         });
         inner.adopt(&pods_dir)?;
         let monitor = tokio::spawn(Inner::monitor(Arc::clone(&inner))).abort_handle();
-        Ok(Self { inner, monitor })
+        Ok(Self {
+            inner,
+            monitor,
+            _lock: lock_file,
+        })
     }
 
     /// The directory the runtime keeps its state in.
