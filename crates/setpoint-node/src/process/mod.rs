@@ -20,6 +20,12 @@
 //!
 //! A monitor task polls the processes and the logs and sends the pod's uid to the
 //! subscriber whenever an exit happened, a probe verdict flipped or a back-off expired.
+//!
+//! Not done (each is reported, never faked): environment from ConfigMaps, Secrets, resource
+//! fields or `envFrom` (the runtime has no API access; the container waits with
+//! `CreateContainerConfigError`), gRPC probes (they fail with a message saying so), init
+//! containers and lifecycle hooks (not in the runtime contract), resource limits, and
+//! restarting a container whose `image` was changed in place.
 
 pub mod backoff;
 pub mod expand;
