@@ -20,6 +20,7 @@
 
 pub mod deployment;
 pub mod discovery;
+pub mod expectations;
 pub mod gc;
 pub mod manager;
 pub mod namespace;

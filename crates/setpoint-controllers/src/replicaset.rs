@@ -3,16 +3,14 @@
 //!
 //! Creates and deletes go out in batches that grow 1, 2, 4, 8 … (slow start), so a create
 //! that keeps failing costs one request instead of hundreds. In-flight intent is tracked in
-//! [`Expectations`]: while a ReplicaSet still waits to observe its own creates or deletes in
-//! the informer cache, it is not resized again, so a stale cache never causes double work.
-//! Expectations live in memory only: after a restart they start empty and the cache is fresh.
+//! [`Expectations`], so a stale cache never causes double work.
 //!
 //! [`plan`] is the pure decision; [`ReplicaSetController`] does the I/O around it.
 
 use std::cmp::Ordering;
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetCondition, ReplicaSetStatus};
 use k8s_openapi::api::core::v1::Pod;
@@ -26,12 +24,18 @@ use setpoint_runtime::events::{EventRecorder, EventType, Reporter, ToObjectRefer
 use setpoint_runtime::informer::{Event, HandlerId, Informer, Scope, SharedInformers, Store};
 use setpoint_runtime::{Object, ObjectKey};
 
+pub use crate::expectations::Expectations;
+
 /// The controller's name (work queue, metrics, logs, event reporter).
 pub const NAME: &str = "replicaset";
-/// How long unobserved expectations are trusted before the cache is believed instead.
-pub const EXPECTATIONS_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+pub use crate::expectations::EXPECTATIONS_TIMEOUT;
 /// The most pods created or deleted for one ReplicaSet in one pass.
 pub const BURST_REPLICAS: usize = 500;
+/// The owner this controller's expectations follow.
+const OWNER: crate::expectations::Owner = crate::expectations::Owner {
+    group: "apps",
+    kind: "ReplicaSet",
+};
 /// The condition reporting failed creates or deletes.
 pub const REPLICA_FAILURE: &str = "ReplicaFailure";
 
@@ -267,102 +271,6 @@ pub fn conditions(
         });
     }
     out
-}
-
-#[derive(Debug)]
-struct Expected {
-    creates: i64,
-    deletes: HashSet<String>,
-    at: Instant,
-}
-
-/// In-flight creates and deletes per ReplicaSet key, lowered as the informer observes them.
-#[derive(Debug, Default)]
-pub struct Expectations {
-    inner: Mutex<HashMap<ObjectKey, Expected>>,
-}
-
-impl Expectations {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectKey, Expected>> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Whether `key` may be resized: nothing in flight, or the expectations expired.
-    pub fn satisfied(&self, key: &ObjectKey) -> bool {
-        match self.lock().get(key) {
-            None => true,
-            Some(e) => {
-                (e.creates <= 0 && e.deletes.is_empty()) || e.at.elapsed() > EXPECTATIONS_TIMEOUT
-            }
-        }
-    }
-
-    /// Expects `creates` pods and the deletion of the pods `deletes` (by uid).
-    pub fn expect(&self, key: &ObjectKey, creates: usize, deletes: HashSet<String>) {
-        self.lock().insert(
-            key.clone(),
-            Expected {
-                creates: creates as i64,
-                deletes,
-                at: Instant::now(),
-            },
-        );
-    }
-
-    /// A create was observed (or will never be: it failed or was skipped).
-    pub fn creation_observed(&self, key: &ObjectKey, n: usize) {
-        if let Some(e) = self.lock().get_mut(key) {
-            e.creates -= n as i64;
-        }
-    }
-
-    /// The deletion of the pod with `uid` was observed (or will never be).
-    pub fn deletion_observed(&self, key: &ObjectKey, uid: &str) {
-        if let Some(e) = self.lock().get_mut(key) {
-            e.deletes.remove(uid);
-        }
-    }
-
-    /// Forgets a ReplicaSet that is gone.
-    pub fn forget(&self, key: &ObjectKey) {
-        self.lock().remove(key);
-    }
-}
-
-/// The key of the ReplicaSet controlling `pod`, if one does.
-fn owner_key(pod: &Pod) -> Option<ObjectKey> {
-    let r = controller_ref(pod)?;
-    (r.kind == "ReplicaSet" && r.api_version.starts_with("apps/"))
-        .then(|| ObjectKey::new(pod.namespace().as_deref(), &r.name))
-}
-
-/// Lowers expectations as pod events arrive.
-fn observe(expectations: &Expectations, ev: &Event<Pod>) {
-    match ev {
-        Event::Added(p) => {
-            if let Some(k) = owner_key(p) {
-                if p.metadata.deletion_timestamp.is_some() {
-                    expectations.deletion_observed(&k, &p.uid().unwrap_or_default());
-                } else {
-                    expectations.creation_observed(&k, 1);
-                }
-            }
-        }
-        Event::Updated { old, new } => {
-            if new.metadata.deletion_timestamp.is_some()
-                && old.metadata.deletion_timestamp.is_none()
-            {
-                for k in [owner_key(old), owner_key(new)].into_iter().flatten() {
-                    expectations.deletion_observed(&k, &new.uid().unwrap_or_default());
-                }
-            }
-        }
-        Event::Deleted(p) => {
-            if let Some(k) = owner_key(p) {
-                expectations.deletion_observed(&k, &p.uid().unwrap_or_default());
-            }
-        }
-    }
 }
 
 /// Whether two statuses say the same, reading an omitted count as zero (servers may omit
@@ -664,8 +572,9 @@ pub fn controller(client: Client, informers: &SharedInformers) -> Controller {
     let pod_informer = informers.typed::<Pod>(Scope::all());
     let expectations = Arc::new(Expectations::default());
     let observed = expectations.clone();
-    let subscription =
-        pod_informer.subscribe(Arc::new(move |ev: &Event<Pod>| observe(&observed, ev)));
+    let subscription = pod_informer.subscribe(Arc::new(move |ev: &Event<Pod>| {
+        crate::expectations::observe(&observed, ev, OWNER)
+    }));
     let reconciler = ReplicaSetController {
         events: EventRecorder::new(client.clone(), Reporter::new("replicaset-controller")),
         client,

@@ -1,0 +1,126 @@
+//! Expectations: the creates and deletes a controller has sent but not yet seen in its
+//! informer cache. While an owner still waits for its own writes to show up, it is not resized
+//! again — so a stale cache never causes double creates or deletes. Kept in memory only:
+//! after a restart they start empty and the cache is fresh.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use setpoint_runtime::informer::Event;
+use setpoint_runtime::{Object, ObjectKey};
+
+/// How long unobserved expectations are trusted before the cache is believed instead.
+pub const EXPECTATIONS_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
+#[derive(Debug)]
+struct Expected {
+    creates: i64,
+    deletes: HashSet<String>,
+    at: Instant,
+}
+
+/// In-flight creates and deletes per ReplicaSet key, lowered as the informer observes them.
+#[derive(Debug, Default)]
+pub struct Expectations {
+    inner: Mutex<HashMap<ObjectKey, Expected>>,
+}
+
+impl Expectations {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectKey, Expected>> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether `key` may be resized: nothing in flight, or the expectations expired.
+    pub fn satisfied(&self, key: &ObjectKey) -> bool {
+        match self.lock().get(key) {
+            None => true,
+            Some(e) => {
+                (e.creates <= 0 && e.deletes.is_empty()) || e.at.elapsed() > EXPECTATIONS_TIMEOUT
+            }
+        }
+    }
+
+    /// Expects `creates` pods and the deletion of the pods `deletes` (by uid).
+    pub fn expect(&self, key: &ObjectKey, creates: usize, deletes: HashSet<String>) {
+        self.lock().insert(
+            key.clone(),
+            Expected {
+                creates: creates as i64,
+                deletes,
+                at: Instant::now(),
+            },
+        );
+    }
+
+    /// A create was observed (or will never be: it failed or was skipped).
+    pub fn creation_observed(&self, key: &ObjectKey, n: usize) {
+        if let Some(e) = self.lock().get_mut(key) {
+            e.creates -= n as i64;
+        }
+    }
+
+    /// The deletion of the pod with `uid` was observed (or will never be).
+    pub fn deletion_observed(&self, key: &ObjectKey, uid: &str) {
+        if let Some(e) = self.lock().get_mut(key) {
+            e.deletes.remove(uid);
+        }
+    }
+
+    /// Forgets a ReplicaSet that is gone.
+    pub fn forget(&self, key: &ObjectKey) {
+        self.lock().remove(key);
+    }
+}
+
+/// The kind of controller whose pods an [`Expectations`] follows.
+#[derive(Clone, Copy, Debug)]
+pub struct Owner {
+    /// The owner's API group (`apps`, `batch`).
+    pub group: &'static str,
+    /// The owner's kind (`ReplicaSet`, `Job`).
+    pub kind: &'static str,
+}
+
+/// The key of the `owner`-kind object controlling `pod`, if one does.
+fn owner_key(pod: &Pod, owner: Owner) -> Option<ObjectKey> {
+    let r = pod
+        .owner_references()
+        .into_iter()
+        .find(|r| r.controller == Some(true))?;
+    (r.kind == owner.kind && r.api_version.starts_with(&format!("{}/", owner.group)))
+        .then(|| ObjectKey::new(pod.namespace().as_deref(), &r.name))
+}
+
+/// Lowers the expectations of `owner`-kind controllers as pod events arrive.
+pub fn observe(expectations: &Expectations, ev: &Event<Pod>, owner: Owner) {
+    match ev {
+        Event::Added(p) => {
+            if let Some(k) = owner_key(p, owner) {
+                if p.metadata.deletion_timestamp.is_some() {
+                    expectations.deletion_observed(&k, &p.uid().unwrap_or_default());
+                } else {
+                    expectations.creation_observed(&k, 1);
+                }
+            }
+        }
+        Event::Updated { old, new } => {
+            if new.metadata.deletion_timestamp.is_some()
+                && old.metadata.deletion_timestamp.is_none()
+            {
+                for k in [owner_key(old, owner), owner_key(new, owner)]
+                    .into_iter()
+                    .flatten()
+                {
+                    expectations.deletion_observed(&k, &new.uid().unwrap_or_default());
+                }
+            }
+        }
+        Event::Deleted(p) => {
+            if let Some(k) = owner_key(p, owner) {
+                expectations.deletion_observed(&k, &p.uid().unwrap_or_default());
+            }
+        }
+    }
+}
