@@ -636,6 +636,25 @@ async fn an_image_only_container_is_simulated_and_says_so() {
         .await
         .unwrap();
 
+    // Init containers are not run, and the pod says so.
+    let mut with_init = pod.clone();
+    with_init.metadata.uid = Some(format!("{}-init", rpod(&pod).uid));
+    with_init.spec.as_mut().unwrap().init_containers =
+        Some(vec![serde_json::from_value(sh("setup", "exit 0")).unwrap()]);
+    let status = h.sync_until(&with_init, "running", running).await;
+    assert_eq!(status.reason.as_deref(), Some("SimulatedContainer"));
+    assert!(
+        status
+            .message
+            .as_deref()
+            .unwrap()
+            .ends_with("; init containers setup are not run by the process runtime"),
+        "{status:?}"
+    );
+    h.rt.kill_pod(&rpod(&with_init), Duration::from_secs(1))
+        .await
+        .unwrap();
+
     // A hostNetwork pod has the node's address.
     let mut host = pod.clone();
     host.metadata.uid = Some(format!("{}-host", rpod(&pod).uid));

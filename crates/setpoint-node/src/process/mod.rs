@@ -21,11 +21,11 @@
 //! A monitor task polls the processes and the logs and sends the pod's uid to the
 //! subscriber whenever an exit happened, a probe verdict flipped or a back-off expired.
 //!
-//! Not done (each is reported, never faked): environment from ConfigMaps, Secrets, resource
-//! fields or `envFrom` (the runtime has no API access; the container waits with
-//! `CreateContainerConfigError`), gRPC probes (they fail with a message saying so), init
-//! containers and lifecycle hooks (not in the runtime contract), resource limits, and
-//! restarting a container whose `image` was changed in place.
+//! Not done: environment from ConfigMaps, Secrets, resource fields or `envFrom` (the
+//! runtime has no API access; the container waits with `CreateContainerConfigError`), gRPC
+//! probes (they fail with a message saying so), init containers (not run; the pod's message
+//! says so), lifecycle hooks and resource limits (ignored), and restarting a container whose
+//! `image` was changed in place.
 
 pub mod backoff;
 pub mod expand;
@@ -1009,6 +1009,20 @@ impl PodRuntime for ProcessRuntime {
             statuses.push(status);
             dispositions.push(disposition);
         }
+        let mut reason = (!notes.is_empty()).then(|| "SimulatedContainer".to_string());
+        let init: Vec<&str> = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.init_containers.as_ref())
+            .map(|c| c.iter().map(|c| c.name.as_str()).collect())
+            .unwrap_or_default();
+        if !init.is_empty() {
+            notes.push(format!(
+                "init containers {} are not run by the process runtime",
+                init.join(", ")
+            ));
+            reason.get_or_insert_with(|| "InitContainersNotRun".to_string());
+        }
         let any_started = st.record.containers.values().any(|c| c.run.is_some());
         Ok(RuntimeStatus {
             pod_ip: Some(st.record.ip.clone()),
@@ -1017,7 +1031,7 @@ impl PodRuntime for ProcessRuntime {
             start_time: any_started
                 .then(|| Timestamp::from_millisecond(st.record.start_time_ms).ok())
                 .flatten(),
-            reason: (!notes.is_empty()).then(|| "SimulatedContainer".to_string()),
+            reason,
             message: (!notes.is_empty()).then(|| notes.join("; ")),
         })
     }
