@@ -33,7 +33,7 @@ const REGISTER_ATTEMPTS: u32 = 6;
 pub(crate) struct HostedNode {
     pub config: Arc<AgentConfig>,
     pub runtime: Arc<dyn PodRuntime>,
-    /// Delay of the first Lease renewal, to spread many nodes' renewals over the interval.
+    /// Delay of the first periodic Lease renewal, to spread many nodes' renewals over the interval.
     pub lease_offset: Duration,
 }
 
@@ -66,7 +66,14 @@ async fn heartbeat(mut lease: LeaseRenewer, mut reporter: NodeReporter, mut node
     node.lease_interval = node.lease_interval.max(floor);
     node.status_interval = node.status_interval.max(floor);
     let start = Instant::now();
-    let mut next_lease = start + node.lease_offset;
+    // The first renewal happened at registration; node i of n then renews at i/n of the
+    // interval, so many nodes' renewals arrive evenly.
+    let first = if node.lease_offset.is_zero() {
+        node.lease_interval
+    } else {
+        node.lease_offset
+    };
+    let mut next_lease = start + first;
     let mut next_status = start + node.lease_offset + node.status_interval;
     loop {
         tokio::time::sleep_until(next_lease.min(next_status)).await;
@@ -120,11 +127,15 @@ async fn register_node(
     let config = node.config.clone();
     let mut reporter = NodeReporter::new(client.clone(), nodes.store(), config.clone(), port);
     let registered = register(&mut reporter, &config.node_name).await?;
-    let lease = LeaseRenewer::new(
+    let mut lease = LeaseRenewer::new(
         client.clone(),
         &config.node_name,
         registered.metadata.uid.as_deref(),
     );
+    // A node has its Lease as soon as it is registered, as the kubelet does.
+    if let Err(e) = lease.renew().await {
+        tracing::warn!(node = %config.node_name, error = %e, "creating the node Lease failed; the heartbeat retries");
+    }
     let times = HostedNodeTimes {
         name: config.node_name.clone(),
         lease_offset: node.lease_offset,
