@@ -12,6 +12,7 @@
 //! - [`replicaset`]: keeps a ReplicaSet's pods at `spec.replicas`;
 //! - [`deployment`]: rolls a Deployment's pod template out through ReplicaSets
 //!   (rolling update, recreate, pause, rollback, revision history);
+//! - [`job`]: runs a Job's pods to `completions` within `parallelism` and `backoffLimit`;
 //! - [`nodelifecycle`]: marks nodes whose agent went silent `Unknown`, taints them, and
 //!   evicts their pods once the pods' tolerations run out.
 //!
@@ -22,6 +23,7 @@ pub mod deployment;
 pub mod discovery;
 pub mod expectations;
 pub mod gc;
+pub mod job;
 pub mod manager;
 pub mod namespace;
 pub mod nodelifecycle;

@@ -18,6 +18,7 @@ pub const ALL: &[&str] = &[
     "replicaset",
     "deployment",
     "nodelifecycle",
+    "job",
 ];
 
 /// Settings of the controllers that have any.
@@ -42,6 +43,7 @@ pub async fn build(
             "deployment" => out.push(crate::deployment::controller(client.clone(), informers)),
             "garbagecollector" => {}
             "replicaset" => out.push(crate::replicaset::controller(client.clone(), informers)),
+            "job" => out.push(crate::job::controller(client.clone(), informers)),
             "nodelifecycle" => out.push(crate::nodelifecycle::controller(
                 client.clone(),
                 informers,
