@@ -164,8 +164,7 @@ pub(crate) async fn run(
     hosted: Vec<HostedNode>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), AgentError> {
-    let mut tasks = JoinSet::new();
-    let result = async {
+    let startup = async {
         pods.wait_synced().await?;
         nodes.wait_synced().await?;
         let registered: Vec<Result<Registered, AgentError>> = futures::stream::iter(
@@ -176,35 +175,33 @@ pub(crate) async fn run(
         .buffer_unordered(REGISTER_CONCURRENCY)
         .collect()
         .await;
-        let mut workers = HashMap::new();
-        for r in registered {
-            let r = r?;
-            tasks.spawn(r.heartbeat);
-            r.workers.spawn(r.pod_workers, r.resync, &mut tasks);
-            workers.insert(r.workers.node().node_name.clone(), r.workers);
-        }
-        let workers = Arc::new(workers);
-        let routed = workers.clone();
-        pods.subscribe(Arc::new(move |event: &Event<Pod>| {
-            if let Some(w) = node_of(event.object()).and_then(|n| routed.get(n)) {
-                w.enqueue(event.key());
-            }
-        }));
-        // After a restart: reconcile what the runtimes still hold against the API.
-        for w in workers.values() {
-            w.enqueue_all().await;
-        }
-        tracing::info!(nodes = workers.len(), "hosting nodes");
-        Ok::<_, AgentError>(workers)
-    }
-    .await;
-    let workers = match result {
-        Ok(w) => w,
-        Err(e) => {
-            tasks.shutdown().await;
-            return Err(e);
-        }
+        registered.into_iter().collect::<Result<Vec<_>, _>>()
     };
+    // Shutting down while still registering (an unreachable API server) ends at once.
+    let mut shutdown = std::pin::pin!(shutdown);
+    let registered = tokio::select! {
+        r = startup => r?,
+        _ = &mut shutdown => return Ok(()),
+    };
+    let mut tasks = JoinSet::new();
+    let mut workers = HashMap::new();
+    for r in registered {
+        tasks.spawn(r.heartbeat);
+        r.workers.spawn(r.pod_workers, r.resync, &mut tasks);
+        workers.insert(r.workers.node().node_name.clone(), r.workers);
+    }
+    let workers = Arc::new(workers);
+    let routed = workers.clone();
+    pods.subscribe(Arc::new(move |event: &Event<Pod>| {
+        if let Some(w) = node_of(event.object()).and_then(|n| routed.get(n)) {
+            w.enqueue(event.key());
+        }
+    }));
+    // After a restart: reconcile what the runtimes still hold against the API.
+    for w in workers.values() {
+        w.enqueue_all().await;
+    }
+    tracing::info!(nodes = workers.len(), "hosting nodes");
     shutdown.await;
     for w in workers.values() {
         w.shutdown().await;

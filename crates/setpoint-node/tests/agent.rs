@@ -711,3 +711,18 @@ async fn logs_endpoint_serves_over_tls_only_to_client_certificates_of_the_ca() {
     agent.stop().await;
     cluster.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_stops_while_the_api_is_unreachable() {
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
+    cluster.stop().await;
+    let agent = start_agent(
+        client,
+        agent_config("node-x"),
+        Arc::new(SimulatedRuntime::new(sim_config())),
+    );
+    tokio::time::timeout(DEADLINE, agent.stop())
+        .await
+        .expect("the agent did not stop");
+}
