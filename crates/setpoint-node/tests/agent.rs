@@ -726,3 +726,77 @@ async fn agent_stops_while_the_api_is_unreachable() {
         .await
         .expect("the agent did not stop");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_runs_real_processes_and_serves_their_logs() {
+    use setpoint_node::process::ipam::IpRange;
+    use setpoint_node::process::{ProcessRuntime, ProcessRuntimeOptions};
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
+    let dir = tempfile::tempdir().unwrap();
+    let options = ProcessRuntimeOptions {
+        // Addresses no other test uses.
+        pod_ips: IpRange {
+            first: std::net::Ipv4Addr::new(127, 1, 250, 1),
+            count: 10,
+        },
+        poll_interval: Duration::from_millis(50),
+        ..ProcessRuntimeOptions::default()
+    };
+    let runtime = Arc::new(ProcessRuntime::with_options(dir.path(), options).unwrap());
+    let (ca, cert, key) = client_pki();
+    let mut config = agent_config("node-p");
+    config.system_info.container_runtime_version = "setpoint-process://0.1".into();
+    config.client_ca_pem = Some(ca);
+    let agent = start_agent(client.clone(), config, runtime.clone());
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let mut p = pod("shell", "node-p");
+    p.spec.as_mut().unwrap().containers[0].command = Some(vec![
+        "sh".into(),
+        "-c".into(),
+        "echo hello from a real process; exec sleep 300".into(),
+    ]);
+    pods.create(&PostParams::default(), &p).await.unwrap();
+    let running = wait_ready(&pods, "shell").await;
+    assert_eq!(
+        running
+            .status
+            .unwrap()
+            .pod_ip
+            .as_deref()
+            .map(|ip| ip.starts_with("127.1.250.")),
+        Some(true)
+    );
+
+    let nodes: Api<Node> = Api::all(client.clone());
+    let endpoint = nodes
+        .get("node-p")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .daemon_endpoints;
+    let port = u16::try_from(endpoint.unwrap().kubelet_endpoint.unwrap().port).unwrap();
+    let id = Some((cert.as_str(), key.as_str()));
+    let body = eventually("the process's output in its log", || async {
+        let (code, body) = kubelet_get(port, "/containerLogs/default/shell/app", id)
+            .await
+            .ok()?;
+        (code == 200 && body.contains("hello from a real process")).then_some(body)
+    })
+    .await;
+    assert!(!body.contains("simulated"));
+
+    // Deleting stops the process (sleep exits on SIGTERM) and removes the pod.
+    pods.delete("shell", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("pod removed", || async {
+        pods.get_opt("shell").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    assert!(runtime.pods().await.is_empty());
+    agent.stop().await;
+    cluster.stop().await;
+}
