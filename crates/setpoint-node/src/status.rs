@@ -178,6 +178,17 @@ pub fn compose(pod: &Pod, observed: &RuntimeStatus, host_ip: &str, now: Timestam
         .map(normalize_container)
         .collect();
     let phase = observed.phase.as_str();
+    // A host-network pod shares the node's address, whatever the runtime assigned.
+    let host_network = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.host_network)
+        .unwrap_or(false);
+    let pod_ip = if host_network && !host_ip.is_empty() {
+        Some(host_ip.to_string())
+    } else {
+        observed.pod_ip.clone()
+    };
 
     let unready: Vec<&str> = spec_containers
         .iter()
@@ -235,7 +246,7 @@ pub fn compose(pod: &Pod, observed: &RuntimeStatus, host_ip: &str, now: Timestam
         condition(
             &old_conditions,
             "PodReadyToStartContainers",
-            observed.pod_ip.is_some(),
+            observed.pod_ip.is_some() || host_network,
             None,
             None,
             now,
@@ -277,11 +288,8 @@ pub fn compose(pod: &Pod, observed: &RuntimeStatus, host_ip: &str, now: Timestam
             ip: host_ip.to_string(),
         }])
         .filter(|_| !host_ip.is_empty()),
-        pod_ip: observed.pod_ip.clone(),
-        pod_ips: observed
-            .pod_ip
-            .as_ref()
-            .map(|ip| vec![PodIP { ip: ip.clone() }]),
+        pod_ips: pod_ip.as_ref().map(|ip| vec![PodIP { ip: ip.clone() }]),
+        pod_ip,
         start_time,
         container_statuses: Some(statuses),
         qos_class: Some(qos_class(pod).to_string()),
@@ -530,6 +538,15 @@ mod tests {
         });
         let s = compose(&p, &running(&[("a", true)]), "h", ts(2));
         assert_eq!(cond(&s, "Ready").status, "True");
+    }
+
+    #[test]
+    fn host_network_pod_has_the_node_address() {
+        let mut p = pod(&["a"]);
+        p.spec.as_mut().unwrap().host_network = Some(true);
+        let s = compose(&p, &running(&[("a", true)]), "10.0.0.1", ts(1));
+        assert_eq!(s.pod_ip.as_deref(), Some("10.0.0.1"));
+        assert_eq!(s.pod_ips.unwrap()[0].ip, "10.0.0.1");
     }
 
     #[test]
