@@ -72,8 +72,12 @@ fn options(ip_block: u8) -> ProcessRuntimeOptions {
 
 impl Harness {
     fn new(ip_block: u8) -> Self {
+        Self::with(options(ip_block))
+    }
+
+    fn with(options: ProcessRuntimeOptions) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let rt = ProcessRuntime::with_options(dir.path(), options(ip_block)).unwrap();
+        let rt = ProcessRuntime::with_options(dir.path(), options).unwrap();
         let rx = rt.subscribe();
         Self {
             rt,
@@ -360,7 +364,11 @@ async fn a_killed_process_is_a_container_exit_and_restarts() {
 
 #[tokio::test]
 async fn a_crashing_container_backs_off_with_growing_delays() {
-    let mut h = Harness::new(13);
+    // Delays long enough that a loaded machine still sees each back-off (0, 0.5 s, 1 s, 2 s).
+    let mut opts = options(13);
+    opts.backoff.base = Duration::from_millis(500);
+    opts.backoff.max = Duration::from_secs(2);
+    let mut h = Harness::with(opts);
     // Each run prints its number (counted in the container's scratch directory) and fails.
     let pod = pod(
         "crash",
@@ -393,9 +401,12 @@ async fn a_crashing_container_backs_off_with_growing_delays() {
     }
     let expect =
         |d: &str| format!("back-off {d} restarting failed container=c pod=crash_default({uid})");
-    assert!(messages.contains(&expect("200ms")), "{messages:?}");
-    assert!(messages.contains(&expect("400ms")), "{messages:?}");
-    assert!(messages.contains(&expect("800ms")), "{messages:?}");
+    assert!(messages.contains(&expect("1s")), "{messages:?}");
+    assert!(messages.contains(&expect("2s")), "{messages:?}");
+    assert!(
+        !messages.iter().any(|m| m.contains("back-off 0s")),
+        "{messages:?}"
+    );
 
     let status = h.rt.sync_pod(&pod, &Harness::node()).await.unwrap();
     let runs = first(&status).restart_count + 1;
@@ -636,25 +647,6 @@ async fn an_image_only_container_is_simulated_and_says_so() {
         .await
         .unwrap();
 
-    // Init containers are not run, and the pod says so.
-    let mut with_init = pod.clone();
-    with_init.metadata.uid = Some(format!("{}-init", rpod(&pod).uid));
-    with_init.spec.as_mut().unwrap().init_containers =
-        Some(vec![serde_json::from_value(sh("setup", "exit 0")).unwrap()]);
-    let status = h.sync_until(&with_init, "running", running).await;
-    assert_eq!(status.reason.as_deref(), Some("SimulatedContainer"));
-    assert!(
-        status
-            .message
-            .as_deref()
-            .unwrap()
-            .ends_with("; init containers setup are not run by the process runtime"),
-        "{status:?}"
-    );
-    h.rt.kill_pod(&rpod(&with_init), Duration::from_secs(1))
-        .await
-        .unwrap();
-
     // A hostNetwork pod has the node's address.
     let mut host = pod.clone();
     host.metadata.uid = Some(format!("{}-host", rpod(&pod).uid));
@@ -805,4 +797,90 @@ async fn logs_follow_tail_limit_and_timestamps() {
     h.rt.kill_pod(&rpod(&pod), Duration::from_secs(1))
         .await
         .unwrap();
+}
+
+#[tokio::test]
+async fn init_containers_run_in_order_before_the_app() {
+    let mut h = Harness::new(21);
+    let seed = h.dir.path().join("seed");
+    let seed = seed.display();
+    let mut good = pod(
+        "init-ok",
+        "Always",
+        serde_json::json!([sh("app", &format!("cat {seed}; sleep 1000"))]),
+    );
+    good.spec.as_mut().unwrap().init_containers = serde_json::from_value(serde_json::json!([
+        sh("first", &format!("sleep 0.3; echo one >> {seed}")),
+        // Fails once, then succeeds: restarted as OnFailure.
+        sh("second", &format!("test -f retried || {{ touch retried; exit 1; }}; echo two >> {seed}")),
+        {"name": "image-only", "image": "busybox"},
+    ]))
+    .unwrap();
+    let status = h.rt.sync_pod(&good, &Harness::node()).await.unwrap();
+    assert_eq!(status.phase, "Pending");
+    assert_eq!(status.reason.as_deref(), Some("PodInitializing"));
+    assert!(
+        status
+            .message
+            .as_deref()
+            .unwrap()
+            .starts_with("init container first (1/3) is running"),
+        "{status:?}"
+    );
+    let app = first(&status)
+        .state
+        .as_ref()
+        .unwrap()
+        .waiting
+        .as_ref()
+        .unwrap();
+    assert_eq!(app.reason.as_deref(), Some("PodInitializing"));
+
+    let status = h.sync_until(&good, "app running", running).await;
+    assert_eq!(status.phase, "Running");
+    assert_eq!(status.reason.as_deref(), Some("SimulatedContainer"));
+    assert_eq!(
+        status.message.as_deref(),
+        Some("init container image-only has no command; image busybox is not pulled or run, it is simulated as completed")
+    );
+    assert_eq!(h.log_until(&good, "app", "two").await, "one\ntwo\n");
+    let previous = LogOptions {
+        previous: true,
+        ..Default::default()
+    };
+    assert_eq!(h.log(&good, "second", LogOptions::default()).await, "");
+    assert!(h.rt.logs(&rpod(&good), "second", &previous).await.is_ok());
+    // Completed init containers are not run again.
+    h.rt.sync_pod(&good, &Harness::node()).await.unwrap();
+    assert_eq!(
+        std::fs::read_to_string(h.dir.path().join("seed")).unwrap(),
+        "one\ntwo\n"
+    );
+
+    let mut bad = pod(
+        "init-bad",
+        "Never",
+        serde_json::json!([sh("app", "sleep 1000")]),
+    );
+    bad.spec.as_mut().unwrap().init_containers =
+        Some(vec![serde_json::from_value(sh("setup", "exit 4")).unwrap()]);
+    let status = h.sync_until(&bad, "Failed", |s| s.phase == "Failed").await;
+    assert_eq!(status.reason.as_deref(), Some("InitContainerFailed"));
+    assert_eq!(
+        status.message.as_deref(),
+        Some("init container setup (1/1) failed with exit code 4")
+    );
+    let app = first(&status)
+        .state
+        .as_ref()
+        .unwrap()
+        .waiting
+        .as_ref()
+        .unwrap();
+    assert_eq!(app.reason.as_deref(), Some("PodInitializing"));
+    for p in [&good, &bad] {
+        h.rt.kill_pod(&rpod(p), Duration::from_secs(1))
+            .await
+            .unwrap();
+    }
 }

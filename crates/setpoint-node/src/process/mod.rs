@@ -14,6 +14,8 @@
 //!   (an exclusive `flock` on `<root>/lock`).
 //! - Exited containers restart as `restartPolicy` says with CrashLoopBackOff ([`backoff`]);
 //!   probes ([`probe`]) set `started` and `ready` and stop containers that fail liveness.
+//! - Init containers run one after the other, each to success, before the app containers;
+//!   sidecars (`restartPolicy: Always`) only need to be running.
 //! - Output goes to one log file per run with timestamps on the side ([`logs`]).
 //! - `status.containerStatuses[].containerID` is `process://<pid>` of the workload process
 //!   (not of its wrapper), so a test or a person can signal the real process.
@@ -23,9 +25,10 @@
 //!
 //! Not done: environment from ConfigMaps, Secrets, resource fields or `envFrom` (the
 //! runtime has no API access; the container waits with `CreateContainerConfigError`), gRPC
-//! probes (they fail with a message saying so), init containers (not run; the pod's message
-//! says so), lifecycle hooks and resource limits (ignored), and restarting a container whose
-//! `image` was changed in place.
+//! probes (they fail with a message saying so), statuses of init containers (the runtime
+//! contract has no place for them: the pod's reason and message say which one runs or
+//! failed, and app containers wait with `PodInitializing`), lifecycle hooks and resource
+//! limits (ignored), and restarting a container whose `image` was changed in place.
 
 pub mod backoff;
 pub mod expand;
@@ -547,6 +550,14 @@ fn prepare(
     ctx: &FieldContext,
     paths: &PodPaths,
 ) -> Result<Prepared, (String, String)> {
+    let name = container.name.as_str();
+    if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+        // The name becomes a directory name; the API never lets such a name through.
+        return Err((
+            "CreateContainerConfigError".to_string(),
+            format!("invalid container name {name:?}"),
+        ));
+    }
     let spec_env = expand::container_env(pod, container, ctx)
         .map_err(|e| ("CreateContainerConfigError".to_string(), e))?;
     let env = full_env(
@@ -602,6 +613,7 @@ impl ProcessRuntime {
             for ext in ["log", "log.1", "times", "times.1", "pid", "exit"] {
                 let _ = std::fs::remove_file(st.paths.run_file(name, old, ext));
             }
+            lock(&self.inner.indexed).remove(&st.paths.run_file(name, old, "log"));
         }
         let spec = LaunchSpec {
             argv: prepared.argv,
@@ -722,6 +734,70 @@ impl ProcessRuntime {
                 task,
             },
         );
+    }
+
+    /// Runs the init containers in order, each to successful completion before the next
+    /// (sidecars — init containers with `restartPolicy: Always` — only need to be running).
+    /// Failed ones restart unless the pod's policy is `Never`.
+    async fn sync_init_containers(
+        &self,
+        st: &mut PodState,
+        pod: &Pod,
+        inits: &[Container],
+        ctx: &FieldContext,
+        policy: &str,
+        changed: &mut bool,
+    ) -> InitProgress {
+        for (i, init) in inits.iter().enumerate() {
+            let sidecar = is_sidecar(init);
+            if is_simulated(init) && !sidecar {
+                continue;
+            }
+            let exit = |st: &PodState| {
+                st.record
+                    .containers
+                    .get(&init.name)
+                    .and_then(|c| c.run.as_ref())
+                    .map(|r| r.exit.clone())
+            };
+            if !sidecar && exit(st).flatten().is_some_and(|e| e.code == 0) {
+                continue;
+            }
+            let init_policy = match (sidecar, policy) {
+                (true, _) => "Always",
+                (false, "Never") => "Never",
+                (false, _) => "OnFailure",
+            };
+            *changed |= self.sync_container(st, pod, init, ctx, init_policy).await;
+            let label = format!("init container {} ({}/{})", init.name, i + 1, inits.len());
+            match exit(st) {
+                Some(None) if sidecar => continue,
+                Some(Some(e)) if e.code == 0 && !sidecar => continue,
+                Some(Some(e)) if !restarts(init_policy, e.code) => {
+                    return InitProgress::Failed {
+                        note: format!("{label} failed with exit code {}", e.code),
+                    };
+                }
+                _ => {}
+            }
+            let (status, _) = Self::container_status(st, pod, init);
+            let state = status.state.unwrap_or_default();
+            let detail = if state.running.is_some() {
+                "is running".to_string()
+            } else if let Some(w) = state.waiting {
+                let reason = w.reason.unwrap_or_default();
+                match w.message {
+                    Some(m) => format!("is waiting ({reason}): {m}"),
+                    None => format!("is waiting ({reason})"),
+                }
+            } else {
+                "has not completed".to_string()
+            };
+            return InitProgress::Waiting {
+                note: format!("{label} {detail}"),
+            };
+        }
+        InitProgress::Done
     }
 
     /// Brings one container to what the spec asks. Returns whether the record changed.
@@ -874,6 +950,23 @@ impl ProcessRuntime {
     }
 }
 
+/// Where a pod's init containers stand.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum InitProgress {
+    /// All completed (or there are none): the app containers run.
+    Done,
+    /// One has not completed yet; the note says which and why.
+    Waiting { note: String },
+    /// One failed and will not be restarted: the pod has failed.
+    Failed { note: String },
+}
+
+/// An init container with `restartPolicy: Always` is a sidecar: it keeps running beside
+/// the app containers.
+fn is_sidecar(container: &Container) -> bool {
+    container.restart_policy.as_deref() == Some("Always")
+}
+
 /// What a container means for the pod's phase.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Disposition {
@@ -986,8 +1079,18 @@ impl PodRuntime for ProcessRuntime {
             .as_ref()
             .map(|s| s.containers.clone())
             .unwrap_or_default();
-        for container in &containers {
-            changed |= self.sync_container(st, pod, container, &ctx, &policy).await;
+        let inits = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.init_containers.clone())
+            .unwrap_or_default();
+        let progress = self
+            .sync_init_containers(st, pod, &inits, &ctx, &policy, &mut changed)
+            .await;
+        if progress == InitProgress::Done {
+            for container in &containers {
+                changed |= self.sync_container(st, pod, container, &ctx, &policy).await;
+            }
         }
         if changed {
             st.record
@@ -997,8 +1100,20 @@ impl PodRuntime for ProcessRuntime {
         let mut statuses = Vec::new();
         let mut dispositions = Vec::new();
         let mut notes = Vec::new();
+        for container in &inits {
+            if is_simulated(container) && !is_sidecar(container) {
+                notes.push(format!(
+                    "init container {} has no command; image {} is not pulled or run, it is simulated as completed",
+                    container.name,
+                    container.image.as_deref().unwrap_or("(none)")
+                ));
+            }
+        }
         for container in &containers {
-            let (status, disposition) = Self::container_status(st, pod, container);
+            let (mut status, disposition) = Self::container_status(st, pod, container);
+            if progress != InitProgress::Done && disposition == Disposition::NotStarted {
+                status.state = Some(waiting("PodInitializing", None));
+            }
             if is_simulated(container) {
                 notes.push(format!(
                     "container {} has no command; image {} is not pulled or run, the container is simulated",
@@ -1010,23 +1125,23 @@ impl PodRuntime for ProcessRuntime {
             dispositions.push(disposition);
         }
         let mut reason = (!notes.is_empty()).then(|| "SimulatedContainer".to_string());
-        let init: Vec<&str> = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.init_containers.as_ref())
-            .map(|c| c.iter().map(|c| c.name.as_str()).collect())
-            .unwrap_or_default();
-        if !init.is_empty() {
-            notes.push(format!(
-                "init containers {} are not run by the process runtime",
-                init.join(", ")
-            ));
-            reason.get_or_insert_with(|| "InitContainersNotRun".to_string());
+        let mut phase = phase(&dispositions);
+        match &progress {
+            InitProgress::Done => {}
+            InitProgress::Waiting { note } => {
+                notes.insert(0, note.clone());
+                reason = Some("PodInitializing".to_string());
+            }
+            InitProgress::Failed { note } => {
+                notes.insert(0, note.clone());
+                reason = Some("InitContainerFailed".to_string());
+                phase = "Failed";
+            }
         }
         let any_started = st.record.containers.values().any(|c| c.run.is_some());
         Ok(RuntimeStatus {
             pod_ip: Some(st.record.ip.clone()),
-            phase: phase(&dispositions).to_string(),
+            phase: phase.to_string(),
             container_statuses: statuses,
             start_time: any_started
                 .then(|| Timestamp::from_millisecond(st.record.start_time_ms).ok())
