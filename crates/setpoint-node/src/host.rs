@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use parking_lot::Mutex;
 use setpoint_runtime::client::Client;
 use setpoint_runtime::informer::{Event, Informer};
 use tokio::task::JoinSet;
@@ -108,21 +109,22 @@ struct HostedNodeTimes {
     status_interval: Duration,
 }
 
-/// A registered node, ready to run.
+/// A registered node whose heartbeat runs, its pod workers ready to start.
 struct Registered {
     workers: PodWorkers,
-    heartbeat: futures::future::BoxFuture<'static, ()>,
     pod_workers: usize,
     resync: Duration,
 }
 
-/// Registers `node` and prepares its heartbeat and pod workers.
+/// Registers `node` and starts its heartbeat in `heartbeats` at once: with many nodes
+/// registering, the first must not wait for the last to keep their Leases fresh.
 async fn register_node(
     client: Client,
     pods: Informer<Pod>,
     nodes: Informer<Node>,
     port: u16,
     node: HostedNode,
+    heartbeats: Arc<Mutex<JoinSet<()>>>,
 ) -> Result<Registered, AgentError> {
     let config = node.config.clone();
     let mut reporter = NodeReporter::new(client.clone(), nodes.store(), config.clone(), port);
@@ -142,13 +144,13 @@ async fn register_node(
         lease_interval: config.lease_interval,
         status_interval: config.status_interval,
     };
+    heartbeats.lock().spawn(heartbeat(lease, reporter, times));
     let context = NodeContext {
         node_name: config.node_name.clone(),
         host_ip: config.address.clone(),
     };
     Ok(Registered {
         workers: PodWorkers::new(client, context, node.runtime, pods.store()),
-        heartbeat: Box::pin(heartbeat(lease, reporter, times)),
         pod_workers: config.pod_workers,
         resync: config.resync_interval,
     })
@@ -164,17 +166,25 @@ pub(crate) async fn run(
     hosted: Vec<HostedNode>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), AgentError> {
+    // Dropping the set (any return) stops every heartbeat.
+    let heartbeats = Arc::new(Mutex::new(JoinSet::new()));
     let startup = async {
         pods.wait_synced().await?;
         nodes.wait_synced().await?;
-        let registered: Vec<Result<Registered, AgentError>> = futures::stream::iter(
-            hosted
-                .into_iter()
-                .map(|n| register_node(client.clone(), pods.clone(), nodes.clone(), port, n)),
-        )
-        .buffer_unordered(REGISTER_CONCURRENCY)
-        .collect()
-        .await;
+        let registered: Vec<Result<Registered, AgentError>> =
+            futures::stream::iter(hosted.into_iter().map(|n| {
+                register_node(
+                    client.clone(),
+                    pods.clone(),
+                    nodes.clone(),
+                    port,
+                    n,
+                    heartbeats.clone(),
+                )
+            }))
+            .buffer_unordered(REGISTER_CONCURRENCY)
+            .collect()
+            .await;
         registered.into_iter().collect::<Result<Vec<_>, _>>()
     };
     // Shutting down while still registering (an unreachable API server) ends at once.
@@ -183,10 +193,9 @@ pub(crate) async fn run(
         r = startup => r?,
         _ = &mut shutdown => return Ok(()),
     };
-    let mut tasks = JoinSet::new();
+    let mut tasks = std::mem::take(&mut *heartbeats.lock());
     let mut workers = HashMap::new();
     for r in registered {
-        tasks.spawn(r.heartbeat);
         r.workers.spawn(r.pod_workers, r.resync, &mut tasks);
         workers.insert(r.workers.node().node_name.clone(), r.workers);
     }
