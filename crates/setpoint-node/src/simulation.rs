@@ -156,6 +156,10 @@ pub async fn run_simulated(
             }
             Some(LogServer::start(listen, tls, Arc::new(targets)).await?)
         }
+        (None, Some(listen)) => {
+            tracing::warn!(%listen, "no client CA configured: the logs endpoint is disabled");
+            None
+        }
         _ => None,
     };
     let port = server.as_ref().map_or(0, |s| s.local_addr().port());
