@@ -12,6 +12,7 @@
 //! - [`replicaset`]: keeps a ReplicaSet's pods at `spec.replicas`;
 //! - [`deployment`]: rolls a Deployment's pod template out through ReplicaSets
 //!   (rolling update, recreate, pause, rollback, revision history);
+//! - [`cronjob`]: creates a Job each time a CronJob's schedule ([`cron`]) comes round;
 //! - [`job`]: runs a Job's pods to `completions` within `parallelism` and `backoffLimit`;
 //! - [`nodelifecycle`]: marks nodes whose agent went silent `Unknown`, taints them, and
 //!   evicts their pods once the pods' tolerations run out.
@@ -19,6 +20,8 @@
 //! Every controller separates a pure decision (unit-tested without a server) from the I/O
 //! that carries it out.
 
+pub mod cron;
+pub mod cronjob;
 pub mod deployment;
 pub mod discovery;
 pub mod expectations;

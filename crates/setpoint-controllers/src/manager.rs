@@ -19,6 +19,7 @@ pub const ALL: &[&str] = &[
     "deployment",
     "nodelifecycle",
     "job",
+    "cronjob",
 ];
 
 /// Settings of the controllers that have any.
@@ -44,6 +45,7 @@ pub async fn build(
             "garbagecollector" => {}
             "replicaset" => out.push(crate::replicaset::controller(client.clone(), informers)),
             "job" => out.push(crate::job::controller(client.clone(), informers)),
+            "cronjob" => out.push(crate::cronjob::controller(client.clone(), informers)),
             "nodelifecycle" => out.push(crate::nodelifecycle::controller(
                 client.clone(),
                 informers,

@@ -49,7 +49,10 @@ async fn job_runs_pods_to_completion_within_parallelism() {
     while finished < 3 {
         // Finish one running pod at a time; never more than `parallelism` run at once.
         let running = eventually("a running pod of the Job", || async {
-            let list = pods.list(&ListParams::default().labels(selector)).await.unwrap();
+            let list = pods
+                .list(&ListParams::default().labels(selector))
+                .await
+                .unwrap();
             let active: Vec<Pod> = list
                 .items
                 .into_iter()
@@ -59,7 +62,12 @@ async fn job_runs_pods_to_completion_within_parallelism() {
             active.into_iter().next()
         })
         .await;
-        finish(&pods, running.metadata.name.as_deref().unwrap(), "Succeeded").await;
+        finish(
+            &pods,
+            running.metadata.name.as_deref().unwrap(),
+            "Succeeded",
+        )
+        .await;
         finished += 1;
     }
     let done = eventually("the Job to complete", || async {
@@ -74,7 +82,10 @@ async fn job_runs_pods_to_completion_within_parallelism() {
     .await;
     assert_eq!(done.succeeded, Some(3));
     assert!(done.completion_time.is_some());
-    let all = pods.list(&ListParams::default().labels(selector)).await.unwrap();
+    let all = pods
+        .list(&ListParams::default().labels(selector))
+        .await
+        .unwrap();
     assert_eq!(all.items.len(), 3, "exactly one pod per completion");
     cluster.stop().await;
 }

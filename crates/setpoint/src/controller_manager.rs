@@ -23,7 +23,7 @@ pub struct ControllerManagerArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "namespace,garbagecollector,replicaset,deployment,nodelifecycle",
+        default_value = "namespace,garbagecollector,replicaset,deployment,nodelifecycle,job,cronjob",
         value_parser = clap::builder::PossibleValuesParser::new(ALL)
     )]
     controllers: Vec<String>,

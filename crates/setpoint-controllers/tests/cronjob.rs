@@ -1,0 +1,78 @@
+//! The CronJob controller against a real in-process API server, on a clock the test moves:
+//! each minute of the schedule creates exactly one Job, named for its minute.
+
+use std::sync::{Arc, Mutex};
+
+use chrono::{DateTime, Duration, Timelike, Utc};
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use serde_json::json;
+use setpoint_runtime::client::{Api, ListParams, Patch, PatchParams, PostParams};
+use setpoint_runtime::informer::SharedInformers;
+use setpoint_testing::{eventually, TestCluster};
+
+#[tokio::test]
+async fn every_minute_creates_one_job() {
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
+    let clock = Arc::new(Mutex::new(Utc::now()));
+    let read = clock.clone();
+    let informers = SharedInformers::new(client.clone());
+    let controller = setpoint_controllers::cronjob::controller_with_clock(
+        client.clone(),
+        &informers,
+        Arc::new(move || *read.lock().unwrap()),
+    );
+    let task = tokio::spawn(controller.run(std::future::pending()));
+
+    let cronjobs: Api<CronJob> = Api::namespaced(client.clone(), "default");
+    let jobs: Api<Job> = Api::namespaced(client.clone(), "default");
+    let cj: CronJob = serde_json::from_value(json!({
+        "metadata": {"name": "tick"},
+        "spec": {"schedule": "*/1 * * * *", "successfulJobsHistoryLimit": 5,
+                 "jobTemplate": {"spec": {"template": {"spec": {"restartPolicy": "Never",
+                     "containers": [{"name": "c", "image": "busybox", "command": ["true"]}]}}}}}
+    }))
+    .unwrap();
+    cronjobs.create(&PostParams::default(), &cj).await.unwrap();
+
+    let mut expected = Vec::new();
+    for step in 1..=3 {
+        // Move to 5 s past the next minute, and wake the controller.
+        let next: DateTime<Utc> = {
+            let mut now = clock.lock().unwrap();
+            let minute =
+                now.with_second(0).unwrap().with_nanosecond(0).unwrap() + Duration::minutes(1);
+            *now = minute + Duration::seconds(5);
+            minute
+        };
+        expected.push(format!("tick-{}", next.timestamp() / 60));
+        cronjobs
+            .patch(
+                "tick",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {"step": step.to_string()}}})),
+            )
+            .await
+            .unwrap();
+        let names = eventually("the Job of this minute", || async {
+            let names: Vec<String> = jobs
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .filter_map(|j| j.metadata.name)
+                .collect();
+            (names.len() == expected.len()).then_some(names)
+        })
+        .await;
+        let mut sorted = names.clone();
+        sorted.sort();
+        assert_eq!(sorted, expected, "one Job per minute, named for it");
+    }
+    let status = cronjobs.get("tick").await.unwrap().status.unwrap();
+    assert!(status.last_schedule_time.is_some());
+    assert_eq!(status.active.unwrap_or_default().len(), 3);
+    task.abort();
+    cluster.stop().await;
+}
