@@ -17,7 +17,9 @@ use parking_lot::Mutex;
 use serde_json::json;
 use setpoint_runtime::client::{Api, Client, ClientError, Patch, PatchParams};
 use setpoint_runtime::events::{EventRecorder, EventType, Reporter, ToObjectReference};
-use setpoint_runtime::informer::{Event, InformerError, Scope, SharedInformers, Store};
+use setpoint_runtime::informer::{
+    Event, InformerError, InformerOptions, Scope, SharedInformers, StartPolicy, Store,
+};
 use setpoint_runtime::ObjectKey;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
@@ -136,7 +138,13 @@ pub async fn run(
     leader: Option<watch::Receiver<bool>>,
     shutdown: impl Future<Output = ()> + Send,
 ) {
-    let informers = SharedInformers::new(client.clone());
+    // One LIST page: the scheduler needs every pod before it decides anyway, and paging a
+    // large cluster costs the server more than it saves.
+    let options = InformerOptions {
+        page_size: None,
+        ..InformerOptions::default()
+    };
+    let informers = SharedInformers::with_options(client.clone(), options, StartPolicy::OnRequest);
     let (stop_tx, stop_rx) = watch::channel(false);
     let work = run_on(client, config, &informers, leader, stop_rx);
     tokio::pin!(work);
