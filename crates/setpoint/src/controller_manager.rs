@@ -2,11 +2,8 @@
 //! same controllers in-process inside `setpoint up`.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
-use setpoint_apiserver::ApiServer;
-use setpoint_runtime::client::{Client, Kubeconfig, ServiceTransport};
-use setpoint_runtime::leader::{LeaderConfig, LeaderElector, LeaseLock};
+use setpoint_runtime::client::Client;
 
 use setpoint_controllers::manager::{self, ALL};
 
@@ -59,25 +56,9 @@ impl ControllerManagerArgs {
 
 /// `setpoint controller-manager`.
 pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
-    let kubeconfig = match &args.kubeconfig {
-        Some(p) => Kubeconfig::read(p)?,
-        None => Kubeconfig::from_env()?,
-    };
-    let client = Client::from_kubeconfig(&kubeconfig)?
-        .with_rate_limit(args.kube_api_qps.max(0.1), args.kube_api_burst.max(1));
-    let mut elector = None;
-    let mut leader = None;
-    if args.leader_elect {
-        let handle = LeaderElector::new(
-            client.clone(),
-            LeaseLock::new(LEASE.0, LEASE.1),
-            LeaderConfig::default(),
-        )?
-        .start();
-        tracing::info!(identity = handle.identity(), lease = %format!("{}/{}", LEASE.0, LEASE.1), "leader election");
-        leader = Some(handle.is_leader());
-        elector = Some(handle);
-    }
+    let (client, _) = crate::leadership::connect(args.kubeconfig.as_deref())?;
+    let client = client.with_rate_limit(args.kube_api_qps.max(0.1), args.kube_api_burst.max(1));
+    let leadership = crate::leadership::elect(&client, LEASE, args.leader_elect)?;
     let options = manager::Options {
         node_lifecycle: setpoint_controllers::nodelifecycle::NodeLifecycleConfig {
             grace_period: std::time::Duration::from_secs(args.node_monitor_grace_period_seconds),
@@ -87,14 +68,11 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
         client,
         args.controllers,
         options,
-        leader,
+        leadership.leading.clone(),
         crate::wait_for_signal(),
     )
     .await;
-    if let Some(h) = elector {
-        // Releasing the lease lets another replica take over at once, not after it expires.
-        h.shutdown().await;
-    }
+    leadership.release().await;
     Ok(())
 }
 
@@ -106,8 +84,13 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
 /// resourceVersion preconditions, so duplicates only cost extra requests, while a lease would
 /// delay the controllers by up to a lease duration after every unclean restart of a
 /// single-node cluster.
-pub fn start_in_process(server: Arc<ApiServer>) -> manager::InProcess {
-    manager::InProcess::start(Client::new(ServiceTransport::new(
-        setpoint_apiserver::http::router(server),
-    )))
+pub fn start_in_process(client: Client, node_grace: std::time::Duration) -> manager::InProcess {
+    manager::InProcess::start_with(
+        client,
+        manager::Options {
+            node_lifecycle: setpoint_controllers::nodelifecycle::NodeLifecycleConfig {
+                grace_period: node_grace,
+            },
+        },
+    )
 }

@@ -8,7 +8,10 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use setpoint_apiserver::{ApiServer, ServerConfig, StoreConfig};
 
+mod agent_cmd;
 mod controller_manager;
+mod leadership;
+mod scheduler_cmd;
 mod store_cmd;
 
 #[derive(Parser)]
@@ -24,13 +27,17 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Start a whole cluster (API server and, as they land, the controllers, scheduler and a
-    /// local node), on the embedded store unless `--store` says otherwise.
+    /// Start a whole cluster — API server, controllers, scheduler and a local node that runs
+    /// pods as processes — on the embedded store unless `--store` says otherwise.
     Up(ServeArgs),
     /// Start the API server only.
     Server(ServeArgs),
-    /// Run the built-in controllers (namespace, garbage collector) against an API server.
+    /// Run the built-in controllers against an API server.
     ControllerManager(controller_manager::ControllerManagerArgs),
+    /// Place pending pods on nodes.
+    Scheduler(scheduler_cmd::SchedulerArgs),
+    /// Run a node: pods as local processes, or `--simulate N` simulated nodes.
+    Agent(agent_cmd::AgentArgs),
     /// Copy a cluster's objects out of a store or into one (for moving between stores).
     Store {
         #[command(subcommand)]
@@ -66,6 +73,16 @@ struct ServeArgs {
     /// Seconds between compactions of old store history.
     #[arg(long, default_value_t = 300)]
     compaction_interval_seconds: u64,
+    /// With `up`: run no local node (pods stay Pending unless another agent joins).
+    #[arg(long)]
+    no_node: bool,
+    /// With `up`: seconds a node may go without renewing its Lease before it is marked
+    /// unreachable.
+    #[arg(long, default_value_t = 50)]
+    node_monitor_grace_period_seconds: u64,
+    /// Seconds new pods tolerate an unreachable or not-ready node before eviction.
+    #[arg(long, default_value_t = 300)]
+    default_toleration_seconds: i64,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -85,6 +102,8 @@ fn main() -> anyhow::Result<()> {
             Command::Up(args) => run(args, true).await,
             Command::Server(args) => run(args, false).await,
             Command::ControllerManager(args) => controller_manager::run(args).await,
+            Command::Scheduler(args) => scheduler_cmd::run(args).await,
+            Command::Agent(args) => agent_cmd::run(args).await,
             Command::Store { command } => store_cmd::run(command).await,
         }
     })
@@ -105,12 +124,35 @@ async fn run(args: ServeArgs, all_in_one: bool) -> anyhow::Result<()> {
         },
         insecure_http: args.insecure_http,
         compaction_interval: Duration::from_secs(args.compaction_interval_seconds.max(1)),
+        default_toleration_seconds: args.default_toleration_seconds.max(0),
         ..ServerConfig::default()
     };
     let store = ApiServer::open_store(&config).await?;
     let server = ApiServer::new(config, store.clone()).await?;
     let running = server.serve().await?;
-    let controllers = all_in_one.then(|| controller_manager::start_in_process(server.clone()));
+    let in_process = || {
+        setpoint_runtime::client::Client::new(setpoint_runtime::client::ServiceTransport::new(
+            setpoint_apiserver::http::router(server.clone()),
+        ))
+    };
+    let controllers = all_in_one.then(|| {
+        controller_manager::start_in_process(
+            in_process(),
+            Duration::from_secs(args.node_monitor_grace_period_seconds.max(1)),
+        )
+    });
+    let scheduler = all_in_one.then(|| scheduler_cmd::InProcess::start(in_process()));
+    let node = if all_in_one && !args.no_node {
+        let ca = running.pki.as_ref().map(|p| p.ca_cert.clone());
+        Some(agent_cmd::InProcess::start(
+            in_process(),
+            &agent_cmd::local_node_name(),
+            data_dir.join("node"),
+            ca,
+        )?)
+    } else {
+        None
+    };
     tracing::info!(url = %running.url, ready_ms = started.elapsed().as_millis() as u64, "API server ready");
     if let Some(kc) = &running.kubeconfig {
         println!("Setpoint is running at {}", running.url);
@@ -135,6 +177,12 @@ async fn run(args: ServeArgs, all_in_one: bool) -> anyhow::Result<()> {
     std::io::stdout().flush()?;
     wait_for_signal().await;
     tracing::info!("shutting down");
+    if let Some(n) = node {
+        n.stop().await;
+    }
+    if let Some(s) = scheduler {
+        s.stop().await;
+    }
     if let Some(c) = controllers {
         c.stop().await;
     }

@@ -1,0 +1,166 @@
+//! `setpoint agent`: the node agent against any API server — one node running pods as local
+//! processes, or `--simulate N` nodes whose pods are simulated — and the local node inside
+//! `setpoint up`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use setpoint_node::process::ProcessRuntime;
+use setpoint_node::{AgentConfig, Capacity, SimulatedConfig, SimulationConfig};
+use setpoint_runtime::client::Client;
+
+#[derive(clap::Args, Clone)]
+pub struct AgentArgs {
+    /// Kubeconfig of the API server (default: `$KUBECONFIG`, then `~/.kube/config`). Its CA
+    /// also vouches for the API server when it asks this agent for logs.
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// The Node's name (default: this host's name).
+    #[arg(long)]
+    node_name: Option<String>,
+    /// Where the process runtime keeps its state, pod logs and pod addresses.
+    #[arg(long, default_value = "setpoint-agent", env = "SETPOINT_AGENT_DIR")]
+    data_dir: PathBuf,
+    /// Address of the logs endpoint the API server connects to.
+    #[arg(long, default_value = "0.0.0.0:10250")]
+    listen: SocketAddr,
+    /// The address the Node reports (default: this host's primary address).
+    #[arg(long)]
+    address: Option<String>,
+    /// Host this many simulated nodes instead of running pods as processes.
+    #[arg(long)]
+    simulate: Option<usize>,
+    /// Name prefix of simulated nodes.
+    #[arg(long, default_value = "sim-node-")]
+    node_prefix: String,
+    /// Simulated containers start this many milliseconds after their pod arrives.
+    #[arg(long, default_value_t = 1000)]
+    start_delay_ms: u64,
+    /// … and turn ready this many milliseconds after starting.
+    #[arg(long, default_value_t = 1000)]
+    ready_delay_ms: u64,
+    /// Share of simulated containers that fail (exit 1), 0 to 1.
+    #[arg(long, default_value_t = 0.0)]
+    failure_rate: f64,
+    /// CPU of each simulated node.
+    #[arg(long, default_value = "8")]
+    node_cpu: String,
+    /// Memory of each simulated node.
+    #[arg(long, default_value = "32Gi")]
+    node_memory: String,
+    /// Pods each simulated node takes.
+    #[arg(long, default_value_t = 110)]
+    node_pods: u32,
+    /// Seconds between Lease renewals.
+    #[arg(long, default_value_t = 10)]
+    lease_interval_seconds: u64,
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_lowercase())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// `setpoint agent`.
+pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
+    let (client, kubeconfig) = crate::leadership::connect(args.kubeconfig.as_deref())?;
+    let client = client.without_rate_limit();
+    let lease_interval = Duration::from_secs(args.lease_interval_seconds.max(1));
+    if let Some(nodes) = args.simulate {
+        let config = SimulationConfig {
+            nodes,
+            name_prefix: args.node_prefix,
+            capacity: Capacity {
+                cpu: args.node_cpu,
+                memory: args.node_memory,
+                pods: args.node_pods,
+            },
+            runtime: SimulatedConfig {
+                start_delay: Duration::from_millis(args.start_delay_ms),
+                ready_delay: Duration::from_millis(args.ready_delay_ms),
+                failure_rate: args.failure_rate.clamp(0.0, 1.0),
+                ..SimulatedConfig::default()
+            },
+            lease_interval,
+            server_listen: kubeconfig.ca_pem.is_some().then_some(args.listen),
+            client_ca_pem: kubeconfig.ca_pem.clone(),
+            ..SimulationConfig::default()
+        };
+        println!("Simulating {nodes} nodes");
+        setpoint_node::run_simulated(client, config, crate::wait_for_signal()).await?;
+        return Ok(());
+    }
+    let name = args.node_name.unwrap_or_else(hostname);
+    let mut config = AgentConfig::local(&name);
+    config.server_listen = args.listen;
+    config.client_ca_pem = kubeconfig.ca_pem.clone();
+    config.lease_interval = lease_interval;
+    if let Some(a) = args.address {
+        config.address = a;
+    }
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("creating {}", args.data_dir.display()))?;
+    let runtime = ProcessRuntime::new(&args.data_dir)
+        .with_context(|| format!("process runtime in {}", args.data_dir.display()))?;
+    println!(
+        "Node {name} is running pods from {}",
+        args.data_dir.display()
+    );
+    setpoint_node::run_agent(client, config, Arc::new(runtime), crate::wait_for_signal()).await?;
+    Ok(())
+}
+
+/// The local node running inside `setpoint up`.
+pub struct InProcess {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl InProcess {
+    /// Starts a node agent named `name` with its process runtime in `dir`, serving logs on a
+    /// free loopback port to callers with certificates from `client_ca_pem`.
+    pub fn start(
+        client: Client,
+        name: &str,
+        dir: PathBuf,
+        client_ca_pem: Option<String>,
+    ) -> anyhow::Result<InProcess> {
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let runtime = ProcessRuntime::new(&dir)
+            .with_context(|| format!("process runtime in {}", dir.display()))?;
+        let mut config = AgentConfig::local(name);
+        // Only this machine talks to the local node.
+        config.address = "127.0.0.1".into();
+        config.server_listen = SocketAddr::from(([127, 0, 0, 1], 0));
+        config.client_ca_pem = client_ca_pem;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let shutdown = async move {
+                let _ = stopped.await;
+            };
+            if let Err(e) =
+                setpoint_node::run_agent(client, config, Arc::new(runtime), shutdown).await
+            {
+                tracing::error!(error = %e, "local node agent stopped");
+            }
+        });
+        Ok(InProcess { stop, task })
+    }
+
+    /// Stops the agent (its pods' processes keep running; the next start adopts them).
+    pub async fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.task.await;
+    }
+}
+
+/// The name of the local node of `setpoint up`.
+pub fn local_node_name() -> String {
+    hostname()
+}
