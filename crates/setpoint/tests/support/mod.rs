@@ -81,6 +81,10 @@ pub struct Setpoint {
     pub url: String,
     /// The admin kubeconfig it wrote.
     pub kubeconfig: PathBuf,
+    /// Its data dir (pods of its local node keep their state and logs under it).
+    pub data_dir: PathBuf,
+    /// Leave the local node's pods running when this is dropped (to restart on them).
+    keep_pods: bool,
     home: tempfile::TempDir,
 }
 
@@ -116,6 +120,8 @@ impl Setpoint {
             child: Some(child),
             url: String::new(),
             kubeconfig: PathBuf::new(),
+            data_dir: data_dir.to_path_buf(),
+            keep_pods: false,
             home: tempfile::tempdir().unwrap(),
         };
         let deadline = Instant::now() + START_DEADLINE;
@@ -173,6 +179,19 @@ impl Setpoint {
         expect_success(&format!("kubectl {args:?}"), &self.kubectl(args))
     }
 
+    /// `kubectl apply` of a manifest given as text.
+    pub fn apply(&self, manifest: &str) -> String {
+        let file = self.home.path().join(format!(
+            "manifest-{}.yaml",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ));
+        std::fs::write(&file, manifest).unwrap();
+        self.ok(&["apply", "-f", file.to_str().unwrap()])
+    }
+
     /// Runs kubectl expecting failure; returns stderr.
     pub fn fails(&self, args: &[&str]) -> String {
         expect_failure(&format!("kubectl {args:?}"), &self.kubectl(args))
@@ -180,6 +199,17 @@ impl Setpoint {
 
     /// Stops the server with SIGTERM (a clean shutdown) and waits for it, within a deadline.
     pub fn stop(mut self) {
+        self.shut_down();
+    }
+
+    /// Like [`Setpoint::stop`], but the local node's pods keep running, as they do when a
+    /// real node agent restarts.
+    pub fn stop_leaving_pods(mut self) {
+        self.keep_pods = true;
+        self.shut_down();
+    }
+
+    fn shut_down(&mut self) {
         let mut child = self.child.take().unwrap();
         let pid = child.id();
         let _ = Command::new("kill").arg(pid.to_string()).status();
@@ -200,5 +230,53 @@ impl Drop for Setpoint {
             let _ = c.kill();
             let _ = c.wait();
         }
+        // Pods' processes outlive their node agent by design; a test leaves none behind.
+        if !self.keep_pods {
+            kill_processes_under(&self.data_dir);
+        }
+    }
+}
+
+/// Kills (SIGKILL, whole process group) every process whose working directory is under
+/// `dir`: the containers a node agent with its state in `dir` started.
+pub fn kill_processes_under(dir: &Path) {
+    let Ok(dir) = dir.canonicalize() else {
+        return;
+    };
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for e in entries.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cwd) = std::fs::read_link(e.path().join("cwd")) else {
+            continue;
+        };
+        if cwd.starts_with(&dir) {
+            let _ = Command::new("kill")
+                .args(["-9", "--", &format!("-{pid}")])
+                .stderr(Stdio::null())
+                .status();
+            let _ = Command::new("kill")
+                .args(["-9", &pid.to_string()])
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// Polls `check` every 100 ms until it returns `Some`, or panics after `within`.
+pub fn eventually<T>(what: &str, within: Duration, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {within:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
