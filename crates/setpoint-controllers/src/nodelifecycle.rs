@@ -287,6 +287,42 @@ pub struct NodeLifecycleController {
     events: EventRecorder,
 }
 
+/// Whether a pod still says it is Ready.
+fn pod_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+impl NodeLifecycleController {
+    /// Nobody vouches for the pods of a silent node any more: their `Ready` condition turns
+    /// False (so endpoints and controllers stop counting on them), as upstream does.
+    async fn mark_pods_not_ready(&self, node: &str, now: Timestamp) -> Result<(), ReconcileError> {
+        for pod in self.pods.by_node(node).iter().filter(|p| pod_ready(p)) {
+            let pods: Api<Pod> = Api::namespaced(
+                self.client.clone(),
+                pod.metadata.namespace.as_deref().unwrap_or(""),
+            );
+            // Strategic merge: conditions merge by type, the others stay.
+            let patch = Patch::Strategic(json!({"status": {"conditions": [{
+                "type": "Ready", "status": "False", "reason": "NodeNotReady",
+                "message": "the node running this pod stopped reporting",
+                "lastTransitionTime": Time(now),
+            }]}}));
+            match pods
+                .patch_status(&pod.name(), &PatchParams::default(), &patch)
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+}
+
 #[async_trait::async_trait]
 impl Reconciler for NodeLifecycleController {
     async fn reconcile(&self, _ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
@@ -334,6 +370,11 @@ impl Reconciler for NodeLifecycleController {
                 .and_then(|s| s.taints.clone())
                 .unwrap_or_default()
         });
+        let silent =
+            plan.mark_unknown || condition(&node, "Ready").is_some_and(|c| c.status == "Unknown");
+        if silent {
+            self.mark_pods_not_ready(&name, now).await?;
+        }
         let evict = evictions(&taints, &self.pods.by_node(&name), now);
         for key in &evict.now {
             let Some(pod) = self.pods.get(key) else {
