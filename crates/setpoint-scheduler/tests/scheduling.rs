@@ -2,12 +2,17 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
+
+use bytes::Bytes;
 
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use serde_json::{json, Value};
 use setpoint_runtime::client::{
-    Api, Client, DeleteParams, ListParams, Patch, PatchParams, PostParams,
+    Api, Body, Client, ClientError, DeleteParams, ListParams, Patch, PatchParams, PostParams,
+    Transport,
 };
 use setpoint_scheduler::SchedulerConfig;
 use setpoint_testing::TestCluster;
@@ -438,5 +443,73 @@ async fn binds_only_while_leading() {
     standby.stop().await;
     let _ = other_stop.send(());
     other.await.unwrap();
+    cluster.stop().await;
+}
+
+/// Forwards to a real client, but refuses the first `failures` binds.
+struct FailingBinds {
+    inner: Client,
+    failures: AtomicUsize,
+    binds: Arc<AtomicUsize>,
+}
+
+#[async_trait::async_trait]
+impl Transport for FailingBinds {
+    async fn send(&self, req: http::Request<Bytes>) -> Result<http::Response<Body>, ClientError> {
+        let path = req
+            .uri()
+            .path_and_query()
+            .map(|p| p.as_str().to_string())
+            .unwrap_or_default();
+        if req.method() == http::Method::POST && req.uri().path().ends_with("/binding") {
+            self.binds.fetch_add(1, Ordering::SeqCst);
+            let left = self.failures.load(Ordering::SeqCst);
+            if left > 0 {
+                self.failures.store(left - 1, Ordering::SeqCst);
+                return Err(ClientError::Transport("injected bind failure".into()));
+            }
+        }
+        let content_type = req
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(String::from);
+        let (parts, body) = req.into_parts();
+        self.inner
+            .send(parts.method, &path, content_type.as_deref(), body)
+            .await
+    }
+}
+
+#[tokio::test]
+async fn a_failed_bind_frees_the_room_and_is_retried() {
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
+    // One node with room for exactly one such pod: had the failed attempt's assumption
+    // been kept, the retry would find the node full.
+    node(&client, "only", "1", "8Gi", json!({}), json!({})).await;
+    let binds = Arc::new(AtomicUsize::new(0));
+    let flaky = Client::new(FailingBinds {
+        inner: client.clone(),
+        failures: AtomicUsize::new(2),
+        binds: binds.clone(),
+    });
+    let scheduler = start(flaky, None);
+    create_pod(&client, pod_json("p", "800m")).await;
+    assert_eq!(bound_to(&client, "p").await, "only");
+    assert_eq!(
+        binds.load(Ordering::SeqCst),
+        3,
+        "two refused binds, then one that worked"
+    );
+    let event = failed_scheduling_event(&client, "p").await;
+    assert!(
+        event
+            .message
+            .as_deref()
+            .is_some_and(|m| m.starts_with("Binding rejected:")),
+        "{event:?}"
+    );
+    scheduler.stop().await;
     cluster.stop().await;
 }
