@@ -2,7 +2,7 @@
 //! which of them is best. No I/O, no clock: everything it needs is in its arguments.
 //!
 //! Filters run in Kubernetes' order and a node is rejected by the first that fails:
-//! readiness, `spec.unschedulable` (NodeUnschedulable), taints (TaintToleration),
+//! readiness (a not-Ready node counts as tainted `node.kubernetes.io/not-ready`), `spec.unschedulable` (NodeUnschedulable), taints (TaintToleration),
 //! `nodeSelector` and required node affinity (NodeAffinity), then requests against
 //! allocatable (NodeResourcesFit, which reports every insufficient resource). Scores are
 //! NodeResourcesFit's LeastAllocated plus NodeResourcesBalancedAllocation, weight 1 each.
@@ -25,6 +25,12 @@ pub const MAX_NODE_SCORE: i64 = 100;
 /// The taint that stands for `spec.unschedulable`: tolerating it lets a pod onto a cordoned node.
 pub const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
 
+/// The taint of a node whose Ready condition is False (or missing).
+pub const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
+
+/// The taint of a node whose Ready condition is Unknown (its agent stopped reporting).
+pub const UNREACHABLE_TAINT: &str = "node.kubernetes.io/unreachable";
+
 /// Below this many nodes every node is looked at (Kubernetes' `minFeasibleNodesToFind`).
 pub const MIN_FEASIBLE_NODES_TO_FIND: usize = 100;
 
@@ -35,8 +41,10 @@ pub struct NodeFacts {
     pub labels: BTreeMap<String, String>,
     /// `spec.taints` with effect `NoSchedule` or `NoExecute` (the ones filtering looks at).
     pub taints: Vec<Taint>,
-    /// The `Ready` condition is `True`.
-    pub ready: bool,
+    /// Why the node is not Ready, as the taint the node lifecycle controller puts on such a
+    /// node (`node.kubernetes.io/not-ready`, or `…/unreachable` when the status is Unknown);
+    /// `None` when the `Ready` condition is `True`.
+    pub not_ready: Option<&'static str>,
     /// `spec.unschedulable` (cordoned).
     pub unschedulable: bool,
     /// `status.allocatable`.
@@ -58,12 +66,17 @@ impl NodeFacts {
                         .collect()
                 })
                 .unwrap_or_default(),
-            ready: node
+            not_ready: match node
                 .status
                 .as_ref()
                 .and_then(|s| s.conditions.as_ref())
                 .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
-                .is_some_and(|c| c.status == "True"),
+                .map(|c| c.status.as_str())
+            {
+                Some("True") => None,
+                Some("Unknown") => Some(UNREACHABLE_TAINT),
+                _ => Some(NOT_READY_TAINT),
+            },
             unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
             allocatable: Allocatable::of(node),
         }
@@ -145,7 +158,7 @@ impl<'a> PodFacts<'a> {
 /// Why a node was rejected; the text is Kubernetes' so messages read the same.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Reason {
-    /// The Ready condition is not True.
+    /// The Ready condition is not True, and the pod does not tolerate that.
     NotReady,
     /// Cordoned, and the pod does not tolerate it.
     Unschedulable,
@@ -294,25 +307,28 @@ fn insufficient(pod: &PodFacts<'_>, node: &NodeInfo, out: &mut Vec<Reason>) {
     }
 }
 
+/// Whether the pod tolerates a `key:NoSchedule` taint with no value.
+fn tolerates_no_schedule(pod: &PodFacts<'_>, key: &str) -> bool {
+    let taint = Taint {
+        key: key.into(),
+        effect: "NoSchedule".into(),
+        ..Taint::default()
+    };
+    pod.tolerations.iter().any(|t| tolerates(t, &taint))
+}
+
 /// Runs every filter; `Err` holds why the node was rejected (several reasons only from
 /// the resource filter).
 pub fn filter(pod: &PodFacts<'_>, node: &NodeInfo) -> Result<(), Vec<Reason>> {
     let facts = &node.facts;
-    if !facts.ready {
-        return Err(vec![Reason::NotReady]);
+    // A node that is not Ready takes only pods that tolerate its not-ready taint (as
+    // DaemonSet pods do), whether or not the taint has been applied yet.
+    if let Some(taint) = facts.not_ready {
+        if !tolerates_no_schedule(pod, taint) {
+            return Err(vec![Reason::NotReady]);
+        }
     }
-    if facts.unschedulable
-        && !pod.tolerations.iter().any(|t| {
-            tolerates(
-                t,
-                &Taint {
-                    key: UNSCHEDULABLE_TAINT.into(),
-                    effect: "NoSchedule".into(),
-                    ..Taint::default()
-                },
-            )
-        })
-    {
+    if facts.unschedulable && !tolerates_no_schedule(pod, UNSCHEDULABLE_TAINT) {
         return Err(vec![Reason::Unschedulable]);
     }
     if let Some(t) = untolerated_taint(&facts.taints, pod.tolerations) {

@@ -75,6 +75,27 @@ fn not_ready_and_cordoned_nodes_are_rejected() {
         v["status"].as_object_mut().unwrap().remove("conditions");
     });
     assert_eq!(reasons(&p, &no_conditions), vec![Reason::NotReady]);
+    let unknown = with(node_json("a"), |v| {
+        v["status"]["conditions"][0]["status"] = json!("Unknown")
+    });
+    assert_eq!(reasons(&p, &unknown), vec![Reason::NotReady]);
+    // Pods that tolerate the matching taint (DaemonSet pods do) still go there.
+    let tolerates_not_ready = pod(json!({"tolerations": [
+        {"key": NOT_READY_TAINT, "operator": "Exists", "effect": "NoSchedule"}
+    ]}));
+    assert_eq!(reasons(&tolerates_not_ready, &not_ready), vec![]);
+    assert_eq!(
+        reasons(&tolerates_not_ready, &unknown),
+        vec![Reason::NotReady]
+    );
+    let tolerates_unreachable = pod(json!({"tolerations": [
+        {"key": UNREACHABLE_TAINT, "operator": "Exists"}
+    ]}));
+    assert_eq!(reasons(&tolerates_unreachable, &unknown), vec![]);
+    assert_eq!(
+        reasons(&tolerates_unreachable, &not_ready),
+        vec![Reason::NotReady]
+    );
     let cordoned = with(node_json("a"), |v| v["spec"]["unschedulable"] = json!(true));
     assert_eq!(reasons(&p, &cordoned), vec![Reason::Unschedulable]);
     // Tolerating the unschedulable taint lets a pod (e.g. a DaemonSet's) onto it.
@@ -421,7 +442,7 @@ fn diagnosis_counts_reasons_per_node() {
     let mut nodes = vec![node("a"), node("b"), node("c")];
     nodes[0].facts.labels.insert("disk".into(), "ssd".into());
     nodes[0].add(&PodRequests::of(&requesting("4", "8Gi")));
-    nodes[2].facts.ready = false;
+    nodes[2].facts.not_ready = Some(NOT_READY_TAINT);
     let p = pod(json!({
         "nodeSelector": {"disk": "ssd"},
         "containers": [{"name": "c", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}],
@@ -498,7 +519,7 @@ fn node_facts_ignore_soft_taints_and_read_readiness() {
     }))
     .unwrap();
     let f = NodeFacts::of(&n);
-    assert!(f.ready && f.unschedulable);
+    assert!(f.not_ready.is_none() && f.unschedulable);
     assert_eq!(f.taints.len(), 1);
     assert_eq!(f.taints[0].key, "b");
     assert_eq!(f.allocatable.pods, 10);
