@@ -5,7 +5,9 @@
 //! readiness (a not-Ready node counts as tainted `node.kubernetes.io/not-ready`), `spec.unschedulable` (NodeUnschedulable), taints (TaintToleration),
 //! `nodeSelector` and required node affinity (NodeAffinity), then requests against
 //! allocatable (NodeResourcesFit, which reports every insufficient resource). Scores are
-//! NodeResourcesFit's LeastAllocated plus NodeResourcesBalancedAllocation, weight 1 each.
+//! the default profile's: NodeResourcesFit's LeastAllocated and
+//! NodeResourcesBalancedAllocation (weight 1 each), preferred node affinity (weight 2) and
+//! PreferNoSchedule taints (weight 3), the last two normalized across the feasible nodes.
 //! Like kube-scheduler, the search stops after finding enough feasible nodes
 //! ([`nodes_to_find`]) and the next search starts where this one stopped, so pods spread
 //! and large clusters cost less per pod.
@@ -14,7 +16,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
 use k8s_openapi::api::core::v1::{
-    Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod, Taint, Toleration,
+    Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod, PreferredSchedulingTerm,
+    Taint, Toleration,
 };
 
 use crate::resources::{Allocatable, PodRequests, Resources};
@@ -41,6 +44,8 @@ pub struct NodeFacts {
     pub labels: BTreeMap<String, String>,
     /// `spec.taints` with effect `NoSchedule` or `NoExecute` (the ones filtering looks at).
     pub taints: Vec<Taint>,
+    /// `spec.taints` with effect `PreferNoSchedule` (the ones scoring looks at).
+    pub soft_taints: Vec<Taint>,
     /// Why the node is not Ready, as the taint the node lifecycle controller puts on such a
     /// node (`node.kubernetes.io/not-ready`, or `…/unreachable` when the status is Unknown);
     /// `None` when the `Ready` condition is `True`.
@@ -62,6 +67,15 @@ impl NodeFacts {
                 .map(|ts| {
                     ts.iter()
                         .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
+                        .cloned()
+                        .collect()
+                })
+                .unwrap_or_default(),
+            soft_taints: spec
+                .and_then(|s| s.taints.as_ref())
+                .map(|ts| {
+                    ts.iter()
+                        .filter(|t| t.effect == "PreferNoSchedule")
                         .cloned()
                         .collect()
                 })
@@ -132,6 +146,8 @@ pub struct PodFacts<'a> {
     pub node_selector: Option<&'a BTreeMap<String, String>>,
     /// `spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution`.
     pub required_affinity: Option<&'a NodeSelector>,
+    /// `spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution`.
+    pub preferred_affinity: &'a [PreferredSchedulingTerm],
     /// `spec.tolerations`.
     pub tolerations: &'a [Toleration],
 }
@@ -140,16 +156,22 @@ impl<'a> PodFacts<'a> {
     /// The facts of a pod.
     pub fn of(pod: &'a Pod) -> PodFacts<'a> {
         let spec = pod.spec.as_ref();
+        let node_affinity = spec
+            .and_then(|s| s.affinity.as_ref())
+            .and_then(|a| a.node_affinity.as_ref());
         PodFacts {
             requests: PodRequests::of(pod),
             node_selector: spec.and_then(|s| s.node_selector.as_ref()),
-            required_affinity: spec
-                .and_then(|s| s.affinity.as_ref())
-                .and_then(|a| a.node_affinity.as_ref())
+            preferred_affinity: node_affinity
                 .and_then(|a| {
-                    a.required_during_scheduling_ignored_during_execution
-                        .as_ref()
-                }),
+                    a.preferred_during_scheduling_ignored_during_execution
+                        .as_deref()
+                })
+                .unwrap_or(&[]),
+            required_affinity: node_affinity.and_then(|a| {
+                a.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            }),
             tolerations: spec.and_then(|s| s.tolerations.as_deref()).unwrap_or(&[]),
         }
     }
@@ -382,9 +404,84 @@ pub fn balanced_allocation_score(pod: &PodFacts<'_>, node: &NodeInfo) -> i64 {
     ((1.0 - std) * MAX_NODE_SCORE as f64) as i64
 }
 
-/// The node's total score for the pod.
+/// The resource scores of a node for the pod: LeastAllocated + BalancedAllocation.
 pub fn score(pod: &PodFacts<'_>, node: &NodeInfo) -> i64 {
     least_allocated_score(pod, node) + balanced_allocation_score(pod, node)
+}
+
+/// NodeAffinity's raw score: the summed weights of the preferred terms the node matches.
+pub fn preferred_affinity_score(pod: &PodFacts<'_>, node: &NodeInfo) -> i64 {
+    pod.preferred_affinity
+        .iter()
+        .filter(|t| t.weight != 0 && term_matches(&t.preference, &node.name, &node.facts.labels))
+        .map(|t| i64::from(t.weight))
+        .sum()
+}
+
+/// TaintToleration's raw score: PreferNoSchedule taints not tolerated by the pod's
+/// tolerations for that effect (or for any effect). Fewer is better.
+pub fn intolerable_soft_taints(pod: &PodFacts<'_>, node: &NodeInfo) -> i64 {
+    node.facts
+        .soft_taints
+        .iter()
+        .filter(|taint| {
+            !pod.tolerations.iter().any(|t| {
+                matches!(
+                    t.effect.as_deref(),
+                    None | Some("") | Some("PreferNoSchedule")
+                ) && tolerates(t, taint)
+            })
+        })
+        .count() as i64
+}
+
+/// Kubernetes' default normalization: scales raw scores to 0..=100 by the largest one,
+/// reversed when lower raw scores are better.
+fn normalize(raw: i64, max: i64, reverse: bool) -> i64 {
+    let s = if max == 0 {
+        0
+    } else {
+        raw * MAX_NODE_SCORE / max
+    };
+    if reverse {
+        MAX_NODE_SCORE - s
+    } else {
+        s
+    }
+}
+
+/// Plugin weights of the default profile.
+const RESOURCE_WEIGHT: i64 = 1;
+const NODE_AFFINITY_WEIGHT: i64 = 2;
+const TAINT_TOLERATION_WEIGHT: i64 = 3;
+
+/// Total scores of the feasible nodes (indexes into `nodes`), in order: resource scores
+/// plus NodeAffinity (weight 2) and TaintToleration (weight 3), each normalized across the
+/// feasible nodes as Kubernetes does.
+pub fn scores(pod: &PodFacts<'_>, nodes: &[NodeInfo], feasible: &[usize]) -> Vec<i64> {
+    let affinity: Vec<i64> = if pod.preferred_affinity.is_empty() {
+        vec![0; feasible.len()]
+    } else {
+        feasible
+            .iter()
+            .map(|&i| preferred_affinity_score(pod, &nodes[i]))
+            .collect()
+    };
+    let taints: Vec<i64> = feasible
+        .iter()
+        .map(|&i| intolerable_soft_taints(pod, &nodes[i]))
+        .collect();
+    let max_affinity = affinity.iter().copied().max().unwrap_or(0);
+    let max_taints = taints.iter().copied().max().unwrap_or(0);
+    feasible
+        .iter()
+        .enumerate()
+        .map(|(j, &i)| {
+            RESOURCE_WEIGHT * score(pod, &nodes[i])
+                + NODE_AFFINITY_WEIGHT * normalize(affinity[j], max_affinity, false)
+                + TAINT_TOLERATION_WEIGHT * normalize(taints[j], max_taints, true)
+        })
+        .collect()
 }
 
 /// How many feasible nodes to find before choosing, out of `all`
@@ -509,8 +606,7 @@ pub fn schedule(
         [only] => *only,
         _ => {
             let (mut best, mut best_score, mut ties) = (feasible[0], i64::MIN, 0u64);
-            for &idx in &feasible {
-                let s = score(pod, &nodes[idx]);
+            for (&idx, s) in feasible.iter().zip(scores(pod, nodes, &feasible)) {
                 if s > best_score {
                     (best, best_score, ties) = (idx, s, 1);
                 } else if s == best_score {

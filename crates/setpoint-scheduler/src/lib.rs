@@ -3,9 +3,9 @@
 //! It watches pods that have no `spec.nodeName` and name this scheduler (`default-scheduler`
 //! by default), and all nodes. For each pod it filters the nodes (Ready, not cordoned,
 //! taints vs tolerations, `nodeSelector` and required node affinity, CPU / memory / pod-count
-//! requests vs allocatable), scores the feasible ones (least-allocated plus
-//! balanced-allocation) and binds the pod to the best through `pods/binding`. A pod that fits
-//! nowhere gets `PodScheduled=False` (reason `Unschedulable`) and a `FailedScheduling` event
+//! requests vs allocatable), scores the feasible ones (least-allocated, balanced-allocation,
+//! preferred node affinity, PreferNoSchedule taints) and binds the pod to the best through
+//! `pods/binding`. A pod that fits nowhere gets `PodScheduled=False` (reason `Unschedulable`) and a `FailedScheduling` event
 //! with Kubernetes' message, and is retried when the cluster changes.
 //!
 //! Throughput comes from keeping the whole decision in memory: per-node totals are updated

@@ -525,3 +525,71 @@ fn node_facts_ignore_soft_taints_and_read_readiness() {
     assert_eq!(f.allocatable.pods, 10);
     assert_eq!(f.labels.get("x").map(String::as_str), Some("1"));
 }
+
+#[test]
+fn preferred_affinity_attracts() {
+    let plain = node("plain");
+    let ssd = with(node_json("ssd"), |v| {
+        v["metadata"]["labels"] = json!({"disk": "ssd", "zone": "z1"})
+    });
+    let zone = with(node_json("zone"), |v| {
+        v["metadata"]["labels"] = json!({"zone": "z1"})
+    });
+    let p = pod(
+        json!({"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 80, "preference": {"matchExpressions": [expr("disk", "In", &["ssd"])]}},
+            {"weight": 20, "preference": {"matchExpressions": [expr("zone", "In", &["z1"])]}},
+            {"weight": 50, "preference": {}},
+        ]}}}),
+    );
+    let pf = PodFacts::of(&p);
+    assert_eq!(preferred_affinity_score(&pf, &plain), 0);
+    assert_eq!(preferred_affinity_score(&pf, &ssd), 100);
+    assert_eq!(preferred_affinity_score(&pf, &zone), 20);
+    let nodes = vec![plain, zone, ssd];
+    let s = scores(&pf, &nodes, &[0, 1, 2]);
+    // Equal resource scores; affinity normalized to 0, 20, 100, times weight 2; no soft
+    // taints anywhere: 100 × 3 for all.
+    let base = score(&pf, &nodes[0]);
+    assert_eq!(s, vec![base + 300, base + 40 + 300, base + 200 + 300]);
+    let placed = schedule(&pf, &nodes, 0, 3, &mut Rng::new(1)).unwrap();
+    assert_eq!(nodes[placed.node].name, "ssd");
+}
+
+#[test]
+fn prefer_no_schedule_taints_repel_unless_tolerated() {
+    let soft = |name: &str, n: usize| {
+        with(node_json(name), |v| {
+            v["spec"]["taints"] = json!((0..n)
+                .map(|i| json!({"key": format!("soft-{i}"), "effect": "PreferNoSchedule"}))
+                .collect::<Vec<_>>())
+        })
+    };
+    let nodes = vec![soft("two", 2), soft("one", 1), soft("none", 0)];
+    let p = pod(json!({}));
+    let pf = PodFacts::of(&p);
+    assert_eq!(intolerable_soft_taints(&pf, &nodes[0]), 2);
+    let base = score(&pf, &nodes[0]);
+    assert_eq!(
+        scores(&pf, &nodes, &[0, 1, 2]),
+        vec![base, base + 150, base + 300]
+    );
+    let placed = schedule(&pf, &nodes, 0, 3, &mut Rng::new(1)).unwrap();
+    assert_eq!(nodes[placed.node].name, "none");
+    // Tolerations for PreferNoSchedule (or for every effect) count; NoSchedule ones do not.
+    let tolerant = pod(json!({"tolerations": [
+        {"key": "soft-0", "operator": "Exists", "effect": "PreferNoSchedule"},
+        {"key": "soft-1", "operator": "Exists"},
+    ]}));
+    assert_eq!(
+        intolerable_soft_taints(&PodFacts::of(&tolerant), &nodes[0]),
+        0
+    );
+    let wrong_effect = pod(json!({"tolerations": [
+        {"key": "soft-0", "operator": "Exists", "effect": "NoSchedule"},
+    ]}));
+    assert_eq!(
+        intolerable_soft_taints(&PodFacts::of(&wrong_effect), &nodes[1]),
+        1
+    );
+}
