@@ -2,7 +2,8 @@
 //! which of them is best. No I/O, no clock: everything it needs is in its arguments.
 //!
 //! Filters run in Kubernetes' order and a node is rejected by the first that fails:
-//! readiness (a not-Ready node counts as tainted `node.kubernetes.io/not-ready`), `spec.unschedulable` (NodeUnschedulable), taints (TaintToleration),
+//! readiness (a not-Ready node counts as tainted `node.kubernetes.io/not-ready`),
+//! `spec.unschedulable` (NodeUnschedulable), taints (TaintToleration),
 //! `nodeSelector` and required node affinity (NodeAffinity), then requests against
 //! allocatable (NodeResourcesFit, which reports every insufficient resource). Scores are
 //! the default profile's: NodeResourcesFit's LeastAllocated and

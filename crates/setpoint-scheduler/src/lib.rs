@@ -5,8 +5,9 @@
 //! taints vs tolerations, `nodeSelector` and required node affinity, CPU / memory / pod-count
 //! requests vs allocatable), scores the feasible ones (least-allocated, balanced-allocation,
 //! preferred node affinity, PreferNoSchedule taints) and binds the pod to the best through
-//! `pods/binding`. A pod that fits nowhere gets `PodScheduled=False` (reason `Unschedulable`) and a `FailedScheduling` event
-//! with Kubernetes' message, and is retried when the cluster changes.
+//! `pods/binding`. A pod that fits nowhere gets `PodScheduled=False` (reason
+//! `Unschedulable`) and a `FailedScheduling` event with Kubernetes' message, and is retried
+//! when the cluster changes.
 //!
 //! Throughput comes from keeping the whole decision in memory: per-node totals are updated
 //! incrementally, a pod counts on its node the moment it is chosen (before the bind is

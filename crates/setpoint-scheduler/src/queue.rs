@@ -268,12 +268,14 @@ impl SchedulingQueue {
             }
         } else if !s.unschedulable.is_empty() && s.next_scan.is_none_or(|t| now >= t) {
             s.next_scan = Some(now + self.timing.max_unschedulable / 4);
+            let limit = self.timing.max_unschedulable;
+            let overstayed = |since: Instant| now.duration_since(since) >= limit;
             let stale: Vec<ObjectKey> = s
                 .unschedulable
                 .iter()
                 .filter(|k| {
                     matches!(s.entries.get(*k).map(|e| e.place),
-                        Some(Place::Unschedulable(since)) if now.duration_since(since) >= self.timing.max_unschedulable)
+                        Some(Place::Unschedulable(since)) if overstayed(since))
                 })
                 .cloned()
                 .collect();
