@@ -449,12 +449,20 @@ impl Shared {
         }
         let ns = key.namespace.as_deref().unwrap_or("default");
         let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
-        let patch = Patch::Strategic(json!({"status": {"conditions": [condition]}}));
+        // Conditional on the version decided on: were the pod bound meanwhile (by a later
+        // attempt), a late write must not mark it unscheduled. A conflict only skips this
+        // report; the next attempt writes a fresh one.
+        let patch = Patch::Strategic(json!({
+            "metadata": {"resourceVersion": pod.metadata.resource_version},
+            "status": {"conditions": [condition]},
+        }));
         if let Err(source) = api
             .patch_status(&key.name, &PatchParams::default(), &patch)
             .await
         {
-            if !source.is_not_found() {
+            if source.is_conflict() {
+                tracing::debug!("pod changed since the attempt; status not reported");
+            } else if !source.is_not_found() {
                 let err = SchedulerError::Status { pod: key, source };
                 tracing::warn!(error = %err, "could not record that the pod is unschedulable");
             }
