@@ -1,0 +1,320 @@
+//! `bench churn`: a steady stream of creates, patches and deletes of pods and Deployments at a
+//! fixed rate, to see whether the cluster keeps up and how API latency moves over time.
+//!
+//! Operations are due on a fixed schedule (rate R ⇒ one every 1/R s, catching up after a
+//! stall). At most `max_in_flight` are outstanding; an operation due while every slot is busy
+//! is not sent but logged as skipped — that is the backlog a cluster that cannot keep up
+//! builds, made visible instead of hidden in an unbounded queue. The operations cycle through
+//! create pod, create Deployment, patch pod, patch Deployment (replicas 1 ↔ 2), delete pod and
+//! delete Deployment, on the objects this run created.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use parking_lot::Mutex;
+use serde_json::json;
+use setpoint_runtime::client::{Api, Client, DeleteParams, Patch, PatchParams, PostParams};
+use tokio::sync::Semaphore;
+
+use crate::density::{create_namespace, delete_namespace, run_id, Nodes, Outcome, RUN_LABEL};
+use crate::procstat::Sampler;
+use crate::progress::Progress;
+use crate::record::{Mark, Record, Recorder};
+use crate::report::{self, ChurnReport};
+use crate::timed::once;
+use crate::BenchError;
+
+/// How a churn run goes.
+#[derive(Clone, Debug)]
+pub struct ChurnConfig {
+    /// Operations per second.
+    pub rate: f64,
+    /// How long the load lasts.
+    pub duration: Duration,
+    /// Simulated nodes to host (0: none; pods then stay Pending unless the cluster has nodes).
+    pub nodes: usize,
+    /// Operations outstanding at most; more due at once are skipped (backlog).
+    pub max_in_flight: usize,
+    pub image: String,
+    /// How long to wait for nodes, draining and deletion (each).
+    pub timeout: Duration,
+    pub progress: bool,
+    pub raw_log: Option<PathBuf>,
+}
+
+impl Default for ChurnConfig {
+    fn default() -> Self {
+        ChurnConfig {
+            rate: 100.0,
+            duration: Duration::from_secs(60),
+            nodes: 0,
+            max_in_flight: 256,
+            image: "nginx:1.25".into(),
+            timeout: Duration::from_secs(120),
+            progress: true,
+            raw_log: None,
+        }
+    }
+}
+
+/// The objects a run has created and not yet deleted, oldest first.
+#[derive(Default)]
+struct Live {
+    pods: Mutex<VecDeque<String>>,
+    deployments: Mutex<VecDeque<String>>,
+}
+
+fn pod(name: &str, run: &str, image: &str) -> Result<Pod, serde_json::Error> {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {RUN_LABEL: run}},
+        "spec": {"containers": [{"name": "app", "image": image}]}
+    }))
+}
+
+fn deployment(name: &str, run: &str, image: &str) -> Result<Deployment, serde_json::Error> {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {RUN_LABEL: run}},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name, RUN_LABEL: run}},
+                "spec": {"containers": [{"name": "app", "image": image}]}
+            }
+        }
+    }))
+}
+
+/// Operation `i` of the cycle.
+async fn operate(
+    i: u64,
+    pods: &Api<Pod>,
+    deps: &Api<Deployment>,
+    live: &Live,
+    rec: &Recorder,
+    run: &str,
+    image: &str,
+) {
+    let n = i / 6;
+    match i % 6 {
+        0 => {
+            let name = format!("churn-pod-{n}");
+            let Ok(p) = pod(&name, run, image) else {
+                return;
+            };
+            if once(
+                rec,
+                "create",
+                "pods",
+                pods.create(&PostParams::default(), &p),
+            )
+            .await
+            .is_ok()
+            {
+                live.pods.lock().push_back(name);
+            }
+        }
+        1 => {
+            let name = format!("churn-deploy-{n}");
+            let Ok(d) = deployment(&name, run, image) else {
+                return;
+            };
+            if once(
+                rec,
+                "create",
+                "deployments",
+                deps.create(&PostParams::default(), &d),
+            )
+            .await
+            .is_ok()
+            {
+                live.deployments.lock().push_back(name);
+            }
+        }
+        2 => {
+            let target = live.pods.lock().back().cloned();
+            if let Some(name) = target {
+                let patch =
+                    Patch::Merge(json!({"metadata": {"labels": {"churn-gen": n.to_string()}}}));
+                let _ = once(
+                    rec,
+                    "patch",
+                    "pods",
+                    pods.patch(&name, &PatchParams::default(), &patch),
+                )
+                .await;
+            }
+        }
+        3 => {
+            let target = live.deployments.lock().back().cloned();
+            if let Some(name) = target {
+                let patch = Patch::Merge(json!({"spec": {"replicas": 1 + (n % 2) as i32}}));
+                let _ = once(
+                    rec,
+                    "patch",
+                    "deployments",
+                    deps.patch(&name, &PatchParams::default(), &patch),
+                )
+                .await;
+            }
+        }
+        4 => {
+            let target = live.pods.lock().pop_front();
+            if let Some(name) = target {
+                let _ = once(
+                    rec,
+                    "delete",
+                    "pods",
+                    pods.delete(&name, &DeleteParams::default()),
+                )
+                .await;
+            }
+        }
+        _ => {
+            let target = live.deployments.lock().pop_front();
+            if let Some(name) = target {
+                let _ = once(
+                    rec,
+                    "delete",
+                    "deployments",
+                    deps.delete(&name, &DeleteParams::background()),
+                )
+                .await;
+            }
+        }
+    }
+}
+
+/// Runs the churn benchmark against the cluster behind `client`.
+pub async fn run(client: Client, config: ChurnConfig) -> Result<Outcome<ChurnReport>, BenchError> {
+    if config.rate <= 0.0 || config.rate.is_nan() {
+        return Err(BenchError::Setup("the rate must be positive".into()));
+    }
+    let rec = Recorder::new();
+    let id = run_id();
+    let ns = format!("bench-{id}");
+    let nodes = (config.nodes > 0).then(|| {
+        Nodes::start(
+            &client,
+            config.nodes,
+            &format!("bench-{id}-"),
+            [(RUN_LABEL.to_string(), id.clone())].into(),
+            110,
+            Default::default(),
+        )
+    });
+    rec.record_at(
+        0,
+        Record::Start {
+            benchmark: "churn".into(),
+            run_id: id.clone(),
+            unix_ms: chrono::Utc::now().timestamp_millis(),
+            params: json!({
+                "rate": config.rate,
+                "duration_seconds": config.duration.as_secs_f64(),
+                "simulated_nodes": config.nodes,
+                "max_in_flight": config.max_in_flight,
+            }),
+        },
+    );
+    create_namespace(&client, &rec, &ns, &id).await?;
+    let sampler = Sampler::start(rec.clone(), Duration::from_secs(1));
+    let pods = Api::<Pod>::namespaced(client.clone(), &ns);
+    let deps = Api::<Deployment>::namespaced(client.clone(), &ns);
+    let live = Arc::new(Live::default());
+    let slots = Arc::new(Semaphore::new(config.max_in_flight.max(1)));
+    let (sent, skipped) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let progress = config.progress.then(|| {
+        let (sent, skipped, slots, max) = (
+            sent.clone(),
+            skipped.clone(),
+            slots.clone(),
+            config.max_in_flight.max(1),
+        );
+        Progress::start(move || {
+            format!(
+                "operations sent {}  skipped {}  in flight {}",
+                sent.load(Ordering::Relaxed),
+                skipped.load(Ordering::Relaxed),
+                max - slots.available_permits()
+            )
+        })
+    });
+
+    rec.record(Record::Mark {
+        mark: Mark::CreatesStarted,
+    });
+    let period = Duration::from_secs_f64(1.0 / config.rate);
+    let mut ticker = tokio::time::interval(period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let end = tokio::time::Instant::now() + config.duration;
+    let mut i = 0u64;
+    loop {
+        let at = ticker.tick().await;
+        if at >= end {
+            break;
+        }
+        match slots.clone().try_acquire_owned() {
+            Ok(permit) => {
+                sent.fetch_add(1, Ordering::Relaxed);
+                let (pods, deps, live, rec, id, image) = (
+                    pods.clone(),
+                    deps.clone(),
+                    live.clone(),
+                    rec.clone(),
+                    id.clone(),
+                    config.image.clone(),
+                );
+                tokio::spawn(async move {
+                    operate(i, &pods, &deps, &live, &rec, &id, &image).await;
+                    drop(permit);
+                });
+            }
+            Err(_) => {
+                skipped.fetch_add(1, Ordering::Relaxed);
+                rec.record(Record::Skipped {
+                    op: [
+                        "create pod",
+                        "create deployment",
+                        "patch pod",
+                        "patch deployment",
+                        "delete pod",
+                        "delete deployment",
+                    ][(i % 6) as usize]
+                        .into(),
+                });
+            }
+        }
+        i += 1;
+    }
+    rec.record(Record::Mark {
+        mark: Mark::LoadDone,
+    });
+    // Let what was sent finish, so its latency is in the log.
+    let all = config.max_in_flight.max(1) as u32;
+    let _ = tokio::time::timeout(config.timeout, slots.acquire_many(all)).await;
+    if let Some(p) = progress {
+        p.stop().await;
+    }
+    if !delete_namespace(&client, &rec, &ns, config.timeout).await? {
+        rec.record(Record::Missing {
+            what: format!("namespace {ns} still there after {:?}", config.timeout),
+        });
+    }
+    sampler.stop().await;
+    if let Some(n) = nodes {
+        n.stop().await?;
+        crate::density::delete_nodes(&client, &rec, &format!("{RUN_LABEL}={id}")).await?;
+    }
+    let log = rec.snapshot();
+    if let Some(path) = &config.raw_log {
+        crate::record::write_log(&log, std::fs::File::create(path)?)?;
+    }
+    let report = report::churn(&log)?;
+    Ok(Outcome { report, log })
+}

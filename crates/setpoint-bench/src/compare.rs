@@ -1,0 +1,149 @@
+//! `bench compare`: two reports of the same benchmark side by side, with b/a for every figure.
+//!
+//! Works on the JSON of any report: every number is flattened to a path (list entries are
+//! named by their `verb`+`resource` or `name` when they have one, so the same figure lines up
+//! even when the lists differ), and figures only one side has are shown with a blank.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use serde_json::Value;
+
+/// Fields that identify a run rather than measure it.
+const SKIP: &[&str] = &["started_unix_ms", "run_id", "running_over_time", "pid"];
+
+/// One figure of both runs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    pub path: String,
+    pub a: Option<f64>,
+    pub b: Option<f64>,
+}
+
+impl Row {
+    /// b / a, when both are there and a is not zero.
+    pub fn ratio(&self) -> Option<f64> {
+        match (self.a, self.b) {
+            (Some(a), Some(b)) if a != 0.0 => Some(b / a),
+            _ => None,
+        }
+    }
+}
+
+fn entry_name(v: &Value, i: usize) -> String {
+    let s = |k: &str| v.get(k).and_then(Value::as_str);
+    match (s("verb"), s("resource"), s("name")) {
+        (Some(verb), Some(res), _) => format!("{verb} {res}"),
+        (_, _, Some(name)) => name.to_string(),
+        _ => i.to_string(),
+    }
+}
+
+fn flatten(prefix: &str, v: &Value, out: &mut BTreeMap<String, f64>) {
+    let join = |k: &str| {
+        if prefix.is_empty() {
+            k.to_string()
+        } else {
+            format!("{prefix}.{k}")
+        }
+    };
+    match v {
+        Value::Number(n) => {
+            if let Some(f) = n.as_f64() {
+                out.insert(prefix.to_string(), f);
+            }
+        }
+        Value::Bool(b) => {
+            out.insert(prefix.to_string(), f64::from(u8::from(*b)));
+        }
+        Value::Object(m) => {
+            for (k, v) in m {
+                if !SKIP.contains(&k.as_str()) {
+                    flatten(&join(k), v, out);
+                }
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                flatten(&join(&entry_name(item, i)), item, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Every figure of `a` and `b`, in `a`'s order then those only `b` has.
+pub fn rows(a: &Value, b: &Value) -> Vec<Row> {
+    let (mut fa, mut fb) = (BTreeMap::new(), BTreeMap::new());
+    flatten("", a, &mut fa);
+    flatten("", b, &mut fb);
+    let mut out: Vec<Row> = fa
+        .iter()
+        .map(|(k, v)| Row {
+            path: k.clone(),
+            a: Some(*v),
+            b: fb.get(k).copied(),
+        })
+        .collect();
+    out.extend(
+        fb.iter()
+            .filter(|(k, _)| !fa.contains_key(*k))
+            .map(|(k, v)| Row {
+                path: k.clone(),
+                a: None,
+                b: Some(*v),
+            }),
+    );
+    out
+}
+
+/// The rows as a table.
+pub fn render(rows: &[Row], a_name: &str, b_name: &str) -> String {
+    let width = rows.iter().map(|r| r.path.len()).max().unwrap_or(6).max(6);
+    let num = |v: Option<f64>| v.map(|v| format!("{v:.3}")).unwrap_or_default();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<width$} {:>14} {:>14} {:>8}",
+        "figure", a_name, b_name, "b/a"
+    );
+    for r in rows {
+        let _ = writeln!(
+            out,
+            "{:<width$} {:>14} {:>14} {:>8}",
+            r.path,
+            num(r.a),
+            num(r.b),
+            r.ratio().map(|x| format!("{x:.2}")).unwrap_or_default()
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn flattens_and_lines_up_by_name() {
+        let a = json!({"total_seconds": 2.0, "run_id": "x", "api": [
+            {"verb": "create", "resource": "pods", "count": 10},
+            {"verb": "get", "resource": "pods", "count": 4}
+        ], "timed_out": false});
+        let b = json!({"total_seconds": 3.0, "run_id": "y", "api": [
+            {"verb": "get", "resource": "pods", "count": 8}
+        ], "extra": 1});
+        let r = rows(&a, &b);
+        let find = |p: &str| r.iter().find(|x| x.path == p).unwrap().clone();
+        assert_eq!(find("total_seconds").ratio(), Some(1.5));
+        assert_eq!(find("api.get pods.count").ratio(), Some(2.0));
+        assert_eq!(find("api.create pods.count").b, None);
+        assert_eq!(find("extra").a, None);
+        assert_eq!(find("timed_out").a, Some(0.0));
+        assert_eq!(find("timed_out").ratio(), None);
+        assert!(r.iter().all(|x| !x.path.contains("run_id")));
+        let text = render(&r, "a.json", "b.json");
+        assert!(text.contains("1.50"));
+    }
+}

@@ -1,0 +1,476 @@
+//! `bench density`: how fast the cluster turns D Deployments × R replicas into Running pods on
+//! N nodes, and how fast it deletes them again.
+//!
+//! The run: start N simulated nodes in this process (through the public API, like any node
+//! agent) and wait until they are Ready; open the watches ([`crate::observe`]); create the
+//! Deployments with C concurrent requests; wait until every pod is Running and every
+//! Deployment Available (or the timeout); delete the namespaces and wait until they are gone.
+//! Everything observed goes into the raw log, and the report is computed from it alone.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, Node};
+use serde_json::json;
+use setpoint_node::{Capacity, SimulatedConfig, SimulationConfig};
+use setpoint_runtime::client::{Api, Client, DeleteParams, ListParams, PostParams};
+use tokio::sync::watch;
+
+use crate::observe::Observer;
+use crate::procstat::Sampler;
+use crate::progress::Progress;
+use crate::record::{Entry, Mark, Record, Recorder};
+use crate::report::{self, DensityReport};
+use crate::timed::{once, with_retries};
+use crate::BenchError;
+
+/// The label every object of a run carries, valued with the run id.
+pub const RUN_LABEL: &str = "setpoint-bench-run";
+
+/// How a density run goes.
+#[derive(Clone, Debug)]
+pub struct DensityConfig {
+    /// Simulated nodes to host in this process (0: use the nodes the cluster has).
+    pub nodes: usize,
+    pub deployments: usize,
+    pub replicas: i32,
+    /// One namespace per Deployment instead of one for the run.
+    pub namespace_per_deployment: bool,
+    /// Deployment creates in flight at once.
+    pub create_concurrency: usize,
+    pub image: String,
+    /// Leave everything in place at the end.
+    pub keep: bool,
+    /// How long to wait for nodes, readiness and deletion (each).
+    pub timeout: Duration,
+    /// Pods each simulated node takes.
+    pub node_pods: u32,
+    /// Simulated containers start this long after their pod arrives…
+    pub start_delay: Duration,
+    /// … and turn ready this long after starting.
+    pub ready_delay: Duration,
+    /// Print a progress line on stderr.
+    pub progress: bool,
+    /// Where to write the raw log (JSON lines).
+    pub raw_log: Option<PathBuf>,
+}
+
+impl Default for DensityConfig {
+    fn default() -> Self {
+        DensityConfig {
+            nodes: 0,
+            deployments: 1,
+            replicas: 1,
+            namespace_per_deployment: false,
+            create_concurrency: 32,
+            image: "nginx:1.25".into(),
+            keep: false,
+            timeout: Duration::from_secs(600),
+            node_pods: 110,
+            start_delay: Duration::ZERO,
+            ready_delay: Duration::ZERO,
+            progress: true,
+            raw_log: None,
+        }
+    }
+}
+
+/// What a run leaves: the report and the log it was computed from.
+#[derive(Clone, Debug)]
+pub struct Outcome<R> {
+    pub report: R,
+    pub log: Vec<Entry>,
+}
+
+/// A short random run id (lowercase hex, valid in names and label values).
+pub fn run_id() -> String {
+    format!("{:06x}", rand::random::<u32>() & 0xff_ffff)
+}
+
+/// Ready nodes that take pods (`Ready=True`, not cordoned), optionally label-selected.
+async fn ready_nodes(
+    client: &Client,
+    rec: &Recorder,
+    selector: Option<&str>,
+) -> Result<u64, BenchError> {
+    let api = Api::<Node>::all(client.clone());
+    let mut lp = ListParams::default();
+    if let Some(s) = selector {
+        lp = lp.labels(s);
+    }
+    let (list, _) = with_retries(rec, "list", "nodes", || api.list(&lp)).await;
+    Ok(list?
+        .items
+        .iter()
+        .filter(|n| {
+            let cordoned = n
+                .spec
+                .as_ref()
+                .and_then(|s| s.unschedulable)
+                .unwrap_or(false);
+            let ready = n
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            ready && !cordoned
+        })
+        .count() as u64)
+}
+
+/// Polls `done` every `every` until it holds (true) or `timeout` passes (false).
+async fn wait_until<F, Fut>(
+    timeout: Duration,
+    every: Duration,
+    mut done: F,
+) -> Result<bool, BenchError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<bool, BenchError>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if done().await? {
+            return Ok(true);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(false);
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+fn deployment(name: &str, run: &str, replicas: i32, image: &str) -> Result<Deployment, BenchError> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "labels": {RUN_LABEL: run}},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name, RUN_LABEL: run}},
+            "template": {
+                "metadata": {"labels": {"app": name, RUN_LABEL: run}},
+                "spec": {"containers": [{"name": "app", "image": image}]}
+            }
+        }
+    }))?)
+}
+
+/// Hosts the simulated nodes of a run until dropped or stopped.
+pub struct Nodes {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<Result<(), setpoint_node::AgentError>>,
+}
+
+impl Nodes {
+    /// Starts `n` simulated nodes named `<prefix><i>`, labelled `labels`.
+    pub fn start(
+        client: &Client,
+        n: usize,
+        prefix: &str,
+        labels: BTreeMap<String, String>,
+        pods: u32,
+        runtime: SimulatedConfig,
+    ) -> Self {
+        let (stop, mut stopped) = watch::channel(false);
+        let config = SimulationConfig {
+            nodes: n,
+            name_prefix: prefix.into(),
+            capacity: Capacity {
+                cpu: "8".into(),
+                memory: "32Gi".into(),
+                pods,
+            },
+            labels,
+            runtime,
+            ..Default::default()
+        };
+        let task = tokio::spawn(setpoint_node::run_simulated(
+            client.clone(),
+            config,
+            async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            },
+        ));
+        Nodes { stop, task }
+    }
+
+    /// Stops the nodes (their Node objects stay, as a stopped kubelet's do).
+    pub async fn stop(self) -> Result<(), BenchError> {
+        let _ = self.stop.send(true);
+        match self.task.await {
+            Ok(r) => r.map_err(|e| BenchError::Nodes(e.to_string())),
+            Err(e) => Err(BenchError::Nodes(e.to_string())),
+        }
+    }
+}
+
+/// Deletes the Node objects of a run's simulated nodes (after they stopped).
+pub async fn delete_nodes(
+    client: &Client,
+    rec: &Recorder,
+    selector: &str,
+) -> Result<(), BenchError> {
+    let api = Api::<Node>::all(client.clone());
+    let lp = ListParams::default().labels(selector);
+    let (list, _) = with_retries(rec, "list", "nodes", || api.list(&lp)).await;
+    let names: Vec<String> = list?
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    futures::stream::iter(names)
+        .for_each_concurrent(32, |name| {
+            let api = api.clone();
+            async move {
+                let dp = DeleteParams::default();
+                let _ = with_retries(rec, "delete", "nodes", || api.delete(&name, &dp)).await;
+            }
+        })
+        .await;
+    Ok(())
+}
+
+/// Runs the density benchmark against the cluster behind `client`.
+pub async fn run(
+    client: Client,
+    config: DensityConfig,
+) -> Result<Outcome<DensityReport>, BenchError> {
+    let rec = Recorder::new();
+    let id = run_id();
+    let selector = format!("{RUN_LABEL}={id}");
+    let pods = config.deployments as u64 * config.replicas.max(0) as u64;
+
+    let nodes = (config.nodes > 0).then(|| {
+        Nodes::start(
+            &client,
+            config.nodes,
+            &format!("bench-{id}-"),
+            BTreeMap::from([(RUN_LABEL.to_string(), id.clone())]),
+            config.node_pods,
+            SimulatedConfig {
+                start_delay: config.start_delay,
+                ready_delay: config.ready_delay,
+                ..Default::default()
+            },
+        )
+    });
+    if config.nodes > 0 {
+        let want = config.nodes as u64;
+        let ok = wait_until(config.timeout, Duration::from_millis(250), || async {
+            Ok(ready_nodes(&client, &rec, Some(&selector)).await? >= want)
+        })
+        .await?;
+        if !ok {
+            if let Some(n) = nodes {
+                let _ = n.stop().await;
+            }
+            return Err(BenchError::Setup(format!(
+                "{} simulated nodes were not Ready within {:?}",
+                config.nodes, config.timeout
+            )));
+        }
+    }
+    let cluster_nodes = ready_nodes(&client, &rec, None).await?;
+    rec.record_at(
+        0,
+        Record::Start {
+            benchmark: "density".into(),
+            run_id: id.clone(),
+            unix_ms: chrono::Utc::now().timestamp_millis(),
+            params: json!({
+                "nodes": cluster_nodes,
+                "simulated_nodes": config.nodes,
+                "deployments": config.deployments,
+                "replicas": config.replicas,
+                "namespace_per_deployment": config.namespace_per_deployment,
+                "create_concurrency": config.create_concurrency,
+                "image": config.image,
+                "start_delay_ms": config.start_delay.as_millis() as u64,
+                "ready_delay_ms": config.ready_delay.as_millis() as u64,
+            }),
+        },
+    );
+    let sampler = Sampler::start(rec.clone(), Duration::from_secs(1));
+    let observer = Observer::start(&client, &rec, &selector).await?;
+
+    // Namespaces are set-up, not load: they exist before the clock starts.
+    let namespaces: Vec<String> = if config.namespace_per_deployment {
+        (0..config.deployments)
+            .map(|i| format!("bench-{id}-{i}"))
+            .collect()
+    } else {
+        vec![format!("bench-{id}")]
+    };
+    let ns_api = Api::<Namespace>::all(client.clone());
+    let created: Vec<Result<(), BenchError>> = futures::stream::iter(namespaces.clone())
+        .map(|name| {
+            let (client, rec, id) = (client.clone(), rec.clone(), id.clone());
+            async move { create_namespace(&client, &rec, &name, &id).await }
+        })
+        .buffer_unordered(config.create_concurrency.max(1))
+        .collect()
+        .await;
+    created.into_iter().collect::<Result<Vec<()>, _>>()?;
+
+    let keys: Vec<(String, String)> = (0..config.deployments)
+        .map(|i| {
+            let ns = if config.namespace_per_deployment {
+                namespaces[i].clone()
+            } else {
+                namespaces[0].clone()
+            };
+            (ns, format!("bench-{i}"))
+        })
+        .collect();
+    let deployment_keys: Vec<String> = keys.iter().map(|(ns, n)| format!("{ns}/{n}")).collect();
+    let counts = observer.counts();
+    let progress = config.progress.then(|| {
+        let (counts, d) = (counts.clone(), config.deployments);
+        Progress::start(move || {
+            let (c, s, r, a) = counts.get();
+            format!("pods created {c}/{pods}  scheduled {s}  Running {r}  Deployments Available {a}/{d}")
+        })
+    });
+
+    rec.record(Record::Mark {
+        mark: Mark::CreatesStarted,
+    });
+    let rec2 = rec.clone();
+    futures::stream::iter(keys)
+        .for_each_concurrent(config.create_concurrency.max(1), |(ns, name)| {
+            let (client, rec, id, image) = (
+                client.clone(),
+                rec2.clone(),
+                id.clone(),
+                config.image.clone(),
+            );
+            async move {
+                let Ok(d) = deployment(&name, &id, config.replicas, &image) else {
+                    return;
+                };
+                let api = Api::<Deployment>::namespaced(client, &ns);
+                let pp = PostParams::default();
+                // A failed create stays in the log (errors, and what is missing at the end).
+                let _ = with_retries(&rec, "create", "deployments", || api.create(&pp, &d)).await;
+            }
+        })
+        .await;
+    rec.record(Record::Mark {
+        mark: Mark::CreatesDone,
+    });
+
+    let d = config.deployments as u64;
+    let ready = wait_until(config.timeout, Duration::from_millis(20), || {
+        let (_, _, r, a) = counts.get();
+        async move { Ok(r >= pods && a >= d) }
+    })
+    .await?;
+    if ready {
+        rec.record(Record::Mark {
+            mark: Mark::AllReady,
+        });
+    } else {
+        rec.record(Record::Mark {
+            mark: Mark::TimedOut,
+        });
+        for what in observer.missing(pods, &deployment_keys) {
+            rec.record(Record::Missing { what });
+        }
+    }
+    if let Some(p) = progress {
+        p.stop().await;
+    }
+
+    if !config.keep {
+        rec.record(Record::Mark {
+            mark: Mark::DeleteStarted,
+        });
+        futures::stream::iter(namespaces.clone())
+            .for_each_concurrent(config.create_concurrency.max(1), |name| {
+                let (api, rec) = (ns_api.clone(), rec.clone());
+                async move {
+                    let dp = DeleteParams::default();
+                    let _ =
+                        with_retries(&rec, "delete", "namespaces", || api.delete(&name, &dp)).await;
+                }
+            })
+            .await;
+        let ns_selector = ListParams::default().labels(&selector);
+        let left = std::cell::Cell::new(namespaces.len());
+        let gone = wait_until(config.timeout, Duration::from_millis(100), || {
+            let (api, rec, lp, left) = (&ns_api, &rec, &ns_selector, &left);
+            async move {
+                let list = once(rec, "list", "namespaces", api.list(lp)).await?;
+                left.set(list.items.len());
+                Ok(list.items.is_empty())
+            }
+        })
+        .await?;
+        let left = left.get();
+        if gone {
+            rec.record(Record::Mark {
+                mark: Mark::Deleted,
+            });
+        } else {
+            rec.record(Record::Missing {
+                what: format!("{left} namespaces still there after {:?}", config.timeout),
+            });
+        }
+    }
+    observer.stop().await;
+    sampler.stop().await;
+    if let Some(n) = nodes {
+        n.stop().await?;
+        if !config.keep {
+            delete_nodes(&client, &rec, &selector).await?;
+        }
+    }
+
+    let log = rec.snapshot();
+    if let Some(path) = &config.raw_log {
+        crate::record::write_log(&log, std::fs::File::create(path)?)?;
+    }
+    let report = report::density(&log)?;
+    Ok(Outcome { report, log })
+}
+
+/// Shared by the benchmarks that create their own namespace.
+pub(crate) async fn create_namespace(
+    client: &Client,
+    rec: &Recorder,
+    name: &str,
+    run: &str,
+) -> Result<(), BenchError> {
+    let api = Api::<Namespace>::all(client.clone());
+    let ns: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": name, "labels": {RUN_LABEL: run}}}))?;
+    let pp = PostParams::default();
+    match with_retries(rec, "create", "namespaces", || api.create(&pp, &ns)).await {
+        (Ok(_), _) => Ok(()),
+        (Err(e), true) if e.is_already_exists() => Ok(()),
+        (Err(e), _) => Err(e.into()),
+    }
+}
+
+/// Deletes a namespace and waits (up to `timeout`) until it is gone; whether it went.
+pub(crate) async fn delete_namespace(
+    client: &Client,
+    rec: &Recorder,
+    name: &str,
+    timeout: Duration,
+) -> Result<bool, BenchError> {
+    let api = Api::<Namespace>::all(client.clone());
+    let dp = DeleteParams::default();
+    let _ = with_retries(rec, "delete", "namespaces", || api.delete(name, &dp)).await;
+    let api = Arc::new(api);
+    wait_until(timeout, Duration::from_millis(100), || {
+        let api = api.clone();
+        async move { Ok(api.get_opt(name).await?.is_none()) }
+    })
+    .await
+}

@@ -1,0 +1,219 @@
+//! The raw event log: one [`Entry`] per observation, each with the microseconds since the run
+//! started on this process's monotonic clock.
+//!
+//! Times are integers on purpose: a report recomputed from the log written to disk must be
+//! bit-for-bit the report computed in memory, and integers survive a JSON round trip exactly.
+
+use std::io::{BufRead, Write};
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+use crate::BenchError;
+
+/// One observation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    /// Microseconds since the run started.
+    pub t_us: u64,
+    /// What was observed.
+    #[serde(flatten)]
+    pub record: Record,
+}
+
+/// Milestones of a run, in the order they normally happen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mark {
+    /// Nodes are Ready and the watches are open: the clock for throughput starts here.
+    CreatesStarted,
+    /// Every create was answered.
+    CreatesDone,
+    /// Every pod Running and every Deployment Available.
+    AllReady,
+    /// The wait for readiness gave up.
+    TimedOut,
+    /// The namespace deletes were sent.
+    DeleteStarted,
+    /// The namespaces are gone.
+    Deleted,
+    /// The load phase of churn or api ended.
+    LoadDone,
+}
+
+/// What was observed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Record {
+    /// The first record: which benchmark, with what parameters, started when (wall clock).
+    Start {
+        benchmark: String,
+        run_id: String,
+        unix_ms: i64,
+        params: serde_json::Value,
+    },
+    /// A milestone.
+    Mark { mark: Mark },
+    /// A pod (`namespace/name`) was first seen at all.
+    PodCreated { pod: String },
+    /// A pod was first seen with `spec.nodeName`.
+    PodScheduled { pod: String, node: String },
+    /// A pod was first seen in phase Running with every container ready.
+    PodRunning { pod: String },
+    /// A Deployment (`namespace/name`) was first seen with `availableReplicas` == replicas.
+    DeploymentAvailable { deployment: String },
+    /// One API request as the client saw it: sent at `t_us`, answered `us` later; `error` is
+    /// `None` on success, else the HTTP code or `transport` / `decode`.
+    Request {
+        verb: String,
+        resource: String,
+        us: u64,
+        error: Option<String>,
+    },
+    /// A failed request is being retried.
+    Retry {
+        verb: String,
+        resource: String,
+        reason: String,
+    },
+    /// A sample of a local process: peak resident set (`VmHWM`) and CPU time so far.
+    Process {
+        pid: u32,
+        name: String,
+        hwm_kb: u64,
+        cpu_ms: u64,
+    },
+    /// What was still missing when a wait gave up.
+    Missing { what: String },
+    /// A watcher received a change `us` after its writer sent it.
+    Delivery { watcher: u32, us: u64 },
+    /// Churn: an operation was due but every slot was busy, so it was not sent (backlog).
+    Skipped { op: String },
+}
+
+/// Collects entries from many tasks; cheap to clone.
+#[derive(Clone)]
+pub struct Recorder {
+    start: Instant,
+    entries: Arc<Mutex<Vec<Entry>>>,
+}
+
+impl Recorder {
+    /// A recorder whose clock starts now.
+    pub fn new() -> Self {
+        Recorder {
+            start: Instant::now(),
+            entries: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
+    /// Microseconds since the start.
+    pub fn now_us(&self) -> u64 {
+        self.start.elapsed().as_micros() as u64
+    }
+
+    /// The instant the clock started (to turn other instants into log times).
+    pub fn start(&self) -> Instant {
+        self.start
+    }
+
+    /// Records `record` as observed now.
+    pub fn record(&self, record: Record) {
+        let t_us = self.now_us();
+        self.record_at(t_us, record);
+    }
+
+    /// Records `record` as observed at `t_us`.
+    pub fn record_at(&self, t_us: u64, record: Record) {
+        self.entries.lock().push(Entry { t_us, record });
+    }
+
+    /// Everything recorded so far, sorted by time (stable, so equal times keep their order).
+    pub fn snapshot(&self) -> Vec<Entry> {
+        let mut v = self.entries.lock().clone();
+        v.sort_by_key(|e| e.t_us);
+        v
+    }
+}
+
+impl Default for Recorder {
+    fn default() -> Self {
+        Recorder::new()
+    }
+}
+
+/// Writes entries as JSON lines.
+pub fn write_log(entries: &[Entry], out: impl Write) -> Result<(), BenchError> {
+    let mut out = std::io::BufWriter::new(out);
+    for e in entries {
+        serde_json::to_writer(&mut out, e)?;
+        out.write_all(b"\n")?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// Reads JSON lines written by [`write_log`] (blank lines are skipped).
+pub fn read_log(input: impl BufRead) -> Result<Vec<Entry>, BenchError> {
+    let mut v = Vec::new();
+    for line in input.lines() {
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        v.push(serde_json::from_str(&line)?);
+    }
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_round_trips() {
+        let entries = vec![
+            Entry {
+                t_us: 0,
+                record: Record::Start {
+                    benchmark: "density".into(),
+                    run_id: "abc".into(),
+                    unix_ms: 1,
+                    params: serde_json::json!({"nodes": 3}),
+                },
+            },
+            Entry {
+                t_us: 5,
+                record: Record::Request {
+                    verb: "POST".into(),
+                    resource: "pods".into(),
+                    us: 17,
+                    error: Some("transport".into()),
+                },
+            },
+            Entry {
+                t_us: 9,
+                record: Record::Mark {
+                    mark: Mark::AllReady,
+                },
+            },
+        ];
+        let mut buf = Vec::new();
+        write_log(&entries, &mut buf).unwrap();
+        let text = String::from_utf8(buf.clone()).unwrap();
+        assert!(text.lines().nth(1).unwrap().contains(r#""kind":"request""#));
+        assert_eq!(read_log(&buf[..]).unwrap(), entries);
+    }
+
+    #[test]
+    fn snapshot_is_sorted_by_time() {
+        let r = Recorder::new();
+        r.record_at(10, Record::Missing { what: "b".into() });
+        r.record_at(3, Record::Missing { what: "a".into() });
+        let s = r.snapshot();
+        assert_eq!(s[0].t_us, 3);
+        assert_eq!(s[1].t_us, 10);
+    }
+}
