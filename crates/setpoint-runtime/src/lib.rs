@@ -2,10 +2,13 @@
 //!
 //! - [`client`]: typed and dynamic API access over HTTPS (kubeconfig) or in-process;
 //! - [`workqueue`]: deduplicating work queue with per-key backoff and a rate limit;
-//! - [`metrics`]: Prometheus metrics with the names Go operators use.
+//! - [`metrics`]: Prometheus metrics with the names Go operators use;
+//! - [`customresource`]: typed custom resources — `#[derive(CustomResource)]` on a spec
+//!   struct gives the resource type and its CustomResourceDefinition.
 
 pub mod client;
 pub mod controller;
+pub mod customresource;
 pub mod events;
 pub mod informer;
 pub mod leader;
@@ -16,3 +19,6 @@ pub mod workqueue;
 pub use client::{Api, Client, ClientError};
 pub use informer::{Informer, SharedInformers, Store};
 pub use object::{Object, ObjectKey};
+/// The schema generator custom resource types derive `JsonSchema` from.
+pub use schemars;
+pub use setpoint_derive::CustomResource;
