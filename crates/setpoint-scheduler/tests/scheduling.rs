@@ -513,3 +513,61 @@ async fn a_failed_bind_frees_the_room_and_is_retried() {
     scheduler.stop().await;
     cluster.stop().await;
 }
+
+#[tokio::test]
+async fn changing_a_waiting_pod_retries_it() {
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
+    node(
+        &client,
+        "tainted",
+        "4",
+        "8Gi",
+        json!({"taints": [{"key": "team", "value": "a", "effect": "NoSchedule"}]}),
+        json!({}),
+    )
+    .await;
+    let scheduler = start(client.clone(), None);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+
+    // Unschedulable until it tolerates the taint; adding the toleration is a spec change.
+    let mut intolerant = pod_json("intolerant", "100m");
+    intolerant["spec"]["tolerations"] = json!([{"key": "other", "operator": "Exists"}]);
+    create_pod(&client, intolerant).await;
+    assert_eq!(
+        unschedulable_message(&client, "intolerant").await,
+        "0/1 nodes are available: 1 node(s) had untolerated taint {team: a}."
+    );
+    pods.patch(
+        "intolerant",
+        &PatchParams::default(),
+        // Appended: pod updates may only add tolerations.
+        &Patch::Json(json!([{"op": "add", "path": "/spec/tolerations/-", "value":
+            {"key": "team", "operator": "Equal", "value": "a", "effect": "NoSchedule"}
+        }])),
+    )
+    .await
+    .unwrap();
+    assert_eq!(bound_to(&client, "intolerant").await, "tainted");
+
+    // A gated pod waits for its gates to go, then is scheduled.
+    let mut gated = pod_json("gated", "100m");
+    gated["spec"]["schedulingGates"] = json!([{"name": "example.com/wait"}]);
+    gated["spec"]["tolerations"] = json!([{"operator": "Exists"}]);
+    create_pod(&client, gated).await;
+    let mut probe = pod_json("probe", "100m");
+    probe["spec"]["tolerations"] = json!([{"operator": "Exists"}]);
+    create_pod(&client, probe).await;
+    bound_to(&client, "probe").await;
+    assert_eq!(node_name(&get_pod(&client, "gated").await), None);
+    pods.patch(
+        "gated",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"schedulingGates": null}})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(bound_to(&client, "gated").await, "tainted");
+    scheduler.stop().await;
+    cluster.stop().await;
+}
