@@ -252,13 +252,11 @@ pub async fn run(client: Client, config: ChurnConfig) -> Result<Outcome<ChurnRep
     let period = Duration::from_secs_f64(1.0 / config.rate);
     let mut ticker = tokio::time::interval(period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-    let end = tokio::time::Instant::now() + config.duration;
+    // Due times are the ticks from the first one: exactly rate × duration of them.
+    let mut at = ticker.tick().await;
+    let end = at + config.duration;
     let mut i = 0u64;
-    loop {
-        let at = ticker.tick().await;
-        if at >= end {
-            break;
-        }
+    while at < end {
         match slots.clone().try_acquire_owned() {
             Ok(permit) => {
                 sent.fetch_add(1, Ordering::Relaxed);
@@ -291,6 +289,7 @@ pub async fn run(client: Client, config: ChurnConfig) -> Result<Outcome<ChurnRep
             }
         }
         i += 1;
+        at = ticker.tick().await;
     }
     rec.record(Record::Mark {
         mark: Mark::LoadDone,
