@@ -99,6 +99,15 @@ impl TestCluster {
         c
     }
 
+    /// Like [`TestCluster::start_https`], with Setpoint's built-in controllers running.
+    pub async fn start_https_with_controllers() -> TestCluster {
+        let mut c = TestCluster::start_https().await;
+        c.controllers = Some(setpoint_controllers::manager::InProcess::start(
+            c.client.clone(),
+        ));
+        c
+    }
+
     /// A client for this cluster (cheap to clone).
     pub fn client(&self) -> Client {
         self.client.clone()
