@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 use setpoint_apiserver::{ApiServer, ServerConfig, StoreConfig};
 
 mod agent_cmd;
+mod bench_cmd;
 mod controller_manager;
 mod leadership;
 mod scheduler_cmd;
@@ -42,6 +43,12 @@ enum Command {
     Store {
         #[command(subcommand)]
         command: store_cmd::StoreCommand,
+    },
+    /// Load a Kubernetes-compatible cluster through its public API and report figures:
+    /// `density`, `churn`, `api`, and `compare` for two reports.
+    Bench {
+        #[command(subcommand)]
+        command: bench_cmd::BenchCommand,
     },
 }
 
@@ -105,6 +112,7 @@ fn main() -> anyhow::Result<()> {
             Command::Scheduler(args) => scheduler_cmd::run(args).await,
             Command::Agent(args) => agent_cmd::run(args).await,
             Command::Store { command } => store_cmd::run(command).await,
+            Command::Bench { command } => bench_cmd::run(command).await,
         }
     })
 }
