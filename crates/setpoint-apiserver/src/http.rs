@@ -373,7 +373,7 @@ fn storage_def(server: &ApiServer, res: &Arc<ResourceDef>) -> Arc<ResourceDef> {
 }
 
 fn to_api(res: &ResourceDef, obj: Value) -> Value {
-    if res.is_converted() {
+    if res.transformed_on_read() {
         crate::convert::from_storage(res, obj)
     } else {
         obj
@@ -714,7 +714,7 @@ fn filter_for(
     let predicate: Option<crate::watchcache::Predicate> = if labels.is_none() && fields.is_none() {
         None
     } else {
-        let converted = res.is_converted().then(|| res.clone());
+        let converted = res.transformed_on_read().then(|| res.clone());
         Some(Box::new(move |obj: &Value| {
             let converted_obj;
             let obj = match &converted {
@@ -872,7 +872,7 @@ async fn list(
                 )
             }
             _ => {
-                if table || res.is_converted() {
+                if table || res.transformed_on_read() {
                     (
                         objs.iter().map(|o| o.object.clone()).collect(),
                         revision,
@@ -889,7 +889,7 @@ async fn list(
             }
         }
     };
-    let items: Vec<Arc<Value>> = if res.is_converted() {
+    let items: Vec<Arc<Value>> = if res.transformed_on_read() {
         items
             .into_iter()
             .map(|o| Arc::new(to_api(res, (*o).clone())))
@@ -1159,7 +1159,7 @@ impl WatchState {
             self.first_table = false;
             return event_line(t.as_str(), &serde_json::to_vec(&tbl).unwrap_or_default());
         }
-        if self.res.is_converted() {
+        if self.res.transformed_on_read() {
             let o = to_api(&self.res, (*obj.object).clone());
             return event_line(t.as_str(), &serde_json::to_vec(&o).unwrap_or_default());
         }

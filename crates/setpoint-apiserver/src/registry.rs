@@ -75,6 +75,12 @@ impl ResourceDef {
                 .as_ref()
                 .is_some_and(|c| c.storage_version != self.version)
     }
+    /// Whether stored objects change on the way out: converted resources, and custom
+    /// resources whose schema has defaults (applied on read, so objects stored before a
+    /// default was added show it).
+    pub fn transformed_on_read(&self) -> bool {
+        self.is_converted() || self.custom.as_ref().is_some_and(|c| c.has_defaults)
+    }
     /// The storage key prefix for all objects of this resource:
     /// `/registry/<group or "core">/<plural>/`.
     pub fn storage_prefix(&self) -> String {

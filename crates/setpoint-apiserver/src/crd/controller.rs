@@ -135,7 +135,15 @@ impl ApiServer {
         let cache = self.caches.get(&res.storage_prefix());
         let (objs, _) = cache.list(&res.storage_prefix(), &Filter::all());
         let mut crds: Vec<Value> = objs.iter().map(|o| (*o.object).clone()).collect();
-        // The older CRD wins a name conflict, as upstream.
+        // A CRD whose names were accepted keeps them; among the rest, the older one wins.
+        let accepted = |o: &Value| {
+            o.pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c["type"] == "NamesAccepted" && c["status"] == "True")
+                })
+        };
         crds.sort_by(|a, b| {
             let t = |o: &Value| {
                 o.pointer("/metadata/creationTimestamp")
@@ -143,7 +151,9 @@ impl ApiServer {
                     .unwrap_or("")
                     .to_string()
             };
-            t(a).cmp(&t(b))
+            accepted(b)
+                .cmp(&accepted(a))
+                .then_with(|| t(a).cmp(&t(b)))
                 .then_with(|| meta::name(a).cmp(meta::name(b)))
         });
         let mut registry = Registry::builtin();

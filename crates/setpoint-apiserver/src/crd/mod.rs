@@ -54,6 +54,22 @@ pub struct CustomResource {
     pub scale: Option<ScalePaths>,
     /// The CRD is being deleted: no new objects.
     pub terminating: bool,
+    /// The schema declares defaults (applied on every read as well as on writes).
+    pub has_defaults: bool,
+}
+
+/// Whether a schema declares a `default` anywhere.
+fn declares_default(schema: &Value) -> bool {
+    match schema {
+        Value::Object(m) => {
+            m.contains_key("default")
+                || m.iter()
+                    .filter(|(k, _)| *k != "default")
+                    .any(|(_, v)| declares_default(v))
+        }
+        Value::Array(items) => items.iter().any(declares_default),
+        _ => false,
+    }
 }
 
 fn str_at<'a>(v: &'a Value, path: &str) -> &'a str {
@@ -145,6 +161,9 @@ pub fn resource_defs(crd: &Value) -> Vec<ResourceDef> {
                         .unwrap_or_default(),
                     scale,
                     terminating,
+                    has_defaults: v
+                        .pointer("/schema/openAPIV3Schema")
+                        .is_some_and(declares_default),
                 })),
             }
         })
@@ -369,11 +388,14 @@ pub fn validate(res: &ResourceDef, obj: &Value, old: Option<&Value>) -> Vec<Caus
     }
 }
 
-/// A stored custom object as a served version shows it (conversion `None`: only the
-/// `apiVersion` changes).
+/// A stored custom object as a served version shows it: conversion `None` (only the
+/// `apiVersion` changes), with the version's schema defaults filled in.
 pub fn to_version(res: &ResourceDef, mut obj: Value) -> Value {
     if let Some(m) = obj.as_object_mut() {
         m.insert("apiVersion".into(), json!(res.api_version()));
+    }
+    if let Some(s) = res.custom.as_ref().and_then(|c| c.schema.as_ref()) {
+        schema::default(s, &mut obj);
     }
     obj
 }
