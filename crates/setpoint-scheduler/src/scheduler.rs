@@ -132,6 +132,10 @@ struct Shared {
 
 /// Runs the scheduler until `shutdown` completes, placing pods only while `leader` is true
 /// (when given; caches stay warm meanwhile). In-flight binds finish before it returns.
+///
+/// Every bind is one request through `client`, so the client's rate limit caps binds per
+/// second: a client from a kubeconfig is limited to 50 requests/s by default, which a busy
+/// scheduler wants lifted (`Client::without_rate_limit` or a high `with_rate_limit`).
 pub async fn run(
     client: Client,
     config: SchedulerConfig,
