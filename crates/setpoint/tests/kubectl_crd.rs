@@ -51,6 +51,11 @@ spec:
           spec:
             type: object
             required: [database]
+            x-kubernetes-validations:
+            - rule: "self.retentionDays <= 365"
+              message: retention is at most a year
+            - rule: "self.retentionDays >= oldSelf.retentionDays"
+              message: retention cannot be shortened
             properties:
               schedule:
                 type: string
@@ -162,6 +167,23 @@ fn custom_resources_with_kubectl() {
     assert!(err.contains("spec.database"), "{err}");
     assert!(err.contains("spec.retentionDays"), "{err}");
     assert!(err.contains("is invalid"), "{err}");
+    // CEL rules: plain and transition rules.
+    let long = write(
+        dir,
+        "long.yaml",
+        "apiVersion: example.com/v1\nkind: CronBackup\nmetadata:\n  name: long\nspec:\n  database: orders\n  retentionDays: 400\n",
+    );
+    let err = s.fails(&["apply", "-f", &long]);
+    assert!(err.contains("retention is at most a year"), "{err}");
+    let err = s.fails(&[
+        "patch",
+        "cb",
+        "nightly",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"retentionDays":7}}"#,
+    ]);
+    assert!(err.contains("retention cannot be shortened"), "{err}");
     let missing = write(
         dir,
         "missing.yaml",

@@ -8,9 +8,13 @@
 //! `Terminating`) true. Deleting a CRD first deletes its objects (the
 //! `customresourcecleanup.apiextensions.k8s.io` finalizer).
 //!
+//! Schemas are applied by [`schema`]; their CEL rules (`x-kubernetes-validations`) by
+//! [`cel`], which says what of CEL is covered.
+//!
 //! [`establish`]: controller
 //! [`ResourceDef`]: crate::registry::ResourceDef
 
+pub mod cel;
 pub mod columns;
 pub mod controller;
 pub mod schema;
@@ -383,7 +387,7 @@ pub fn validate(res: &ResourceDef, obj: &Value, old: Option<&Value>) -> Vec<Caus
         return validate_crd(obj, old);
     }
     match res.custom.as_ref().and_then(|c| c.schema.as_ref()) {
-        Some(s) => schema::validate(s, obj),
+        Some(s) => schema::validate_update(s, obj, old),
         None => Vec::new(),
     }
 }

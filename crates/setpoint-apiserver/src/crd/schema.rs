@@ -149,8 +149,13 @@ fn short(v: &Value) -> String {
 
 /// Every violation of `schema` by `value`, one cause per field path.
 pub fn validate(schema: &Value, value: &Value) -> Vec<Cause> {
+    validate_update(schema, value, None)
+}
+
+/// Like [`validate`], for an update from `old` (transition rules see `oldSelf`).
+pub fn validate_update(schema: &Value, value: &Value, old: Option<&Value>) -> Vec<Cause> {
     let mut causes = Vec::new();
-    validate_at(schema, value, "", &mut causes);
+    validate_at(schema, value, old, "", &mut causes);
     causes
 }
 
@@ -166,7 +171,13 @@ fn type_ok(schema: &Value, value: &Value) -> bool {
     }
 }
 
-fn validate_at(schema: &Value, value: &Value, path: &str, causes: &mut Vec<Cause>) {
+fn validate_at(
+    schema: &Value,
+    value: &Value,
+    old: Option<&Value>,
+    path: &str,
+    causes: &mut Vec<Cause>,
+) {
     let field = if path.is_empty() { "<root>" } else { path };
     if value.is_null() {
         if !flag(schema, "nullable") && !schema_type(schema).is_empty() {
@@ -348,7 +359,7 @@ fn validate_at(schema: &Value, value: &Value, path: &str, causes: &mut Vec<Cause
             }
             if let Some(sub) = schema.get("items") {
                 for (i, v) in items.iter().enumerate() {
-                    validate_at(sub, v, &format!("{path}[{i}]"), causes);
+                    validate_at(sub, v, None, &format!("{path}[{i}]"), causes);
                 }
             }
         }
@@ -386,7 +397,13 @@ fn validate_at(schema: &Value, value: &Value, path: &str, causes: &mut Vec<Cause
                     continue;
                 }
                 if let Some(sub) = props.and_then(|p| p.get(key)).or(additional) {
-                    validate_at(sub, v, &join(path, key), causes);
+                    validate_at(
+                        sub,
+                        v,
+                        old.and_then(|o| o.get(key)),
+                        &join(path, key),
+                        causes,
+                    );
                 }
             }
         }
@@ -400,7 +417,7 @@ fn validate_at(schema: &Value, value: &Value, path: &str, causes: &mut Vec<Cause
             .iter()
             .map(|s| {
                 let mut c = Vec::new();
-                validate_at(s, value, path, &mut c);
+                validate_at(s, value, old, path, &mut c);
                 c
             })
             .collect();
@@ -420,9 +437,10 @@ fn validate_at(schema: &Value, value: &Value, path: &str, causes: &mut Vec<Cause
             _ => {}
         }
     }
+    causes.extend(super::cel::check(schema, value, old, path));
     if let Some(not) = schema.get("not") {
         let mut c = Vec::new();
-        validate_at(not, value, path, &mut c);
+        validate_at(not, value, old, path, &mut c);
         if c.is_empty() {
             causes.push(Cause::invalid(
                 field,
@@ -492,6 +510,7 @@ fn check_schema_at(schema: &Value, path: &str, causes: &mut Vec<Cause>) {
             ));
         }
     }
+    causes.extend(super::cel::compile_errors(schema, path));
     if let Some(props) = map.get("properties").and_then(Value::as_object) {
         for (k, sub) in props {
             check_schema_at(sub, &format!("{path}.properties[{k}]"), causes);
