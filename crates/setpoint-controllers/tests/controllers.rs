@@ -31,6 +31,20 @@ async fn config_map(api: &Api<ConfigMap>, body: serde_json::Value) -> ConfigMap 
     api.create(&PostParams::default(), &cm).await.unwrap()
 }
 
+/// Waits until the garbage collector has caught up with everything before this call: it
+/// creates a ConfigMap whose owner never existed and waits for the collector to delete it.
+/// (One work queue serves every object, in order, so earlier events were handled first.)
+async fn gc_barrier(api: &Api<ConfigMap>, name: &str) {
+    config_map(
+        api,
+        json!({"metadata": {"name": name, "ownerReferences": [
+            {"apiVersion": "v1", "kind": "ConfigMap", "name": "nobody", "uid": "no-such-uid"}
+        ]}}),
+    )
+    .await;
+    eventually("the garbage collector to catch up", || gone(api, name)).await;
+}
+
 /// An owner ConfigMap `owner` and dependents `dep-1`, `dep-2` (`dep-2` held by a finalizer
 /// when `hold` is set) in `namespace`.
 async fn family(api: &Api<ConfigMap>, hold: bool) -> ConfigMap {
@@ -191,7 +205,7 @@ async fn foreground_deletion_keeps_the_owner_until_dependents_are_gone() {
     })
     .await;
     // A blocking dependent remains: the owner must still be there.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    gc_barrier(&cms, "barrier").await;
     let owner = cms.get("owner").await.unwrap();
     assert!(owner.metadata.deletion_timestamp.is_some());
     assert!(owner
@@ -219,8 +233,8 @@ async fn orphan_deletion_keeps_dependents_without_references() {
     };
     cms.delete("owner", &orphan).await.unwrap();
     eventually("owner deleted", || gone(&cms, "owner")).await;
-    // Give a wrongly triggered background collection time to happen.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // A wrongly triggered background collection would have happened by now.
+    gc_barrier(&cms, "barrier").await;
     for name in ["dep-1", "dep-2"] {
         let dep = cms.get(name).await.unwrap();
         assert_eq!(
@@ -261,7 +275,7 @@ async fn owners_of_other_kinds_and_stale_uids_are_resolved() {
     )
     .await;
     eventually("stale dependent deleted", || gone(&cms, "stale")).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    gc_barrier(&cms, "barrier").await;
     assert!(cms.get_opt("team-settings").await.unwrap().is_some());
 
     namespaces

@@ -271,7 +271,13 @@ async fn a_restarted_controller_does_not_duplicate_pods() {
     let (cluster, sets, pods) = setup().await;
     create_rs(&sets, 0).await;
     let first = start_controller(&slow_client(&cluster));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The controller has synced once it reports the ReplicaSet's status.
+    wait_status(&sets, |rs| {
+        rs.status
+            .as_ref()
+            .is_some_and(|s| s.observed_generation == rs.metadata.generation)
+    })
+    .await;
     let watch = pods.watch(&WatchParams::default(), "").await.unwrap();
     futures::pin_mut!(watch);
     scale(&sets, 50).await;
@@ -296,13 +302,12 @@ async fn a_restarted_controller_does_not_duplicate_pods() {
     assert!(stopped < 50, "the controller was stopped mid scale-up");
     let _second = start_controller(&cluster.client());
     wait_count(&pods, 50).await;
-    // And it stays at 50.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(live_pods(&pods).await.len(), 50);
+    // Once the controller reports 50 (its view after its last creates), there are 50.
     let rs = wait_status(&sets, |rs| {
         rs.status.as_ref().is_some_and(|s| s.replicas == 50)
     })
     .await;
+    assert_eq!(live_pods(&pods).await.len(), 50);
     assert_eq!(field(&rs, |s| s.fully_labeled_replicas), 50);
 
     cluster.stop().await;
@@ -333,9 +338,13 @@ async fn a_failing_create_is_reported_without_flooding() {
     assert_eq!(cond.reason.as_deref(), Some("FailedCreate"));
     assert!(live_pods(&pods).await.is_empty());
     // Slow start: each pass (retried with backoff) stops at its first failure, one request,
-    // where creating all twenty at once would have sent twenty.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let n = attempts.load(Ordering::SeqCst);
+    // where creating all twenty at once would have sent twenty. Seen as soon as a second
+    // pass has begun.
+    let n = eventually("a retried pass", || async {
+        let n = attempts.load(Ordering::SeqCst);
+        (n >= 2).then_some(n)
+    })
+    .await;
     assert!(n < 20, "{n} create attempts");
 
     task.abort();
