@@ -118,10 +118,7 @@ fn expand(input: &DeriveInput) -> syn::Result<proc_macro2::TokenStream> {
         .plural
         .clone()
         .unwrap_or_else(|| format!("{}s", kind.to_lowercase()));
-    let singular = args
-        .singular
-        .clone()
-        .unwrap_or_else(|| kind.to_lowercase());
+    let singular = args.singular.clone().unwrap_or_else(|| kind.to_lowercase());
     let api_version = if group.is_empty() {
         version.clone()
     } else {
@@ -158,7 +155,12 @@ fn expand(input: &DeriveInput) -> syn::Result<proc_macro2::TokenStream> {
                 quote!(::std::option::Option::Some(#rt::schema_of::<#ty>())),
             )
         }
-        None => (quote!(), quote!(), quote!(), quote!(::std::option::Option::None)),
+        None => (
+            quote!(),
+            quote!(),
+            quote!(),
+            quote!(::std::option::Option::None),
+        ),
     };
     let status_de_field = match &args.status {
         Some(s) => {
