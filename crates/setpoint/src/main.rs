@@ -94,10 +94,16 @@ struct ServeArgs {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    // `bench` hosts many simulated nodes whose per-pod logs would bury its progress and report.
+    let default_log = if matches!(cli.command, Command::Bench { .. }) {
+        "error"
+    } else {
+        "info"
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("SETPOINT_LOG")
-                .unwrap_or_else(|_| "info".into()),
+                .unwrap_or_else(|_| default_log.into()),
         )
         .with_writer(std::io::stderr)
         .init();
