@@ -45,6 +45,8 @@ pub struct ApiConfig {
     pub timeout: Duration,
     pub progress: bool,
     pub raw_log: Option<PathBuf>,
+    /// Which local processes to sample (besides this one).
+    pub processes: crate::procstat::Scope,
 }
 
 impl Default for ApiConfig {
@@ -57,6 +59,7 @@ impl Default for ApiConfig {
             timeout: Duration::from_secs(60),
             progress: true,
             raw_log: None,
+            processes: Default::default(),
         }
     }
 }
@@ -233,7 +236,11 @@ pub async fn run(client: Client, config: ApiConfig) -> Result<Outcome<ApiReport>
             stopped.clone(),
         )));
     }
-    let sampler = Sampler::start(rec.clone(), Duration::from_secs(1));
+    let sampler = Sampler::start(
+        rec.clone(),
+        config.processes.clone(),
+        Duration::from_secs(1),
+    );
     let progress = config.progress.then(|| {
         let (writes, delivered) = (writes.clone(), delivered.clone());
         Progress::start(move || {

@@ -45,6 +45,8 @@ pub struct ChurnConfig {
     pub timeout: Duration,
     pub progress: bool,
     pub raw_log: Option<PathBuf>,
+    /// Which local processes to sample (besides this one).
+    pub processes: crate::procstat::Scope,
 }
 
 impl Default for ChurnConfig {
@@ -58,6 +60,7 @@ impl Default for ChurnConfig {
             timeout: Duration::from_secs(120),
             progress: true,
             raw_log: None,
+            processes: Default::default(),
         }
     }
 }
@@ -223,7 +226,11 @@ pub async fn run(client: Client, config: ChurnConfig) -> Result<Outcome<ChurnRep
         },
     );
     create_namespace(&client, &rec, &ns, &id).await?;
-    let sampler = Sampler::start(rec.clone(), Duration::from_secs(1));
+    let sampler = Sampler::start(
+        rec.clone(),
+        config.processes.clone(),
+        Duration::from_secs(1),
+    );
     let pods = Api::<Pod>::namespaced(client.clone(), &ns);
     let deps = Api::<Deployment>::namespaced(client.clone(), &ns);
     let live = Arc::new(Live::default());

@@ -57,6 +57,8 @@ pub struct DensityConfig {
     pub progress: bool,
     /// Where to write the raw log (JSON lines).
     pub raw_log: Option<PathBuf>,
+    /// Which local processes to sample (besides this one).
+    pub processes: crate::procstat::Scope,
 }
 
 impl Default for DensityConfig {
@@ -75,6 +77,7 @@ impl Default for DensityConfig {
             ready_delay: Duration::ZERO,
             progress: true,
             raw_log: None,
+            processes: Default::default(),
         }
     }
 }
@@ -295,7 +298,11 @@ pub async fn run(
             }),
         },
     );
-    let sampler = Sampler::start(rec.clone(), Duration::from_secs(1));
+    let sampler = Sampler::start(
+        rec.clone(),
+        config.processes.clone(),
+        Duration::from_secs(1),
+    );
     let observer = Observer::start(&client, &rec, &selector).await?;
 
     // Namespaces are set-up, not load: they exist before the clock starts.

@@ -1,11 +1,17 @@
-//! Peak RSS and CPU seconds of the Setpoint processes on this machine: every process whose
-//! executable is named `setpoint`, plus this process (which hosts the simulated nodes).
+//! Peak RSS and CPU seconds of the Setpoint processes serving the benchmarked cluster on this
+//! machine, plus this process (which hosts the simulated nodes).
+//!
+//! A process counts when its executable is named `setpoint` and it either listens on the API
+//! server's port or names the kubeconfig (or the directory holding it) on its command line —
+//! so `setpoint up` and components started against it count, while other clusters' processes
+//! on a shared machine do not.
 //!
 //! Read from `/proc`: `VmHWM` of `/proc/<pid>/status` is the kernel's own peak resident set,
 //! so sampling cannot miss a short peak; `utime + stime` of `/proc/<pid>/stat` is cumulative,
 //! so the CPU a run cost is the last sample minus the first. Against a remote cluster only
 //! this process is found, and the report says so by listing just it.
 
+use std::path::Path;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -58,11 +64,76 @@ pub fn sample(pid: u32, name: &str) -> Option<Sample> {
     })
 }
 
-/// This process and every other process whose executable is named `setpoint`, with a name
-/// saying which is which (the first arguments of their command line).
-pub fn setpoint_processes() -> Vec<(u32, String)> {
+/// Which local processes belong to the cluster under test.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Scope {
+    /// The API server's port, when it is on this machine.
+    pub port: Option<u16>,
+    /// Strings whose presence in a command line ties the process to the cluster.
+    pub mentions: Vec<String>,
+}
+
+impl Scope {
+    /// The scope of the cluster at `server` (a URL), reached through the kubeconfig at `path`.
+    pub fn for_cluster(server: &str, kubeconfig: Option<&Path>) -> Self {
+        let authority = server
+            .split("://")
+            .nth(1)
+            .unwrap_or(server)
+            .split('/')
+            .next()
+            .unwrap_or("");
+        let (host, port) = match authority.rsplit_once(':') {
+            Some((h, p)) => (h, p.parse().ok()),
+            None => (authority, None),
+        };
+        let local = matches!(host, "127.0.0.1" | "localhost" | "[::1]" | "0.0.0.0");
+        let mut mentions = Vec::new();
+        if let Some(p) = kubeconfig {
+            let p = p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+            mentions.push(p.display().to_string());
+            if let Some(dir) = p.parent().filter(|d| d.parent().is_some()) {
+                mentions.push(dir.display().to_string());
+            }
+        }
+        Scope {
+            port: if local { port } else { None },
+            mentions,
+        }
+    }
+}
+
+/// Inodes of the sockets listening on `port` in the text of `/proc/net/tcp` or `tcp6`.
+pub fn listening_inodes(tcp: &str, port: u16) -> Vec<u64> {
+    tcp.lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let local_port = f.get(1)?.rsplit(':').next()?;
+            let listening = *f.get(3)? == "0A";
+            (listening && u16::from_str_radix(local_port, 16).ok()? == port)
+                .then(|| f.get(9)?.parse().ok())
+                .flatten()
+        })
+        .collect()
+}
+
+/// This process and the `setpoint` processes in `scope`, with names saying which is which
+/// (the first arguments of their command line).
+pub fn setpoint_processes(scope: &Scope) -> Vec<(u32, String)> {
     let me = std::process::id();
     let mut out = vec![(me, "this process (driver + simulated nodes)".to_string())];
+    let sockets: Vec<String> = scope
+        .port
+        .map(|port| {
+            ["/proc/net/tcp", "/proc/net/tcp6"]
+                .iter()
+                .filter_map(|f| std::fs::read_to_string(f).ok())
+                .flat_map(|t| listening_inodes(&t, port))
+                .map(|i| format!("socket:[{i}]"))
+                .collect()
+        })
+        .unwrap_or_default();
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return out;
     };
@@ -82,12 +153,22 @@ pub fn setpoint_processes() -> Vec<(u32, String)> {
         let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
         let args: Vec<String> = cmdline
             .split(|b| *b == 0)
-            .skip(1)
-            .take(2)
             .map(|a| String::from_utf8_lossy(a).into_owned())
-            .filter(|a| !a.is_empty())
             .collect();
-        out.push((pid, format!("setpoint {}", args.join(" "))));
+        let mentioned = args
+            .iter()
+            .any(|a| scope.mentions.iter().any(|m| a.contains(m.as_str())));
+        let listens = !sockets.is_empty()
+            && std::fs::read_dir(e.path().join("fd")).is_ok_and(|fds| {
+                fds.flatten().any(|fd| {
+                    std::fs::read_link(fd.path())
+                        .is_ok_and(|l| sockets.iter().any(|s| l.as_os_str() == s.as_str()))
+                })
+            });
+        if mentioned || listens {
+            let shown: Vec<&str> = args.iter().skip(1).take(3).map(String::as_str).collect();
+            out.push((pid, format!("setpoint {}", shown.join(" ").trim())));
+        }
     }
     out
 }
@@ -101,10 +182,10 @@ pub struct Sampler {
 
 impl Sampler {
     /// Starts sampling now.
-    pub fn start(rec: Recorder, every: Duration) -> Self {
+    pub fn start(rec: Recorder, scope: Scope, every: Duration) -> Self {
         let (stop, mut stopped) = watch::channel(false);
         let task = tokio::spawn(async move {
-            let procs = setpoint_processes();
+            let procs = setpoint_processes(&scope);
             loop {
                 for (pid, name) in &procs {
                     if let Some(s) = sample(*pid, name) {
@@ -153,6 +234,38 @@ mod tests {
     fn samples_this_process() {
         let s = sample(std::process::id(), "me").expect("own /proc entry");
         assert!(s.hwm_kb > 0);
-        assert_eq!(setpoint_processes()[0].0, std::process::id());
+        assert_eq!(
+            setpoint_processes(&Scope::default())[0].0,
+            std::process::id()
+        );
+    }
+
+    #[test]
+    fn scope_of_a_local_and_a_remote_cluster() {
+        let s = Scope::for_cluster(
+            "https://127.0.0.1:6443",
+            Some(Path::new("/nonexistent/d/kubeconfig")),
+        );
+        assert_eq!(s.port, Some(6443));
+        assert_eq!(
+            s.mentions,
+            vec![
+                "/nonexistent/d/kubeconfig".to_string(),
+                "/nonexistent/d".to_string()
+            ]
+        );
+        let r = Scope::for_cluster("https://10.1.2.3:443/prefix", None);
+        assert_eq!(r, Scope::default());
+    }
+
+    #[test]
+    fn finds_listening_sockets_by_port() {
+        let tcp = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
+   0: 0100007F:192B 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4242 1 0\n\
+   1: 0100007F:192B 0100007F:D2F0 01 00000000:00000000 00:00000000 00000000     0        0 4343 1 0\n\
+   2: 0100007F:0050 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4444 1 0\n";
+        assert_eq!(listening_inodes(tcp, 6443), vec![4242]);
+        assert_eq!(listening_inodes(tcp, 80), vec![4444]);
+        assert!(listening_inodes(tcp, 1).is_empty());
     }
 }

@@ -156,6 +156,7 @@ async fn api_run_delivers_every_write_to_every_watcher() {
             timeout: Duration::from_secs(60),
             progress: false,
             raw_log: None,
+            processes: Default::default(),
         },
     )
     .await

@@ -136,10 +136,24 @@ fn parse_seconds(s: &str) -> Result<Duration, String> {
     }
 }
 
-fn client(path: Option<&Path>) -> anyhow::Result<setpoint_runtime::client::Client> {
-    let (client, _) = crate::leadership::connect(path)?;
+/// A client for the cluster, and which local processes serve it.
+fn client(
+    path: Option<&Path>,
+) -> anyhow::Result<(
+    setpoint_runtime::client::Client,
+    setpoint_bench::procstat::Scope,
+)> {
+    let (client, kubeconfig) = crate::leadership::connect(path)?;
+    // The file `connect` read: the flag, else the first `$KUBECONFIG` entry, else ~/.kube/config.
+    let file = path
+        .map(Path::to_path_buf)
+        .or_else(|| match std::env::var_os("KUBECONFIG") {
+            Some(p) if !p.is_empty() => std::env::split_paths(&p).next(),
+            _ => std::env::var_os("HOME").map(|h| Path::new(&h).join(".kube").join("config")),
+        });
+    let scope = setpoint_bench::procstat::Scope::for_cluster(&kubeconfig.server, file.as_deref());
     // A benchmark measures the server, not a client-side limiter.
-    Ok(client.without_rate_limit())
+    Ok((client.without_rate_limit(), scope))
 }
 
 fn write_json(path: &Option<PathBuf>, report: &impl serde::Serialize) -> anyhow::Result<()> {
@@ -161,8 +175,9 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
     match command {
         BenchCommand::Density(a) => {
             let c = a.common;
+            let (client, processes) = client(c.kubeconfig.as_deref())?;
             let outcome = density::run(
-                client(c.kubeconfig.as_deref())?,
+                client,
                 density::DensityConfig {
                     nodes: a.nodes,
                     deployments: a.deployments,
@@ -177,6 +192,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
                     ready_delay: Duration::from_millis(a.ready_delay_ms),
                     progress: !c.quiet,
                     raw_log: c.raw_log,
+                    processes,
                 },
             )
             .await?;
@@ -193,8 +209,9 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         }
         BenchCommand::Churn(a) => {
             let c = a.common;
+            let (client, processes) = client(c.kubeconfig.as_deref())?;
             let outcome = churn::run(
-                client(c.kubeconfig.as_deref())?,
+                client,
                 churn::ChurnConfig {
                     rate: a.rate,
                     duration: a.duration,
@@ -203,6 +220,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
                     timeout: Duration::from_secs(c.timeout_seconds.max(1)),
                     progress: !c.quiet,
                     raw_log: c.raw_log,
+                    processes,
                     ..Default::default()
                 },
             )
@@ -212,8 +230,9 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         }
         BenchCommand::Api(a) => {
             let c = a.common;
+            let (client, processes) = client(c.kubeconfig.as_deref())?;
             let outcome = api::run(
-                client(c.kubeconfig.as_deref())?,
+                client,
                 api::ApiConfig {
                     concurrency: a.concurrency.max(1),
                     duration: a.duration,
@@ -222,6 +241,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
                     timeout: Duration::from_secs(c.timeout_seconds.max(1)),
                     progress: !c.quiet,
                     raw_log: c.raw_log,
+                    processes,
                 },
             )
             .await?;
