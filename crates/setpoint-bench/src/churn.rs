@@ -313,9 +313,19 @@ pub async fn run(client: Client, config: ChurnConfig) -> Result<Outcome<ChurnRep
         });
     }
     sampler.stop().await;
+    // The measurement is over: a failure cleaning up goes in the report, not over it.
     if let Some(n) = nodes {
-        n.stop().await?;
-        crate::density::delete_nodes(&client, &rec, &format!("{RUN_LABEL}={id}")).await?;
+        if let Err(e) = n.stop().await {
+            rec.record(Record::Missing {
+                what: e.to_string(),
+            });
+        }
+        let selector = format!("{RUN_LABEL}={id}");
+        if let Err(e) = crate::density::delete_nodes(&client, &rec, &selector).await {
+            rec.record(Record::Missing {
+                what: format!("deleting the simulated Nodes: {e}"),
+            });
+        }
     }
     let log = rec.snapshot();
     if let Some(path) = &config.raw_log {

@@ -25,7 +25,7 @@ use crate::procstat::Sampler;
 use crate::progress::Progress;
 use crate::record::{Entry, Mark, Record, Recorder};
 use crate::report::{self, DensityReport};
-use crate::timed::{once, with_retries};
+use crate::timed::with_retries;
 use crate::BenchError;
 
 /// The label every object of a run carries, valued with the run id.
@@ -125,7 +125,9 @@ async fn ready_nodes(
         .count() as u64)
 }
 
-/// Polls `done` every `every` until it holds (true) or `timeout` passes (false).
+/// Polls `done` every `every` until it holds (true) or `timeout` passes (false). A failed
+/// check counts as "not yet": a loaded server may refuse a read for a moment, and the failed
+/// request is already in the log.
 async fn wait_until<F, Fut>(
     timeout: Duration,
     every: Duration,
@@ -137,7 +139,7 @@ where
 {
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
-        if done().await? {
+        if done().await.unwrap_or(false) {
             return Ok(true);
         }
         if tokio::time::Instant::now() >= deadline {
@@ -412,7 +414,8 @@ pub async fn run(
         let gone = wait_until(config.timeout, Duration::from_millis(100), || {
             let (api, rec, lp, left) = (&ns_api, &rec, &ns_selector, &left);
             async move {
-                let list = once(rec, "list", "namespaces", api.list(lp)).await?;
+                let (list, _) = with_retries(rec, "list", "namespaces", || api.list(lp)).await;
+                let list = list?;
                 left.set(list.items.len());
                 Ok(list.items.is_empty())
             }
@@ -431,10 +434,19 @@ pub async fn run(
     }
     observer.stop().await;
     sampler.stop().await;
+    // The measurement is over: a failure cleaning up goes in the report, not over it.
     if let Some(n) = nodes {
-        n.stop().await?;
+        if let Err(e) = n.stop().await {
+            rec.record(Record::Missing {
+                what: e.to_string(),
+            });
+        }
         if !config.keep {
-            delete_nodes(&client, &rec, &selector).await?;
+            if let Err(e) = delete_nodes(&client, &rec, &selector).await {
+                rec.record(Record::Missing {
+                    what: format!("deleting the simulated Nodes: {e}"),
+                });
+            }
         }
     }
 
