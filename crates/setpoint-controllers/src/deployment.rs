@@ -189,6 +189,8 @@ fn secs(t: &Time) -> i64 {
 struct Rs {
     name: String,
     replicas: i32,
+    /// Pods the ReplicaSet reports having (its status; may lag its spec either way).
+    pods: i32,
     available: i32,
     annotations: BTreeMap<String, String>,
     changed: bool,
@@ -245,6 +247,7 @@ pub fn plan(d: &Deployment, rses: &[ReplicaSet], now: &Time) -> Plan {
         .map(|rs| Rs {
             name: rs.metadata.name.clone().unwrap_or_default(),
             replicas: spec_replicas(rs),
+            pods: status_of(rs).0,
             available: status_of(rs).2,
             annotations: rs.metadata.annotations.clone().unwrap_or_default(),
             changed: false,
@@ -313,6 +316,7 @@ pub fn plan(d: &Deployment, rses: &[ReplicaSet], now: &Time) -> Plan {
             views.push(Rs {
                 name: rs_name.clone(),
                 replicas: 0,
+                pods: 0,
                 available: 0,
                 annotations,
                 changed: true,
@@ -336,6 +340,9 @@ pub fn plan(d: &Deployment, rses: &[ReplicaSet], now: &Time) -> Plan {
     let mut scaled = false;
 
     let total = |views: &[Rs]| views.iter().map(|v| v.replicas).sum::<i32>();
+    // Pods that may exist: an old ReplicaSet scaled down still has its pods until its
+    // controller deletes them, so the surge is measured against whichever is larger.
+    let occupied = |views: &[Rs]| views.iter().map(|v| v.replicas.max(v.pods)).sum::<i32>();
     let set = |v: &mut Rs, n: i32, events: &mut Vec<String>| {
         if v.replicas != n {
             let dir = if n > v.replicas { "up" } else { "down" };
@@ -431,7 +438,7 @@ pub fn plan(d: &Deployment, rses: &[ReplicaSet], now: &Time) -> Plan {
                 if cur > replicas {
                     set(&mut views[n], replicas, &mut events);
                 } else if cur < replicas {
-                    let room = replicas + surge - total(&views);
+                    let room = replicas + surge - occupied(&views);
                     if room > 0 {
                         let to = cur + room.min(replicas - cur);
                         set(&mut views[n], to, &mut events);
@@ -1197,6 +1204,32 @@ mod tests {
             Some("NewReplicaSetAvailable")
         );
         assert_eq!(d.metadata.annotations.as_ref().unwrap()[REVISION], "2");
+    }
+
+    #[test]
+    fn surge_counts_pods_an_old_replica_set_still_has() {
+        let mut d = deployment(3, "a", rolling(json!(1), json!(0)));
+        let mut m = Model::default();
+        m.settle(&mut d);
+        set_image(&mut d, "b");
+        m.step(&mut d);
+        m.ready(1);
+        // The old ReplicaSet is scaled down to 2 in this pass...
+        m.step(&mut d);
+        assert_eq!(spec_replicas(m.by_rev("1")), 2);
+        // ...but its controller has not removed the third pod yet.
+        let old = m
+            .rses
+            .iter_mut()
+            .find(|r| annotation(&r.metadata, REVISION) == Some("1"))
+            .unwrap();
+        old.status.as_mut().unwrap().replicas = 3;
+        let new_before = spec_replicas(m.by_rev("2"));
+        let p = plan(&d, &m.rses, &at(m.clock));
+        let grown = p.updates.iter().any(|u| {
+            u.name == m.by_rev("2").metadata.name.clone().unwrap() && u.replicas > new_before
+        });
+        assert!(!grown, "no new pod while 4 already exist: {:?}", p.updates);
     }
 
     #[test]
