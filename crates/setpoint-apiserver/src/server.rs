@@ -76,6 +76,11 @@ impl Default for ServerConfig {
     }
 }
 
+/// Store responses the watch cache may have queued. The cache is the store's one watcher and
+/// must not be dropped in a write burst; queued responses share their values, so a deep queue
+/// costs little.
+const CACHE_WATCH_BUFFER: usize = 65_536;
+
 /// The server's shared state. Request handlers get an `Arc<ApiServer>`.
 pub struct ApiServer {
     pub(crate) store: Arc<dyn Store>,
@@ -121,12 +126,21 @@ impl ApiServer {
     /// Opens the store named by the config.
     pub async fn open_store(config: &ServerConfig) -> start_error::Result<Arc<dyn Store>> {
         Ok(match &config.store {
-            StoreConfig::Memory => Arc::new(setpoint_store::memory::MemoryStore::new()),
+            StoreConfig::Memory => Arc::new(setpoint_store::memory::MemoryStore::with_options(
+                setpoint_store::memory::MemoryOptions {
+                    watch_buffer: CACHE_WATCH_BUFFER,
+                    ..Default::default()
+                },
+            )),
             StoreConfig::Embedded(dir) => {
                 std::fs::create_dir_all(dir)
                     .map_err(|e| start_error::Error(format!("creating {}: {e}", dir.display())))?;
                 let dir = dir.clone();
-                let store = setpoint_store::embedded::EmbeddedStore::open(&dir, Default::default())
+                let options = setpoint_store::embedded::EmbeddedOptions {
+                    watch_buffer: CACHE_WATCH_BUFFER,
+                    ..Default::default()
+                };
+                let store = setpoint_store::embedded::EmbeddedStore::open(&dir, options)
                     .map_err(|e| {
                         start_error::Error(format!("opening store in {}: {e}", dir.display()))
                     })?;

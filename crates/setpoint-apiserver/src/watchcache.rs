@@ -455,8 +455,13 @@ pub struct CacheConfig {
 impl Default for CacheConfig {
     fn default() -> Self {
         CacheConfig {
-            window: 10_000,
-            watcher_buffer: 1024,
+            // A burst of 30,000 pod writes must not push a watcher that is a little behind out
+            // of the window (it would have to relist everything); old versions cost memory
+            // only while they are in it.
+            window: 50_000,
+            // Items are shared pointers, so a deep buffer is cheap; it absorbs bursts a
+            // healthy client drains a moment later.
+            watcher_buffer: 4096,
             bookmark_interval: Duration::from_secs(5),
         }
     }
