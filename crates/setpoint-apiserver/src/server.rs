@@ -140,8 +140,8 @@ impl ApiServer {
                     watch_buffer: CACHE_WATCH_BUFFER,
                     ..Default::default()
                 };
-                let store = setpoint_store::embedded::EmbeddedStore::open(&dir, options)
-                    .map_err(|e| {
+                let store =
+                    setpoint_store::embedded::EmbeddedStore::open(&dir, options).map_err(|e| {
                         start_error::Error(format!("opening store in {}: {e}", dir.display()))
                     })?;
                 Arc::new(store)

@@ -445,3 +445,41 @@ async fn nulls_unset_and_status_applies_through_its_subresource() {
         .get("f:status")
         .is_none());
 }
+
+#[tokio::test]
+async fn ports_are_keyed_by_port_and_protocol() {
+    let r = setup().await;
+    let mut d = deployment(1, "dns");
+    d["spec"]["template"]["spec"]["containers"][0]["ports"] = json!([
+        {"containerPort": 53, "protocol": "UDP", "name": "dns"},
+        {"containerPort": 53, "name": "dns-tcp"}
+    ]);
+    let created = apply(&r, "alice", &d).await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    let ports = &created.body["spec"]["template"]["spec"]["containers"][0]["ports"];
+    assert_eq!(ports.as_array().unwrap().len(), 2, "{ports}");
+    let owned = &entry(&created.body, "alice", "Apply").unwrap()["fieldsV1"]["f:spec"]
+        ["f:template"]["f:spec"]["f:containers"]["k:{\"name\":\"nginx\"}"]["f:ports"];
+    assert!(
+        owned
+            .get("k:{\"containerPort\":53,\"protocol\":\"UDP\"}")
+            .is_some(),
+        "{owned}"
+    );
+    assert!(
+        owned
+            .get("k:{\"containerPort\":53,\"protocol\":\"TCP\"}")
+            .is_some(),
+        "{owned}"
+    );
+    // Re-applied without the UDP port, only that one goes.
+    d["spec"]["template"]["spec"]["containers"][0]["ports"] =
+        json!([{"containerPort": 53, "name": "dns-tcp"}]);
+    let again = apply(&r, "alice", &d).await;
+    assert_eq!(again.status, 200, "{}", again.body);
+    let ports = &again.body["spec"]["template"]["spec"]["containers"][0]["ports"];
+    assert_eq!(
+        ports,
+        &json!([{"containerPort": 53, "name": "dns-tcp", "protocol": "TCP"}])
+    );
+}

@@ -268,7 +268,7 @@ fn kubectl_server_side_apply() {
     assert_eq!(
         owned["f:spec"]["f:template"]["f:spec"]["f:containers"]["k:{\"name\":\"nginx\"}"]
             ["f:ports"],
-        json!({"k:{\"containerPort\":80}": {".": {}, "f:containerPort": {}}})
+        json!({"k:{\"containerPort\":80,\"protocol\":\"TCP\"}": {".": {}, "f:containerPort": {}}})
     );
     c.apply_ok(SEED);
     let again = c.get();

@@ -70,8 +70,9 @@ fn of_elem(e: Elem) -> Shape {
 
 /// How a list's items are identified.
 enum ListKind {
-    /// Items are objects identified by the value of this property.
-    Associative(&'static str),
+    /// Items are objects identified by the values of these properties (sorted by name, as
+    /// Kubernetes writes them in `k:{...}` keys).
+    Associative(Vec<&'static str>),
     /// Items are scalars identified by their value.
     Set,
     /// The list is one value.
@@ -81,10 +82,23 @@ enum ListKind {
 fn list_kind(shape: Shape) -> ListKind {
     match shape {
         Shape::List(f) => {
+            let message = matches!(f.element(), Elem::Message(_));
+            // The OpenAPI list type decides, as in Kubernetes' structured merge; the patch
+            // strategy is the fallback for lists the OpenAPI leaves unmarked.
+            match f.list_type() {
+                Some(("map", keys)) if message && !keys.is_empty() => {
+                    let mut keys = keys.to_vec();
+                    keys.sort_unstable();
+                    return ListKind::Associative(keys);
+                }
+                Some(("set", _)) if !message => return ListKind::Set,
+                Some(("atomic", _)) => return ListKind::Atomic,
+                _ => {}
+            }
             let strategy = f.patch_strategy();
-            match (strategy.merge_key(), strategy.merges_list(), f.element()) {
-                (Some(k), _, Elem::Message(_)) => ListKind::Associative(k),
-                (None, true, Elem::Scalar) => ListKind::Set,
+            match (strategy.merge_key(), strategy.merges_list(), message) {
+                (Some(k), _, true) => ListKind::Associative(vec![k]),
+                (None, true, false) => ListKind::Set,
                 _ => ListKind::Atomic,
             }
         }
@@ -92,14 +106,31 @@ fn list_kind(shape: Shape) -> ListKind {
     }
 }
 
+/// The value a missing key field of an associative item takes, when Kubernetes defaults it
+/// (so an applied port without `protocol` is the same item as the stored one with `TCP`).
+fn key_default(key: &str) -> Option<Value> {
+    (key == "protocol").then(|| Value::String("TCP".into()))
+}
+
 /// The path element of an item of a list of `kind`, or `None` when it cannot be identified
 /// (an associative item without its key).
 fn item_element(kind: &ListKind, item: &Value) -> Option<String> {
     match kind {
-        ListKind::Associative(k) => {
-            let v = item.get(*k)?;
+        ListKind::Associative(ks) => {
             let mut keys = Map::new();
-            keys.insert((*k).to_string(), v.clone());
+            for k in ks {
+                match item.get(*k).cloned().or_else(|| key_default(k)) {
+                    Some(v) => {
+                        keys.insert((*k).to_string(), v);
+                    }
+                    // Only the first key is required to identify an item.
+                    None if keys.is_empty() && k == &ks[0] => return None,
+                    None => {}
+                }
+            }
+            if keys.is_empty() {
+                return None;
+            }
             Some(fieldset::key(&keys))
         }
         ListKind::Set => Some(fieldset::value(item)),
