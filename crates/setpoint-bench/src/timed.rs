@@ -15,6 +15,10 @@ use crate::record::{Record, Recorder};
 /// How many times a transiently failed request is retried.
 pub const MAX_RETRIES: u32 = 6;
 
+/// A request not answered within this long is given up on and logged as `timeout`: a wedged
+/// server must show up in the report as errors, not hang the benchmark.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The `error` field of a [`Record::Request`] for this outcome.
 pub fn outcome<T>(r: &Result<T, ClientError>) -> Option<String> {
     match r {
@@ -35,7 +39,7 @@ pub fn transient(e: &ClientError) -> bool {
     }
 }
 
-/// Runs `call` once, recording it as `verb` on `resource`.
+/// Runs `call` once (at most [`REQUEST_TIMEOUT`]), recording it as `verb` on `resource`.
 pub async fn once<T, Fut>(
     rec: &Recorder,
     verb: &str,
@@ -46,7 +50,18 @@ where
     Fut: Future<Output = Result<T, ClientError>>,
 {
     let t = rec.now_us();
-    let r = call.await;
+    let (r, error) = match tokio::time::timeout(REQUEST_TIMEOUT, call).await {
+        Ok(r) => {
+            let e = outcome(&r);
+            (r, e)
+        }
+        Err(_) => (
+            Err(ClientError::Transport(format!(
+                "no answer within {REQUEST_TIMEOUT:?}"
+            ))),
+            Some("timeout".to_string()),
+        ),
+    };
     let us = rec.now_us().saturating_sub(t);
     rec.record_at(
         t,
@@ -54,7 +69,7 @@ where
             verb: verb.into(),
             resource: resource.into(),
             us,
-            error: outcome(&r),
+            error,
         },
     );
     r
