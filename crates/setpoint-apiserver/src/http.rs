@@ -77,6 +77,39 @@ fn text_response(code: StatusCode, body: impl Into<Bytes>) -> Response {
         .expect("valid response")
 }
 
+/// An `/openapi/v2` response with its ETag; 304 when the client already holds it.
+fn openapi_v2_response(headers: &http::HeaderMap, doc: crate::openapi::V2Doc) -> Response {
+    use crate::openapi::V2Body;
+    let etag = format!("\"{}\"", doc.etag);
+    let (content_type, body) = match doc.body {
+        V2Body::Json(v) => (
+            "application/json",
+            Bytes::from(serde_json::to_vec(&v).unwrap_or_default()),
+        ),
+        V2Body::Protobuf(b) => (crate::openapi::V2_PROTOBUF, b),
+    };
+    let unchanged = headers
+        .get_all(http::header::IF_NONE_MATCH)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| {
+            let t = t.trim();
+            t == "*" || t.trim_start_matches("W/") == etag
+        });
+    let builder = Response::builder()
+        .header(http::header::CONTENT_TYPE, content_type)
+        .header(http::header::ETAG, &etag)
+        // One URL, two encodings: caches must key on Accept.
+        .header(http::header::VARY, "Accept");
+    let r = if unchanged {
+        builder.status(StatusCode::NOT_MODIFIED).body(Body::empty())
+    } else {
+        builder.status(StatusCode::OK).body(Body::from(body))
+    };
+    r.expect("valid response")
+}
+
 fn with_warnings(mut r: Response, warnings: &[String]) -> Response {
     for w in warnings {
         let v = format!("299 - {}", serde_json::to_string(w).unwrap_or_default());
@@ -160,7 +193,7 @@ pub async fn handle(State(server): State<Arc<ApiServer>>, req: http::Request<Bod
             .and_then(|v| v.to_str().ok())
             .unwrap_or("");
         return match crate::openapi::v2(&server, accept) {
-            Ok(doc) => value_response(StatusCode::OK, &doc),
+            Ok(doc) => openapi_v2_response(&parts.headers, doc),
             Err(e) => error_response(&e),
         };
     }

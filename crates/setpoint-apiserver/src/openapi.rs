@@ -14,14 +14,21 @@
 //! schema that accepts any object.
 //!
 //! Strategic merge patch is left out of the built-ins' PATCH request bodies on purpose: kubectl
-//! then computes it from its compiled-in types, which the server's implementation matches.
+//! then computes it from the v2 document's patch metadata (`x-kubernetes-patch-strategy`,
+//! `x-kubernetes-patch-merge-key`, read from the protobuf form), falling back to its
+//! compiled-in types; the server's implementation matches both.
+//!
+//! `/openapi/v2` is served as JSON or, when the client prefers it (client-go's
+//! `OpenAPISchema()` asks for it), as gnostic's protobuf message ([`v2proto`]).
 //!
 //! Built-in documents never change, so each one is built once (per set of served resources) and
-//! cached along with the hash the root index advertises.
+//! cached along with the hash the root index advertises (and `/openapi/v2` sends as its ETag),
+//! and the v2 document's protobuf encoding once it is first asked for.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use bytes::Bytes;
 use serde_json::{json, Map, Value};
 use setpoint_api::ApiError;
 use setpoint_protobuf::types::{self, FieldRef, Form, TypeRef};
@@ -29,17 +36,23 @@ use setpoint_protobuf::types::{self, FieldRef, Form, TypeRef};
 use crate::registry::ResourceDef;
 use crate::server::ApiServer;
 
+pub mod v2proto;
+
 const META: &str = "k8s.io.apimachinery.pkg.apis.meta.v1";
 /// Past this many cached documents (custom resources coming and going) the cache starts over.
 const MAX_CACHED: usize = 512;
 
-/// The Accept type of kubectl's OpenAPI v2 request, the gnostic protobuf encoding.
-const V2_PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2";
+/// The media type of the v2 document's gnostic protobuf encoding, which the response carries.
+pub const V2_PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf";
+/// The older spelling of [`V2_PROTOBUF`], which client-go still sends; answered the same.
+const V2_PROTOBUF_AT: &str = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
 
 /// One built document and the hash the root index advertises for it.
 struct Built {
     doc: Value,
     hash: String,
+    /// The protobuf encoding (v2 only), made on first request: most clients never ask.
+    proto: OnceLock<Bytes>,
 }
 
 fn cache() -> &'static Mutex<HashMap<String, Arc<Built>>> {
@@ -56,6 +69,7 @@ fn cached(key: String, build: impl FnOnce() -> Value) -> Arc<Built> {
     let built = Arc::new(Built {
         hash: doc_hash(&doc),
         doc,
+        proto: OnceLock::new(),
     });
     let mut map = cache().lock().expect("openapi cache");
     if map.len() >= MAX_CACHED {
@@ -119,24 +133,70 @@ pub fn v3(server: &ApiServer, path: &str) -> Option<Value> {
     gv_built(server, &group, &version).map(|b| b.doc.clone())
 }
 
-/// Serves `/openapi/v2`: Swagger 2.0 JSON. A request for the gnostic protobuf form (which
-/// kubectl tries first) gets 406 NotAcceptable; kubectl then relies on the v3 documents.
-pub fn v2(server: &ApiServer, accept: &str) -> Result<Value, ApiError> {
-    let wants_json = accept.is_empty()
-        || accept.split(',').any(|t| {
-            let t = t.split(';').next().unwrap_or("").trim();
-            t == "application/json" || t == "*/*" || t == "application/*"
-        });
-    if !wants_json && accept.contains(V2_PROTOBUF) {
-        return Err(ApiError::not_acceptable(
-            "only application/json is supported for /openapi/v2; use /openapi/v3",
-        ));
+/// The body of an `/openapi/v2` response.
+#[derive(Debug, Clone)]
+pub enum V2Body {
+    /// Swagger 2.0 JSON.
+    Json(Value),
+    /// The same document as gnostic's `openapi.v2.Document`, media type [`V2_PROTOBUF`].
+    Protobuf(Bytes),
+}
+
+/// An `/openapi/v2` response: the body and the ETag shared by both encodings (the document's
+/// hash; the response varies by Accept, as kube-apiserver's does).
+#[derive(Debug, Clone)]
+pub struct V2Doc {
+    pub body: V2Body,
+    pub etag: String,
+}
+
+/// The encodings `/openapi/v2` can answer with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum V2Format {
+    Json,
+    Protobuf,
+}
+
+/// Picks the encoding an Accept header asks for, like kube-apiserver: clauses by preference
+/// (quality, then the more specific first, then in order), the first one we can produce wins;
+/// wildcards mean JSON. `None` when nothing acceptable can be produced.
+fn negotiate_v2(accept: &str) -> Option<V2Format> {
+    if accept.trim().is_empty() {
+        return Some(V2Format::Json);
     }
-    if !wants_json {
+    let mut clauses: Vec<(f32, u8, usize, Option<V2Format>)> = Vec::new();
+    for (i, clause) in accept.split(',').enumerate() {
+        let mut parts = clause.split(';');
+        let media = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+        let q = parts
+            .filter_map(|p| p.trim().strip_prefix("q="))
+            .find_map(|q| q.trim().parse::<f32>().ok())
+            .unwrap_or(1.0);
+        if q <= 0.0 {
+            continue;
+        }
+        let (format, specificity) = match media.as_str() {
+            "application/json" => (Some(V2Format::Json), 2),
+            V2_PROTOBUF | V2_PROTOBUF_AT => (Some(V2Format::Protobuf), 2),
+            "application/*" => (Some(V2Format::Json), 1),
+            "*/*" => (Some(V2Format::Json), 0),
+            _ => (None, 2),
+        };
+        clauses.push((q, specificity, i, format));
+    }
+    clauses.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)).then(a.2.cmp(&b.2)));
+    clauses.into_iter().find_map(|c| c.3)
+}
+
+/// Serves `/openapi/v2`: Swagger 2.0 as JSON, or as gnostic's protobuf message when the Accept
+/// header prefers [`V2_PROTOBUF`] (or its older `@v1.0` spelling). Anything else is 406.
+pub fn v2(server: &ApiServer, accept: &str) -> Result<V2Doc, ApiError> {
+    let Some(format) = negotiate_v2(accept) else {
         return Err(ApiError::not_acceptable(format!(
-            "unsupported Accept {accept:?} for /openapi/v2: only application/json is served"
+            "unsupported Accept {accept:?} for /openapi/v2: application/json and \
+             {V2_PROTOBUF} are served"
         )));
-    }
+    };
     let all = server.registry().all().to_vec();
     let key = format!("v2:{}", fingerprint(all.iter()));
     let built = cached(key, || {
@@ -155,7 +215,19 @@ pub fn v2(server: &ApiServer, accept: &str) -> Result<Value, ApiError> {
             .collect();
         swagger2(&docs)
     });
-    Ok(built.doc.clone())
+    let body = match format {
+        V2Format::Json => V2Body::Json(built.doc.clone()),
+        V2Format::Protobuf => V2Body::Protobuf(
+            built
+                .proto
+                .get_or_init(|| Bytes::from(v2proto::encode(&built.doc)))
+                .clone(),
+        ),
+    };
+    Ok(V2Doc {
+        body,
+        etag: built.hash.clone(),
+    })
 }
 
 fn doc_hash(doc: &Value) -> String {
@@ -519,7 +591,8 @@ fn group_version_doc(defs: &[&Arc<ResourceDef>]) -> Value {
                 "get": op("get", r, &object_schema, json!({})),
                 "put": op("put", r, &object_schema, json!({"parameters": write_params(), "requestBody": body(&object_schema, &["application/json", "application/yaml"])})),
                 // Strategic merge patch is left out on purpose: kubectl then computes it from
-                // its compiled-in types, which is right for built-in kinds.
+                // the v2 document's patch metadata or its compiled-in types, which is right
+                // for built-in kinds.
                 "patch": op("patch", r, &object_schema, json!({
                     "parameters": write_params().into_iter().chain([param("force", "Force an apply, taking ownership of conflicting fields.")]).collect::<Vec<_>>(),
                     "requestBody": body(&object_schema, &["application/json-patch+json", "application/merge-patch+json", "application/apply-patch+yaml"]),
@@ -697,6 +770,39 @@ mod tests {
             custom_schema_name("stable.example.com", "v1", "CronTab"),
             "com.example.stable.v1.CronTab"
         );
+    }
+
+    #[test]
+    fn v2_negotiation_follows_accept_preferences() {
+        use V2Format::*;
+        let cases = [
+            ("", Some(Json)),
+            ("application/json", Some(Json)),
+            ("*/*", Some(Json)),
+            ("application/json;charset=utf-8", Some(Json)),
+            (V2_PROTOBUF_AT, Some(Protobuf)),
+            (V2_PROTOBUF, Some(Protobuf)),
+            // client-go's request, and one that prefers JSON by quality.
+            (
+                "application/com.github.proto-openapi.spec.v2@v1.0+protobuf, application/json",
+                Some(Protobuf),
+            ),
+            (
+                "application/com.github.proto-openapi.spec.v2@v1.0+protobuf;q=0.5, application/json",
+                Some(Json),
+            ),
+            // The exact type beats a wildcard of the same quality wherever it is listed.
+            (
+                "*/*, application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
+                Some(Protobuf),
+            ),
+            ("application/yaml", None),
+            ("application/json;q=0", None),
+            ("application/vnd.kubernetes.protobuf", None),
+        ];
+        for (accept, want) in cases {
+            assert_eq!(negotiate_v2(accept), want, "{accept}");
+        }
     }
 
     #[test]

@@ -3,7 +3,9 @@
 mod common;
 
 use common::*;
+use prost::Message;
 use serde_json::{json, Value};
+use setpoint_apiserver::openapi::v2proto;
 
 const DEPLOYMENT: &str = "io.k8s.api.apps.v1.Deployment";
 
@@ -139,7 +141,7 @@ async fn v3_documents_carry_full_schemas() {
 }
 
 #[tokio::test]
-async fn v2_is_swagger_json_and_refuses_protobuf() {
+async fn v2_is_swagger_json() {
     let r = start().await;
     let doc = call_with(
         &r,
@@ -173,17 +175,111 @@ async fn v2_is_swagger_json_and_refuses_protobuf() {
         .any(|p| p["name"] == "fieldValidation" && p["in"] == "query"));
     assert!(defs["io.k8s.api.core.v1.Pod"].is_object());
 
-    let proto = call_with(
+    // A type we can't produce is refused.
+    let yaml = call_with(
         &r,
         "GET",
         "/openapi/v2",
         None,
         None,
-        &[(
-            "accept",
-            "application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
-        )],
+        &[("accept", "application/yaml")],
     )
     .await;
-    assert_eq!(proto.status, 406);
+    assert_eq!(yaml.status, 406);
+}
+
+/// The properties of a decoded schema by name.
+fn proto_props(s: &v2proto::Schema) -> Vec<(&str, &v2proto::Schema)> {
+    s.properties
+        .iter()
+        .flat_map(|p| &p.additional_properties)
+        .filter_map(|n| Some((n.name.as_str(), n.value.as_ref()?)))
+        .collect()
+}
+
+fn proto_ext(exts: &[v2proto::NamedAny], name: &str) -> Value {
+    let e = exts
+        .iter()
+        .find(|e| e.name == name)
+        .unwrap_or_else(|| panic!("no {name}"));
+    serde_saphyr::from_str(&e.value.as_ref().unwrap().yaml).unwrap()
+}
+
+#[tokio::test]
+async fn v2_is_served_as_gnostic_protobuf() {
+    let r = start().await;
+    for accept in [
+        // client-go's OpenAPISchema() and the newer spelling.
+        "application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
+        "application/com.github.proto-openapi.spec.v2.v1.0+protobuf, application/json;q=0.9",
+    ] {
+        let resp = call_with(&r, "GET", "/openapi/v2", None, None, &[("accept", accept)]).await;
+        assert_eq!(resp.status, 200, "{accept}");
+        assert_eq!(
+            resp.headers["content-type"],
+            "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
+        );
+        let doc = v2proto::Document::decode(resp.raw.clone()).expect("decodes");
+        assert_eq!(doc.swagger, "2.0");
+        let defs = &doc.definitions.as_ref().unwrap().additional_properties;
+        let dep = defs
+            .iter()
+            .find(|d| d.name == DEPLOYMENT)
+            .and_then(|d| d.value.as_ref())
+            .expect("Deployment definition");
+        let props = proto_props(dep);
+        let spec = props.iter().find(|(n, _)| *n == "spec").expect("spec").1;
+        assert_eq!(spec.xref, "#/definitions/io.k8s.api.apps.v1.DeploymentSpec");
+        assert_eq!(
+            proto_ext(&dep.vendor_extension, "x-kubernetes-group-version-kind"),
+            json!([{"group": "apps", "version": "v1", "kind": "Deployment"}])
+        );
+        // A list property keeps its list-map keys.
+        let pod_spec = defs
+            .iter()
+            .find(|d| d.name == "io.k8s.api.core.v1.PodSpec")
+            .and_then(|d| d.value.as_ref())
+            .unwrap();
+        let containers = proto_props(pod_spec)
+            .into_iter()
+            .find(|(n, _)| *n == "containers")
+            .unwrap()
+            .1;
+        assert_eq!(containers.r#type.as_ref().unwrap().value, ["array"]);
+        assert_eq!(
+            proto_ext(&containers.vendor_extension, "x-kubernetes-patch-merge-key"),
+            json!("name")
+        );
+        let paths = &doc.paths.as_ref().unwrap().path;
+        let json_doc = get(&r, "/openapi/v2").await;
+        assert_eq!(
+            paths.len(),
+            json_doc.body["paths"].as_object().unwrap().len()
+        );
+        assert_eq!(
+            defs.len(),
+            json_doc.body["definitions"].as_object().unwrap().len()
+        );
+        let patch = paths
+            .iter()
+            .find(|p| p.name == "/apis/apps/v1/namespaces/{namespace}/deployments/{name}")
+            .and_then(|p| p.value.as_ref()?.patch.as_ref())
+            .unwrap();
+        assert_eq!(patch.operation_id, "patchDeployment");
+
+        // Both encodings share the document's ETag; presenting it gets 304.
+        let etag = resp.headers["etag"].to_str().unwrap().to_string();
+        assert_eq!(json_doc.headers["etag"], etag.as_str());
+        let again = call_with(
+            &r,
+            "GET",
+            "/openapi/v2",
+            None,
+            None,
+            &[("accept", accept), ("if-none-match", &etag)],
+        )
+        .await;
+        assert_eq!(again.status, 304);
+        assert!(again.raw.is_empty());
+    }
 }
