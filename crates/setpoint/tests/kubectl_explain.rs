@@ -87,8 +87,8 @@ spec:
     // A second apply goes through the patch path (OpenAPI v2 request included) unchanged.
     let out = s.ok(&["apply", "--validate=false", "-f", path]);
     assert!(out.contains("deployment.apps/web unchanged"), "{out}");
-    // A change is sent as a strategic merge patch: kubectl asks for /openapi/v2 in protobuf
-    // first, gets 406 and computes the patch from its compiled-in types.
+    // A change is sent as a strategic merge patch: kubectl fetches /openapi/v2 in protobuf
+    // and computes the patch from its patch metadata (merge keys and strategies).
     std::fs::write(
         &manifest,
         std::fs::read_to_string(&manifest)
