@@ -1,15 +1,23 @@
 //! Starting and stopping container processes.
 //!
 //! Each container run is supervised by a small `sh` wrapper that the runtime starts in a
-//! new session (so the container outlives the agent and terminal signals never reach it).
+//! new process group (so the container outlives the agent, terminal signals never reach it,
+//! and the group can be signalled as one).
 //! The wrapper starts the workload with its output appended to the run's log, writes the
 //! workload's pid, waits for it and writes its exit status to a file — so the status is
 //! known even when the agent was not running when the workload exited. The wrapper traps
 //! TERM/HUP/INT with a handler (never ignores them), so the workload, which sh resets to
 //! default dispositions, receives signals sent to the group as it would in a container.
 //! (`sh` starts background commands with SIGINT and SIGQUIT ignored and cannot undo that;
-//! where GNU `env --default-signal` exists the workload is started through it to restore
-//! them.)
+//! where GNU `env --default-signal` exists the workload is started through it, which restores
+//! every signal to its default.)
+//!
+//! Spawning is on the hot path of starting many pods: a plain spawn (no code run between
+//! fork and exec) lets the standard library use `posix_spawn`, which does not copy the
+//! agent's page tables — a `fork` of a large agent costs milliseconds per container. Only
+//! when the agent itself was started with TERM, HUP, INT or QUIT ignored (which a child
+//! would inherit and `sh` could not undo) does it fork and reset the dispositions in the
+//! child, in a new session.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -63,7 +71,7 @@ pub struct LaunchSpec {
 pub struct Launched {
     /// The wrapper process (the agent's child, to be awaited so it never stays a zombie).
     pub child: Child,
-    /// Its pid (= process group id = session id).
+    /// Its pid (= its process group id).
     pub wrapper_pid: i32,
     /// Its start time from `/proc`.
     pub wrapper_start: u64,
@@ -71,10 +79,29 @@ pub struct Launched {
     pub workload: Option<(i32, u64)>,
 }
 
-/// The argv prefix that restores default SIGINT/SIGQUIT handling, if this host has one.
+/// Whether this process ignores a signal the wrapper must handle (an inherited `SIG_IGN`
+/// survives `exec`, and `sh` cannot trap a signal ignored on entry).
+fn inherits_ignored_signals() -> bool {
+    static IGNORED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *IGNORED.get_or_init(|| {
+        [libc::SIGTERM, libc::SIGHUP, libc::SIGINT, libc::SIGQUIT]
+            .into_iter()
+            .any(|sig| {
+                // SAFETY: querying (a null new action) changes nothing.
+                unsafe {
+                    let mut old: libc::sigaction = std::mem::zeroed();
+                    libc::sigaction(sig, std::ptr::null(), &mut old) == 0
+                        && old.sa_sigaction == libc::SIG_IGN
+                }
+            })
+    })
+}
+
+/// The argv prefix that restores every signal to its default for the workload, if this host
+/// has one.
 fn signal_reset_prefix() -> &'static [&'static str] {
     static SUPPORTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    const PREFIX: &[&str] = &["/usr/bin/env", "--default-signal=INT,QUIT"];
+    const PREFIX: &[&str] = &["/usr/bin/env", "--default-signal"];
     let supported = *SUPPORTED.get_or_init(|| {
         std::process::Command::new(PREFIX[0])
             .args(&PREFIX[1..])
@@ -108,21 +135,25 @@ pub async fn launch(spec: &LaunchSpec) -> std::io::Result<Launched> {
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
-    // SAFETY: setsid and signal are async-signal-safe and touch no memory of the parent.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::setsid() == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // A container starts with default signal handling, whatever the agent inherited
-            // (the C library refuses to change the two signals it reserves; that is fine).
-            for sig in 1..libc::SIGRTMAX() {
-                if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-                    libc::signal(sig, libc::SIG_DFL);
+    if !inherits_ignored_signals() {
+        cmd.process_group(0);
+    } else {
+        // SAFETY: setsid and signal are async-signal-safe and touch no memory of the parent.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setsid() == -1 {
+                    return Err(std::io::Error::last_os_error());
                 }
-            }
-            Ok(())
-        });
+                // A container starts with default signal handling, whatever the agent inherited
+                // (the C library refuses to change the two signals it reserves; that is fine).
+                for sig in 1..libc::SIGRTMAX() {
+                    if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                        libc::signal(sig, libc::SIG_DFL);
+                    }
+                }
+                Ok(())
+            });
+        }
     }
     let mut child = cmd.spawn()?;
     let wrapper_pid = child.id().map(|p| p as i32).unwrap_or(0);

@@ -1,7 +1,7 @@
 //! The process runtime: each container of a pod is a local process.
 //!
 //! - A container runs `command` + `args` (with `$(VAR)` expansion, see [`expand`]) under a
-//!   small supervising `sh` wrapper in its own session ([`launch`]), so it survives the agent
+//!   small supervising `sh` wrapper in its own process group ([`launch`]), so it survives the agent
 //!   and its exit status is recorded even while no agent runs. A container with no command
 //!   cannot run as a process (its image's entrypoint is unknown and images are not pulled);
 //!   it is simulated: reported running, with `imageID` `simulated://<image>` and a pod

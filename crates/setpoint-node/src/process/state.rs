@@ -47,7 +47,7 @@ pub struct RunRecord {
     pub index: u32,
     /// The container is simulated: it has no process.
     pub simulated: bool,
-    /// The supervising wrapper's pid (also the process group and session id).
+    /// The supervising wrapper's pid (also its process group id).
     pub wrapper_pid: i32,
     /// The wrapper's start time in clock ticks since boot (`/proc/<pid>/stat` field 22).
     pub wrapper_start: u64,
