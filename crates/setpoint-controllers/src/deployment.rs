@@ -795,7 +795,7 @@ impl Reconciler for DeploymentController {
             .map(|rs| (**rs).clone())
             .collect();
         // Adopt matching orphans.
-        for rs in self.replica_sets.by_namespace(&ns) {
+        for rs in self.replica_sets.orphans_in(&ns) {
             let orphan = !rs
                 .metadata
                 .owner_references

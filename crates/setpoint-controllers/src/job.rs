@@ -379,7 +379,7 @@ impl Reconciler for JobController {
         let ns = job.namespace().unwrap_or_default();
         let pods: Vec<Arc<Pod>> = self
             .pods
-            .by_namespace(&ns)
+            .by_owner(&uid)
             .into_iter()
             .filter(|p| {
                 p.owner_references()

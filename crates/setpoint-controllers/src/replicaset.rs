@@ -497,7 +497,12 @@ impl Reconciler for ReplicaSetController {
             return Ok(Action::Done);
         };
         let ns = key.namespace.clone().unwrap_or_default();
-        let pods = self.pods.by_namespace(&ns);
+        // Its own pods and the namespace's orphans: all `plan` can act on, found through
+        // indexes rather than by scanning every pod of the namespace (which made a namespace
+        // with thousands of ReplicaSets quadratic).
+        let uid = rs.metadata.uid.clone().unwrap_or_default();
+        let mut pods = self.pods.by_owner(&uid);
+        pods.extend(self.pods.orphans_in(&ns));
         let now = now();
         let plan = plan(&rs, &pods, now);
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);

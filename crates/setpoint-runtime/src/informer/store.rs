@@ -24,6 +24,8 @@ pub const OWNER_INDEX: &str = "owner";
 pub const NODE_INDEX: &str = "node";
 /// Built-in index: one `key=value` entry per label.
 pub const LABEL_INDEX: &str = "label";
+/// Built-in index: the namespace of objects no controller owns (candidates for adoption).
+pub const ORPHAN_INDEX: &str = "orphan";
 
 /// A cache of `Arc<K>` keyed by [`ObjectKey`], with indexes; cheap to clone (clones share it).
 ///
@@ -105,11 +107,23 @@ impl<K: Object> Store<K> {
                 .map(|(k, v)| format!("{k}={v}"))
                 .collect()
         });
+        let orphan: IndexFn<K> = Arc::new(|o: &K| {
+            let owned = o
+                .owner_references()
+                .iter()
+                .any(|r| r.controller == Some(true));
+            if owned {
+                Vec::new()
+            } else {
+                vec![o.namespace().unwrap_or_default()]
+            }
+        });
         let indexers = vec![
             (NAMESPACE_INDEX.to_string(), namespace),
             (OWNER_INDEX.to_string(), owner),
             (NODE_INDEX.to_string(), node),
             (LABEL_INDEX.to_string(), label),
+            (ORPHAN_INDEX.to_string(), orphan),
         ];
         let indices = indexers.iter().map(|_| HashMap::new()).collect();
         let state = State {
@@ -213,6 +227,12 @@ impl<K: Object> Store<K> {
     /// Objects with an owner reference to this uid.
     pub fn by_owner(&self, owner_uid: &str) -> Vec<Arc<K>> {
         self.by_index(OWNER_INDEX, owner_uid)
+    }
+
+    /// Objects in `namespace` (`""` for cluster-scoped ones) that no controller owns: what a
+    /// controller may adopt, without scanning the whole namespace.
+    pub fn orphans_in(&self, namespace: &str) -> Vec<Arc<K>> {
+        self.by_index(ORPHAN_INDEX, namespace)
     }
 
     /// Objects whose `spec.nodeName` is `node`.
@@ -576,6 +596,28 @@ mod tests {
             "metadata": {"name": "p", "namespace": "ns"}, "spec": {"nodeName": "n2"}
         }))]);
         assert_eq!(dynamic.by_node("n2").len(), 1);
+    }
+
+    #[test]
+    fn orphans_are_indexed_by_namespace() {
+        let obj = |name: &str, ns: &str, controller: Option<bool>| {
+            DynamicObject(serde_json::json!({"metadata": {
+                "name": name, "namespace": ns,
+                "ownerReferences": controller.map(|c| vec![serde_json::json!({
+                    "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u", "controller": c})]),
+            }}))
+        };
+        let store = Store::from_objects([
+            obj("owned", "a", Some(true)),
+            obj("weakly-owned", "a", Some(false)),
+            obj("free", "a", None),
+            obj("elsewhere", "b", None),
+        ]);
+        let mut names: Vec<String> = store.orphans_in("a").iter().map(|o| o.name()).collect();
+        names.sort();
+        assert_eq!(names, vec!["free", "weakly-owned"]);
+        assert_eq!(store.orphans_in("b").len(), 1);
+        assert_eq!(store.by_owner("u").len(), 2);
     }
 
     #[tokio::test]
