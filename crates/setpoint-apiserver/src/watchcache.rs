@@ -455,10 +455,11 @@ pub struct CacheConfig {
 impl Default for CacheConfig {
     fn default() -> Self {
         CacheConfig {
-            // A burst of 30,000 pod writes must not push a watcher that is a little behind out
-            // of the window (it would have to relist everything); old versions cost memory
-            // only while they are in it.
-            window: 50_000,
+            // A burst of writes should not push a watcher that is a little behind out of the
+            // window (it would have to relist everything), but every old version in it is
+            // held in memory: 20,000 balances the two for clusters of tens of thousands of
+            // objects.
+            window: 20_000,
             // Items are shared pointers, so a deep buffer is cheap; it absorbs bursts a
             // healthy client drains a moment later.
             watcher_buffer: 4096,

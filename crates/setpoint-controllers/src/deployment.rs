@@ -949,6 +949,7 @@ pub fn controller(client: Client, informers: &SharedInformers) -> Controller {
     };
     Controller::for_type::<Deployment>(NAME, informers, None)
         .owns::<Deployment, ReplicaSet>(None)
+        .workers(crate::WORKERS)
         .build(Arc::new(reconciler))
 }
 

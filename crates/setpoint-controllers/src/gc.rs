@@ -622,7 +622,10 @@ pub fn controller(
         WorkQueue::<ObjectKey>::builder(NAME),
         sources,
         Arc::new(GarbageCollector { client, graph }),
-        ControllerOptions::default(),
+        ControllerOptions {
+            workers: crate::WORKERS,
+            ..ControllerOptions::default()
+        },
         ControllerMetrics::new(),
     )
 }
