@@ -401,7 +401,6 @@ pub fn controller_with_clock(
     };
     Controller::for_type::<CronJob>(NAME, informers, None)
         .owns::<CronJob, Job>(None)
-        .workers(crate::WORKERS)
         .build(Arc::new(reconciler))
 }
 

@@ -867,7 +867,8 @@ impl Reconciler for DeploymentController {
                         &Patch::Merge(json!({"status": {"collisionCount": count}})),
                     )
                     .await?;
-                    return Ok(Action::RequeueAfter(Duration::ZERO));
+                    // The status write's own event brings the Deployment back.
+                    return Ok(Action::Done);
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -927,8 +928,10 @@ impl Reconciler for DeploymentController {
             {
                 Ok(_) => {}
                 Err(e) if e.is_not_found() => {}
-                // Changed meanwhile: the newer version is queued already.
-                Err(e) if e.is_conflict() => return Ok(Action::RequeueAfter(Duration::ZERO)),
+                // Changed meanwhile: the newer version's event queues this key again. Asking
+                // for an immediate retry instead would spin on the stale cache until it
+                // catches up — and a loaded server's caches lag most.
+                Err(e) if e.is_conflict() => return Ok(Action::Done),
                 Err(e) => return Err(e.into()),
             }
         }
@@ -949,7 +952,6 @@ pub fn controller(client: Client, informers: &SharedInformers) -> Controller {
     };
     Controller::for_type::<Deployment>(NAME, informers, None)
         .owns::<Deployment, ReplicaSet>(None)
-        .workers(crate::WORKERS)
         .build(Arc::new(reconciler))
 }
 

@@ -622,10 +622,7 @@ pub fn controller(
         WorkQueue::<ObjectKey>::builder(NAME),
         sources,
         Arc::new(GarbageCollector { client, graph }),
-        ControllerOptions {
-            workers: crate::WORKERS,
-            ..ControllerOptions::default()
-        },
+        ControllerOptions::default(),
         ControllerMetrics::new(),
     )
 }

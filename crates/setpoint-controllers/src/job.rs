@@ -495,7 +495,6 @@ pub fn controller(client: Client, informers: &SharedInformers) -> Controller {
     };
     Controller::for_type::<Job>(NAME, informers, None)
         .owns::<Job, Pod>(None)
-        .workers(crate::WORKERS)
         .build(Arc::new(reconciler))
 }
 

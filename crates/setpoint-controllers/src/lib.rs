@@ -32,11 +32,6 @@ pub mod namespace;
 pub mod nodelifecycle;
 pub mod replicaset;
 
-/// Concurrent reconciles of each built-in controller. Their reconciles mostly wait on API
-/// round trips (a ReplicaSet's slow-start batches are sequential), so far more of them than
-/// CPU cores keep the server busy; Kubernetes' defaults (5) leave it idle.
-pub const WORKERS: usize = 16;
-
 /// The current time in whole seconds, as the API stores timestamps (the `jiff` build that
 /// `k8s-openapi` uses has no clock of its own).
 pub(crate) fn now() -> k8s_openapi::jiff::Timestamp {

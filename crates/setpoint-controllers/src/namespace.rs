@@ -420,9 +420,7 @@ pub fn controller(client: Client, informers: &SharedInformers) -> Controller {
         namespaces: informers.typed::<Namespace>(Scope::all()).store(),
         discovered: Mutex::new(None),
     };
-    Controller::for_type::<Namespace>(NAME, informers, None)
-        .workers(crate::WORKERS)
-        .build(Arc::new(reconciler))
+    Controller::for_type::<Namespace>(NAME, informers, None).build(Arc::new(reconciler))
 }
 
 #[cfg(test)]

@@ -607,7 +607,6 @@ pub fn controller(client: Client, informers: &SharedInformers) -> Controller {
                 .map(|rs| ObjectKey::of(rs.as_ref()))
                 .collect()
         })
-        .workers(crate::WORKERS)
         .build(Arc::new(reconciler))
 }
 
