@@ -7,7 +7,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use setpoint_runtime::client::{Api, PostParams};
+use setpoint_runtime::events::{EventRecorder, EventType};
 use setpoint_runtime::informer::Event;
 use setpoint_runtime::{Object, ObjectKey};
 
@@ -123,4 +125,53 @@ pub fn observe(expectations: &Expectations, ev: &Event<Pod>, owner: Owner) {
             }
         }
     }
+}
+
+/// Creates `n` copies of `pod` for the owner `key` in slow-start batches (1, 2, 4, 8 …), with
+/// a `SuccessfulCreate` or `FailedCreate` event on `owner` for each. The caller has already
+/// expected the `n` creates; the ones that fail or are skipped after a failed batch are
+/// marked observed here, since no event will ever bring them. Returns the first error.
+pub async fn create_in_batches(
+    api: &Api<Pod>,
+    pod: &Pod,
+    n: usize,
+    expectations: &Expectations,
+    key: &ObjectKey,
+    events: &EventRecorder,
+    owner: &ObjectReference,
+) -> Option<String> {
+    let params = PostParams::default();
+    let mut left = n;
+    for size in crate::replicaset::batches(n) {
+        let results = futures::future::join_all((0..size).map(|_| api.create(&params, pod))).await;
+        left -= size;
+        let mut failed = None;
+        for r in results {
+            match r {
+                Ok(p) => events.publish(
+                    owner,
+                    EventType::Normal,
+                    "SuccessfulCreate",
+                    &format!("Created pod: {}", p.name()),
+                ),
+                Err(e) => {
+                    expectations.creation_observed(key, 1);
+                    let msg = e.to_string();
+                    events.publish(
+                        owner,
+                        EventType::Warning,
+                        "FailedCreate",
+                        &format!("Error creating: {msg}"),
+                    );
+                    failed.get_or_insert(msg);
+                }
+            }
+        }
+        if let Some(msg) = failed {
+            // Slow start: the rest are skipped, and so never observed.
+            expectations.creation_observed(key, left);
+            return Some(msg);
+        }
+    }
+    None
 }

@@ -18,7 +18,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
 use setpoint_api::selector::LabelSelector;
-use setpoint_runtime::client::{Api, Client, DeleteParams, Patch, PatchParams, PostParams};
+use setpoint_runtime::client::{Api, Client, DeleteParams, Patch, PatchParams};
 use setpoint_runtime::controller::{Action, Context, Controller, ReconcileError, Reconciler};
 use setpoint_runtime::events::{EventRecorder, EventType, Reporter, ToObjectReference};
 use setpoint_runtime::informer::{Event, HandlerId, Informer, Scope, SharedInformers, Store};
@@ -397,39 +397,19 @@ impl Reconciler for JobController {
         let reference = job.object_reference();
         if p.create > 0 {
             let template = new_pod(&job)?;
-            let params = PostParams::default();
             self.expectations.expect(key, p.create, Default::default());
-            let mut left = p.create;
-            for size in crate::replicaset::batches(p.create) {
-                let results =
-                    futures::future::join_all((0..size).map(|_| api.create(&params, &template)))
-                        .await;
-                left -= size;
-                let mut failed = false;
-                for r in results {
-                    match r {
-                        Ok(pod) => self.events.publish(
-                            &reference,
-                            EventType::Normal,
-                            "SuccessfulCreate",
-                            &format!("Created pod: {}", pod.name()),
-                        ),
-                        Err(e) => {
-                            self.expectations.creation_observed(key, 1);
-                            self.events.publish(
-                                &reference,
-                                EventType::Warning,
-                                "FailedCreate",
-                                &format!("Error creating: {e}"),
-                            );
-                            failed = true;
-                        }
-                    }
-                }
-                if failed {
-                    self.expectations.creation_observed(key, left);
-                    return Err(ReconcileError::retry("creating pods failed"));
-                }
+            if let Some(msg) = crate::expectations::create_in_batches(
+                &api,
+                &template,
+                p.create,
+                &self.expectations,
+                key,
+                &self.events,
+                &reference,
+            )
+            .await
+            {
+                return Err(ReconcileError::retry(format!("creating pods: {msg}")));
             }
         }
         for k in &p.delete {

@@ -18,7 +18,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
 use setpoint_api::selector::LabelSelector;
-use setpoint_runtime::client::{Api, Client, DeleteParams, Patch, PatchParams, PostParams};
+use setpoint_runtime::client::{Api, Client, DeleteParams, Patch, PatchParams};
 use setpoint_runtime::controller::{Action, Context, Controller, ReconcileError, Reconciler};
 use setpoint_runtime::events::{EventRecorder, EventType, Reporter, ToObjectReference};
 use setpoint_runtime::informer::{Event, HandlerId, Informer, Scope, SharedInformers, Store};
@@ -400,43 +400,16 @@ impl ReplicaSetController {
                 return Some(e.message);
             }
         };
-        let reference = rs.object_reference();
-        let params = PostParams::default();
-        let mut left = n;
-        for size in batches(n) {
-            let results =
-                futures::future::join_all((0..size).map(|_| api.create(&params, &pod))).await;
-            left -= size;
-            let mut failed = None;
-            for r in results {
-                match r {
-                    Ok(p) => self.events.publish(
-                        &reference,
-                        EventType::Normal,
-                        "SuccessfulCreate",
-                        &format!("Created pod: {}", p.name()),
-                    ),
-                    Err(e) => {
-                        // This create will never be observed.
-                        self.expectations.creation_observed(key, 1);
-                        let msg = e.to_string();
-                        self.events.publish(
-                            &reference,
-                            EventType::Warning,
-                            "FailedCreate",
-                            &format!("Error creating: {msg}"),
-                        );
-                        failed.get_or_insert(msg);
-                    }
-                }
-            }
-            if let Some(msg) = failed {
-                // Slow start: the rest are skipped, and so never observed.
-                self.expectations.creation_observed(key, left);
-                return Some(msg);
-            }
-        }
-        None
+        crate::expectations::create_in_batches(
+            api,
+            &pod,
+            n,
+            &self.expectations,
+            key,
+            &self.events,
+            &rs.object_reference(),
+        )
+        .await
     }
 
     /// Deletes the pods `keys`; returns the first error.
