@@ -3,11 +3,14 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use serde_json::{json, Value};
 use setpoint_apiserver::server::Running;
+
+/// How long the server may take to act on a CRD change.
+const WITHIN: Duration = Duration::from_secs(10);
 
 const CRDS: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
 
@@ -23,19 +26,17 @@ fn crd(schema: Value) -> Value {
 }
 
 async fn established(r: &Running) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    setpoint_testing::eventually_within(WITHIN, "the CRD to be established", || async {
         let c = get(r, &format!("{CRDS}/gadgets.example.com")).await;
-        let ok = c.body["status"]["conditions"].as_array().is_some_and(|cs| {
-            cs.iter()
-                .any(|c| c["type"] == "Established" && c["status"] == "True")
-        });
-        if ok {
-            return;
-        }
-        assert!(Instant::now() < deadline, "not established: {}", c.body);
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        c.body["status"]["conditions"]
+            .as_array()
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c["type"] == "Established" && c["status"] == "True")
+            })
+            .then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -62,17 +63,13 @@ async fn defaults_added_later_show_on_read() {
         ["properties"]["color"] = json!({"type": "string", "default": "blue"});
     let updated = put(&r, &format!("{CRDS}/gadgets.example.com"), &current).await;
     assert_eq!(updated.status, 200, "{}", updated.body);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    setpoint_testing::eventually_within(WITHIN, "the default on read", || async {
         let g = get(&r, &format!("{path}/g")).await;
-        if g.body["spec"]["color"] == "blue" {
-            let list = get(&r, path).await;
-            assert_eq!(list.body["items"][0]["spec"]["color"], "blue");
-            break;
-        }
-        assert!(Instant::now() < deadline, "no default on read: {}", g.body);
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        (g.body["spec"]["color"] == "blue").then_some(())
+    })
+    .await;
+    let list = get(&r, path).await;
+    assert_eq!(list.body["items"][0]["spec"]["color"], "blue");
 }
 
 #[tokio::test]
@@ -88,24 +85,15 @@ async fn a_crd_whose_kind_is_taken_is_not_accepted() {
     clash["metadata"]["name"] = json!("doohickeys.example.com");
     clash["spec"]["names"]["plural"] = json!("doohickeys");
     assert_eq!(post(&r, CRDS, &clash).await.status, 201);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    let n = setpoint_testing::eventually_within(WITHIN, "a NamesAccepted condition", || async {
         let c = get(&r, &format!("{CRDS}/doohickeys.example.com")).await;
-        let names = c.body["status"]["conditions"]
+        c.body["status"]["conditions"]
             .as_array()
-            .and_then(|cs| cs.iter().find(|c| c["type"] == "NamesAccepted").cloned());
-        if let Some(n) = names {
-            assert_eq!(n["status"], "False", "{n}");
-            assert_eq!(n["reason"], "NameConflict");
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no NamesAccepted condition: {}",
-            c.body
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+            .and_then(|cs| cs.iter().find(|c| c["type"] == "NamesAccepted").cloned())
+    })
+    .await;
+    assert_eq!(n["status"], "False", "{n}");
+    assert_eq!(n["reason"], "NameConflict");
     // Not served; the first one still is.
     assert_eq!(
         get(&r, "/apis/example.com/v1/namespaces/default/doohickeys")

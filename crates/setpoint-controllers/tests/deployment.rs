@@ -5,6 +5,7 @@
 //! subresource, which is what the ReplicaSet controller reports once those pods are ready.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
@@ -13,7 +14,7 @@ use serde_json::json;
 use setpoint_controllers::deployment::{self, HASH_LABEL, REVISION};
 use setpoint_controllers::replicaset;
 use setpoint_runtime::client::{Api, Client, ListParams, Patch, PatchParams, PostParams};
-use setpoint_runtime::informer::SharedInformers;
+use setpoint_runtime::informer::{Event, Scope, SharedInformers};
 use setpoint_testing::TestCluster;
 
 /// Polls `check` until it returns `Some`, or panics after 20 s.
@@ -21,33 +22,51 @@ async fn eventually<T, F: Future<Output = Option<T>>>(what: &str, check: impl Fn
     setpoint_testing::eventually_within(Duration::from_secs(20), what, check).await
 }
 
+/// Calls `step` with every cached object of `K` in `default` once the cache has synced and
+/// again after each change: a stand-in component that reacts to events, as the real ones do.
+async fn on_changes<K, F>(client: Client, mut step: impl FnMut(Api<K>, Vec<Arc<K>>) -> F)
+where
+    K: k8s_openapi::Resource + setpoint_runtime::Object,
+    K::Scope: 'static,
+    F: Future<Output = ()>,
+{
+    let informers = SharedInformers::new(client.clone());
+    let informer = informers.typed::<K>(Scope::namespace("default"));
+    let changed = Arc::new(tokio::sync::Notify::new());
+    let notify = changed.clone();
+    let _subscription = informer.subscribe(Arc::new(move |_: &Event<K>| notify.notify_one()));
+    let api: Api<K> = Api::namespaced(client, "default");
+    let _ = informer.wait_synced().await;
+    loop {
+        step(api.clone(), informer.store().list()).await;
+        changed.notified().await;
+    }
+}
+
 /// Plays the ReplicaSet controller with instantly ready pods.
 async fn simulate_pods(client: Client) {
-    let api: Api<ReplicaSet> = Api::namespaced(client, "default");
-    loop {
-        if let Ok(list) = api.list(&ListParams::default()).await {
-            for rs in list.items {
-                let want = rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0);
-                let st = rs.status.clone().unwrap_or_default();
-                if st.replicas != want || st.available_replicas.unwrap_or(0) != want {
-                    let _ = api
-                        .patch_status(
-                            rs.metadata.name.as_deref().unwrap(),
-                            &PatchParams::default(),
-                            &Patch::Merge(json!({"status": {
-                                "replicas": want,
-                                "fullyLabeledReplicas": want,
-                                "readyReplicas": want,
-                                "availableReplicas": want,
-                                "observedGeneration": rs.metadata.generation,
-                            }})),
-                        )
-                        .await;
-                }
+    on_changes(client, |api: Api<ReplicaSet>, sets| async move {
+        for rs in sets {
+            let want = rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0);
+            let st = rs.status.clone().unwrap_or_default();
+            if st.replicas != want || st.available_replicas.unwrap_or(0) != want {
+                let _ = api
+                    .patch_status(
+                        rs.metadata.name.as_deref().unwrap(),
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"status": {
+                            "replicas": want,
+                            "fullyLabeledReplicas": want,
+                            "readyReplicas": want,
+                            "availableReplicas": want,
+                            "observedGeneration": rs.metadata.generation,
+                        }})),
+                    )
+                    .await;
             }
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await
 }
 
 async fn replica_sets(api: &Api<ReplicaSet>) -> Vec<ReplicaSet> {
@@ -104,32 +123,29 @@ async fn rolled_out(api: &Api<Deployment>) -> Deployment {
 
 /// Stands in for the kubelet: every pod runs and is Ready as soon as it exists.
 async fn simulate_kubelet(client: Client) {
-    let api: Api<Pod> = Api::namespaced(client, "default");
-    loop {
-        if let Ok(list) = api.list(&ListParams::default()).await {
-            for pod in list.items {
-                let ready = pod
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-                if !ready && pod.metadata.deletion_timestamp.is_none() {
-                    let _ = api
-                        .patch_status(
-                            pod.metadata.name.as_deref().unwrap(),
-                            &PatchParams::default(),
-                            &Patch::Merge(json!({"status": {
-                                "phase": "Running",
-                                "conditions": [{"type": "Ready", "status": "True",
-                                                "lastTransitionTime": "2020-01-01T00:00:00Z"}],
-                            }})),
-                        )
-                        .await;
-                }
+    on_changes(client, |api: Api<Pod>, pods| async move {
+        for pod in pods {
+            let ready = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            if !ready && pod.metadata.deletion_timestamp.is_none() {
+                let _ = api
+                    .patch_status(
+                        pod.metadata.name.as_deref().unwrap(),
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"status": {
+                            "phase": "Running",
+                            "conditions": [{"type": "Ready", "status": "True",
+                                            "lastTransitionTime": "2020-01-01T00:00:00Z"}],
+                        }})),
+                    )
+                    .await;
             }
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await
 }
 
 #[tokio::test]

@@ -39,23 +39,30 @@ impl<T: Transport> Transport for FailPodCreates<T> {
     }
 }
 
-/// A transport that makes every pod create take a while, so that a scale-up can be
-/// interrupted half-way.
-struct SlowPodCreates<T>(T);
+/// A transport that lets only a fixed number of pod creates through and holds the rest, so
+/// that a scale-up stops half-way at a known point.
+struct GatedPodCreates<T>(T, Arc<tokio::sync::Semaphore>);
 
 #[async_trait::async_trait]
-impl<T: Transport> Transport for SlowPodCreates<T> {
+impl<T: Transport> Transport for GatedPodCreates<T> {
     async fn send(&self, req: http::Request<Bytes>) -> Result<http::Response<Body>, ClientError> {
         if req.method() == http::Method::POST && req.uri().path().ends_with("/pods") {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            // Each create uses up a permit; once they are gone, creates wait forever.
+            if let Ok(permit) = self.1.acquire().await {
+                permit.forget();
+            }
         }
         self.0.send(req).await
     }
 }
 
-fn slow_client(cluster: &TestCluster) -> Client {
+/// A client through which only `creates` pod creates go through.
+fn gated_client(cluster: &TestCluster, creates: usize) -> Client {
     let router = setpoint_apiserver::http::router(cluster.server().clone());
-    Client::new(SlowPodCreates(ServiceTransport::new(router)))
+    Client::new(GatedPodCreates(
+        ServiceTransport::new(router),
+        Arc::new(tokio::sync::Semaphore::new(creates)),
+    ))
 }
 
 /// Starts a fresh ReplicaSet controller (with its own informers); it stops when the returned
@@ -270,7 +277,7 @@ async fn adopts_matching_orphans() {
 async fn a_restarted_controller_does_not_duplicate_pods() {
     let (cluster, sets, pods) = setup().await;
     create_rs(&sets, 0).await;
-    let first = start_controller(&slow_client(&cluster));
+    let first = start_controller(&gated_client(&cluster, 5));
     // The controller has synced once it reports the ReplicaSet's status.
     wait_status(&sets, |rs| {
         rs.status

@@ -17,24 +17,16 @@ use setpoint_runtime::client::{Api, Client, DeleteParams, PostParams};
 use setpoint_testing::TestCluster;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
 
 const DEADLINE: Duration = Duration::from_secs(30);
 
 /// Polls `check` until it yields a value, failing the test after [`DEADLINE`].
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+async fn eventually<T, F, Fut>(what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    setpoint_testing::eventually_within(DEADLINE, what, check).await
 }
 
 fn sim_config() -> SimulatedConfig {

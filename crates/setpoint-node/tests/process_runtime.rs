@@ -126,18 +126,12 @@ impl Harness {
     }
 
     async fn log_until(&self, pod: &Pod, container: &str, needle: &str) -> String {
-        let start = Instant::now();
-        loop {
+        let what = format!("{needle:?} in the log of {container}");
+        setpoint_testing::eventually_within(DEADLINE, &what, || async {
             let text = self.log(pod, container, LogOptions::default()).await;
-            if text.contains(needle) {
-                return text;
-            }
-            assert!(
-                start.elapsed() < DEADLINE,
-                "log never contained {needle:?}: {text:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+            text.contains(needle).then_some(text)
+        })
+        .await
     }
 }
 
@@ -560,9 +554,10 @@ async fn a_new_runtime_adopts_running_processes_and_notices_deaths() {
     kill9(pid_b);
     let c_dir = h.dir.path().join("pods").join(rpod(&c).uid);
     std::fs::write(c_dir.join("work/main/stop"), b"").unwrap();
-    while process_exists(pid_b) || process_exists(pid_c) {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    setpoint_testing::eventually_within(DEADLINE, "b and c to exit", || async {
+        (!process_exists(pid_b) && !process_exists(pid_c)).then_some(())
+    })
+    .await;
     let back_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()

@@ -164,6 +164,26 @@ where
     .unwrap_or_else(|_| panic!("timed out after {within:?} waiting for {what}"))
 }
 
+/// [`eventually_within`] for code that is not async (tests driving processes and `kubectl`):
+/// polls `check` every 100 ms until it returns `Some`, panicking after `within`.
+pub fn eventually_blocking<T>(
+    what: &str,
+    within: std::time::Duration,
+    mut check: impl FnMut() -> Option<T>,
+) -> T {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {within:?} waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
 /// [`eventually_within`] with a 30 s deadline.
 pub async fn eventually<T, F>(what: &str, check: impl FnMut() -> F) -> T
 where

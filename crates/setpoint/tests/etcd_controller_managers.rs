@@ -11,11 +11,11 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod support;
 
-use support::{Etcd, Setpoint};
+use support::{eventually, Etcd, Setpoint};
 
 const REPLICAS: usize = 60;
 
@@ -73,21 +73,6 @@ impl Drop for ControllerManager {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-/// Polls `check` every 100 ms until it returns `Some`, or panics after `within`.
-fn eventually<T>(what: &str, within: Duration, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {within:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
     }
 }
 

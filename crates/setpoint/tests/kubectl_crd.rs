@@ -90,19 +90,12 @@ fn write(dir: &std::path::Path, name: &str, text: &str) -> String {
 
 /// Runs kubectl until it succeeds or the deadline passes (for what follows a CRD change).
 fn ok_within(s: &Setpoint, args: &[&str], within: Duration) -> String {
-    let deadline = Instant::now() + within;
-    loop {
+    support::eventually(&format!("kubectl {args:?} to succeed"), within, || {
         let out = s.kubectl(args);
-        if out.status.success() {
-            return String::from_utf8_lossy(&out.stdout).into_owned();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "kubectl {args:?} kept failing: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    })
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! Skipped (with a message) when no kubectl is installed; CI installs it.
 
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod support;
 
@@ -20,14 +20,7 @@ fn not_found(c: &Setpoint, args: &[&str]) -> bool {
 
 /// Polls until `f` holds, or panics after 30 s.
 fn eventually(c: &Setpoint, what: &str, f: impl Fn(&Setpoint) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        if f(c) {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    panic!("timed out waiting for {what}");
+    support::eventually(what, Duration::from_secs(30), || f(c).then_some(()));
 }
 
 /// Creates ConfigMap `owner` and `dependents` owned by it (blocking owner deletion).

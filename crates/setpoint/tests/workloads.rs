@@ -155,27 +155,36 @@ fn deployment_walkthrough_with_kubectl() {
     // Delete a pod: the ReplicaSet replaces it within a second.
     let before = pod_names(&s, "app=demo");
     let victim = before[0].trim_start_matches("pod/").to_string();
-    s.ok(&["delete", "pod", &victim, "--wait=false"]);
-    let deleted = Instant::now();
+    // The replacement is timed by a watch opened before the delete: its ADDED event.
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let replaced_after = runtime.block_on(async {
-        loop {
-            let list = pods
-                .list(&ListParams::default().labels("app=demo"))
-                .await
-                .unwrap();
-            let fresh = list.items.iter().any(|p| {
-                !before.contains(&format!("pod/{}", p.metadata.name.as_deref().unwrap_or("")))
-            });
-            if fresh {
-                return deleted.elapsed();
+        let rv = pods
+            .list(&ListParams::default().labels("app=demo"))
+            .await
+            .unwrap()
+            .resource_version;
+        let params = WatchParams {
+            label_selector: Some("app=demo".into()),
+            ..WatchParams::default()
+        };
+        let stream = pods.watch(&params, &rv).await.unwrap();
+        futures::pin_mut!(stream);
+        s.ok(&["delete", "pod", &victim, "--wait=false"]);
+        let deleted = Instant::now();
+        let fresh = async {
+            while let Some(ev) = stream.next().await {
+                if let Ok(WatchEvent::Added(p)) = ev {
+                    let name = format!("pod/{}", p.metadata.name.as_deref().unwrap_or(""));
+                    if !before.contains(&name) {
+                        return deleted.elapsed();
+                    }
+                }
             }
-            assert!(
-                deleted.elapsed() < Duration::from_secs(10),
-                "no replacement"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+            panic!("the watch ended before a replacement appeared");
+        };
+        tokio::time::timeout(Duration::from_secs(10), fresh)
+            .await
+            .expect("a replacement pod within 10 s")
     });
     eprintln!(
         "replacement pod created {:.0} ms after the delete",

@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use setpoint_testing::TestCluster;
 
@@ -67,15 +67,8 @@ impl Kubectl {
 }
 
 /// Polls until `check` returns `Some`, or panics after `within`.
-fn eventually<T>(what: &str, within: Duration, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+fn eventually<T>(what: &str, within: Duration, check: impl FnMut() -> Option<T>) -> T {
+    setpoint_testing::eventually_blocking(what, within, check)
 }
 
 /// The operator process, killed when dropped.

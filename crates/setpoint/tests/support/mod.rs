@@ -267,16 +267,6 @@ pub fn kill_processes_under(dir: &Path) {
 }
 
 /// Polls `check` every 100 ms until it returns `Some`, or panics after `within`.
-pub fn eventually<T>(what: &str, within: Duration, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {within:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+pub fn eventually<T>(what: &str, within: Duration, check: impl FnMut() -> Option<T>) -> T {
+    setpoint_testing::eventually_blocking(what, within, check)
 }
