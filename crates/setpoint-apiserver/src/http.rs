@@ -747,23 +747,23 @@ fn filter_for(
     let predicate: Option<crate::watchcache::Predicate> = if labels.is_none() && fields.is_none() {
         None
     } else {
-        let converted = res.transformed_on_read().then(|| res.clone());
-        Some(Box::new(move |obj: &Value| {
-            let converted_obj;
-            let obj = match &converted {
-                Some(r) => {
-                    converted_obj = crate::convert::from_storage(r, obj.clone());
-                    &converted_obj
-                }
-                None => obj,
-            };
+        // Filters read the attributes the cache recorded from the stored form; a resource
+        // served under another group's names (events.k8s.io) names the same fields differently.
+        let converted = res.is_converted();
+        Some(Box::new(move |attrs: &crate::watchcache::Attrs| {
             if let Some(l) = &labels {
-                if !l.matches(|k| meta::label(obj, k)) {
+                if !l.matches(|k| attrs.label(k)) {
                     return false;
                 }
             }
             if let Some(f) = &fields {
-                if !f.matches(|field| setpoint_kinds::fields::value(&group, &kind, obj, field)) {
+                let value = |field: &str| match converted {
+                    true => attrs
+                        .field(&setpoint_kinds::fields::stored_field(&group, &kind, field))
+                        .to_string(),
+                    false => attrs.field(field).to_string(),
+                };
+                if !f.matches(value) {
                     return false;
                 }
             }
@@ -896,7 +896,8 @@ async fn list(
             Some(l) if objs.len() > l && rv != "0" => {
                 let last = objs[l - 1].key.clone();
                 let remaining = filter.predicate.is_none().then(|| objs.len() - l);
-                let page: Vec<Arc<Value>> = objs[..l].iter().map(|o| o.object.clone()).collect();
+                let page: Vec<Arc<Value>> =
+                    objs[..l].iter().map(|o| Arc::new(o.object())).collect();
                 (
                     page,
                     revision,
@@ -907,7 +908,7 @@ async fn list(
             _ => {
                 if table || res.transformed_on_read() {
                     (
-                        objs.iter().map(|o| o.object.clone()).collect(),
+                        objs.iter().map(|o| Arc::new(o.object())).collect(),
                         revision,
                         None,
                         None,
@@ -989,8 +990,7 @@ async fn delete_collection(
     let (objs, revision) = cache.list(&sres.namespace_prefix(filter.namespace.as_deref()), &filter);
     let mut items = Vec::new();
     for o in objs {
-        let ns = meta::namespace(&o.object).to_string();
-        let name = meta::name(&o.object).to_string();
+        let (ns, name) = (o.attrs.namespace.to_string(), o.attrs.name.to_string());
         match server.delete(&sres, &ns, &name, &opts).await {
             Ok(d) => items.push(to_api(res, d.object)),
             Err(e) if e.code == 404 => {}
@@ -1186,14 +1186,14 @@ struct WatchState {
 impl WatchState {
     fn event(&mut self, t: EventType, obj: &Arc<CachedObject>) -> Bytes {
         if self.table {
-            let o = Arc::new(to_api(&self.res, (*obj.object).clone()));
+            let o = Arc::new(to_api(&self.res, obj.object()));
             let rv = meta::resource_version(&o).to_string();
             let tbl = crate::table::table(&self.res, &[o], &rv, None, &self.q, self.first_table);
             self.first_table = false;
             return event_line(t.as_str(), &serde_json::to_vec(&tbl).unwrap_or_default());
         }
         if self.res.transformed_on_read() {
-            let o = to_api(&self.res, (*obj.object).clone());
+            let o = to_api(&self.res, obj.object());
             return event_line(t.as_str(), &serde_json::to_vec(&o).unwrap_or_default());
         }
         event_line(t.as_str(), obj.json())

@@ -280,7 +280,7 @@ impl ApiServer {
             .caches
             .get(&ns_res.storage_prefix())
             .get(&key)
-            .map(|o| o.object.clone());
+            .map(|o| std::sync::Arc::new(o.object()));
         let ns = match cached {
             Some(o) => o,
             None => std::sync::Arc::new(self.get_object(&ns_res, "", namespace).await?),
@@ -1088,6 +1088,7 @@ impl ApiServer {
         limit: usize,
         filter: &crate::watchcache::Filter,
     ) -> Result<(Vec<Value>, Revision, Option<String>, Option<usize>), ApiError> {
+        let kind = crate::watchcache::stored_kind(&res.storage_prefix());
         let mut out = Vec::new();
         let mut after = start_after;
         let mut rev = revision;
@@ -1109,7 +1110,7 @@ impl ApiServer {
             rev = Some(resp.revision);
             for kv in &resp.kvs {
                 if let Some(obj) = decode_object(&kv.value, kv.mod_revision) {
-                    if filter.matches(&obj) {
+                    if filter.matches(&crate::watchcache::Attrs::of(&obj, kind)) {
                         out.push(obj);
                     }
                 }

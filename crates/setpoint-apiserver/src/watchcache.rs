@@ -9,10 +9,15 @@
 //!
 //! Watchers get a bounded channel; a watcher that does not keep up is dropped (its stream
 //! ends) instead of growing memory, and it resumes from its last revision like any client.
+//!
+//! Each object version is held as the JSON it is served as, plus the few attributes filters
+//! read ([`Attrs`]: namespace, name, labels, selectable fields), not as a parsed tree: a parsed
+//! pod takes about ten times its JSON, and the cache holds every object and a window of old
+//! versions. Consumers that need the tree parse it ([`CachedObject::object`]).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -25,29 +30,127 @@ use tokio::sync::{mpsc, watch};
 
 use crate::metrics::Metrics;
 
-/// One object as the cache holds it: parsed, with `metadata.resourceVersion` filled in.
+/// One object version as the cache holds it: its JSON (with `metadata.resourceVersion`
+/// filled in), shared by every LIST and watcher that sends it, and the attributes filters read.
 #[derive(Debug)]
 pub struct CachedObject {
     pub key: String,
-    pub object: Arc<Value>,
     pub revision: Revision,
-    json: OnceLock<Bytes>,
+    pub attrs: Attrs,
+    json: Bytes,
 }
 
 impl CachedObject {
-    /// Wraps an object whose `metadata.resourceVersion` is already `revision`.
-    pub fn new(key: String, object: Value, revision: Revision) -> Self {
+    /// Wraps an object whose `metadata.resourceVersion` is already `revision`; `kind` is the
+    /// stored kind (group, kind) whose selectable fields [`Attrs`] records.
+    pub fn new(key: String, object: &Value, revision: Revision, kind: StoredKind) -> Self {
         CachedObject {
             key,
-            object: Arc::new(object),
             revision,
-            json: OnceLock::new(),
+            attrs: Attrs::of(object, kind),
+            json: Bytes::from(serde_json::to_vec(object).unwrap_or_default()),
         }
     }
-    /// The object serialized as JSON, computed once and shared by every reader.
+
+    /// Decodes a stored value (see [`decode_object`]); `None` if it is not a JSON object.
+    pub fn decode(key: String, value: &[u8], revision: Revision, kind: StoredKind) -> Option<Self> {
+        let obj = decode_object(value, revision)?;
+        Some(CachedObject::new(key, &obj, revision, kind))
+    }
+
+    /// The object serialized as JSON.
     pub fn json(&self) -> &Bytes {
-        self.json
-            .get_or_init(|| Bytes::from(serde_json::to_vec(&*self.object).unwrap_or_default()))
+        &self.json
+    }
+
+    /// The object, parsed from its JSON (a fresh tree the caller owns).
+    pub fn object(&self) -> Value {
+        serde_json::from_slice(&self.json).unwrap_or(Value::Null)
+    }
+}
+
+/// The (group, kind) of a stored resource when it is a built-in kind, whose selectable fields
+/// beyond `metadata.name` and `metadata.namespace` [`Attrs`] then records; `None` for custom
+/// resources, which select on those two only.
+pub type StoredKind = Option<(&'static str, &'static str)>;
+
+/// The built-in kind stored under a storage prefix (`/registry/<group or core>/<plural>/`).
+pub fn stored_kind(prefix: &str) -> StoredKind {
+    let rest = prefix.strip_prefix(REGISTRY_PREFIX)?;
+    let mut parts = rest.split('/');
+    let group = match parts.next()? {
+        "core" => "",
+        g => g,
+    };
+    let plural = parts.next()?;
+    setpoint_kinds::BUILTIN
+        .iter()
+        .find(|k| k.group == group && k.plural == plural)
+        .map(|k| (k.group, k.kind))
+}
+
+/// What list and watch filters look at, extracted once per object version.
+#[derive(Debug, Default)]
+pub struct Attrs {
+    pub namespace: Box<str>,
+    pub name: Box<str>,
+    labels: Box<[(Box<str>, Box<str>)]>,
+    /// The kind's other selectable fields whose value is not empty, in the kind's order.
+    fields: Box<[(&'static str, Box<str>)]>,
+}
+
+impl Attrs {
+    /// The attributes of `obj`, stored as `kind`.
+    pub fn of(obj: &Value, kind: StoredKind) -> Attrs {
+        let labels = obj
+            .get("metadata")
+            .and_then(|m| m.get("labels"))
+            .and_then(Value::as_object)
+            .map(|l| {
+                l.iter()
+                    .filter_map(|(k, v)| Some((k.as_str().into(), v.as_str()?.into())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let fields = match kind {
+            Some((group, kind)) => setpoint_kinds::fields::supported_fields(group, kind)
+                .iter()
+                .filter(|f| !matches!(**f, "metadata.name" | "metadata.namespace"))
+                .filter_map(|f| {
+                    let v = setpoint_kinds::fields::value(group, kind, obj, f);
+                    (!v.is_empty()).then(|| (*f, v.into_boxed_str()))
+                })
+                .collect(),
+            None => Box::default(),
+        };
+        Attrs {
+            namespace: setpoint_api::meta::namespace(obj).into(),
+            name: setpoint_api::meta::name(obj).into(),
+            labels,
+            fields,
+        }
+    }
+
+    /// A label's value.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels
+            .iter()
+            .find(|(k, _)| &**k == key)
+            .map(|(_, v)| &**v)
+    }
+
+    /// A selectable field's value as field selectors compare it (`""` when unset).
+    pub fn field(&self, field: &str) -> &str {
+        match field {
+            "metadata.name" => &self.name,
+            "metadata.namespace" => &self.namespace,
+            _ => self
+                .fields
+                .iter()
+                .find(|(f, _)| *f == field)
+                .map(|(_, v)| &**v)
+                .unwrap_or(""),
+        }
     }
 }
 
@@ -89,8 +192,8 @@ pub enum WatchItem {
     Bookmark(Revision),
 }
 
-/// A test on one object (label and field selectors).
-pub type Predicate = Box<dyn Fn(&Value) -> bool + Send + Sync>;
+/// A test on one object's attributes (label and field selectors).
+pub type Predicate = Box<dyn Fn(&Attrs) -> bool + Send + Sync>;
 
 /// Decides which objects a list or watch sees.
 pub struct Filter {
@@ -108,30 +211,30 @@ impl Filter {
             predicate: None,
         }
     }
-    pub fn matches(&self, obj: &Value) -> bool {
+    pub fn matches(&self, attrs: &Attrs) -> bool {
         if let Some(ns) = &self.namespace {
-            if setpoint_api::meta::namespace(obj) != ns {
+            if *attrs.namespace != **ns {
                 return false;
             }
         }
         if let Some(n) = &self.name {
-            if setpoint_api::meta::name(obj) != n {
+            if *attrs.name != **n {
                 return false;
             }
         }
         match &self.predicate {
-            Some(p) => p(obj),
+            Some(p) => p(attrs),
             None => true,
         }
     }
     /// How an event looks through this filter, or None if the watcher shouldn't see it.
     fn translate(&self, ev: &CacheEvent) -> Option<EventType> {
-        let now = self.matches(&ev.object.object);
+        let now = self.matches(&ev.object.attrs);
         match ev.kind {
             EventType::Added => now.then_some(EventType::Added),
             EventType::Deleted => now.then_some(EventType::Deleted),
             EventType::Modified => {
-                let before = ev.prev.as_ref().is_some_and(|p| self.matches(&p.object));
+                let before = ev.prev.as_ref().is_some_and(|p| self.matches(&p.attrs));
                 match (before, now) {
                     (true, true) => Some(EventType::Modified),
                     (false, true) => Some(EventType::Added),
@@ -174,6 +277,8 @@ pub enum WatchStart {
 /// The cache of one storage resource.
 pub struct WatchCache {
     pub prefix: String,
+    /// The built-in kind stored under the prefix, if any (for [`Attrs`]).
+    pub kind: StoredKind,
     inner: RwLock<Inner>,
     capacity: usize,
     watcher_buffer: usize,
@@ -205,6 +310,7 @@ impl WatchCache {
             .trim_end_matches('/')
             .replace("core/", "");
         WatchCache {
+            kind: stored_kind(&prefix),
             prefix,
             inner: RwLock::new(Inner {
                 objects: BTreeMap::new(),
@@ -234,7 +340,7 @@ impl WatchCache {
             .objects
             .range(key_prefix.to_string()..)
             .take_while(|(k, _)| k.starts_with(key_prefix))
-            .filter(|(_, o)| filter.matches(&o.object))
+            .filter(|(_, o)| filter.matches(&o.attrs))
             .map(|(_, o)| o.clone())
             .collect();
         (items, inner.revision)
@@ -269,7 +375,7 @@ impl WatchCache {
         let after = match start {
             WatchStart::CurrentState => {
                 for o in inner.objects.values() {
-                    if filter.matches(&o.object) {
+                    if filter.matches(&o.attrs) {
                         initial.push(WatchItem::Event(EventType::Added, o.clone()));
                     }
                 }
@@ -349,7 +455,12 @@ impl WatchCache {
     /// Applies a batch of events (all under this cache's prefix) and advances to `revision`.
     fn apply(&self, events: Vec<CacheEvent>, revision: Revision) {
         let mut inner = self.inner.write();
-        for ev in events {
+        for mut ev in events {
+            if ev.kind == EventType::Modified {
+                // The version this write replaced is the one the cache holds: the cache is the
+                // store's state as of the previous revision, so no second decode is needed.
+                ev.prev = inner.objects.get(&ev.object.key).cloned();
+            }
             let ev = Arc::new(ev);
             match ev.kind {
                 EventType::Deleted => {
@@ -580,10 +691,12 @@ impl Caches {
                 .await?;
             for kv in &resp.kvs {
                 if let Some(cache) = self.cache_for_key(&kv.key) {
-                    if let Some(obj) = decode_object(&kv.value, kv.mod_revision) {
-                        per.entry(cache.prefix.clone()).or_default().push(Arc::new(
-                            CachedObject::new(kv.key.clone(), obj, kv.mod_revision),
-                        ));
+                    if let Some(o) =
+                        CachedObject::decode(kv.key.clone(), &kv.value, kv.mod_revision, cache.kind)
+                    {
+                        per.entry(cache.prefix.clone())
+                            .or_default()
+                            .push(Arc::new(o));
                     }
                 }
             }
@@ -667,21 +780,20 @@ impl Caches {
             };
             let ce = match ev {
                 Event::Put { kv, prev } => {
-                    let Some(obj) = decode_object(&kv.value, kv.mod_revision) else {
+                    let Some(obj) =
+                        CachedObject::decode(kv.key, &kv.value, kv.mod_revision, cache.kind)
+                    else {
                         continue;
                     };
-                    let prev = prev.and_then(|p| {
-                        decode_object(&p.value, p.mod_revision)
-                            .map(|o| Arc::new(CachedObject::new(p.key.clone(), o, p.mod_revision)))
-                    });
                     CacheEvent {
                         kind: if prev.is_some() {
                             EventType::Modified
                         } else {
                             EventType::Added
                         },
-                        object: Arc::new(CachedObject::new(kv.key, obj, kv.mod_revision)),
-                        prev,
+                        object: Arc::new(obj),
+                        // Filled in from the cache's current version when applied.
+                        prev: None,
                         revision: kv.mod_revision,
                     }
                 }
@@ -690,19 +802,19 @@ impl Caches {
                     revision,
                     prev,
                 } => {
-                    let Some(obj) = decode_object(&prev.value, revision) else {
+                    // The last state, carrying the deletion's revision.
+                    let Some(obj) = CachedObject::decode(key, &prev.value, revision, cache.kind)
+                    else {
                         continue;
                     };
                     CacheEvent {
                         kind: EventType::Deleted,
-                        object: Arc::new(CachedObject::new(key, obj, revision)),
+                        object: Arc::new(obj),
                         prev: None,
                         revision,
                     }
                 }
             };
-            // Serialize once here, off the request path, so LISTs and every watcher share it.
-            ce.object.json();
             per.entry(cache.prefix.clone()).or_default().push(ce);
         }
         let caches: Vec<_> = self

@@ -623,3 +623,101 @@ async fn restart_keeps_objects_and_revisions_increase() {
             > rv
     );
 }
+
+fn pod(name: &str) -> Value {
+    json!({"metadata": {"name": name},
+           "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
+}
+
+/// Field selectors are matched against the attributes the watch cache records per version:
+/// a binding moves a pod into a `spec.nodeName` watch, a status write into a `status.phase`
+/// list, and events.k8s.io selects on its own field names over core-stored Events.
+#[tokio::test]
+async fn field_selectors_follow_bindings_status_and_event_names() {
+    let r = start().await;
+    namespace(&r, "f").await;
+    for n in ["a", "b"] {
+        let resp = post(&r, "/api/v1/namespaces/f/pods", &pod(n)).await;
+        assert_eq!(resp.status, 201, "{}", resp.body);
+    }
+    let (status, mut w) = WatchStream::open(
+        &r,
+        "/api/v1/pods?watch=1&fieldSelector=spec.nodeName%3Dnode-1",
+    )
+    .await;
+    assert_eq!(status, 200);
+    let resp = post(
+        &r,
+        "/api/v1/namespaces/f/pods/b/binding",
+        &json!({"metadata": {"name": "b"}, "target": {"kind": "Node", "name": "node-1"}}),
+    )
+    .await;
+    assert_eq!(resp.status, 201, "{}", resp.body);
+    // Pod a was never on node-1, so the first event is b entering the selection.
+    let e = w.next().await.unwrap();
+    assert_eq!(e["type"], "ADDED", "{e}");
+    assert_eq!(e["object"]["metadata"]["name"], "b");
+    assert_eq!(e["object"]["spec"]["nodeName"], "node-1");
+
+    let names = |v: &Value| -> Vec<String> {
+        v["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["metadata"]["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let running = "/api/v1/namespaces/f/pods?fieldSelector=status.phase%3DRunning";
+    assert_eq!(names(&get(&r, running).await.body), Vec::<String>::new());
+    let resp = patch(
+        &r,
+        "/api/v1/namespaces/f/pods/b/status",
+        "application/merge-patch+json",
+        &json!({"status": {"phase": "Running"}}),
+    )
+    .await;
+    assert_eq!(resp.status, 200, "{}", resp.body);
+    assert_eq!(names(&get(&r, running).await.body), vec!["b"]);
+    let not_running = "/api/v1/namespaces/f/pods?fieldSelector=status.phase!%3DRunning";
+    assert_eq!(names(&get(&r, not_running).await.body), vec!["a"]);
+    // Paginated lists read the same attributes.
+    let page = get(&r, &format!("{not_running}&limit=1")).await;
+    assert_eq!(names(&page.body), vec!["a"]);
+
+    let resp = post(
+        &r,
+        "/api/v1/namespaces/f/events",
+        &json!({"metadata": {"name": "ev"},
+                "involvedObject": {"kind": "Pod", "name": "b", "namespace": "f"},
+                "reason": "Started", "type": "Normal", "message": "m",
+                "reportingComponent": "agent"}),
+    )
+    .await;
+    assert_eq!(resp.status, 201, "{}", resp.body);
+    for (path, want) in [
+        (
+            "/api/v1/namespaces/f/events?fieldSelector=involvedObject.name%3Db",
+            vec!["ev"],
+        ),
+        (
+            "/api/v1/namespaces/f/events?fieldSelector=involvedObject.name%3Da",
+            vec![],
+        ),
+        (
+            "/apis/events.k8s.io/v1/namespaces/f/events?fieldSelector=regarding.name%3Db",
+            vec!["ev"],
+        ),
+        (
+            "/apis/events.k8s.io/v1/namespaces/f/events?fieldSelector=reportingController%3Dagent",
+            vec!["ev"],
+        ),
+        (
+            "/apis/events.k8s.io/v1/namespaces/f/events?fieldSelector=regarding.name%3Da",
+            vec![],
+        ),
+    ] {
+        let resp = get(&r, path).await;
+        assert_eq!(resp.status, 200, "{path}: {}", resp.body);
+        assert_eq!(names(&resp.body), want, "{path}");
+    }
+}

@@ -90,6 +90,22 @@ pub fn supported_fields(group: &str, kind: &str) -> &'static [&'static str] {
     }
 }
 
+/// The name a field of `kind` has in the form the kind is stored as: events.k8s.io Events
+/// are stored as core Events, where `regarding.*` is `involvedObject.*` and
+/// `reportingController` is `reportingComponent`. Other kinds are stored as served.
+pub fn stored_field<'a>(group: &str, kind: &str, field: &'a str) -> std::borrow::Cow<'a, str> {
+    if (group, kind) != ("events.k8s.io", "Event") {
+        return field.into();
+    }
+    if let Some(sub) = field.strip_prefix("regarding.") {
+        return format!("involvedObject.{sub}").into();
+    }
+    match field {
+        "reportingController" => "reportingComponent".into(),
+        other => other.into(),
+    }
+}
+
 /// Whether `field` can be used in a field selector on this kind.
 pub fn supported(group: &str, kind: &str, field: &str) -> bool {
     supported_fields(group, kind).contains(&field)

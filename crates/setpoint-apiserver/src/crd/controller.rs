@@ -134,7 +134,7 @@ impl ApiServer {
         let res = crd_resource(self);
         let cache = self.caches.get(&res.storage_prefix());
         let (objs, _) = cache.list(&res.storage_prefix(), &Filter::all());
-        let mut crds: Vec<Value> = objs.iter().map(|o| (*o.object).clone()).collect();
+        let mut crds: Vec<Value> = objs.iter().map(|o| o.object()).collect();
         // A CRD whose names were accepted keeps them; among the rest, the older one wins.
         let accepted = |o: &Value| {
             o.pointer("/status/conditions")
@@ -231,11 +231,10 @@ impl ApiServer {
             let (objs, _) = cache.list(&def.storage_prefix(), &Filter::all());
             if !objs.is_empty() {
                 for o in objs {
-                    if meta::deletion_timestamp(&o.object).is_some() {
+                    if meta::deletion_timestamp(&o.object()).is_some() {
                         continue;
                     }
-                    let ns = meta::namespace(&o.object).to_string();
-                    let n = meta::name(&o.object).to_string();
+                    let (ns, n) = (o.attrs.namespace.to_string(), o.attrs.name.to_string());
                     if let Err(e) = self.delete(&def, &ns, &n, &DeleteOptions::default()).await {
                         if e.code != 404 {
                             tracing::warn!(crd = %name, object = %n, error = %e.message, "deleting a custom object");
