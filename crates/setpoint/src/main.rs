@@ -11,6 +11,7 @@ use setpoint_apiserver::{ApiServer, ServerConfig, StoreConfig};
 /// mimalloc rather than glibc malloc: under load the server allocates from many threads at
 /// once, and glibc's arena locks, consolidation and page clearing took about a third of its
 /// CPU in the 30,000-pod density profile.
+#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
