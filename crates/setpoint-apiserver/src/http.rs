@@ -380,6 +380,73 @@ fn wants_table(headers: &HeaderMap) -> bool {
         })
 }
 
+/// The `meta.k8s.io` version the client asked to receive objects in as
+/// `PartialObjectMetadata` (`Accept: application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1`,
+/// `as=PartialObjectMetadataList` for lists), as metadata-only informers do; `None` otherwise.
+fn wants_metadata(headers: &HeaderMap) -> Option<&'static str> {
+    headers
+        .get_all(http::header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .find_map(|part| {
+            let p: Vec<&str> = part.split(';').map(str::trim).collect();
+            let partial = p.contains(&"as=PartialObjectMetadata")
+                || p.contains(&"as=PartialObjectMetadataList");
+            if !partial || !p.contains(&"g=meta.k8s.io") {
+                return None;
+            }
+            if p.contains(&"v=v1") {
+                Some("meta.k8s.io/v1")
+            } else if p.contains(&"v=v1beta1") {
+                Some("meta.k8s.io/v1beta1")
+            } else {
+                None
+            }
+        })
+}
+
+/// An object's `PartialObjectMetadata` form.
+fn partial_metadata(metadata: Value, api_version: &str) -> Value {
+    json!({"kind": "PartialObjectMetadata", "apiVersion": api_version, "metadata": metadata})
+}
+
+/// The `metadata` of a JSON object, read without building the rest of it.
+fn metadata_of_json(json: &[u8]) -> Value {
+    #[derive(serde::Deserialize)]
+    struct MetadataOnly {
+        #[serde(default)]
+        metadata: Value,
+    }
+    serde_json::from_slice::<MetadataOnly>(json)
+        .map(|m| m.metadata)
+        .unwrap_or(Value::Null)
+}
+
+/// A `PartialObjectMetadataList` of the given metadata.
+fn partial_list(
+    api_version: &str,
+    items: impl Iterator<Item = Value>,
+    revision: Revision,
+    cont: Option<&str>,
+    remaining: Option<usize>,
+) -> Value {
+    let mut metadata = serde_json::Map::new();
+    metadata.insert("resourceVersion".into(), json!(revision.to_string()));
+    if let Some(c) = cont {
+        metadata.insert("continue".into(), json!(c));
+        if let Some(r) = remaining {
+            metadata.insert("remainingItemCount".into(), json!(r));
+        }
+    }
+    json!({
+        "kind": "PartialObjectMetadataList",
+        "apiVersion": api_version,
+        "metadata": Value::Object(metadata),
+        "items": items.map(|m| partial_metadata(m, api_version)).collect::<Vec<_>>(),
+    })
+}
+
 fn wants_aggregated(headers: &HeaderMap) -> bool {
     headers
         .get_all(http::header::ACCEPT)
@@ -535,6 +602,10 @@ async fn serve(
                         let rv = meta::resource_version(&obj).to_string();
                         let t = crate::table::table(&res, &[Arc::new(obj)], &rv, None, q, true);
                         return Ok(value_response(StatusCode::OK, &t));
+                    }
+                    if let Some(v) = wants_metadata(headers).filter(|_| view == View::Main) {
+                        let m = obj.get("metadata").cloned().unwrap_or(Value::Null);
+                        return Ok(value_response(StatusCode::OK, &partial_metadata(m, v)));
                     }
                     Ok(value_response(StatusCode::OK, &obj))
                 }
@@ -851,6 +922,7 @@ async fn list(
     let sres = storage_def(server, res);
     let prefix = sres.namespace_prefix(filter.namespace.as_deref());
     let table = wants_table(headers);
+    let metadata_as = wants_metadata(headers).filter(|_| !table);
 
     // Continuation pages and exact-revision reads come from the store at that revision.
     let from_store = if let Some(token) = q.get("continue").filter(|t| !t.is_empty()) {
@@ -906,6 +978,11 @@ async fn list(
                 )
             }
             _ => {
+                if let Some(v) = metadata_as {
+                    let items = objs.iter().map(|o| metadata_of_json(o.json()));
+                    let list = partial_list(v, items, revision, None, None);
+                    return Ok(value_response(StatusCode::OK, &list));
+                }
                 if table || res.transformed_on_read() {
                     (
                         objs.iter().map(|o| Arc::new(o.object())).collect(),
@@ -934,6 +1011,13 @@ async fn list(
     if table {
         let t = crate::table::table(res, &items, &revision.to_string(), cont.as_deref(), q, true);
         return Ok(value_response(StatusCode::OK, &t));
+    }
+    if let Some(v) = metadata_as {
+        let metadata = items
+            .iter()
+            .map(|o| o.get("metadata").cloned().unwrap_or(Value::Null));
+        let list = partial_list(v, metadata, revision, cont.as_deref(), remaining);
+        return Ok(value_response(StatusCode::OK, &list));
     }
     let mut metadata = serde_json::Map::new();
     metadata.insert("resourceVersion".into(), json!(revision.to_string()));
@@ -1114,6 +1198,7 @@ async fn watch(
     };
     let cache = server.caches.get(&sres.storage_prefix());
     let table = wants_table(headers);
+    let metadata_as = wants_metadata(headers).filter(|_| !table);
     let handle = match cache.watch(start, filter, bookmarks) {
         Ok(h) => h,
         Err(e) => {
@@ -1130,6 +1215,7 @@ async fn watch(
     let state = WatchState {
         res,
         table,
+        metadata_as,
         first_table: true,
         q,
     };
@@ -1179,6 +1265,8 @@ async fn watch(
 struct WatchState {
     res: Arc<ResourceDef>,
     table: bool,
+    /// Objects go out as `PartialObjectMetadata` of this `meta.k8s.io` version.
+    metadata_as: Option<&'static str>,
     first_table: bool,
     q: Query,
 }
@@ -1191,6 +1279,10 @@ impl WatchState {
             let tbl = crate::table::table(&self.res, &[o], &rv, None, &self.q, self.first_table);
             self.first_table = false;
             return event_line(t.as_str(), &serde_json::to_vec(&tbl).unwrap_or_default());
+        }
+        if let Some(v) = self.metadata_as {
+            let o = partial_metadata(metadata_of_json(obj.json()), v);
+            return event_line(t.as_str(), &serde_json::to_vec(&o).unwrap_or_default());
         }
         if self.res.transformed_on_read() {
             let o = to_api(&self.res, obj.object());
@@ -1206,6 +1298,8 @@ impl WatchState {
         }
         let (kind, api_version) = if self.table {
             ("Table".to_string(), "meta.k8s.io/v1".to_string())
+        } else if let Some(v) = self.metadata_as {
+            ("PartialObjectMetadata".to_string(), v.to_string())
         } else {
             (self.res.kind.clone(), self.res.api_version())
         };

@@ -721,3 +721,96 @@ async fn field_selectors_follow_bindings_status_and_event_names() {
         assert_eq!(names(&resp.body), want, "{path}");
     }
 }
+
+/// Metadata-only reads (`as=PartialObjectMetadata`), as metadata informers make them: GET,
+/// LIST (from the cache and paginated) and WATCH return each object's metadata alone.
+#[tokio::test]
+async fn partial_object_metadata_reads() {
+    let r = start().await;
+    namespace(&r, "m").await;
+    for n in ["a", "b"] {
+        let mut p = pod(n);
+        p["metadata"]["labels"] = json!({"app": n});
+        assert_eq!(post(&r, "/api/v1/namespaces/m/pods", &p).await.status, 201);
+    }
+    let accept = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+    let list = call_with(
+        &r,
+        "GET",
+        "/api/v1/namespaces/m/pods",
+        None,
+        None,
+        &[("accept", accept)],
+    )
+    .await;
+    assert_eq!(list.status, 200, "{}", list.body);
+    assert_eq!(list.body["kind"], "PartialObjectMetadataList");
+    assert_eq!(list.body["apiVersion"], "meta.k8s.io/v1");
+    let items = list.body["items"].as_array().unwrap();
+    assert_eq!(items.len(), 2);
+    assert_eq!(items[0]["kind"], "PartialObjectMetadata");
+    assert_eq!(items[0]["metadata"]["name"], "a");
+    assert_eq!(items[0]["metadata"]["labels"]["app"], "a");
+    assert!(items[0].get("spec").is_none(), "{}", items[0]);
+    assert!(!list.body["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .is_empty());
+
+    let page = call_with(
+        &r,
+        "GET",
+        "/api/v1/namespaces/m/pods?limit=1",
+        None,
+        None,
+        &[("accept", accept)],
+    )
+    .await;
+    assert_eq!(page.body["kind"], "PartialObjectMetadataList");
+    assert_eq!(page.body["items"].as_array().unwrap().len(), 1);
+    assert!(
+        page.body["metadata"]["continue"].is_string(),
+        "{}",
+        page.body
+    );
+
+    let one_accept = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+    let one = call_with(
+        &r,
+        "GET",
+        "/api/v1/namespaces/m/pods/b",
+        None,
+        None,
+        &[("accept", one_accept)],
+    )
+    .await;
+    assert_eq!(one.status, 200);
+    assert_eq!(one.body["kind"], "PartialObjectMetadata");
+    assert_eq!(one.body["metadata"]["name"], "b");
+    assert!(one.body.get("spec").is_none());
+
+    let rv = list.body["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (status, mut w) = WatchStream::open_with(
+        &r,
+        &format!("/api/v1/namespaces/m/pods?watch=1&resourceVersion={rv}"),
+        &[("accept", one_accept)],
+    )
+    .await;
+    assert_eq!(status, 200);
+    let resp = patch(
+        &r,
+        "/api/v1/namespaces/m/pods/a",
+        "application/merge-patch+json",
+        &json!({"metadata": {"labels": {"app": "z"}}}),
+    )
+    .await;
+    assert_eq!(resp.status, 200);
+    let e = w.next().await.unwrap();
+    assert_eq!(e["type"], "MODIFIED");
+    assert_eq!(e["object"]["kind"], "PartialObjectMetadata");
+    assert_eq!(e["object"]["metadata"]["labels"]["app"], "z");
+    assert!(e["object"].get("spec").is_none());
+}

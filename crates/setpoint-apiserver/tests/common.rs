@@ -134,17 +134,28 @@ pub struct WatchStream {
 
 impl WatchStream {
     pub async fn open(running: &Running, path: &str) -> (u16, WatchStream) {
+        Self::open_with(running, path, &[]).await
+    }
+
+    /// [`WatchStream::open`] with extra request headers.
+    pub async fn open_with(
+        running: &Running,
+        path: &str,
+        headers: &[(&str, &str)],
+    ) -> (u16, WatchStream) {
         let stream = tokio::net::TcpStream::connect(running.addr).await.unwrap();
         let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
             .unwrap();
         tokio::spawn(conn);
-        let req = Request::builder()
+        let mut b = Request::builder()
             .method("GET")
             .uri(path)
-            .header("host", "localhost")
-            .body(Full::new(Bytes::new()))
-            .unwrap();
+            .header("host", "localhost");
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        let req = b.body(Full::new(Bytes::new())).unwrap();
         let resp = sender.send_request(req).await.unwrap();
         (
             resp.status().as_u16(),

@@ -247,7 +247,9 @@ impl Graph {
             if by_id.contains_key(&id) {
                 continue;
             }
-            let informer = informers.dynamic(r, Scope::all());
+            // Metadata only, as upstream's collector does: owners and finalizers are all it
+            // reads, and whole pods and events would cost many times the memory.
+            let informer = informers.metadata(r, Scope::all());
             by_id.insert(id.clone(), watched.len());
             by_kind.insert((r.group.clone(), r.kind.clone()), watched.len());
             watched.push(Watched {

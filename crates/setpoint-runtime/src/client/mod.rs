@@ -208,13 +208,26 @@ impl Client {
         content_type: Option<&str>,
         body: Bytes,
     ) -> Result<http::Response<Body>, ClientError> {
+        self.send_accepting(method, path, "application/json", content_type, body)
+            .await
+    }
+
+    /// [`Client::send`] with an `Accept` header of the caller's choosing.
+    pub async fn send_accepting(
+        &self,
+        method: http::Method,
+        path: &str,
+        accept: &str,
+        content_type: Option<&str>,
+        body: Bytes,
+    ) -> Result<http::Response<Body>, ClientError> {
         if let Some(l) = &self.limiter {
             l.acquire().await;
         }
         let mut b = http::Request::builder()
             .method(method.clone())
             .uri(path)
-            .header(http::header::ACCEPT, "application/json");
+            .header(http::header::ACCEPT, accept);
         if let Some(ct) = content_type {
             b = b.header(http::header::CONTENT_TYPE, ct);
         }
@@ -241,7 +254,22 @@ impl Client {
         content_type: Option<&str>,
         body: Bytes,
     ) -> Result<Value, ClientError> {
-        let resp = self.send(method, path, content_type, body).await?;
+        self.request_accepting(method, path, "application/json", content_type, body)
+            .await
+    }
+
+    /// [`Client::request`] with an `Accept` header of the caller's choosing.
+    pub async fn request_accepting(
+        &self,
+        method: http::Method,
+        path: &str,
+        accept: &str,
+        content_type: Option<&str>,
+        body: Bytes,
+    ) -> Result<Value, ClientError> {
+        let resp = self
+            .send_accepting(method, path, accept, content_type, body)
+            .await?;
         let status = resp.status().as_u16();
         let bytes = resp
             .into_body()
@@ -274,8 +302,20 @@ impl Client {
         impl Stream<Item = Result<WatchEvent<Value>, ClientError>> + Send + 'static,
         ClientError,
     > {
+        self.watch_raw_accepting(path, "application/json").await
+    }
+
+    /// [`Client::watch_raw`] with an `Accept` header of the caller's choosing.
+    pub async fn watch_raw_accepting(
+        &self,
+        path: &str,
+        accept: &str,
+    ) -> Result<
+        impl Stream<Item = Result<WatchEvent<Value>, ClientError>> + Send + 'static,
+        ClientError,
+    > {
         let resp = self
-            .send(http::Method::GET, path, None, Bytes::new())
+            .send_accepting(http::Method::GET, path, accept, None, Bytes::new())
             .await?;
         let status = resp.status().as_u16();
         if status >= 400 {

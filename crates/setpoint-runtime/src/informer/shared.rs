@@ -99,6 +99,8 @@ struct FactoryKey {
     object_type: TypeId,
     resource: ApiResource,
     scope: Scope,
+    /// Metadata-only and whole-object informers of a resource hold different objects too.
+    metadata_only: bool,
 }
 
 struct Entry {
@@ -167,16 +169,30 @@ impl SharedInformers {
         K::Scope: 'static,
     {
         let resource = ApiResource::of::<K>();
-        self.get_or_create(resource, scope, |client, namespace| match namespace {
-            Some(ns) => Api::<K>::namespaced(client, ns),
-            None => Api::<K>::all(client),
-        })
+        self.get_or_create(
+            resource,
+            scope,
+            false,
+            |client, namespace| match namespace {
+                Some(ns) => Api::<K>::namespaced(client, ns),
+                None => Api::<K>::all(client),
+            },
+        )
     }
 
     /// The informer for any resource, as [`DynamicObject`]s.
     pub fn dynamic(&self, resource: &ApiResource, scope: Scope) -> Informer<DynamicObject> {
-        self.get_or_create(resource.clone(), scope, |client, namespace| {
+        self.get_or_create(resource.clone(), scope, false, |client, namespace| {
             Api::dynamic(client, resource, namespace)
+        })
+    }
+
+    /// The metadata-only informer for any resource: its cache holds each object's
+    /// `PartialObjectMetadata` (see [`Api::metadata`]), for controllers that follow owners,
+    /// finalizers or labels across many kinds, such as the garbage collector.
+    pub fn metadata(&self, resource: &ApiResource, scope: Scope) -> Informer<DynamicObject> {
+        self.get_or_create(resource.clone(), scope, true, |client, namespace| {
+            Api::metadata(client, resource, namespace)
         })
     }
 
@@ -184,6 +200,7 @@ impl SharedInformers {
         &self,
         resource: ApiResource,
         scope: Scope,
+        metadata_only: bool,
         make_api: impl FnOnce(Client, Option<&str>) -> Api<K>,
     ) -> Informer<K> {
         let scope = scope.normalized(&resource);
@@ -191,6 +208,7 @@ impl SharedInformers {
             object_type: TypeId::of::<K>(),
             resource,
             scope,
+            metadata_only,
         };
         let mut state = self.inner.state.lock();
         if let Some(entry) = state.informers.get(&key) {
