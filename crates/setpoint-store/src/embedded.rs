@@ -82,6 +82,9 @@ use crate::{
     StoreError, WatchStream, DEFAULT_MAX_VALUE_SIZE, DEFAULT_WATCH_BUFFER,
 };
 
+/// The redb page cache (see `EmbeddedStore::open`).
+const REDB_CACHE_BYTES: usize = 64 * 1024 * 1024;
+
 /// Name of the database file inside the store directory.
 pub const DB_FILE_NAME: &str = "store.redb";
 
@@ -182,6 +185,10 @@ impl EmbeddedStore {
         std::fs::create_dir_all(dir).map_err(|e| backend("creating store directory", e))?;
         let path = dir.join(DB_FILE_NAME);
         let db = Database::builder()
+            // Reads are served from memory (the state is rebuilt at open), so redb's page
+            // cache only helps appends and compaction; its default of 1 GiB would mostly hold
+            // pages nobody reads again.
+            .set_cache_size(REDB_CACHE_BYTES)
             .create(&path)
             .map_err(|e| backend("opening database", e))?;
         init_tables(&db)?;
