@@ -3,7 +3,7 @@
 use std::marker::PhantomData;
 
 use bytes::Bytes;
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
@@ -247,24 +247,7 @@ impl<K: DeserializeOwned + Serialize + Send + 'static> Api<K> {
             self.resource.collection_path(self.namespace.as_deref()),
             params.query(resource_version),
         );
-        let raw = self.client.watch_raw_accepting(&path, self.accept).await?;
-        Ok(raw.map(|e| {
-            e.and_then(|e| {
-                Ok(match e {
-                    WatchEvent::Added(v) => WatchEvent::Added(decode(v)?),
-                    WatchEvent::Modified(v) => WatchEvent::Modified(decode(v)?),
-                    WatchEvent::Deleted(v) => WatchEvent::Deleted(decode(v)?),
-                    WatchEvent::Bookmark {
-                        resource_version,
-                        initial_events_end,
-                    } => WatchEvent::Bookmark {
-                        resource_version,
-                        initial_events_end,
-                    },
-                    WatchEvent::Error(e) => WatchEvent::Error(e),
-                })
-            })
-        }))
+        self.client.watch_typed(&path, self.accept).await
     }
 
     /// Sends `obj` as JSON with `method` to `path` and decodes the answer.

@@ -27,6 +27,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use http_body_util::BodyExt;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 use setpoint_api::ApiError;
 
@@ -314,6 +315,17 @@ impl Client {
         impl Stream<Item = Result<WatchEvent<Value>, ClientError>> + Send + 'static,
         ClientError,
     > {
+        self.watch_typed(path, accept).await
+    }
+
+    /// Opens a watch and decodes each event's object straight into `K` (no intermediate
+    /// JSON tree: informers decode every event, so this is on their hot path).
+    pub(crate) async fn watch_typed<K: DeserializeOwned + Send + 'static>(
+        &self,
+        path: &str,
+        accept: &str,
+    ) -> Result<impl Stream<Item = Result<WatchEvent<K>, ClientError>> + Send + 'static, ClientError>
+    {
         let resp = self
             .send_accepting(http::Method::GET, path, accept, None, Bytes::new())
             .await?;
@@ -384,28 +396,78 @@ impl Client {
     }
 }
 
-fn parse_event(line: &[u8]) -> Result<WatchEvent<Value>, ClientError> {
-    let v: Value = serde_json::from_slice(line)
+fn parse_event<K: DeserializeOwned>(line: &[u8]) -> Result<WatchEvent<K>, ClientError> {
+    /// One watch line, with the object left as raw JSON until its type is known.
+    #[derive(serde::Deserialize)]
+    struct Line<'a> {
+        #[serde(rename = "type", borrow)]
+        kind: Option<std::borrow::Cow<'a, str>>,
+        #[serde(borrow)]
+        object: Option<&'a serde_json::value::RawValue>,
+    }
+    let line: Line<'_> = serde_json::from_slice(line)
         .map_err(|e| ClientError::Decode(format!("watch event: {e}")))?;
-    let obj = v.get("object").cloned().unwrap_or(Value::Null);
-    match v.get("type").and_then(Value::as_str) {
-        Some("ADDED") => Ok(WatchEvent::Added(obj)),
-        Some("MODIFIED") => Ok(WatchEvent::Modified(obj)),
-        Some("DELETED") => Ok(WatchEvent::Deleted(obj)),
-        Some("BOOKMARK") => Ok(WatchEvent::Bookmark {
-            resource_version: obj
-                .pointer("/metadata/resourceVersion")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string(),
-            initial_events_end: obj
-                .pointer("/metadata/annotations/k8s.io~1initial-events-end")
-                .and_then(Value::as_str)
-                == Some("true"),
-        }),
-        Some("ERROR") => Ok(WatchEvent::Error(api_error_from_status(&obj, 500))),
+    let raw = line.object.map(|o| o.get()).unwrap_or("null");
+    let typed = || {
+        serde_json::from_str::<K>(raw).map_err(|e| ClientError::Decode(format!("watch event: {e}")))
+    };
+    let untyped = || serde_json::from_str::<Value>(raw).unwrap_or(Value::Null);
+    match line.kind.as_deref() {
+        Some("ADDED") => Ok(WatchEvent::Added(typed()?)),
+        Some("MODIFIED") => Ok(WatchEvent::Modified(typed()?)),
+        Some("DELETED") => Ok(WatchEvent::Deleted(typed()?)),
+        Some("BOOKMARK") => {
+            let obj = untyped();
+            Ok(WatchEvent::Bookmark {
+                resource_version: obj
+                    .pointer("/metadata/resourceVersion")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string(),
+                initial_events_end: obj
+                    .pointer("/metadata/annotations/k8s.io~1initial-events-end")
+                    .and_then(Value::as_str)
+                    == Some("true"),
+            })
+        }
+        Some("ERROR") => Ok(WatchEvent::Error(api_error_from_status(&untyped(), 500))),
         other => Err(ClientError::Decode(format!(
             "unknown watch event type {other:?}"
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Pod;
+
+    #[test]
+    fn watch_lines_decode_straight_into_the_type() {
+        let line = br#"{"type":"ADDED","object":{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a\"b","resourceVersion":"7"},"spec":{"containers":[]}}}"#;
+        match parse_event::<Pod>(line).unwrap() {
+            WatchEvent::Added(p) => assert_eq!(p.metadata.name.as_deref(), Some("a\"b")),
+            other => panic!("{other:?}"),
+        }
+        let bookmark = br#"{"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"12","annotations":{"k8s.io/initial-events-end":"true"}}}}"#;
+        match parse_event::<Pod>(bookmark).unwrap() {
+            WatchEvent::Bookmark {
+                resource_version,
+                initial_events_end,
+            } => assert_eq!(
+                (resource_version.as_str(), initial_events_end),
+                ("12", true)
+            ),
+            other => panic!("{other:?}"),
+        }
+        let error = br#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","message":"too old","reason":"Expired","code":410}}"#;
+        match parse_event::<Pod>(error).unwrap() {
+            WatchEvent::Error(e) => assert_eq!(e.code, 410),
+            other => panic!("{other:?}"),
+        }
+        // An object that is not a Pod, an unknown type and a broken line are errors, not panics.
+        assert!(parse_event::<Pod>(br#"{"type":"ADDED","object":{"metadata":7}}"#).is_err());
+        assert!(parse_event::<Pod>(br#"{"type":"RENAMED","object":{}}"#).is_err());
+        assert!(parse_event::<Pod>(br#"{"type":"ADDED","obj"#).is_err());
     }
 }
