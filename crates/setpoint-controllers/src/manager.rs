@@ -66,9 +66,24 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send,
 ) {
     let informers = SharedInformers::new(client.clone());
+    run_on(client, names, options, leader, &informers, shutdown).await;
+    informers.shutdown().await;
+}
+
+/// [`run`] on informers the caller owns (and shuts down), so that other components in the
+/// same process (`setpoint up`'s scheduler) share their caches instead of holding a second
+/// copy of every pod.
+pub async fn run_on(
+    client: Client,
+    names: Vec<String>,
+    options: Options,
+    leader: Option<watch::Receiver<bool>>,
+    informers: &SharedInformers,
+    shutdown: impl Future<Output = ()> + Send,
+) {
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = Vec::new();
-    for mut c in build(&client, &names, &options, &informers).await {
+    for mut c in build(&client, &names, &options, informers).await {
         if let Some(l) = &leader {
             c = c.with_leadership(l.clone());
         }
@@ -91,7 +106,6 @@ pub async fn run(
     for t in tasks {
         let _ = t.await;
     }
-    informers.shutdown().await;
 }
 
 /// Runs the garbage collector over every served resource, and builds it again when that set
@@ -160,6 +174,19 @@ impl InProcess {
         let task = tokio::spawn(run(client, names, options, None, async move {
             let _ = stopped.await;
         }));
+        InProcess { stop, task }
+    }
+
+    /// Like [`InProcess::start_with`], on informers the caller shares and shuts down.
+    pub fn start_on(client: Client, options: Options, informers: SharedInformers) -> InProcess {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let names = ALL.iter().map(|s| s.to_string()).collect();
+        let task = tokio::spawn(async move {
+            run_on(client, names, options, None, &informers, async move {
+                let _ = stopped.await;
+            })
+            .await
+        });
         InProcess { stop, task }
     }
 

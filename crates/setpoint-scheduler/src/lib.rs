@@ -27,4 +27,4 @@ pub mod queue;
 pub mod resources;
 pub mod scheduler;
 
-pub use scheduler::{run, SchedulerConfig, SchedulerError, DEFAULT_SCHEDULER_NAME};
+pub use scheduler::{run, run_shared, SchedulerConfig, SchedulerError, DEFAULT_SCHEDULER_NAME};

@@ -149,8 +149,21 @@ pub async fn run(
         ..InformerOptions::default()
     };
     let informers = SharedInformers::with_options(client.clone(), options, StartPolicy::OnRequest);
+    run_shared(client, config, &informers, leader, shutdown).await;
+    informers.shutdown().await;
+}
+
+/// [`run`] on informers the caller owns (and shuts down): inside one process the scheduler
+/// and the controllers can share one pod cache instead of each holding every pod.
+pub async fn run_shared(
+    client: Client,
+    config: SchedulerConfig,
+    informers: &SharedInformers,
+    leader: Option<watch::Receiver<bool>>,
+    shutdown: impl Future<Output = ()> + Send,
+) {
     let (stop_tx, stop_rx) = watch::channel(false);
-    let work = run_on(client, config, &informers, leader, stop_rx);
+    let work = run_on(client, config, informers, leader, stop_rx);
     tokio::pin!(work);
     tokio::select! {
         _ = &mut work => {}
@@ -159,7 +172,6 @@ pub async fn run(
             work.await;
         }
     }
-    informers.shutdown().await;
 }
 
 async fn wait_stop(stop: &mut watch::Receiver<bool>) {

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use setpoint_runtime::client::Client;
+use setpoint_runtime::informer::SharedInformers;
 
 use setpoint_controllers::manager::{self, ALL};
 
@@ -84,13 +85,18 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
 /// resourceVersion preconditions, so duplicates only cost extra requests, while a lease would
 /// delay the controllers by up to a lease duration after every unclean restart of a
 /// single-node cluster.
-pub fn start_in_process(client: Client, node_grace: std::time::Duration) -> manager::InProcess {
-    manager::InProcess::start_with(
+pub fn start_in_process(
+    client: Client,
+    node_grace: std::time::Duration,
+    informers: SharedInformers,
+) -> manager::InProcess {
+    manager::InProcess::start_on(
         client,
         manager::Options {
             node_lifecycle: setpoint_controllers::nodelifecycle::NodeLifecycleConfig {
                 grace_period: node_grace,
             },
         },
+        informers,
     )
 }

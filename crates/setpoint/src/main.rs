@@ -156,13 +156,18 @@ async fn run(args: ServeArgs, all_in_one: bool) -> anyhow::Result<()> {
             setpoint_apiserver::http::router(server.clone()),
         ))
     };
+    // The controllers and the scheduler share one set of informers: one cache of every pod
+    // in this process, not one per component.
+    let informers = setpoint_runtime::informer::SharedInformers::new(in_process());
     let controllers = all_in_one.then(|| {
         controller_manager::start_in_process(
             in_process(),
             Duration::from_secs(args.node_monitor_grace_period_seconds.max(1)),
+            informers.clone(),
         )
     });
-    let scheduler = all_in_one.then(|| scheduler_cmd::InProcess::start(in_process()));
+    let scheduler =
+        all_in_one.then(|| scheduler_cmd::InProcess::start(in_process(), informers.clone()));
     let node = if all_in_one && !args.no_node {
         let ca = running.pki.as_ref().map(|p| p.ca_cert.clone());
         Some(agent_cmd::InProcess::start(
@@ -207,6 +212,7 @@ async fn run(args: ServeArgs, all_in_one: bool) -> anyhow::Result<()> {
     if let Some(c) = controllers {
         c.stop().await;
     }
+    informers.shutdown().await;
     running.shutdown().await;
     drop(server);
     drop(store);

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use setpoint_runtime::client::Client;
+use setpoint_runtime::informer::SharedInformers;
 use setpoint_scheduler::SchedulerConfig;
 
 /// The Lease scheduler replicas elect their leader on (Kubernetes' name for it).
@@ -69,17 +70,21 @@ pub struct InProcess {
 }
 
 impl InProcess {
-    /// Starts the scheduler with `client`.
-    pub fn start(client: Client) -> InProcess {
+    /// Starts the scheduler with `client` on `informers`, shared with the controllers.
+    pub fn start(client: Client, informers: SharedInformers) -> InProcess {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(setpoint_scheduler::run(
-            client,
-            SchedulerConfig::default(),
-            None,
-            async move {
-                let _ = stopped.await;
-            },
-        ));
+        let task = tokio::spawn(async move {
+            setpoint_scheduler::run_shared(
+                client,
+                SchedulerConfig::default(),
+                &informers,
+                None,
+                async move {
+                    let _ = stopped.await;
+                },
+            )
+            .await
+        });
         InProcess { stop, task }
     }
 
