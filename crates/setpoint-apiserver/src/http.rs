@@ -368,42 +368,38 @@ fn decode_apply_body(body: &[u8]) -> Result<(Value, BodySyntax), ApiError> {
     Ok((v, BodySyntax::Yaml))
 }
 
-fn wants_table(headers: &HeaderMap) -> bool {
+/// The `;`-separated parts of each media range the `Accept` headers list.
+fn accept_ranges(headers: &HeaderMap) -> impl Iterator<Item = Vec<&str>> {
     headers
         .get_all(http::header::ACCEPT)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
-        .any(|part| {
-            let p: Vec<&str> = part.split(';').map(str::trim).collect();
-            p.contains(&"as=Table") && p.contains(&"g=meta.k8s.io")
-        })
+        .map(|range| range.split(';').map(str::trim).collect())
+}
+
+fn wants_table(headers: &HeaderMap) -> bool {
+    accept_ranges(headers).any(|p| p.contains(&"as=Table") && p.contains(&"g=meta.k8s.io"))
 }
 
 /// The `meta.k8s.io` version the client asked to receive objects in as
 /// `PartialObjectMetadata` (`Accept: application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1`,
 /// `as=PartialObjectMetadataList` for lists), as metadata-only informers do; `None` otherwise.
 fn wants_metadata(headers: &HeaderMap) -> Option<&'static str> {
-    headers
-        .get_all(http::header::ACCEPT)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .find_map(|part| {
-            let p: Vec<&str> = part.split(';').map(str::trim).collect();
-            let partial = p.contains(&"as=PartialObjectMetadata")
-                || p.contains(&"as=PartialObjectMetadataList");
-            if !partial || !p.contains(&"g=meta.k8s.io") {
-                return None;
-            }
-            if p.contains(&"v=v1") {
-                Some("meta.k8s.io/v1")
-            } else if p.contains(&"v=v1beta1") {
-                Some("meta.k8s.io/v1beta1")
-            } else {
-                None
-            }
-        })
+    accept_ranges(headers).find_map(|p| {
+        let partial =
+            p.contains(&"as=PartialObjectMetadata") || p.contains(&"as=PartialObjectMetadataList");
+        if !partial || !p.contains(&"g=meta.k8s.io") {
+            return None;
+        }
+        if p.contains(&"v=v1") {
+            Some("meta.k8s.io/v1")
+        } else if p.contains(&"v=v1beta1") {
+            Some("meta.k8s.io/v1beta1")
+        } else {
+            None
+        }
+    })
 }
 
 /// An object's `PartialObjectMetadata` form.
