@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::{
     ApiResource, Client, ClientError, DeleteParams, ListParams, Patch, PatchParams, PostParams,
-    WatchEvent, WatchParams,
+    WatchEvent, WatchParams, JSON,
 };
 
 /// An untyped object: any kind, as JSON.
@@ -36,9 +36,6 @@ pub struct Api<K> {
     accept: &'static str,
     _k: PhantomData<fn() -> K>,
 }
-
-/// What reads accept by default.
-const JSON: &str = "application/json";
 
 /// What a metadata-only [`Api`] accepts: objects as `meta.k8s.io/v1` `PartialObjectMetadata`.
 const PARTIAL_METADATA: &str =

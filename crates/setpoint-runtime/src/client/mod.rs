@@ -38,6 +38,9 @@ pub use ratelimit::TokenBucket;
 pub use resource::ApiResource;
 pub use transport::{Body, BoxError, HttpsTransport, ServiceTransport, Transport};
 
+/// The media type requests accept unless they ask for another form.
+pub(crate) const JSON: &str = "application/json";
+
 /// What can go wrong talking to the API.
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum ClientError {
@@ -209,12 +212,12 @@ impl Client {
         content_type: Option<&str>,
         body: Bytes,
     ) -> Result<http::Response<Body>, ClientError> {
-        self.send_accepting(method, path, "application/json", content_type, body)
+        self.send_accepting(method, path, JSON, content_type, body)
             .await
     }
 
     /// [`Client::send`] with an `Accept` header of the caller's choosing.
-    pub async fn send_accepting(
+    pub(crate) async fn send_accepting(
         &self,
         method: http::Method,
         path: &str,
@@ -255,12 +258,12 @@ impl Client {
         content_type: Option<&str>,
         body: Bytes,
     ) -> Result<Value, ClientError> {
-        self.request_accepting(method, path, "application/json", content_type, body)
+        self.request_accepting(method, path, JSON, content_type, body)
             .await
     }
 
     /// [`Client::request`] with an `Accept` header of the caller's choosing.
-    pub async fn request_accepting(
+    pub(crate) async fn request_accepting(
         &self,
         method: http::Method,
         path: &str,
@@ -303,19 +306,7 @@ impl Client {
         impl Stream<Item = Result<WatchEvent<Value>, ClientError>> + Send + 'static,
         ClientError,
     > {
-        self.watch_raw_accepting(path, "application/json").await
-    }
-
-    /// [`Client::watch_raw`] with an `Accept` header of the caller's choosing.
-    pub async fn watch_raw_accepting(
-        &self,
-        path: &str,
-        accept: &str,
-    ) -> Result<
-        impl Stream<Item = Result<WatchEvent<Value>, ClientError>> + Send + 'static,
-        ClientError,
-    > {
-        self.watch_typed(path, accept).await
+        self.watch_typed(path, JSON).await
     }
 
     /// Opens a watch and decodes each event's object straight into `K` (no intermediate
