@@ -134,7 +134,7 @@ pub async fn run_simulated(
     config: SimulationConfig,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), AgentError> {
-    let informers = SharedInformers::new(client.clone());
+    let informers = SharedInformers::without_managed_fields(client.clone());
     let pods = informers.typed::<Pod>(Scope::all());
     let nodes = informers.typed::<Node>(Scope::all().labels(&format!("{SIMULATED_LABEL}=true")));
     let n = config.nodes.max(1);

@@ -51,6 +51,8 @@ pub trait Object: Clone + DeserializeOwned + Serialize + Send + Sync + 'static {
     fn owner_references(&self) -> Vec<OwnerReference>;
     fn deletion_timestamp_set(&self) -> bool;
     fn generation(&self) -> Option<i64>;
+    /// Removes `metadata.managedFields` (see `InformerOptions::strip_managed_fields`).
+    fn strip_managed_fields(&mut self);
 }
 
 impl<K> Object for K
@@ -86,6 +88,9 @@ where
     }
     fn generation(&self) -> Option<i64> {
         self.metadata().generation
+    }
+    fn strip_managed_fields(&mut self) {
+        self.metadata_mut().managed_fields = None;
     }
 }
 
@@ -134,6 +139,11 @@ impl Object for DynamicObject {
             .pointer("/metadata/generation")
             .and_then(Value::as_i64)
     }
+    fn strip_managed_fields(&mut self) {
+        if let Some(meta) = self.0.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.remove("managedFields");
+        }
+    }
 }
 
 #[cfg(test)]
@@ -150,5 +160,30 @@ mod tests {
             DynamicObject(serde_json::json!({"metadata": {"name": "n1", "labels": {"x": "y"}}}));
         assert_eq!(ObjectKey::of(&d).to_string(), "n1");
         assert_eq!(d.labels().get("x").map(String::as_str), Some("y"));
+    }
+
+    #[test]
+    fn strip_managed_fields_keeps_the_rest_of_the_metadata() {
+        let mut typed: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(
+            serde_json::json!({"metadata": {"name": "a", "managedFields": [{"manager": "m"}]}}),
+        )
+        .unwrap();
+        assert!(typed.metadata.managed_fields.is_some());
+        typed.strip_managed_fields();
+        assert_eq!(typed.metadata.managed_fields, None);
+        assert_eq!(typed.name(), "a");
+
+        let mut dynamic = DynamicObject(serde_json::json!(
+            {"metadata": {"name": "b", "managedFields": [{"manager": "m"}]}, "data": {"k": "v"}}
+        ));
+        dynamic.strip_managed_fields();
+        assert_eq!(
+            dynamic.0,
+            serde_json::json!({"metadata": {"name": "b"}, "data": {"k": "v"}})
+        );
+        // No metadata at all is not an error.
+        let mut bare = DynamicObject(serde_json::json!({}));
+        bare.strip_managed_fields();
+        assert_eq!(bare.0, serde_json::json!({}));
     }
 }

@@ -524,6 +524,68 @@ async fn relist_after_disconnect_emits_exactly_the_differences() {
 }
 
 #[tokio::test]
+async fn stripped_managed_fields_stay_on_the_server_through_updates_from_the_cache() {
+    let cluster = TestCluster::start().await;
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client(), "default");
+    let as_manager = |m: &str| PostParams {
+        field_manager: Some(m.into()),
+        ..PostParams::default()
+    };
+    api.create(&as_manager("creator"), &config_map("x", "1"))
+        .await
+        .unwrap();
+    let informer = Informer::new(
+        api.clone(),
+        InformerOptions {
+            strip_managed_fields: true,
+            ..fast_options()
+        },
+    );
+    informer.start();
+    informer.wait_synced().await.unwrap();
+    let key = ObjectKey::new(Some("default"), "x");
+    let listed = informer.store().get(&key).expect("x is listed");
+    assert_eq!(listed.metadata.managed_fields, None, "stripped on LIST");
+
+    // An update built from the cached copy carries no managedFields; the server keeps the
+    // creator's entry and adds the updater's.
+    let mut changed = (*listed).clone();
+    changed
+        .data
+        .get_or_insert_default()
+        .insert("k".to_string(), "2".to_string());
+    api.replace("x", &as_manager("updater"), &changed)
+        .await
+        .unwrap();
+    poll_until("the update in the cache", || {
+        informer.store().get(&key).is_some_and(|x| {
+            x.data.as_ref().and_then(|d| d.get("k")).map(String::as_str) == Some("2")
+        })
+    })
+    .await;
+    assert_eq!(
+        informer.store().get(&key).unwrap().metadata.managed_fields,
+        None,
+        "stripped on WATCH"
+    );
+    let managers: BTreeSet<String> = api
+        .get("x")
+        .await
+        .unwrap()
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|e| e.manager)
+        .collect();
+    assert_eq!(
+        managers,
+        BTreeSet::from(["creator".to_string(), "updater".to_string()])
+    );
+    informer.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_watch_that_ends_resumes_from_the_last_resource_version() {
     let cluster = TestCluster::start().await;
     let (client, faults) = faulty_client(&cluster);

@@ -146,6 +146,7 @@ pub async fn run(
     // large cluster costs the server more than it saves.
     let options = InformerOptions {
         page_size: None,
+        strip_managed_fields: true,
         ..InformerOptions::default()
     };
     let informers = SharedInformers::with_options(client.clone(), options, StartPolicy::OnRequest);

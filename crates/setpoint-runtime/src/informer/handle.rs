@@ -41,6 +41,11 @@ pub struct InformerOptions {
     pub backoff: Backoff,
     /// Default resync period of subscribers that do not choose one (none: no resync).
     pub resync: Option<Duration>,
+    /// Drop `metadata.managedFields` from every object before it is cached or handed to
+    /// handlers. Field ownership is often the largest part of an object and controllers rarely
+    /// read it; an update that omits it keeps the server's copy, so writes lose nothing. Off
+    /// by default: a controller that extracts its own applied configuration needs it.
+    pub strip_managed_fields: bool,
 }
 
 impl Default for InformerOptions {
@@ -52,6 +57,7 @@ impl Default for InformerOptions {
             watch_timeout: Duration::from_secs(290),
             backoff: Backoff::default(),
             resync: None,
+            strip_managed_fields: false,
         }
     }
 }
@@ -396,6 +402,7 @@ async fn run<K: Object>(inner: Arc<Inner<K>>) {
         page_size: inner.options.page_size,
         watch_timeout: inner.options.watch_timeout,
         backoff: inner.options.backoff,
+        strip_managed_fields: inner.options.strip_managed_fields,
     };
     let sink: &dyn Sink<K> = &*inner;
     tokio::select! {

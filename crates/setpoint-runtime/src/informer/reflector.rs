@@ -38,6 +38,7 @@ pub(crate) struct ReflectorConfig {
     pub page_size: Option<u32>,
     pub watch_timeout: Duration,
     pub backoff: Backoff,
+    pub strip_managed_fields: bool,
 }
 
 /// A watch that ran without receiving anything for less than this is treated as a failure
@@ -112,8 +113,11 @@ async fn list<K: Object>(
     };
     let span = tracing::info_span!("list", resource = %api.resource().plural, namespace = ?api.namespace());
     async {
-        let list = api.list_all(&params).await?;
+        let mut list = api.list_all(&params).await?;
         tracing::debug!(items = list.items.len(), resource_version = %list.resource_version, "listed");
+        if config.strip_managed_fields {
+            list.items.iter_mut().for_each(Object::strip_managed_fields);
+        }
         sink.relisted(list.items);
         Ok(list.resource_version)
     }
@@ -149,12 +153,18 @@ async fn watch<K: Object>(
         while let Some(item) = stream.next().await {
             received = true;
             match item {
-                Ok(WatchEvent::Added(o)) | Ok(WatchEvent::Modified(o)) => {
+                Ok(WatchEvent::Added(mut o)) | Ok(WatchEvent::Modified(mut o)) => {
                     advance(&mut last, o.resource_version());
+                    if config.strip_managed_fields {
+                        o.strip_managed_fields();
+                    }
                     sink.upserted(o);
                 }
-                Ok(WatchEvent::Deleted(o)) => {
+                Ok(WatchEvent::Deleted(mut o)) => {
                     advance(&mut last, o.resource_version());
+                    if config.strip_managed_fields {
+                        o.strip_managed_fields();
+                    }
                     sink.deleted(o);
                 }
                 Ok(WatchEvent::Bookmark {

@@ -140,6 +140,18 @@ impl SharedInformers {
         SharedInformers::with_options(client, InformerOptions::default(), StartPolicy::OnRequest)
     }
 
+    /// Informers whose caches leave out `metadata.managedFields` (see
+    /// [`InformerOptions::strip_managed_fields`]), as Kubernetes' controller manager and
+    /// scheduler keep theirs: field ownership is a large part of every object, and built-in
+    /// controllers never read it.
+    pub fn without_managed_fields(client: Client) -> Self {
+        let defaults = InformerOptions {
+            strip_managed_fields: true,
+            ..InformerOptions::default()
+        };
+        SharedInformers::with_options(client, defaults, StartPolicy::OnRequest)
+    }
+
     /// A factory with these defaults for every informer (their selectors are ignored: the
     /// [`Scope`] of each request sets them).
     pub fn with_options(client: Client, defaults: InformerOptions, start: StartPolicy) -> Self {
