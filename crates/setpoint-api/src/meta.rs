@@ -97,6 +97,46 @@ pub fn remove_meta(obj: &mut Value, field: &str) {
     metadata_mut(obj).remove(field);
 }
 
+/// Whether two objects are equal once the `ignored` metadata fields are removed from both (as
+/// [`remove_meta`] would: a missing `metadata` counts as an empty one), without copying
+/// either. Write paths ask this of every update, so it must not clone whole objects.
+pub fn eq_ignoring_meta(a: &Value, b: &Value, ignored: &[&str]) -> bool {
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return a == b;
+    };
+    if ignored.is_empty() {
+        return a == b;
+    }
+    let others = |m: &Map<String, Value>| m.len() - usize::from(m.contains_key("metadata"));
+    if others(a) != others(b)
+        || !a
+            .iter()
+            .filter(|(k, _)| *k != "metadata")
+            .all(|(k, v)| b.get(k) == Some(v))
+    {
+        return false;
+    }
+    let empty = Map::new();
+    let ma = a
+        .get("metadata")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let mb = b
+        .get("metadata")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let kept = |m: &Map<String, Value>| {
+        m.iter()
+            .filter(|(k, _)| !ignored.contains(&k.as_str()))
+            .count()
+    };
+    kept(ma) == kept(mb)
+        && ma
+            .iter()
+            .filter(|(k, _)| !ignored.contains(&k.as_str()))
+            .all(|(k, v)| mb.get(k) == Some(v))
+}
+
 /// Follows a dotted path of object keys (`spec.template.metadata`).
 pub fn path<'a>(obj: &'a Value, dotted: &str) -> Option<&'a Value> {
     dotted.split('.').try_fold(obj, |v, k| v.get(k))
@@ -108,4 +148,60 @@ pub fn type_meta(obj: &Value) -> (&str, &str) {
         obj.get("apiVersion").and_then(Value::as_str).unwrap_or(""),
         obj.get("kind").and_then(Value::as_str).unwrap_or(""),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// The definition `eq_ignoring_meta` must agree with: copy, remove, compare.
+    fn by_copy(a: &Value, b: &Value, ignored: &[&str]) -> bool {
+        let (mut a, mut b) = (a.clone(), b.clone());
+        for f in ignored {
+            remove_meta(&mut a, f);
+            remove_meta(&mut b, f);
+        }
+        a == b
+    }
+
+    #[test]
+    fn eq_ignoring_meta_agrees_with_removing_the_fields() {
+        let objects = [
+            json!({}),
+            json!({"metadata": {}}),
+            json!({"metadata": "not an object"}),
+            json!({"metadata": {"resourceVersion": "1"}}),
+            json!({"metadata": {"resourceVersion": "2", "name": "a"}}),
+            json!({"metadata": {"name": "a", "resourceVersion": "3"}}),
+            json!({"metadata": {"name": "a", "managedFields": [1]}}),
+            json!({"metadata": {"name": "a"}, "spec": {"x": 1}}),
+            json!({"spec": {"x": 1}, "metadata": {"name": "a", "resourceVersion": "9"}}),
+            json!({"spec": {"x": 2}, "metadata": {"name": "a"}}),
+            json!({"spec": {"x": 1}}),
+            json!({"spec": {"x": 1}, "status": {}}),
+        ];
+        for ignored in [
+            &["resourceVersion"][..],
+            &["managedFields", "resourceVersion"],
+            &[],
+        ] {
+            for a in &objects {
+                for b in &objects {
+                    assert_eq!(
+                        eq_ignoring_meta(a, b, ignored),
+                        by_copy(a, b, ignored),
+                        "{a} vs {b} ignoring {ignored:?}"
+                    );
+                }
+            }
+        }
+        // Not objects at all: plain equality.
+        assert!(eq_ignoring_meta(&json!(1), &json!(1), &["resourceVersion"]));
+        assert!(!eq_ignoring_meta(
+            &json!(1),
+            &json!({}),
+            &["resourceVersion"]
+        ));
+    }
 }

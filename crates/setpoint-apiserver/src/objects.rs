@@ -176,11 +176,7 @@ fn with_rv(mut obj: Value, rv: Revision) -> Value {
 }
 
 fn same_ignoring_rv(a: &Value, b: &Value) -> bool {
-    let mut a = a.clone();
-    let mut b = b.clone();
-    meta::remove_meta(&mut a, "resourceVersion");
-    meta::remove_meta(&mut b, "resourceVersion");
-    a == b
+    meta::eq_ignoring_meta(a, b, &["resourceVersion"])
 }
 
 impl ApiServer {

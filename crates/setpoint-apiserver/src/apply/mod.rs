@@ -418,13 +418,7 @@ fn conflict_error(
 /// Keeps `cur`'s `managedFields` in `new` when nothing else differs and the entries differ only
 /// in their timestamps, so a write that changes nothing stays a no-op.
 pub fn keep_times_if_unchanged(cur: &Value, new: &mut Value) {
-    let strip = |v: &Value| {
-        let mut v = v.clone();
-        meta::remove_meta(&mut v, "managedFields");
-        meta::remove_meta(&mut v, "resourceVersion");
-        v
-    };
-    if strip(cur) != strip(new) {
+    if !meta::eq_ignoring_meta(cur, new, &["managedFields", "resourceVersion"]) {
         return;
     }
     let untimed = |v: &Value| {
