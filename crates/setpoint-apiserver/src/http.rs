@@ -407,18 +407,6 @@ fn partial_metadata(metadata: Value, api_version: &str) -> Value {
     json!({"kind": "PartialObjectMetadata", "apiVersion": api_version, "metadata": metadata})
 }
 
-/// The `metadata` of a JSON object, read without building the rest of it.
-fn metadata_of_json(json: &[u8]) -> Value {
-    #[derive(serde::Deserialize)]
-    struct MetadataOnly {
-        #[serde(default)]
-        metadata: Value,
-    }
-    serde_json::from_slice::<MetadataOnly>(json)
-        .map(|m| m.metadata)
-        .unwrap_or(Value::Null)
-}
-
 /// A `PartialObjectMetadataList` of the given metadata.
 fn partial_list(
     api_version: &str,
@@ -975,7 +963,7 @@ async fn list(
             }
             _ => {
                 if let Some(v) = metadata_as {
-                    let items = objs.iter().map(|o| metadata_of_json(o.json()));
+                    let items = objs.iter().map(|o| o.metadata());
                     let list = partial_list(v, items, revision, None, None);
                     return Ok(value_response(StatusCode::OK, &list));
                 }
@@ -1034,7 +1022,7 @@ async fn list(
 
 /// A list document built from cached JSON without re-serializing each object.
 fn list_bytes(res: &ResourceDef, objs: &[Arc<CachedObject>], revision: Revision) -> Bytes {
-    let size: usize = objs.iter().map(|o| o.json().len() + 1).sum();
+    let size: usize = objs.iter().map(|o| o.json_len() + 1).sum();
     let mut b = BytesMut::with_capacity(size + 128);
     b.extend_from_slice(
         format!(
@@ -1048,7 +1036,7 @@ fn list_bytes(res: &ResourceDef, objs: &[Arc<CachedObject>], revision: Revision)
         if i > 0 {
             b.extend_from_slice(b",");
         }
-        b.extend_from_slice(o.json());
+        o.write_json(&mut b);
     }
     b.extend_from_slice(b"]}");
     b.freeze()
@@ -1153,13 +1141,18 @@ async fn bind_pod(
 
 /// Formats one watch event line.
 fn event_line(kind: &str, object: &[u8]) -> Bytes {
-    let mut b = BytesMut::with_capacity(object.len() + 32);
+    let mut b = BytesMut::with_capacity(object.len() + kind.len() + 24);
+    event_line_into(&mut b, kind, |b| b.extend_from_slice(object));
+    b.freeze()
+}
+
+/// Appends `{"type":<kind>,"object":<what write_object appends>}` and a newline.
+fn event_line_into(b: &mut BytesMut, kind: &str, write_object: impl FnOnce(&mut BytesMut)) {
     b.extend_from_slice(b"{\"type\":\"");
     b.extend_from_slice(kind.as_bytes());
     b.extend_from_slice(b"\",\"object\":");
-    b.extend_from_slice(object);
+    write_object(b);
     b.extend_from_slice(b"}\n");
-    b.freeze()
 }
 
 async fn watch(
@@ -1277,14 +1270,17 @@ impl WatchState {
             return event_line(t.as_str(), &serde_json::to_vec(&tbl).unwrap_or_default());
         }
         if let Some(v) = self.metadata_as {
-            let o = partial_metadata(metadata_of_json(obj.json()), v);
+            let o = partial_metadata(obj.metadata(), v);
             return event_line(t.as_str(), &serde_json::to_vec(&o).unwrap_or_default());
         }
         if self.res.transformed_on_read() {
             let o = to_api(&self.res, obj.object());
             return event_line(t.as_str(), &serde_json::to_vec(&o).unwrap_or_default());
         }
-        event_line(t.as_str(), obj.json())
+        let kind = t.as_str();
+        let mut b = BytesMut::with_capacity(obj.json_len() + kind.len() + 24);
+        event_line_into(&mut b, kind, |b| obj.write_json(b));
+        b.freeze()
     }
 
     fn bookmark(&self, rv: Revision, initial_end: bool) -> Bytes {

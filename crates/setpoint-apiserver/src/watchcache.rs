@@ -10,17 +10,20 @@
 //! Watchers get a bounded channel; a watcher that does not keep up is dropped (its stream
 //! ends) instead of growing memory, and it resumes from its last revision like any client.
 //!
-//! Each object version is held as the JSON it is served as, plus the few attributes filters
-//! read ([`Attrs`]: namespace, name, labels, selectable fields), not as a parsed tree: a parsed
-//! pod takes about ten times its JSON, and the cache holds every object and a window of old
-//! versions. Consumers that need the tree parse it ([`CachedObject::object`]).
+//! Each object version is held as its stored JSON, plus the few attributes filters read
+//! ([`Attrs`]: namespace, name, labels, selectable fields), not as a parsed tree: a parsed pod
+//! takes about ten times its JSON, and the cache holds every object and a window of old
+//! versions. The stored bytes are the store's own (shared, not copied); the one thing they lack,
+//! `metadata.resourceVersion`, is spliced in when the object is written out
+//! ([`CachedObject::write_json`]). Consumers that need the tree parse it
+//! ([`CachedObject::object`]).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use parking_lot::RwLock;
 use serde_json::Value;
@@ -30,43 +33,159 @@ use tokio::sync::{mpsc, watch};
 
 use crate::metrics::Metrics;
 
-/// One object version as the cache holds it: its JSON (with `metadata.resourceVersion`
-/// filled in), shared by every LIST and watcher that sends it, and the attributes filters read.
+/// One object version as the cache holds it: its JSON, shared by every LIST and watcher that
+/// sends it (and with the store), and the attributes filters read.
 #[derive(Debug)]
 pub struct CachedObject {
     pub key: String,
     pub revision: Revision,
     pub attrs: Attrs,
-    json: Bytes,
+    json: Json,
+}
+
+/// The JSON of a cached object.
+#[derive(Debug)]
+enum Json {
+    /// The stored value, which lacks `metadata.resourceVersion`: it goes at byte `at` (just
+    /// before the closing brace of `metadata`), after a comma when `metadata` has other fields.
+    Stored {
+        bytes: Bytes,
+        at: usize,
+        comma: bool,
+    },
+    /// Complete JSON, built when the stored value cannot be spliced safely.
+    Built(Bytes),
 }
 
 impl CachedObject {
-    /// Wraps an object whose `metadata.resourceVersion` is already `revision`; `kind` is the
-    /// stored kind (group, kind) whose selectable fields [`Attrs`] records.
-    pub fn new(key: String, object: &Value, revision: Revision, kind: StoredKind) -> Self {
-        CachedObject {
+    /// Decodes a stored value (see [`decode_object`]); `None` if it is not a JSON object.
+    /// `kind` is the stored kind (group, kind) whose selectable fields [`Attrs`] records.
+    pub fn decode(
+        key: String,
+        value: &Bytes,
+        revision: Revision,
+        kind: StoredKind,
+    ) -> Option<Self> {
+        let obj = decode_object(value, revision)?;
+        let json = match resource_version_slot(value) {
+            Some((at, comma)) => Json::Stored {
+                bytes: value.clone(),
+                at,
+                comma,
+            },
+            None => Json::Built(Bytes::from(serde_json::to_vec(&obj).unwrap_or_default())),
+        };
+        Some(CachedObject {
             key,
             revision,
-            attrs: Attrs::of(object, kind),
-            json: Bytes::from(serde_json::to_vec(object).unwrap_or_default()),
+            attrs: Attrs::of(&obj, kind),
+            json,
+        })
+    }
+
+    /// The length of [`Self::write_json`]'s output.
+    pub fn json_len(&self) -> usize {
+        match &self.json {
+            Json::Stored { bytes, comma, .. } => {
+                bytes.len()
+                    + usize::from(*comma)
+                    + "\"resourceVersion\":\"\"".len()
+                    + decimal_digits(self.revision)
+            }
+            Json::Built(b) => b.len(),
         }
     }
 
-    /// Decodes a stored value (see [`decode_object`]); `None` if it is not a JSON object.
-    pub fn decode(key: String, value: &[u8], revision: Revision, kind: StoredKind) -> Option<Self> {
-        let obj = decode_object(value, revision)?;
-        Some(CachedObject::new(key, &obj, revision, kind))
+    /// Appends the object as JSON, `metadata.resourceVersion` included.
+    pub fn write_json(&self, out: &mut BytesMut) {
+        match &self.json {
+            Json::Stored { bytes, at, comma } => {
+                out.extend_from_slice(&bytes[..*at]);
+                if *comma {
+                    out.extend_from_slice(b",");
+                }
+                out.extend_from_slice(b"\"resourceVersion\":\"");
+                out.extend_from_slice(self.revision.to_string().as_bytes());
+                out.extend_from_slice(b"\"");
+                out.extend_from_slice(&bytes[*at..]);
+            }
+            Json::Built(b) => out.extend_from_slice(b),
+        }
     }
 
-    /// The object serialized as JSON.
-    pub fn json(&self) -> &Bytes {
-        &self.json
+    /// The object as JSON (a fresh buffer).
+    pub fn json(&self) -> Bytes {
+        let mut b = BytesMut::with_capacity(self.json_len());
+        self.write_json(&mut b);
+        b.freeze()
     }
 
-    /// The object, parsed from its JSON (a fresh tree the caller owns).
+    /// The object, parsed (a fresh tree the caller owns).
     pub fn object(&self) -> Value {
-        serde_json::from_slice(&self.json).unwrap_or(Value::Null)
+        match &self.json {
+            Json::Stored { bytes, .. } => {
+                decode_object(bytes, self.revision).unwrap_or(Value::Null)
+            }
+            Json::Built(b) => serde_json::from_slice(b).unwrap_or(Value::Null),
+        }
     }
+
+    /// The object's `metadata`, parsed, `resourceVersion` included (`null` if it has none).
+    pub fn metadata(&self) -> Value {
+        #[derive(serde::Deserialize)]
+        struct MetadataOnly {
+            #[serde(default)]
+            metadata: Value,
+        }
+        let (bytes, stored) = match &self.json {
+            Json::Stored { bytes, .. } => (bytes, true),
+            Json::Built(b) => (b, false),
+        };
+        let mut metadata = serde_json::from_slice::<MetadataOnly>(bytes)
+            .map(|m| m.metadata)
+            .unwrap_or(Value::Null);
+        if stored {
+            if let Some(m) = metadata.as_object_mut() {
+                m.insert(
+                    "resourceVersion".into(),
+                    Value::String(self.revision.to_string()),
+                );
+            }
+        }
+        metadata
+    }
+}
+
+fn decimal_digits(mut n: Revision) -> usize {
+    let mut digits = 1;
+    while n >= 10 {
+        n /= 10;
+        digits += 1;
+    }
+    digits
+}
+
+/// Where `metadata.resourceVersion` can be spliced into a stored value so that the result
+/// is what parsing it and setting the field would serialize to: just before the closing
+/// brace of the top-level `metadata` object (where an inserted key lands), with whether a
+/// comma must precede it. `None` when that is not certain to be right: no `metadata`
+/// object, duplicate keys, or a `resourceVersion` already present (the stored form never has
+/// one, but the check is cheap next to a wrong answer).
+fn resource_version_slot(value: &[u8]) -> Option<(usize, bool)> {
+    #[derive(serde::Deserialize)]
+    struct Shell<'a> {
+        #[serde(borrow)]
+        metadata: &'a serde_json::value::RawValue,
+    }
+    let shell: Shell = serde_json::from_slice(value).ok()?;
+    let raw = shell.metadata.get();
+    let inner = raw.strip_prefix('{')?.strip_suffix('}')?;
+    if inner.contains("\"resourceVersion\"") {
+        return None;
+    }
+    // `raw` borrows from `value`, so its position is its offset.
+    let start = raw.as_ptr() as usize - value.as_ptr() as usize;
+    Some((start + raw.len() - 1, !inner.trim().is_empty()))
 }
 
 /// The (group, kind) of a stored resource when it is a built-in kind, whose selectable fields
@@ -837,5 +956,87 @@ impl Caches {
                 false
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// What the cache must serve: the stored value parsed, with the revision set, serialized.
+    fn expected(stored: &[u8], revision: Revision) -> Value {
+        decode_object(stored, revision).unwrap()
+    }
+
+    fn cached(stored: &[u8], revision: Revision) -> CachedObject {
+        let kind = stored_kind("/registry/core/pods/");
+        CachedObject::decode("k".into(), &Bytes::copy_from_slice(stored), revision, kind).unwrap()
+    }
+
+    #[test]
+    fn spliced_json_is_what_serializing_the_parsed_object_gives() {
+        let stored = [
+            // As the server stores objects: compact, no resourceVersion.
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a", "namespace": "n",
+                "labels": {"x": "}{\"resourceVersion\""}}, "spec": {"nodeName": "n1"}}),
+            json!({"metadata": {"name": "b", "annotations": {"a": "{\"metadata\":{}}"}},
+                "spec": {"template": {"metadata": {"labels": {"y": "z"}}}}}),
+            json!({"metadata": {}, "data": {"k": "é\u{1F600}\\\n"}}),
+            json!({"kind": "Pod", "spec": {}}),
+            json!({"metadata": 5}),
+            json!({"metadata": {"name": "c", "resourceVersion": "7"}}),
+            json!({"spec": {"x": [1, 2.5, -3e40]}, "metadata": {"name": "d"}, "status": {}}),
+        ];
+        for (i, v) in stored.iter().enumerate() {
+            let bytes = serde_json::to_vec(v).unwrap();
+            for revision in [1, 9, 10, 12345678901] {
+                let c = cached(&bytes, revision);
+                let want = serde_json::to_vec(&expected(&bytes, revision)).unwrap();
+                assert_eq!(
+                    String::from_utf8(c.json().to_vec()).unwrap(),
+                    String::from_utf8(want).unwrap(),
+                    "case {i} at {revision}"
+                );
+                assert_eq!(c.json_len(), c.json().len(), "case {i} at {revision}");
+                assert_eq!(c.object(), expected(&bytes, revision), "case {i}");
+                assert_eq!(
+                    c.metadata(),
+                    expected(&bytes, revision)["metadata"],
+                    "case {i}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn values_that_cannot_be_spliced_are_served_whole_and_still_correct() {
+        for stored in [
+            // Whitespace a serializer would not write, a duplicate key, a later metadata.
+            &b"{ \"metadata\" : { } , \"spec\" : { \"a\" : 1 } }"[..],
+            &b"{\"metadata\":{\"name\":\"a\"},\"metadata\":{\"name\":\"b\"}}"[..],
+            &b"{\"spec\":{},\"metadata\":{\"name\":\"a\"}}"[..],
+        ] {
+            let c = cached(stored, 42);
+            let served: Value = serde_json::from_slice(&c.json()).unwrap();
+            assert_eq!(
+                served,
+                expected(stored, 42),
+                "{}",
+                String::from_utf8_lossy(stored)
+            );
+            assert_eq!(c.json_len(), c.json().len());
+        }
+    }
+
+    #[test]
+    fn the_stored_bytes_are_shared_not_copied() {
+        let stored = Bytes::from(serde_json::to_vec(&json!({"metadata": {"name": "a"}})).unwrap());
+        let c = CachedObject::decode("k".into(), &stored, 3, None).unwrap();
+        match &c.json {
+            Json::Stored { bytes, .. } => assert_eq!(bytes.as_ptr(), stored.as_ptr()),
+            Json::Built(_) => panic!("a stored value should be spliced"),
+        }
+        assert_eq!(c.attrs.name.as_ref(), "a");
     }
 }
