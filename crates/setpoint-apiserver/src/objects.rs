@@ -345,14 +345,33 @@ impl ApiServer {
         field_policy(res, &dups, "duplicate", opts)
     }
 
-    fn validate(
+    /// Validates the result of an update. Its `managedFields` were just written by the server
+    /// (`apply::record_update`, or apply's own bookkeeping), so the typed decode that finds
+    /// values of the wrong type skips them: on a pod they are much of the object, and what the
+    /// server wrote needs no checking. They are set to null in place for the decode (keeping
+    /// their position among the metadata keys) and put back.
+    fn validate_update(
         &self,
         res: &ResourceDef,
-        obj: &Value,
+        obj: &mut Value,
         old: Option<&Value>,
     ) -> Result<(), ApiError> {
-        let mut causes =
-            setpoint_kinds::validation::validate(&res.group, &res.version, &res.kind, obj, old);
+        let managed = obj
+            .get_mut("metadata")
+            .and_then(|m| m.get_mut("managedFields"))
+            .map(Value::take);
+        let type_errors =
+            setpoint_kinds::validation::type_errors(&res.group, &res.version, &res.kind, obj);
+        if let Some(m) = managed {
+            obj["metadata"]["managedFields"] = m;
+        }
+        let mut causes = setpoint_kinds::validation::validate_with_type_errors(
+            &res.group,
+            &res.kind,
+            obj,
+            old,
+            type_errors,
+        );
         causes.extend(crate::crd::validate(res, obj, old));
         self.invalid_if_any(res, obj, causes)
     }
@@ -848,7 +867,7 @@ impl ApiServer {
             }
             crate::apply::keep_times_if_unchanged(&cur, &mut new);
             meta::set_meta(&mut new, "resourceVersion", json!(cur_rv));
-            self.validate(res, &new, Some(&cur))?;
+            self.validate_update(res, &mut new, Some(&cur))?;
             let respond = |obj: Value| {
                 if view == View::Scale {
                     strategy::scale_of(res, &obj)

@@ -197,6 +197,27 @@ async fn bad_input_gets_status_errors() {
     .await;
     assert_eq!(yaml.status, 201, "{}", yaml.body);
     assert_eq!(yaml.body["data"]["k"], "v");
+    // An update with a value of the wrong type is refused whole; a good one keeps the
+    // object's field ownership, in its place among the metadata keys.
+    let path = "/api/v1/namespaces/demo/configmaps/fromyaml";
+    let mut wrong = yaml.body.clone();
+    wrong["data"]["k"] = json!(5);
+    let refused = put(&r, path, &wrong).await;
+    assert_eq!(refused.status, 422, "{}", refused.body);
+    assert_eq!(refused.body["details"]["causes"][0]["field"], "data.k");
+    let unchanged = get(&r, path).await;
+    assert_eq!(unchanged.body["data"]["k"], "v");
+    let mut good = yaml.body.clone();
+    good["data"]["k"] = json!("w");
+    let updated = put(&r, path, &good).await;
+    assert_eq!(updated.status, 200, "{}", updated.body);
+    let keys =
+        |v: &Value| -> Vec<String> { v["metadata"].as_object().unwrap().keys().cloned().collect() };
+    assert_eq!(keys(&updated.body), keys(&yaml.body));
+    assert!(!updated.body["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .is_empty());
 }
 
 #[tokio::test]
