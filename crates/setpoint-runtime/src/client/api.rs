@@ -34,6 +34,8 @@ pub struct Api<K> {
     namespace: Option<String>,
     /// The `Accept` header of reads (GET, LIST, WATCH).
     accept: &'static str,
+    /// Watch events are decoded without `metadata.managedFields` (for informers that drop it).
+    skip_managed_fields: bool,
     _k: PhantomData<fn() -> K>,
 }
 
@@ -48,6 +50,7 @@ impl<K> Clone for Api<K> {
             resource: self.resource.clone(),
             namespace: self.namespace.clone(),
             accept: self.accept,
+            skip_managed_fields: self.skip_managed_fields,
             _k: PhantomData,
         }
     }
@@ -64,6 +67,7 @@ where
             resource: ApiResource::of::<K>(),
             namespace: Some(namespace.into()),
             accept: JSON,
+            skip_managed_fields: false,
             _k: PhantomData,
         }
     }
@@ -74,6 +78,7 @@ where
             resource: ApiResource::of::<K>(),
             namespace: None,
             accept: JSON,
+            skip_managed_fields: false,
             _k: PhantomData,
         }
     }
@@ -87,6 +92,7 @@ impl Api<DynamicObject> {
             resource: resource.clone(),
             namespace: namespace.map(String::from),
             accept: JSON,
+            skip_managed_fields: false,
             _k: PhantomData,
         }
     }
@@ -244,7 +250,16 @@ impl<K: DeserializeOwned + Serialize + Send + 'static> Api<K> {
             self.resource.collection_path(self.namespace.as_deref()),
             params.query(resource_version),
         );
-        self.client.watch_typed(&path, self.accept).await
+        self.client
+            .watch_typed(&path, self.accept, self.skip_managed_fields)
+            .await
+    }
+
+    /// This handle, with watch events decoded without `metadata.managedFields` (never built,
+    /// rather than built and dropped): what an informer that strips them watches with.
+    pub(crate) fn skipping_managed_fields(mut self) -> Self {
+        self.skip_managed_fields = true;
+        self
     }
 
     /// Sends `obj` as JSON with `method` to `path` and decodes the answer.

@@ -19,6 +19,7 @@ mod kubeconfig;
 mod params;
 mod ratelimit;
 mod resource;
+mod skip_managed;
 mod transport;
 
 use std::sync::Arc;
@@ -306,15 +307,17 @@ impl Client {
         impl Stream<Item = Result<WatchEvent<Value>, ClientError>> + Send + 'static,
         ClientError,
     > {
-        self.watch_typed(path, JSON).await
+        self.watch_typed(path, JSON, false).await
     }
 
     /// Opens a watch and decodes each event's object straight into `K` (no intermediate
-    /// JSON tree: informers decode every event, so this is on their hot path).
+    /// JSON tree: informers decode every event, so this is on their hot path). With
+    /// `skip_managed_fields`, objects come without `metadata.managedFields`.
     pub(crate) async fn watch_typed<K: DeserializeOwned + Send + 'static>(
         &self,
         path: &str,
         accept: &str,
+        skip_managed_fields: bool,
     ) -> Result<impl Stream<Item = Result<WatchEvent<K>, ClientError>> + Send + 'static, ClientError>
     {
         let resp = self
@@ -334,21 +337,21 @@ impl Client {
         let body = resp.into_body();
         let lines = futures::stream::unfold(
             (body, Vec::<u8>::new(), false),
-            |(mut body, mut buf, done)| async move {
+            move |(mut body, mut buf, done)| async move {
                 loop {
                     if let Some(pos) = buf.iter().position(|b| *b == b'\n') {
                         let line: Vec<u8> = buf.drain(..=pos).collect();
                         if line.iter().all(u8::is_ascii_whitespace) {
                             continue;
                         }
-                        return Some((parse_event(&line), (body, buf, done)));
+                        return Some((parse_event(&line, skip_managed_fields), (body, buf, done)));
                     }
                     if done {
                         if buf.iter().all(u8::is_ascii_whitespace) {
                             return None;
                         }
                         let rest = std::mem::take(&mut buf);
-                        return Some((parse_event(&rest), (body, buf, true)));
+                        return Some((parse_event(&rest, skip_managed_fields), (body, buf, true)));
                     }
                     match body.frame().await {
                         Some(Ok(f)) => {
@@ -376,7 +379,7 @@ impl Client {
                                 None
                             } else {
                                 let rest = std::mem::take(&mut buf);
-                                Some((parse_event(&rest), (body, buf, true)))
+                                Some((parse_event(&rest, skip_managed_fields), (body, buf, true)))
                             }
                         }
                     }
@@ -387,7 +390,10 @@ impl Client {
     }
 }
 
-fn parse_event<K: DeserializeOwned>(line: &[u8]) -> Result<WatchEvent<K>, ClientError> {
+fn parse_event<K: DeserializeOwned>(
+    line: &[u8],
+    skip_managed_fields: bool,
+) -> Result<WatchEvent<K>, ClientError> {
     /// One watch line, with the object left as raw JSON until its type is known.
     #[derive(serde::Deserialize)]
     struct Line<'a> {
@@ -400,7 +406,12 @@ fn parse_event<K: DeserializeOwned>(line: &[u8]) -> Result<WatchEvent<K>, Client
         .map_err(|e| ClientError::Decode(format!("watch event: {e}")))?;
     let raw = line.object.map(|o| o.get()).unwrap_or("null");
     let typed = || {
-        serde_json::from_str::<K>(raw).map_err(|e| ClientError::Decode(format!("watch event: {e}")))
+        if skip_managed_fields {
+            skip_managed::from_str::<K>(raw)
+        } else {
+            serde_json::from_str::<K>(raw)
+        }
+        .map_err(|e| ClientError::Decode(format!("watch event: {e}")))
     };
     let untyped = || serde_json::from_str::<Value>(raw).unwrap_or(Value::Null);
     match line.kind.as_deref() {
@@ -436,12 +447,12 @@ mod tests {
     #[test]
     fn watch_lines_decode_straight_into_the_type() {
         let line = br#"{"type":"ADDED","object":{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a\"b","resourceVersion":"7"},"spec":{"containers":[]}}}"#;
-        match parse_event::<Pod>(line).unwrap() {
+        match parse_event::<Pod>(line, false).unwrap() {
             WatchEvent::Added(p) => assert_eq!(p.metadata.name.as_deref(), Some("a\"b")),
             other => panic!("{other:?}"),
         }
         let bookmark = br#"{"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"12","annotations":{"k8s.io/initial-events-end":"true"}}}}"#;
-        match parse_event::<Pod>(bookmark).unwrap() {
+        match parse_event::<Pod>(bookmark, false).unwrap() {
             WatchEvent::Bookmark {
                 resource_version,
                 initial_events_end,
@@ -452,13 +463,13 @@ mod tests {
             other => panic!("{other:?}"),
         }
         let error = br#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","message":"too old","reason":"Expired","code":410}}"#;
-        match parse_event::<Pod>(error).unwrap() {
+        match parse_event::<Pod>(error, false).unwrap() {
             WatchEvent::Error(e) => assert_eq!(e.code, 410),
             other => panic!("{other:?}"),
         }
         // An object that is not a Pod, an unknown type and a broken line are errors, not panics.
-        assert!(parse_event::<Pod>(br#"{"type":"ADDED","object":{"metadata":7}}"#).is_err());
-        assert!(parse_event::<Pod>(br#"{"type":"RENAMED","object":{}}"#).is_err());
-        assert!(parse_event::<Pod>(br#"{"type":"ADDED","obj"#).is_err());
+        assert!(parse_event::<Pod>(br#"{"type":"ADDED","object":{"metadata":7}}"#, false).is_err());
+        assert!(parse_event::<Pod>(br#"{"type":"RENAMED","object":{}}"#, false).is_err());
+        assert!(parse_event::<Pod>(br#"{"type":"ADDED","obj"#, false).is_err());
     }
 }

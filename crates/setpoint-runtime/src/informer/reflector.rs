@@ -57,6 +57,13 @@ enum WatchEnd {
 
 /// Runs until the future is dropped (the informer's stop signal).
 pub(crate) async fn run<K: Object>(api: Api<K>, config: ReflectorConfig, sink: &dyn Sink<K>) {
+    // Watch events then never build what would be dropped (LIST pages are stripped after
+    // decoding: relists are rare).
+    let api = if config.strip_managed_fields {
+        api.skipping_managed_fields()
+    } else {
+        api
+    };
     let mut backoff = BackoffState::new(config.backoff);
     // None: the next step is a LIST.
     let mut resume_from: Option<String> = None;
