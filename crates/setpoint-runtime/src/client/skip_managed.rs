@@ -58,16 +58,10 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Skip<D> {
     type Error = D::Error;
 
     fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
-        self.de.deserialize_any(Wrap {
-            visitor,
-            level: self.level,
-        })
+        self.de.deserialize_any(wrap(visitor, self.level))
     }
     fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
-        self.de.deserialize_map(Wrap {
-            visitor,
-            level: self.level,
-        })
+        self.de.deserialize_map(wrap(visitor, self.level))
     }
     fn deserialize_struct<V: Visitor<'de>>(
         self,
@@ -75,33 +69,19 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Skip<D> {
         fields: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, D::Error> {
-        self.de.deserialize_struct(
-            name,
-            fields,
-            Wrap {
-                visitor,
-                level: self.level,
-            },
-        )
+        self.de
+            .deserialize_struct(name, fields, wrap(visitor, self.level))
     }
     fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
-        self.de.deserialize_option(Wrap {
-            visitor,
-            level: self.level,
-        })
+        self.de.deserialize_option(wrap(visitor, self.level))
     }
     fn deserialize_newtype_struct<V: Visitor<'de>>(
         self,
         name: &'static str,
         visitor: V,
     ) -> Result<V::Value, D::Error> {
-        self.de.deserialize_newtype_struct(
-            name,
-            Wrap {
-                visitor,
-                level: self.level,
-            },
-        )
+        self.de
+            .deserialize_newtype_struct(name, wrap(visitor, self.level))
     }
     fn deserialize_unit_struct<V: Visitor<'de>>(
         self,
@@ -166,6 +146,10 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Skip<D> {
 struct Wrap<V> {
     visitor: V,
     level: Level,
+}
+
+fn wrap<V>(visitor: V, level: Level) -> Wrap<V> {
+    Wrap { visitor, level }
 }
 
 macro_rules! forward_visit {

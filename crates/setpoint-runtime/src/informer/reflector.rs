@@ -160,18 +160,13 @@ async fn watch<K: Object>(
         while let Some(item) = stream.next().await {
             received = true;
             match item {
-                Ok(WatchEvent::Added(mut o)) | Ok(WatchEvent::Modified(mut o)) => {
+                // With `strip_managed_fields`, `api` already decodes events without them.
+                Ok(WatchEvent::Added(o)) | Ok(WatchEvent::Modified(o)) => {
                     advance(&mut last, o.resource_version());
-                    if config.strip_managed_fields {
-                        o.strip_managed_fields();
-                    }
                     sink.upserted(o);
                 }
-                Ok(WatchEvent::Deleted(mut o)) => {
+                Ok(WatchEvent::Deleted(o)) => {
                     advance(&mut last, o.resource_version());
-                    if config.strip_managed_fields {
-                        o.strip_managed_fields();
-                    }
                     sink.deleted(o);
                 }
                 Ok(WatchEvent::Bookmark {
