@@ -15,8 +15,10 @@
 //! live key, the put that set its value as of the compaction point. Compaction deletes the rows
 //! that became obsolete: tombstones, and puts superseded by a later write at or below the new
 //! compaction point. The latest state, and each logged event's previous value, are rebuilt by
-//! scanning the table in revision order at open; all reads and watches are then served from
-//! memory by the shared core.
+//! scanning the table in revision order at open; reads and watches are then served from memory
+//! by the shared core, except the values of older events: the core keeps only the newest
+//! [`EmbeddedOptions::history_memory_bytes`] of them and reads the others back from this table
+//! when a watch replays from far back or a read asks for an old revision.
 //!
 //! # Durability and throughput: the committer
 //!
@@ -76,7 +78,9 @@ use tracing::{debug, error, info, warn};
 mod queue;
 
 use self::queue::RequestQueue;
-use crate::state::{delete_result, put_result, value_before, Core, WriteOp};
+use crate::state::{
+    delete_result, put_result, Core, HistoryReader, HistoryValues, HistoryView, WriteOp,
+};
 use crate::{
     Event, KeyValue, Precondition, RangeRequest, RangeResponse, Result, Revision, Store,
     StoreError, WatchStream, DEFAULT_MAX_VALUE_SIZE, DEFAULT_WATCH_BUFFER,
@@ -114,6 +118,11 @@ pub struct EmbeddedOptions {
     /// smaller than the recent number of concurrent writers ("Gathering" in the module docs). It
     /// is further capped at half the duration of the previous commit. Zero disables waiting.
     pub max_linger: Duration,
+    /// Bytes of values of recent history (older versions of objects, since the last compaction)
+    /// kept in memory. Older ones are read back from disk by the rare reads that need them: a
+    /// watch that starts further back, a read at an old revision. The latest state is always
+    /// in memory, whatever this is.
+    pub history_memory_bytes: usize,
 }
 
 impl Default for EmbeddedOptions {
@@ -124,6 +133,7 @@ impl Default for EmbeddedOptions {
             max_batch: 1024,
             queue_depth: 8192,
             max_linger: Duration::from_micros(200),
+            history_memory_bytes: 64 * 1024 * 1024,
         }
     }
 }
@@ -191,6 +201,7 @@ impl EmbeddedStore {
             .set_cache_size(REDB_CACHE_BYTES)
             .create(&path)
             .map_err(|e| backend("opening database", e))?;
+        let db = Arc::new(db);
         init_tables(&db)?;
         let loaded = load(&db)?;
         info!(
@@ -206,6 +217,10 @@ impl EmbeddedStore {
             loaded.current,
             loaded.compacted,
             options.watch_buffer,
+            Some(HistoryValues {
+                reader: Arc::new(RedbHistory(db.clone())),
+                memory_bytes: options.history_memory_bytes,
+            }),
         ));
         let queue = Arc::new(RequestQueue::new(options.queue_depth));
         let stats = Arc::new(StatCounters::default());
@@ -478,6 +493,43 @@ fn load(db: &Database) -> Result<Loaded> {
     })
 }
 
+/// Reads values of older events back from the history table.
+struct RedbHistory(Arc<Database>);
+
+impl HistoryReader for RedbHistory {
+    fn view(&self) -> Result<Box<dyn HistoryView + '_>> {
+        let txn = self
+            .0
+            .begin_read()
+            .map_err(|e| backend("reading history", e))?;
+        let table = txn
+            .open_table(HISTORY)
+            .map_err(|e| backend("opening history table", e))?;
+        Ok(Box::new(RedbHistoryView(table)))
+    }
+}
+
+struct RedbHistoryView(redb::ReadOnlyTable<u64, &'static [u8]>);
+
+impl HistoryView for RedbHistoryView {
+    fn value(&self, mod_revision: Revision) -> Result<Bytes> {
+        let corrupt = || {
+            StoreError::Backend(format!(
+                "corrupt store: no put at revision {mod_revision} in history"
+            ))
+        };
+        let row = self
+            .0
+            .get(mod_revision as u64)
+            .map_err(|e| backend("reading history", e))?
+            .ok_or_else(corrupt)?;
+        match decode_row(mod_revision, row.value()) {
+            Some(RowWrite::Put(kv)) => Ok(kv.value),
+            _ => Err(corrupt()),
+        }
+    }
+}
+
 /// What a history row records.
 enum RowWrite {
     Put(KeyValue),
@@ -532,8 +584,9 @@ fn decode_row(revision: Revision, data: &[u8]) -> Option<RowWrite> {
 
 /// The single writer of the database. See the module docs.
 struct Committer {
-    /// Dropped (closing the file) before a `Close` request is answered.
-    db: Option<Database>,
+    /// Dropped before a `Close` request is answered; the core drops its reference when it is
+    /// closed just before, so that closes the file.
+    db: Option<Arc<Database>>,
     core: Arc<Core>,
     queue: Arc<RequestQueue>,
     max_batch: usize,
@@ -716,33 +769,37 @@ impl Committer {
         })
     }
 
-    /// Compacts durably, then in memory. Drops the rows that only history needed: every
-    /// tombstone at or below `revision`, and every put superseded by a write at or below it (the
-    /// previous value of each dropped event).
+    /// Compacts in memory, then durably: drops the rows only history needed, which are every
+    /// tombstone at or below `revision` and every put superseded by a write at or below it.
+    /// The core moves its compaction point first so that no read still relies on those rows when
+    /// they go (see the core's module docs). If writing them fails, the store refuses writes
+    /// (the rows left behind are no longer in the core's plan) and a reopen finds the older
+    /// compaction point, which is harmless.
     fn compact(&mut self, revision: Revision) -> Result<()> {
         if let Some(reason) = &self.failed {
             return Err(StoreError::Backend(reason.clone()));
         }
-        let dropped = self.core.compaction_plan(revision)?;
-        if dropped.is_empty() {
+        let Some(obsolete) = self.core.compact(revision)? else {
             return Ok(());
-        }
+        };
+        self.remove_rows(revision, obsolete).inspect_err(|e| {
+            if self.failed.is_none() {
+                error!(error = %e, "store compaction failed; refusing further writes");
+                self.failed = Some(format!("compaction failed, store must be reopened: {e}"));
+            }
+        })
+    }
+
+    fn remove_rows(&mut self, revision: Revision, obsolete: Vec<Revision>) -> Result<()> {
         let txn = self.begin()?;
         {
             let mut history = txn
                 .open_table(HISTORY)
                 .map_err(|e| backend("opening history table", e))?;
-            for event in &dropped {
-                if let Some(prev) = value_before(event) {
-                    history
-                        .remove(prev.mod_revision as u64)
-                        .map_err(|e| backend("compacting history", e))?;
-                }
-                if let Event::Delete { revision, .. } = event {
-                    history
-                        .remove(*revision as u64)
-                        .map_err(|e| backend("compacting history", e))?;
-                }
+            for row in obsolete {
+                history
+                    .remove(row as u64)
+                    .map_err(|e| backend("compacting history", e))?;
             }
             let mut meta = txn
                 .open_table(META)
@@ -750,8 +807,7 @@ impl Committer {
             meta.insert(META_COMPACTED, revision)
                 .map_err(|e| backend("writing meta", e))?;
         }
-        self.commit(txn)?;
-        self.core.compact(revision)
+        self.commit(txn)
     }
 }
 

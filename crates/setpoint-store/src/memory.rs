@@ -118,7 +118,7 @@ impl Store for MemoryStore {
     }
 
     async fn compact(&self, revision: Revision) -> Result<()> {
-        self.core.compact(revision)
+        self.core.compact(revision).map(drop)
     }
 
     async fn close(&self) -> Result<()> {

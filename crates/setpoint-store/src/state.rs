@@ -10,6 +10,22 @@
 //! The log is dense: every revision in `(compacted, current]` has exactly one event, because a
 //! revision is consumed only by a successful single-key write. Event `r` therefore lives at index
 //! `r - compacted - 1`, which makes replay and historical reads index lookups rather than scans.
+//!
+//! # Values of older events
+//!
+//! Held in memory, the log would keep every version of every object written since the last
+//! compaction: with compaction every few minutes, several times the size of the latest state.
+//! A backend that can read values back ([`HistoryReader`], the embedded one from its history
+//! table) gives the core a byte budget instead. Only the newest events whose values fit in it
+//! keep them; older events keep their keys and revisions but drop their values (*stripped*),
+//! and the rare reads that need one (a watch replaying from far back, a `range` at an old
+//! revision) fetch it by its `mod_revision`. Live watchers are never affected: they are sent
+//! each event before it is logged.
+//!
+//! The reader is asked for a view while the core's lock is held, so the view sees every
+//! revision the core has applied (writes are durable before they are applied), and compaction
+//! moves the core's compaction point before it deletes rows, so no row a view may need goes away
+//! under it.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::ops::Bound;
@@ -18,7 +34,7 @@ use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
 use futures::StreamExt;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
@@ -30,6 +46,28 @@ use crate::{
 /// How many log entries a replaying watcher scans per lock acquisition, so that a watch from far
 /// back never holds the lock long enough to stall writers.
 const REPLAY_SCAN_CHUNK: usize = 1024;
+
+/// Reads values of stripped log events back (see "Values of older events" in the module docs).
+pub(crate) trait HistoryReader: Send + Sync {
+    /// A consistent view of the stored history. The core calls this while it holds its lock, so
+    /// the view must include every write already applied to the core.
+    fn view(&self) -> Result<Box<dyn HistoryView + '_>>;
+}
+
+/// One consistent view of the stored history.
+pub(crate) trait HistoryView {
+    /// The value the put at `mod_revision` wrote. The core only asks for puts that are logged
+    /// events, or values those events replaced, so the row must exist.
+    fn value(&self, mod_revision: Revision) -> Result<Bytes>;
+}
+
+/// How a durable backend lets the core drop values of older events.
+pub(crate) struct HistoryValues {
+    /// Where stripped values are read back from.
+    pub(crate) reader: Arc<dyn HistoryReader>,
+    /// At most this many bytes of values are kept for the newest events.
+    pub(crate) memory_bytes: usize,
+}
 
 /// A single-key write, before it has been given a revision.
 #[derive(Clone, Debug)]
@@ -82,6 +120,23 @@ pub(crate) fn value_before(event: &Event) -> Option<&KeyValue> {
     }
 }
 
+/// The key-values an event carries (its new value and the one it replaced), mutably.
+fn key_values_mut(event: &mut Event) -> impl Iterator<Item = &mut KeyValue> {
+    let (kv, prev) = match event {
+        Event::Put { kv, prev } => (Some(kv), prev.as_mut()),
+        Event::Delete { prev, .. } => (None, Some(prev)),
+    };
+    kv.into_iter().chain(prev)
+}
+
+/// Bytes of values an event holds.
+fn value_bytes(event: &Event) -> usize {
+    match event {
+        Event::Put { kv, prev } => kv.value.len() + prev.as_ref().map_or(0, |p| p.value.len()),
+        Event::Delete { prev, .. } => prev.value.len(),
+    }
+}
+
 /// A registered live watcher.
 struct Watcher {
     prefix: String,
@@ -126,6 +181,13 @@ struct Inner {
     log: VecDeque<Event>,
     current: Revision,
     compacted: Revision,
+    /// Events below this revision are stripped: their values are empty placeholders, to be read
+    /// back from the [`HistoryReader`]. Always in `compacted + 1 ..= current + 1`.
+    values_from: Revision,
+    /// Bytes of values held by the unstripped events.
+    values_bytes: usize,
+    /// Most bytes of values the log may hold; `None` keeps them all (no reader).
+    values_budget: Option<usize>,
     watchers: HashMap<u64, Watcher>,
     closed: bool,
 }
@@ -142,6 +204,27 @@ impl Inner {
     /// The event at `revision`, which must be in `(compacted, current]`.
     fn event_at(&self, revision: Revision) -> &Event {
         &self.log[(revision - self.compacted - 1) as usize]
+    }
+
+    /// Whether the event at `revision` has had its values stripped.
+    fn is_stripped(&self, revision: Revision) -> bool {
+        revision < self.values_from
+    }
+
+    /// Strips the oldest unstripped events until the rest fit the budget.
+    fn strip_to_budget(&mut self) {
+        let Some(budget) = self.values_budget else {
+            return;
+        };
+        while self.values_bytes > budget && self.values_from <= self.current {
+            let index = (self.values_from - self.compacted - 1) as usize;
+            let event = &mut self.log[index];
+            self.values_bytes -= value_bytes(event);
+            for kv in key_values_mut(event) {
+                kv.value = Bytes::new();
+            }
+            self.values_from += 1;
+        }
     }
 
     /// Checks `op` against the state (`kvs` overlaid with `pending`, the earlier writes of the
@@ -263,7 +346,9 @@ impl Inner {
                 Delivery::Sent
             )
         });
+        self.values_bytes += events.iter().map(value_bytes).sum::<usize>();
         self.log.extend(events);
+        self.strip_to_budget();
     }
 
     fn check_readable_revision(&self, requested: Revision) -> Result<()> {
@@ -282,7 +367,9 @@ impl Inner {
         Ok(())
     }
 
-    fn range(&self, req: &RangeRequest) -> Result<RangeResponse> {
+    /// Reads a range. Returns, besides the response, the indices of the key-values in it whose
+    /// values were stripped and must be read back by their `mod_revision`.
+    fn range(&self, req: &RangeRequest) -> Result<(RangeResponse, Vec<usize>)> {
         let revision = match req.revision {
             None => self.current,
             Some(r) => {
@@ -307,15 +394,18 @@ impl Inner {
             .kvs
             .range::<str, _>((lower, Bound::Unbounded))
             .take_while(|(k, _)| k.starts_with(prefix))
-            .map(|(k, v)| (k.as_str(), Some(v)));
+            .map(|(k, v)| (k.as_str(), Some((v, false))));
 
         // For a historical read, every key written after `revision` had, at `revision`, the value
-        // its first later event replaced. Those values override the latest state.
-        let mut overrides: BTreeMap<&str, Option<&KeyValue>> = BTreeMap::new();
+        // its first later event replaced. Those values override the latest state; each is marked
+        // with whether its event was stripped.
+        let mut overrides: BTreeMap<&str, Option<(&KeyValue, bool)>> = BTreeMap::new();
         for r in revision + 1..=self.current {
             let event = self.event_at(r);
             if in_range(event.key()) {
-                overrides.entry(event.key()).or_insert(value_before(event));
+                overrides
+                    .entry(event.key())
+                    .or_insert(value_before(event).map(|kv| (kv, self.is_stripped(r))));
             }
         }
 
@@ -326,10 +416,14 @@ impl Inner {
             count: 0,
             revision,
         };
-        let mut emit = |kv: Option<&KeyValue>| {
-            if let Some(kv) = kv {
+        let mut stripped = Vec::new();
+        let mut emit = |kv: Option<(&KeyValue, bool)>| {
+            if let Some((kv, is_stripped)) = kv {
                 resp.count += 1;
                 if resp.kvs.len() < limit {
+                    if is_stripped {
+                        stripped.push(resp.kvs.len());
+                    }
                     resp.kvs.push(kv.clone());
                 } else {
                     resp.more = true;
@@ -356,46 +450,82 @@ impl Inner {
                 }
             }
         }
-        Ok(resp)
+        Ok((resp, stripped))
     }
 }
 
 /// The shared state of a store: latest values, event log since compaction, and watchers.
 pub(crate) struct Core {
     inner: Mutex<Inner>,
+    /// Where stripped values are read back from. Taken only while `inner` is locked (never the
+    /// other way round) and emptied by [`Core::close`], which waits for the views in use, so a
+    /// closed store holds no reference to its backend's files.
+    reader: RwLock<Option<Arc<dyn HistoryReader>>>,
     /// Responses a watcher may have queued before it is dropped as lagging.
     watch_buffer: usize,
     next_watcher_id: AtomicU64,
 }
 
 impl Core {
-    /// An empty store at revision 0.
+    /// An empty store at revision 0 that keeps every value in memory.
     pub(crate) fn new(watch_buffer: usize) -> Self {
-        Self::from_parts(BTreeMap::new(), VecDeque::new(), 0, 0, watch_buffer)
+        Self::from_parts(BTreeMap::new(), VecDeque::new(), 0, 0, watch_buffer, None)
     }
 
     /// A store restored from durable state. `log` must hold exactly the revisions
-    /// `compacted + 1 ..= current`, and `kvs` must be the state at `current`.
+    /// `compacted + 1 ..= current`, with their values, and `kvs` must be the state at `current`.
+    /// With `history`, the values of older events are dropped to fit its budget at once.
     pub(crate) fn from_parts(
         kvs: BTreeMap<String, KeyValue>,
         log: VecDeque<Event>,
         current: Revision,
         compacted: Revision,
         watch_buffer: usize,
+        history: Option<HistoryValues>,
     ) -> Self {
         debug_assert_eq!(log.len() as i64, current - compacted);
+        let values_bytes = log.iter().map(value_bytes).sum();
+        let (reader, values_budget) = match history {
+            Some(h) => (Some(h.reader), Some(h.memory_bytes)),
+            None => (None, None),
+        };
+        let mut inner = Inner {
+            kvs,
+            log,
+            current,
+            compacted,
+            values_from: compacted + 1,
+            values_bytes,
+            values_budget,
+            watchers: HashMap::new(),
+            closed: false,
+        };
+        inner.strip_to_budget();
         Core {
-            inner: Mutex::new(Inner {
-                kvs,
-                log,
-                current,
-                compacted,
-                watchers: HashMap::new(),
-                closed: false,
-            }),
+            inner: Mutex::new(inner),
+            reader: RwLock::new(reader),
             watch_buffer: watch_buffer.max(1),
             next_watcher_id: AtomicU64::new(1),
         }
+    }
+
+    /// Reads back the values of `kvs` (stripped key-values of the log) by their `mod_revision`.
+    /// `inner` is the locked state they were taken from; the view is opened before it is
+    /// released (see the module docs) and the reads happen after, so writers are not held up.
+    fn read_back<'a>(
+        &self,
+        inner: parking_lot::MutexGuard<'_, Inner>,
+        kvs: impl IntoIterator<Item = &'a mut KeyValue>,
+    ) -> Result<()> {
+        let reader = self.reader.read();
+        // Only a core with a reader strips values.
+        let reader = reader.as_ref().ok_or(StoreError::Closed)?;
+        let view = reader.view()?;
+        drop(inner);
+        for kv in kvs {
+            kv.value = view.value(kv.mod_revision)?;
+        }
+        Ok(())
     }
 
     pub(crate) fn current_revision(&self) -> Result<Revision> {
@@ -419,7 +549,16 @@ impl Core {
     pub(crate) fn range(&self, req: &RangeRequest) -> Result<RangeResponse> {
         let inner = self.inner.lock();
         inner.check_open()?;
-        inner.range(req)
+        let (mut resp, stripped) = inner.range(req)?;
+        if !stripped.is_empty() {
+            let mut stripped = stripped.into_iter().peekable();
+            let kvs = resp.kvs.iter_mut().enumerate().filter_map(|(i, kv)| {
+                stripped.next_if_eq(&i)?;
+                Some(kv)
+            });
+            self.read_back(inner, kvs)?;
+        }
+        Ok(resp)
     }
 
     /// Evaluates and applies one write atomically (the memory backend's whole write path).
@@ -474,32 +613,11 @@ impl Core {
         self.inner.lock().apply(events);
     }
 
-    /// Checks that history through `revision` may be compacted. Returns the events that
-    /// compaction would drop (empty when it is a no-op), so that a durable backend can work out
-    /// which of its rows they make obsolete before calling [`Core::compact`].
-    pub(crate) fn compaction_plan(&self, revision: Revision) -> Result<Vec<Event>> {
-        let inner = self.inner.lock();
-        inner.check_open()?;
-        if revision > inner.current {
-            return Err(StoreError::FutureRevision {
-                requested: revision,
-                current: inner.current,
-            });
-        }
-        if revision <= inner.compacted {
-            return Ok(Vec::new());
-        }
-        Ok(inner
-            .log
-            .iter()
-            .take((revision - inner.compacted) as usize)
-            .cloned()
-            .collect())
-    }
-
-    /// Discards the log through `revision`. Compacting to or below the current compaction point
-    /// is a no-op.
-    pub(crate) fn compact(&self, revision: Revision) -> Result<()> {
+    /// Discards the log through `revision`. Returns `None` when that is a no-op (compacting to or
+    /// below the current compaction point); otherwise the revisions of the durable rows the
+    /// dropped events made obsolete: each value one of them replaced, and each delete. A durable
+    /// backend removes those rows afterwards, never before (see the module docs).
+    pub(crate) fn compact(&self, revision: Revision) -> Result<Option<Vec<Revision>>> {
         let mut inner = self.inner.lock();
         inner.check_open()?;
         if revision > inner.current {
@@ -509,21 +627,42 @@ impl Core {
             });
         }
         if revision <= inner.compacted {
-            return Ok(());
+            return Ok(None);
         }
         let drop = (revision - inner.compacted) as usize;
+        let mut obsolete = Vec::new();
+        for event in inner.log.range(..drop) {
+            if let Some(prev) = value_before(event) {
+                obsolete.push(prev.mod_revision);
+            }
+            if let Event::Delete { revision, .. } = event {
+                obsolete.push(*revision);
+            }
+        }
+        let unstripped = (inner.values_from - inner.compacted - 1) as usize;
+        let freed: usize = inner
+            .log
+            .range(unstripped.min(drop)..drop)
+            .map(value_bytes)
+            .sum();
+        inner.values_bytes -= freed;
         inner.log.drain(..drop);
         inner.compacted = revision;
+        inner.values_from = inner.values_from.max(revision + 1);
         debug!(revision, "compacted");
-        Ok(())
+        Ok(Some(obsolete))
     }
 
     /// Marks the store closed: every later call fails with `Closed` and every watch stream ends
     /// once it has drained what it was already sent.
     pub(crate) fn close(&self) {
-        let mut inner = self.inner.lock();
-        inner.closed = true;
-        inner.watchers.clear();
+        {
+            let mut inner = self.inner.lock();
+            inner.closed = true;
+            inner.watchers.clear();
+        }
+        // Waits for reads in progress; later ones see `closed` first.
+        self.reader.write().take();
     }
 
     /// Starts a watch. The watcher is registered for live events at once, under the same lock
@@ -609,11 +748,19 @@ impl Core {
             });
         }
         let end = until.min(after + REPLAY_SCAN_CHUNK as Revision);
-        let events = (after + 1..=end)
+        let mut events: Vec<Event> = (after + 1..=end)
             .map(|r| inner.event_at(r))
             .filter(|e| e.key().starts_with(prefix))
             .cloned()
             .collect();
+        let values_from = inner.values_from;
+        if events.first().is_some_and(|e| e.revision() < values_from) {
+            let kvs = events
+                .iter_mut()
+                .take_while(|e| e.revision() < values_from)
+                .flat_map(key_values_mut);
+            self.read_back(inner, kvs)?;
+        }
         Ok((events, end))
     }
 }
@@ -670,5 +817,113 @@ impl WatchState {
             // An error (a lagged watcher) is the stream's last item.
             Err(e) => Some((Err(e), WatchState::Done)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The values of every put ever made, by revision, as a durable backend would have them.
+    #[derive(Default)]
+    struct AllValues(Mutex<HashMap<Revision, Bytes>>);
+
+    impl HistoryReader for AllValues {
+        fn view(&self) -> Result<Box<dyn HistoryView + '_>> {
+            Ok(Box::new(self))
+        }
+    }
+
+    impl HistoryView for &AllValues {
+        fn value(&self, mod_revision: Revision) -> Result<Bytes> {
+            Ok(self.0.lock()[&mod_revision].clone())
+        }
+    }
+
+    fn put(core: &Core, values: &AllValues, key: &str, value: &'static str) {
+        let op = WriteOp::Put {
+            key: key.to_owned(),
+            value: Bytes::from_static(value.as_bytes()),
+            precondition: Precondition::None,
+        };
+        let event = core.write_one(&op).unwrap();
+        values
+            .0
+            .lock()
+            .insert(event.revision(), put_result(event).value);
+    }
+
+    /// The budget holds, and its accounting matches the values the log really holds.
+    fn check_budget(core: &Core, budget: usize) {
+        let inner = core.inner.lock();
+        let held: usize = inner
+            .log
+            .iter()
+            .filter(|e| !inner.is_stripped(e.revision()))
+            .map(value_bytes)
+            .sum();
+        assert_eq!(inner.values_bytes, held);
+        assert!(held <= budget, "{held} bytes held, budget {budget}");
+        for event in inner.log.iter().filter(|e| inner.is_stripped(e.revision())) {
+            assert_eq!(value_bytes(event), 0, "a stripped event holds no values");
+        }
+    }
+
+    #[test]
+    fn older_values_are_dropped_to_the_budget_and_read_back() {
+        let values = Arc::new(AllValues::default());
+        let budget = 10;
+        let core = Core::from_parts(
+            BTreeMap::new(),
+            VecDeque::new(),
+            0,
+            0,
+            8,
+            Some(HistoryValues {
+                reader: values.clone(),
+                memory_bytes: budget,
+            }),
+        );
+        let mut expected_at = vec![Vec::new()];
+        for (i, value) in ["aaaa", "bbbb", "cccc", "dddd", "eeee", "ffff"]
+            .into_iter()
+            .enumerate()
+        {
+            put(&core, &values, &format!("/k{}", i % 2), value);
+            check_budget(&core, budget);
+            let latest = core.range(&RangeRequest::default()).unwrap().kvs;
+            expected_at.push(latest);
+        }
+        // The newest event (4 new + 4 replaced bytes) fits; the others were stripped.
+        assert_eq!(core.inner.lock().values_from, 6);
+        for (revision, expected) in expected_at.iter().enumerate() {
+            let req = RangeRequest {
+                revision: Some(revision as Revision),
+                ..Default::default()
+            };
+            assert_eq!(&core.range(&req).unwrap().kvs, expected, "at {revision}");
+        }
+        let (replayed, _) = core.replay_chunk("", 0, 6).unwrap();
+        let replayed_values: Vec<_> = replayed
+            .iter()
+            .map(|e| match e {
+                Event::Put { kv, prev } => {
+                    (kv.value.clone(), prev.as_ref().map(|p| p.value.clone()))
+                }
+                Event::Delete { .. } => unreachable!("only puts were made"),
+            })
+            .collect();
+        assert_eq!(replayed_values[2], ("cccc".into(), Some("aaaa".into())));
+        assert_eq!(replayed_values[5], ("ffff".into(), Some("dddd".into())));
+
+        // Compaction releases the accounting of what it drops, stripped or not.
+        core.compact(5).unwrap();
+        check_budget(&core, budget);
+        core.compact(6).unwrap();
+        check_budget(&core, budget);
+        assert_eq!(core.inner.lock().values_bytes, 0);
+        put(&core, &values, "/k0", "gggg");
+        check_budget(&core, budget);
+        assert_eq!(core.inner.lock().values_bytes, 8);
     }
 }

@@ -27,8 +27,7 @@ async fn memory_conformance() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn embedded_conformance() {
+async fn embedded_conformance_with(history_memory_bytes: usize) {
     let root = tempfile::tempdir().unwrap();
     let mut n = 0;
     run_all(&options(), || {
@@ -36,9 +35,21 @@ async fn embedded_conformance() {
         let opts = EmbeddedOptions {
             max_value_size: LIMIT,
             watch_buffer: WATCH_BUFFER,
+            history_memory_bytes,
             ..Default::default()
         };
         EmbeddedStore::open(&root.path().join(format!("store-{n}")), opts).unwrap()
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_conformance() {
+    embedded_conformance_with(EmbeddedOptions::default().history_memory_bytes).await;
+}
+
+/// No value of past events kept in memory: every replay and historical read goes to disk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_conformance_with_history_on_disk() {
+    embedded_conformance_with(0).await;
 }
