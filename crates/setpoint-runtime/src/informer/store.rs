@@ -58,10 +58,13 @@ struct SyncState {
 struct State<K> {
     // Ordered so that `list()` is deterministic, which keeps controllers' behaviour and test
     // output reproducible.
-    entries: BTreeMap<ObjectKey, Entry<K>>,
+    // Keys are shared with the indexes: an object is filed under several index values (a pod:
+    // its namespace, owner, node and each label), and a copy of its key in each was a good part
+    // of what caching it cost.
+    entries: BTreeMap<Arc<ObjectKey>, Entry<K>>,
     indexers: Vec<(String, IndexFn<K>)>,
     /// Aligned with `indexers`: value → keys filed under it.
-    indices: Vec<HashMap<String, BTreeSet<ObjectKey>>>,
+    indices: Vec<HashMap<String, BTreeSet<Arc<ObjectKey>>>>,
 }
 
 struct Entry<K> {
@@ -162,7 +165,8 @@ impl<K: Object> Store<K> {
 
     /// Every key, in order.
     pub fn keys(&self) -> Vec<ObjectKey> {
-        self.shared.state.read().entries.keys().cloned().collect()
+        let state = self.shared.state.read();
+        state.entries.keys().map(|k| ObjectKey::clone(k)).collect()
     }
 
     /// How many objects the cache holds.
@@ -199,7 +203,7 @@ impl<K: Object> Store<K> {
         state
             .index_position(name)
             .and_then(|i| state.indices[i].get(value))
-            .map(|keys| keys.iter().cloned().collect())
+            .map(|keys| keys.iter().map(|k| ObjectKey::clone(k)).collect())
             .unwrap_or_default()
     }
 
@@ -252,11 +256,11 @@ impl<K: Object> Store<K> {
         if state.index_position(name).is_some() {
             return Err(InformerError::IndexExists(name.to_string()));
         }
-        let mut index: HashMap<String, BTreeSet<ObjectKey>> = HashMap::new();
+        let mut index: HashMap<String, BTreeSet<Arc<ObjectKey>>> = HashMap::new();
         for (key, entry) in state.entries.iter_mut() {
             let values = f(&entry.object);
             for v in &values {
-                index.entry(v.clone()).or_default().insert(key.clone());
+                file(&mut index, v, key);
             }
             entry.values.push(values);
         }
@@ -313,8 +317,7 @@ impl<K: Object> Store<K> {
             Some(old) if same_version(old.as_ref(), &object) => None,
             Some(old) => {
                 let new = Arc::new(object);
-                state.remove(&key);
-                state.insert(key, new.clone());
+                state.update(&key, new.clone());
                 Some(Event::Updated { old, new })
             }
             None => {
@@ -350,8 +353,7 @@ impl<K: Object> Store<K> {
                 Some(old) if same_version(old.as_ref(), &object) => {}
                 Some(old) => {
                     let new = Arc::new(object);
-                    state.remove(&key);
-                    state.insert(key, new.clone());
+                    state.update(&key, new.clone());
                     events.push(Event::Updated { old, new });
                 }
                 None => {
@@ -361,10 +363,10 @@ impl<K: Object> Store<K> {
                 }
             }
         }
-        let gone: Vec<ObjectKey> = state
+        let gone: Vec<Arc<ObjectKey>> = state
             .entries
             .keys()
-            .filter(|k| !seen.contains(*k))
+            .filter(|k| !seen.contains(k.as_ref()))
             .cloned()
             .collect();
         for key in gone {
@@ -381,31 +383,78 @@ impl<K> State<K> {
         self.indexers.iter().position(|(n, _)| n == name)
     }
 
+    fn index_values(&self, object: &K) -> Vec<Vec<String>> {
+        self.indexers.iter().map(|(_, f)| f(object)).collect()
+    }
+
     fn insert(&mut self, key: ObjectKey, object: Arc<K>) {
-        let values: Vec<Vec<String>> = self.indexers.iter().map(|(_, f)| f(&object)).collect();
+        let key = Arc::new(key);
+        let values = self.index_values(&object);
         for (index, vals) in self.indices.iter_mut().zip(&values) {
             for v in vals {
-                index.entry(v.clone()).or_default().insert(key.clone());
+                file(index, v, &key);
             }
         }
         self.entries.insert(key, Entry { object, values });
+    }
+
+    /// Replaces the object under a key the store holds. Only the index values that changed are
+    /// re-filed: most updates (a status change) leave every one as it was.
+    fn update(&mut self, key: &ObjectKey, object: Arc<K>) {
+        let values = self.index_values(&object);
+        let Some((key, _)) = self.entries.get_key_value(key) else {
+            return;
+        };
+        let key = key.clone();
+        let Some(entry) = self.entries.get_mut(&key) else {
+            return;
+        };
+        for ((index, old), new) in self.indices.iter_mut().zip(&entry.values).zip(&values) {
+            if old == new {
+                continue;
+            }
+            for v in old.iter().filter(|v| !new.contains(v)) {
+                unfile(index, v, &key);
+            }
+            for v in new.iter().filter(|v| !old.contains(v)) {
+                file(index, v, &key);
+            }
+        }
+        *entry = Entry { object, values };
     }
 
     fn remove(&mut self, key: &ObjectKey) -> Option<Arc<K>> {
         let entry = self.entries.remove(key)?;
         for (index, vals) in self.indices.iter_mut().zip(&entry.values) {
             for v in vals {
-                if let Some(keys) = index.get_mut(v) {
-                    keys.remove(key);
-                    // Drop empty sets so `index_values` lists only live values and the map
-                    // does not grow with every node or owner ever seen.
-                    if keys.is_empty() {
-                        index.remove(v);
-                    }
-                }
+                unfile(index, v, key);
             }
         }
         Some(entry.object)
+    }
+}
+
+/// Files `key` under `value` in one index.
+fn file(index: &mut HashMap<String, BTreeSet<Arc<ObjectKey>>>, value: &str, key: &Arc<ObjectKey>) {
+    match index.get_mut(value) {
+        Some(keys) => {
+            keys.insert(key.clone());
+        }
+        None => {
+            index.insert(value.to_owned(), BTreeSet::from([key.clone()]));
+        }
+    }
+}
+
+/// Takes `key` out of `value` in one index.
+fn unfile(index: &mut HashMap<String, BTreeSet<Arc<ObjectKey>>>, value: &str, key: &ObjectKey) {
+    if let Some(keys) = index.get_mut(value) {
+        keys.remove(key);
+        // Drop empty sets so `index_values` lists only live values and the map does not grow
+        // with every node or owner ever seen.
+        if keys.is_empty() {
+            index.remove(value);
+        }
     }
 }
 
@@ -577,6 +626,59 @@ mod tests {
         store.delete(a);
         assert_eq!(store.index_values(LABEL_INDEX), Vec::<String>::new());
         assert!(store.by_index("no-such-index", "x").is_empty());
+    }
+
+    /// Every index, as (index, value, keys), for comparing two stores.
+    fn all_indexes(store: &Store<ConfigMap>) -> Vec<(String, String, Vec<ObjectKey>)> {
+        let names: Vec<String> = {
+            let state = store.shared.state.read();
+            state.indexers.iter().map(|(n, _)| n.clone()).collect()
+        };
+        let mut out = Vec::new();
+        for name in names {
+            for value in store.index_values(&name) {
+                let keys = store.index_keys(&name, &value);
+                out.push((name.clone(), value, keys));
+            }
+        }
+        out
+    }
+
+    proptest::proptest! {
+        /// However objects change (labels, owners, controller flags come and go), a store kept up
+        /// to date by updates indexes exactly as one built from scratch with the same objects.
+        #[test]
+        fn updated_indexes_equal_rebuilt_ones(
+            ops in proptest::collection::vec(
+                (0..4usize, 0..2usize, proptest::option::of(0..3usize), proptest::option::of((0..2usize, proptest::bool::ANY)), proptest::bool::weighted(0.15)),
+                1..40,
+            )
+        ) {
+            let store = Store::new();
+            let mut live: BTreeMap<usize, ConfigMap> = BTreeMap::new();
+            for (rv, (name, ns, label, owner, delete)) in ops.into_iter().enumerate() {
+                let mut c = cm(["a", "b"][ns], &format!("o{name}"), &(rv + 1).to_string());
+                // The namespace is part of the key: keep one per name.
+                c.metadata.namespace = Some(["a", "b"][name % 2].into());
+                if delete {
+                    store.delete(c);
+                    live.remove(&name);
+                } else {
+                    c.metadata.labels = label
+                        .map(|l| [("app".to_string(), format!("v{l}")), ("tier".to_string(), "x".to_string())].into());
+                    c.metadata.owner_references = owner.map(|(uid, controller)| vec![OwnerReference {
+                        uid: format!("u{uid}"),
+                        controller: Some(controller),
+                        ..Default::default()
+                    }]);
+                    store.upsert(c.clone());
+                    live.insert(name, c);
+                }
+                let rebuilt = Store::from_objects(live.values().cloned());
+                proptest::prop_assert_eq!(all_indexes(&store), all_indexes(&rebuilt));
+                proptest::prop_assert_eq!(store.keys(), rebuilt.keys());
+            }
+        }
     }
 
     #[test]
