@@ -58,7 +58,7 @@
 //! one expected, so it never waits; a writer that does not come back costs the others at most
 //! the linger, once, since the next expectation is what actually arrived.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::fmt::Display;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -203,25 +203,17 @@ impl EmbeddedStore {
             .map_err(|e| backend("opening database", e))?;
         let db = Arc::new(db);
         init_tables(&db)?;
-        let loaded = load(&db)?;
+        let history = HistoryValues {
+            reader: Arc::new(RedbHistory(db.clone())),
+            memory_bytes: options.history_memory_bytes,
+        };
+        let core = Arc::new(load(&db, options.watch_buffer, history)?);
         info!(
             dir = %dir.display(),
-            current = loaded.current,
-            compacted = loaded.compacted,
-            keys = loaded.kvs.len(),
+            current = core.current_revision()?,
+            compacted = core.compacted_revision()?,
             "opened embedded store"
         );
-        let core = Arc::new(Core::from_parts(
-            loaded.kvs,
-            loaded.log,
-            loaded.current,
-            loaded.compacted,
-            options.watch_buffer,
-            Some(HistoryValues {
-                reader: Arc::new(RedbHistory(db.clone())),
-                memory_bytes: options.history_memory_bytes,
-            }),
-        ));
         let queue = Arc::new(RequestQueue::new(options.queue_depth));
         let stats = Arc::new(StatCounters::default());
         let committer = Committer {
@@ -400,16 +392,11 @@ fn init_tables(db: &Database) -> Result<()> {
         .map_err(|e| backend("initializing database", e))
 }
 
-struct Loaded {
-    kvs: BTreeMap<String, KeyValue>,
-    log: VecDeque<Event>,
-    current: Revision,
-    compacted: Revision,
-}
-
 /// Rebuilds the in-memory state: the rows at or below the compaction point are the base state,
-/// and replaying the rows above it, in order, yields each event together with its previous value.
-fn load(db: &Database) -> Result<Loaded> {
+/// and the rows above it are replayed into the core, in order, as the events they were (each
+/// with the value it replaced). The core drops older values to fit `history` as it goes, so
+/// opening a store never holds its whole history in memory.
+fn load(db: &Database, watch_buffer: usize, history: HistoryValues) -> Result<Core> {
     let corrupt = |what: String| StoreError::Backend(format!("corrupt store: {what}"));
     let txn = db.begin_read().map_err(|e| backend("loading store", e))?;
     let meta = txn
@@ -429,12 +416,18 @@ fn load(db: &Database) -> Result<Loaded> {
         )));
     }
 
-    let history = txn
+    let history_table = txn
         .open_table(HISTORY)
         .map_err(|e| backend("opening history table", e))?;
-    let mut kvs = BTreeMap::new();
-    let mut log = VecDeque::new();
-    for row in history.iter().map_err(|e| backend("reading history", e))? {
+    let mut base = BTreeMap::new();
+    let mut history = Some(history);
+    // Created at the first row above the compaction point, once the base state is complete.
+    let mut core: Option<Core> = None;
+    let mut last_logged = compacted;
+    for row in history_table
+        .iter()
+        .map_err(|e| backend("reading history", e))?
+    {
         let (rev, data) = row.map_err(|e| backend("reading history", e))?;
         let revision = Revision::try_from(rev.value())
             .map_err(|_| corrupt(format!("revision {} out of range", rev.value())))?;
@@ -443,29 +436,33 @@ fn load(db: &Database) -> Result<Loaded> {
         if revision <= compacted {
             match write {
                 RowWrite::Put(kv) => {
-                    kvs.insert(kv.key.clone(), kv);
+                    base.insert(kv.key.clone(), kv);
                 }
                 // Compaction removes tombstones; tolerate one anyway, it means "absent".
                 RowWrite::Delete(key) => {
-                    kvs.remove(&key);
+                    base.remove(&key);
                 }
             }
             continue;
         }
         // The log must be dense: revision compacted+1, compacted+2, ... with nothing missing.
-        let expected = compacted + 1 + log.len() as Revision;
-        if revision != expected {
+        if revision != last_logged + 1 {
             return Err(corrupt(format!(
-                "expected revision {expected}, found {revision}"
+                "expected revision {}, found {revision}",
+                last_logged + 1
             )));
         }
+        let core = core.get_or_insert_with(|| {
+            let base = std::mem::take(&mut base);
+            Core::from_parts(base, compacted, watch_buffer, history.take())
+        });
         let event = match write {
-            RowWrite::Put(kv) => {
-                let prev = kvs.insert(kv.key.clone(), kv.clone());
-                Event::Put { kv, prev }
-            }
+            RowWrite::Put(kv) => Event::Put {
+                prev: core.get(&kv.key)?,
+                kv,
+            },
             RowWrite::Delete(key) => {
-                let prev = kvs.remove(&key).ok_or_else(|| {
+                let prev = core.get(&key)?.ok_or_else(|| {
                     corrupt(format!(
                         "delete of absent key {key:?} at revision {revision}"
                     ))
@@ -477,20 +474,16 @@ fn load(db: &Database) -> Result<Loaded> {
                 }
             }
         };
-        log.push_back(event);
+        // One event at a time: the next row's previous value must see this one.
+        core.apply(vec![event]);
+        last_logged = revision;
     }
-    let last_logged = compacted + log.len() as Revision;
     if last_logged != current {
         return Err(corrupt(format!(
             "history ends at {last_logged} but current is {current}"
         )));
     }
-    Ok(Loaded {
-        kvs,
-        log,
-        current,
-        compacted,
-    })
+    Ok(core.unwrap_or_else(|| Core::from_parts(base, compacted, watch_buffer, history.take())))
 }
 
 /// Reads values of older events back from the history table.

@@ -469,38 +469,33 @@ pub(crate) struct Core {
 impl Core {
     /// An empty store at revision 0 that keeps every value in memory.
     pub(crate) fn new(watch_buffer: usize) -> Self {
-        Self::from_parts(BTreeMap::new(), VecDeque::new(), 0, 0, watch_buffer, None)
+        Self::from_parts(BTreeMap::new(), 0, watch_buffer, None)
     }
 
-    /// A store restored from durable state. `log` must hold exactly the revisions
-    /// `compacted + 1 ..= current`, with their values, and `kvs` must be the state at `current`.
-    /// With `history`, the values of older events are dropped to fit its budget at once.
+    /// A store whose state at `compacted`, its compaction point and current revision, is `kvs`,
+    /// with no history after it yet: a durable backend restores the history by applying it.
+    /// With `history`, older events' values are dropped to fit its budget.
     pub(crate) fn from_parts(
         kvs: BTreeMap<String, KeyValue>,
-        log: VecDeque<Event>,
-        current: Revision,
         compacted: Revision,
         watch_buffer: usize,
         history: Option<HistoryValues>,
     ) -> Self {
-        debug_assert_eq!(log.len() as i64, current - compacted);
-        let values_bytes = log.iter().map(value_bytes).sum();
         let (reader, values_budget) = match history {
             Some(h) => (Some(h.reader), Some(h.memory_bytes)),
             None => (None, None),
         };
-        let mut inner = Inner {
+        let inner = Inner {
             kvs,
-            log,
-            current,
+            log: VecDeque::new(),
+            current: compacted,
             compacted,
             values_from: compacted + 1,
-            values_bytes,
+            values_bytes: 0,
             values_budget,
             watchers: HashMap::new(),
             closed: false,
         };
-        inner.strip_to_budget();
         Core {
             inner: Mutex::new(inner),
             reader: RwLock::new(reader),
@@ -875,8 +870,6 @@ mod tests {
         let budget = 10;
         let core = Core::from_parts(
             BTreeMap::new(),
-            VecDeque::new(),
-            0,
             0,
             8,
             Some(HistoryValues {
