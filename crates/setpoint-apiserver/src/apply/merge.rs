@@ -385,16 +385,158 @@ fn changed_value(node: &mut FieldSet, old: &Value, new: &Value, shape: Shape) {
     }
 }
 
-/// The fields `old` had that `new` no longer has.
+/// The fields `old` had that `new` no longer has: `fields_of(old)` minus `fields_of(new)`,
+/// computed by walking both objects together and skipping equal values, rather than by building
+/// both whole sets (a write usually changes a few fields of a large object).
 pub fn removed_fields(old: &Value, new: &Value, shape: Shape) -> FieldSet {
-    fields_of(old, shape).difference(&fields_of(new, shape))
+    match (old, new) {
+        (Value::Object(o), Value::Object(n)) => removed_in_maps(o, n, shape),
+        (Value::Object(_), _) => fields_of(old, shape),
+        _ => FieldSet::new(),
+    }
+}
+
+/// `removed_fields` for the properties of two objects.
+fn removed_in_maps(old: &Map<String, Value>, new: &Map<String, Value>, shape: Shape) -> FieldSet {
+    let mut out = FieldSet::new();
+    for (k, ov) in old {
+        let child_shape = shape.property(k);
+        let removed = match new.get(k) {
+            None => value_fields(ov, child_shape),
+            Some(nv) if nv == ov => continue,
+            Some(nv) => match (ov, nv) {
+                (Value::Object(om), Value::Object(nm))
+                    if !om.is_empty()
+                        && !nm.is_empty()
+                        && !matches!(child_shape, Shape::Scalar) =>
+                {
+                    removed_in_maps(om, nm, child_shape)
+                }
+                // Lists (and a value that changed type) are compared as whole field sets: their
+                // items' identities decide what a field is, and they are small next to objects.
+                _ => value_fields(ov, child_shape).difference(&value_fields(nv, child_shape)),
+            },
+        };
+        if !removed.is_empty() {
+            *out.child_mut(&fieldset::field(k)) = removed;
+        }
+    }
+    out
+}
+
+/// The fields of a property's value, relative to the property (which is a member itself when
+/// the value is a leaf).
+fn value_fields(value: &Value, shape: Shape) -> FieldSet {
+    let mut set = FieldSet::new();
+    add_value(&mut set, value, shape);
+    set
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
     use serde_json::json;
     use setpoint_protobuf::types;
+
+    fn pod() -> Shape {
+        Shape::Type(types::for_kind("", "v1", "Pod").unwrap())
+    }
+
+    /// Small pod-like objects: keyed lists (containers by name, ports, conditions by type, with
+    /// duplicate keys now and then), a set (finalizers), maps, and values that change type.
+    fn pod_like() -> impl Strategy<Value = Value> {
+        let container = (
+            prop::sample::select(vec!["a", "b"]),
+            prop::option::of(prop::sample::select(vec!["i1", "i2"])),
+            prop::option::of(prop::collection::vec(
+                prop::sample::select(vec![80, 81]),
+                0..3,
+            )),
+        )
+            .prop_map(|(name, image, ports)| {
+                let mut c = json!({ "name": name });
+                if let Some(image) = image {
+                    c["image"] = json!(image);
+                }
+                if let Some(ports) = ports {
+                    let ports: Vec<Value> = ports
+                        .into_iter()
+                        .map(|p| json!({"containerPort": p, "protocol": "TCP"}))
+                        .collect();
+                    c["ports"] = Value::Array(ports);
+                }
+                c
+            });
+        let condition = (
+            prop::sample::select(vec!["Ready", "PodScheduled"]),
+            prop::sample::select(vec!["True", "False"]),
+        )
+            .prop_map(|(t, s)| json!({"type": t, "status": s}));
+        let labels = prop::collection::btree_map(
+            prop::sample::select(vec!["app", "tier"]),
+            prop::sample::select(vec!["x", "y"]),
+            0..3,
+        );
+        let odd = prop_oneof![
+            Just(json!(null)),
+            Just(json!({})),
+            Just(json!([])),
+            Just(json!("s")),
+            Just(json!({"k": 1})),
+            Just(json!([1, {"name": "a"}])),
+        ];
+        (
+            prop::option::of(labels),
+            prop::option::of(prop::collection::vec(
+                prop::sample::select(vec!["f1", "f2"]),
+                0..3,
+            )),
+            prop::option::of(prop::collection::vec(container, 0..3)),
+            prop::option::of(prop::sample::select(vec!["n1", "n2"])),
+            prop::option::of(prop::collection::vec(condition, 0..3)),
+            prop::option::of(odd.clone()),
+            prop::option::of(odd),
+        )
+            .prop_map(
+                |(labels, finalizers, containers, node, conditions, odd1, odd2)| {
+                    let mut o = json!({"metadata": {"name": "p"}, "spec": {}, "status": {}});
+                    if let Some(l) = labels {
+                        o["metadata"]["labels"] = json!(l);
+                    }
+                    if let Some(f) = finalizers {
+                        o["metadata"]["finalizers"] = json!(f);
+                    }
+                    if let Some(c) = containers {
+                        o["spec"]["containers"] = Value::Array(c);
+                    }
+                    if let Some(n) = node {
+                        o["spec"]["nodeName"] = json!(n);
+                    }
+                    if let Some(c) = conditions {
+                        o["status"]["conditions"] = Value::Array(c);
+                    }
+                    if let Some(v) = odd1 {
+                        o["spec"]["tolerations"] = v;
+                    }
+                    if let Some(v) = odd2 {
+                        o["status"]["podIP"] = v;
+                    }
+                    o
+                },
+            )
+    }
+
+    proptest! {
+        /// The walk gives exactly the difference of the two whole field sets.
+        #[test]
+        fn removed_fields_is_the_difference_of_field_sets(old in pod_like(), new in pod_like()) {
+            for shape in [pod(), Shape::Untyped] {
+                let whole = fields_of(&old, shape).difference(&fields_of(&new, shape));
+                prop_assert_eq!(removed_fields(&old, &new, shape), whole);
+            }
+        }
+    }
 
     fn deployment() -> Shape {
         Shape::Type(types::for_kind("apps", "v1", "Deployment").unwrap())

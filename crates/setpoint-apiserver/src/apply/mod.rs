@@ -124,12 +124,25 @@ fn entries_of(obj: &Value) -> Result<Option<Vec<Entry>>, String> {
 }
 
 /// Writes `entries` (without empty ones) as `metadata.managedFields`.
-fn set_entries(obj: &mut Value, mut entries: Vec<Entry>) {
-    entries.retain(|e| !e.fields.is_empty());
-    if entries.is_empty() {
+fn set_entries(obj: &mut Value, entries: Vec<Entry>) {
+    set_entries_reusing(obj, entries, &[]);
+}
+
+/// [`set_entries`], taking entry `i`'s JSON from `stored[i]` when that is `Some` (the entry as
+/// it was read, unchanged) instead of serializing it again.
+fn set_entries_reusing(obj: &mut Value, entries: Vec<Entry>, stored: &[Option<&Value>]) {
+    let list: Vec<Value> = entries
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| !e.fields.is_empty())
+        .map(|(i, e)| match stored.get(i).copied().flatten() {
+            Some(json) => json.clone(),
+            None => e.to_json(),
+        })
+        .collect();
+    if list.is_empty() {
         meta::remove_meta(obj, "managedFields");
     } else {
-        let list: Vec<Value> = entries.iter().map(Entry::to_json).collect();
         meta::set_meta(obj, "managedFields", Value::Array(list));
     }
 }
@@ -190,23 +203,31 @@ pub fn record_update(
     subresource: Option<&str>,
     now: &str,
 ) {
+    let old_items = old.and_then(|o| o.pointer("/metadata/managedFields"));
     let old_entries = old
         .and_then(|o| entries_of(o).ok().flatten())
         .unwrap_or_default();
+    // The stored JSON of each old entry, reused for the entries this write leaves as they were.
+    let old_json: Vec<Option<&Value>> = match old_items {
+        Some(Value::Array(items)) if items.len() == old_entries.len() => {
+            items.iter().map(Some).collect()
+        }
+        _ => Vec::new(),
+    };
     let supplied = new
         .pointer("/metadata/managedFields")
-        .filter(|v| Some(*v) != old.and_then(|o| o.pointer("/metadata/managedFields")))
+        .filter(|v| Some(*v) != old_items)
         .cloned();
-    let mut entries = match supplied {
+    let (mut entries, mut unchanged) = match supplied {
         Some(Value::Array(items)) if items.is_empty() => {
             meta::remove_meta(new, "managedFields");
             return;
         }
         Some(_) => match entries_of(new) {
-            Ok(Some(e)) => e,
-            _ => old_entries,
+            Ok(Some(e)) => (e, Vec::new()),
+            _ => (old_entries, old_json),
         },
-        None => old_entries,
+        None => (old_entries, old_json),
     };
     let shape = shape_of(res);
     let empty = json!({});
@@ -215,10 +236,14 @@ pub fn record_update(
     let changed = merge::changed_fields(&before, &after, shape);
     let removed = merge::removed_fields(&before, &after, shape);
     if !changed.is_empty() || !removed.is_empty() {
-        for e in &mut entries {
-            e.fields = e.fields.difference(&removed);
+        for (i, e) in entries.iter_mut().enumerate() {
+            let mut fields = e.fields.difference(&removed);
             if !e.is(manager, UPDATE, subresource) {
-                e.fields = e.fields.difference(&changed);
+                fields = fields.difference(&changed);
+            }
+            if fields != e.fields {
+                e.fields = fields;
+                forget(&mut unchanged, i);
             }
         }
         if !changed.is_empty() {
@@ -226,9 +251,17 @@ pub fn record_update(
             entries[i].fields = entries[i].fields.union(&changed);
             entries[i].time = Some(now.to_string());
             entries[i].api_version = res.api_version();
+            forget(&mut unchanged, i);
         }
     }
-    set_entries(new, entries);
+    set_entries_reusing(new, entries, &unchanged);
+}
+
+/// Marks entry `i` as changed (its stored JSON can no longer be reused).
+fn forget(unchanged: &mut [Option<&Value>], i: usize) {
+    if let Some(slot) = unchanged.get_mut(i) {
+        *slot = None;
+    }
 }
 
 fn position_or_insert(
