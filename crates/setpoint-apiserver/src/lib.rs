@@ -19,6 +19,7 @@ pub mod objects;
 pub mod openapi;
 pub mod patch;
 pub mod podlogs;
+pub mod pruned;
 pub mod registry;
 pub mod request;
 pub mod server;

@@ -66,19 +66,25 @@ impl CachedObject {
         revision: Revision,
         kind: StoredKind,
     ) -> Option<Self> {
-        let obj = decode_object(value, revision)?;
-        let json = match resource_version_slot(value) {
-            Some((at, comma)) => Json::Stored {
-                bytes: value.clone(),
-                at,
-                comma,
-            },
-            None => Json::Built(Bytes::from(serde_json::to_vec(&obj).unwrap_or_default())),
+        let (json, attrs) = match resource_version_slot(value) {
+            Some((at, comma)) => {
+                let stored = Json::Stored {
+                    bytes: value.clone(),
+                    at,
+                    comma,
+                };
+                (stored, Attrs::of_stored(value, kind)?)
+            }
+            None => {
+                let obj = decode_object(value, revision)?;
+                let built = Json::Built(Bytes::from(serde_json::to_vec(&obj).unwrap_or_default()));
+                (built, Attrs::of(&obj, kind))
+            }
         };
         Some(CachedObject {
             key,
             revision,
-            attrs: Attrs::of(&obj, kind),
+            attrs,
             json,
         })
     }
@@ -209,7 +215,7 @@ pub fn stored_kind(prefix: &str) -> StoredKind {
 }
 
 /// What list and watch filters look at, extracted once per object version.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq, Eq)]
 pub struct Attrs {
     pub namespace: Box<str>,
     pub name: Box<str>,
@@ -248,6 +254,24 @@ impl Attrs {
             labels,
             fields,
         }
+    }
+
+    /// The attributes of a stored object (JSON), stored as `kind`, parsing only what they are
+    /// read from. `None` if it is not a JSON object.
+    pub fn of_stored(value: &[u8], kind: StoredKind) -> Option<Attrs> {
+        const META: [&str; 3] = ["metadata.name", "metadata.namespace", "metadata.labels"];
+        let sources = match kind {
+            Some((group, kind)) => setpoint_kinds::fields::value_sources(group, kind),
+            None => Some(&[][..]),
+        };
+        let obj: Value = match sources {
+            Some(sources) => {
+                let paths: Vec<&str> = META.iter().chain(sources).copied().collect();
+                crate::pruned::parse_keeping(value, &paths).ok()?
+            }
+            None => serde_json::from_slice(value).ok()?,
+        };
+        obj.is_object().then(|| Attrs::of(&obj, kind))
     }
 
     /// A label's value.
@@ -972,6 +996,45 @@ mod tests {
     fn cached(stored: &[u8], revision: Revision) -> CachedObject {
         let kind = stored_kind("/registry/core/pods/");
         CachedObject::decode("k".into(), &Bytes::copy_from_slice(stored), revision, kind).unwrap()
+    }
+
+    /// Attributes from the parts a kind's fields are read from equal those from the whole
+    /// object, for every built-in kind and for custom resources.
+    #[test]
+    fn attributes_from_the_parsed_parts_equal_those_from_the_whole_object() {
+        let objects = [
+            json!({"metadata": {"name": "p", "namespace": "d", "labels": {"app": "x", "t": "y"},
+                                "managedFields": [{"manager": "m"}]},
+                   "spec": {"nodeName": "n1", "restartPolicy": "Never", "schedulerName": "s",
+                            "serviceAccountName": "sa", "hostNetwork": true,
+                            "containers": [{"name": "c", "image": "i"}], "unschedulable": true,
+                            "clusterIP": "10.96.0.1", "type": "NodePort", "replicas": 3},
+                   "status": {"phase": "Running", "podIP": "10.0.0.1", "podIPs": [{"ip": "10.0.0.2"}],
+                              "nominatedNodeName": "n2", "replicas": 2, "succeeded": 4},
+                   "type": "Opaque",
+                   "involvedObject": {"kind": "Pod", "name": "p", "namespace": "d", "uid": "u"},
+                   "reason": "Started", "source": {"component": "kubelet"}, "reportingComponent": "r"}),
+            json!({"metadata": {"name": "only"}}),
+            json!({"metadata": {"name": "p", "labels": {"a": "1"}}, "spec": null, "status": [1]}),
+        ];
+        let mut kinds: Vec<StoredKind> = setpoint_kinds::BUILTIN
+            .iter()
+            .map(|k| Some((k.group, k.kind)))
+            .collect();
+        kinds.push(None);
+        for obj in &objects {
+            let bytes = serde_json::to_vec(obj).unwrap();
+            for kind in &kinds {
+                let whole = Attrs::of(obj, *kind);
+                assert_eq!(
+                    Attrs::of_stored(&bytes, *kind),
+                    Some(whole),
+                    "{kind:?} {obj}"
+                );
+            }
+        }
+        assert_eq!(Attrs::of_stored(b"[1]", None), None);
+        assert_eq!(Attrs::of_stored(b"{\"metadata\": ", None), None);
     }
 
     #[test]

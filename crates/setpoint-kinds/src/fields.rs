@@ -198,6 +198,39 @@ fn str_at<'a>(obj: &'a Value, dotted: &str) -> &'a str {
     at(obj, dotted).and_then(Value::as_str).unwrap_or("")
 }
 
+/// Where [`value`] reads the fields of `kind`: dotted paths of a stored object whose whole
+/// subtree it may look at (the names of the fields are not enough: `spec.host` reads
+/// `spec.nodeName`, `status.podIP` reads `status.podIPs`). `None` when it may read anywhere.
+/// `metadata.name` and `metadata.namespace` come on top, for every kind.
+///
+/// This lets a caller that only needs field values parse just these parts of an object; keep it
+/// in step with [`value`] (a test checks every supported field of every kind against it).
+pub fn value_sources(group: &str, kind: &str) -> Option<&'static [&'static str]> {
+    match (group, kind) {
+        ("", "Pod") => Some(&[
+            "spec.nodeName",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "spec.hostNetwork",
+            "status.phase",
+            "status.podIP",
+            "status.podIPs",
+            "status.nominatedNodeName",
+        ]),
+        // Events are small, and their values come from several places (the `source` field
+        // falls back to the reporting controller, the events.k8s.io names map to core ones).
+        ("", "Event") | ("events.k8s.io", "Event") => None,
+        ("", "Node") => Some(&["spec.unschedulable"]),
+        ("", "Namespace") => Some(&["status.phase"]),
+        ("", "Secret") => Some(&["type"]),
+        ("", "Service") => Some(&["spec.clusterIP", "spec.type"]),
+        ("", "ReplicationController") | ("apps", "ReplicaSet") => Some(&["status.replicas"]),
+        ("batch", "Job") => Some(&["status.succeeded"]),
+        _ => Some(&[]),
+    }
+}
+
 /// A boolean as `true`/`false`; unset is `false`, the Go zero value upstream formats.
 fn bool_text(v: Option<&Value>) -> String {
     v.and_then(Value::as_bool).unwrap_or(false).to_string()

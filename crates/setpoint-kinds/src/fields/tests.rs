@@ -1,6 +1,6 @@
 use serde_json::json;
 
-use super::{supported, supported_fields, unsupported_message, value};
+use super::{supported, supported_fields, unsupported_message, value, value_sources};
 
 #[test]
 fn metadata_fields_everywhere_namespace_only_when_namespaced() {
@@ -262,4 +262,84 @@ fn unsupported_messages() {
         unsupported_message("apps", "Deployment", "status.replicas"),
         "\"status.replicas\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
     );
+}
+
+/// `obj` with only the subtrees at `paths` (dotted) kept.
+fn keep_only(obj: &serde_json::Value, paths: &[&str]) -> serde_json::Value {
+    let mut out = json!({});
+    for path in paths {
+        let parts: Vec<&str> = path.split('.').collect();
+        let mut src = obj;
+        let mut found = true;
+        for part in &parts {
+            match src.get(part) {
+                Some(v) => src = v,
+                None => {
+                    found = false;
+                    break;
+                }
+            }
+        }
+        if !found {
+            continue;
+        }
+        let mut dst = &mut out;
+        for part in &parts[..parts.len() - 1] {
+            if !dst.get(part).is_some_and(serde_json::Value::is_object) {
+                dst[*part] = json!({});
+            }
+            dst = dst.get_mut(part).unwrap();
+        }
+        dst[*parts.last().unwrap()] = src.clone();
+    }
+    out
+}
+
+/// Field values computed from only the value sources equal those computed from the whole
+/// object, for every field of every kind (each sample gives every field a value).
+#[test]
+fn value_sources_cover_every_field() {
+    let samples = [
+        json!({"kind": "Pod", "metadata": {"name": "p", "namespace": "d", "labels": {"a": "b"}},
+               "spec": {"nodeName": "n1", "restartPolicy": "Never", "schedulerName": "s",
+                        "serviceAccountName": "sa", "hostNetwork": true, "containers": [{"name": "c"}]},
+               "status": {"phase": "Running", "podIP": "10.0.0.1", "podIPs": [{"ip": "10.0.0.2"}],
+                          "nominatedNodeName": "n2", "conditions": [{"type": "Ready"}]}}),
+        json!({"kind": "Pod", "metadata": {"name": "p", "namespace": "d"},
+               "spec": {"nodeName": "n1"}, "status": {"podIP": "10.0.0.1"}}),
+        json!({"kind": "Node", "metadata": {"name": "n"}, "spec": {"unschedulable": true}}),
+        json!({"kind": "Namespace", "metadata": {"name": "n"}, "status": {"phase": "Terminating"}}),
+        json!({"kind": "Secret", "metadata": {"name": "s", "namespace": "d"}, "type": "Opaque"}),
+        json!({"kind": "Service", "metadata": {"name": "s", "namespace": "d"},
+               "spec": {"clusterIP": "10.96.0.1", "type": "NodePort"}}),
+        json!({"kind": "ReplicaSet", "metadata": {"name": "r", "namespace": "d"},
+               "spec": {"replicas": 3}, "status": {"replicas": 2}}),
+        json!({"kind": "ReplicationController", "metadata": {"name": "r", "namespace": "d"},
+               "status": {"replicas": 2}}),
+        json!({"kind": "Job", "metadata": {"name": "j", "namespace": "d"}, "status": {"succeeded": 4}}),
+        json!({"kind": "StatefulSet", "metadata": {"name": "s", "namespace": "d"}, "status": {"replicas": 1}}),
+        json!({"kind": "Deployment", "metadata": {"name": "x", "namespace": "d"}, "spec": {"replicas": 1}}),
+    ];
+    let mut checked = 0;
+    for k in crate::BUILTIN {
+        let Some(sources) = value_sources(k.group, k.kind) else {
+            continue;
+        };
+        let mut paths = vec!["metadata.name", "metadata.namespace"];
+        paths.extend_from_slice(sources);
+        for obj in samples.iter().filter(|o| o["kind"] == k.kind) {
+            let pruned = keep_only(obj, &paths);
+            for field in supported_fields(k.group, k.kind) {
+                let whole = value(k.group, k.kind, obj, field);
+                assert_eq!(
+                    value(k.group, k.kind, &pruned, field),
+                    whole,
+                    "{} {field}",
+                    k.kind
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 30, "only {checked} values checked");
 }
