@@ -2,6 +2,7 @@
 //! object metadata out of JSON, Kubernetes `Status` errors, label and field selectors, names
 //! and time formatting.
 
+pub mod jsonkey;
 pub mod meta;
 pub mod names;
 pub mod resource;

@@ -13,11 +13,11 @@
 //! assert_eq!(kept, serde_json::json!({"metadata": {"name": "p"}, "spec": {"nodeName": "n"}}));
 //! ```
 
-use std::borrow::Cow;
 use std::fmt;
 
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
+use setpoint_api::jsonkey::Key;
 
 /// Parses `json`, keeping only the subtrees at `paths` (dotted, through objects). Objects on
 /// the way to a kept path keep just what leads there; a value on the way that is not an object
@@ -110,31 +110,6 @@ impl<'de> Visitor<'de> for Keep<'_> {
             }
         }
         Ok(Value::Object(out))
-    }
-}
-
-/// An object key, borrowed from the input when it has no escapes.
-struct Key<'de>(Cow<'de, str>);
-
-impl<'de> serde::Deserialize<'de> for Key<'de> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct KeyVisitor;
-        impl<'de> Visitor<'de> for KeyVisitor {
-            type Value = Key<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an object key")
-            }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Borrowed(v)))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Owned(v.to_owned())))
-            }
-            fn visit_string<E>(self, v: String) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Owned(v)))
-            }
-        }
-        deserializer.deserialize_str(KeyVisitor)
     }
 }
 

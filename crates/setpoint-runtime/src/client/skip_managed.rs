@@ -15,6 +15,7 @@ use serde::de::{
     DeserializeOwned, DeserializeSeed, Deserializer, EnumAccess, IgnoredAny, MapAccess, SeqAccess,
     Visitor,
 };
+use setpoint_api::jsonkey::Key;
 
 /// Decodes `json` as `K`, leaving out `metadata.managedFields`.
 pub(crate) fn from_str<K: DeserializeOwned>(json: &str) -> serde_json::Result<K> {
@@ -265,31 +266,6 @@ impl<'de, A: MapAccess<'de>> MapAccess<'de> for SkipMap<A> {
         } else {
             self.map.next_value_seed(seed)
         }
-    }
-}
-
-/// A map key, borrowed from the input when it has no escapes.
-struct Key<'de>(Cow<'de, str>);
-
-impl<'de> serde::Deserialize<'de> for Key<'de> {
-    fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
-        struct KeyVisitor;
-        impl<'de> Visitor<'de> for KeyVisitor {
-            type Value = Key<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a map key")
-            }
-            fn visit_borrowed_str<E: serde::de::Error>(self, v: &'de str) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Borrowed(v)))
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Owned(v.to_owned())))
-            }
-            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Owned(v)))
-            }
-        }
-        de.deserialize_str(KeyVisitor)
     }
 }
 
