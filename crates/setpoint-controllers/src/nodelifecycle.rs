@@ -175,6 +175,19 @@ pub fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
     }
 }
 
+/// Whether a change to one of the node's pods can call for action: only pods of a node with a
+/// `NoExecute` taint (evictions) or whose `Ready` condition is `Unknown` (pods marked not
+/// ready) can. Pods of a healthy node change all the time and need nothing from this
+/// controller; should the node turn unhealthy, that change wakes it for all its pods anyway.
+pub fn pods_need_attention(node: &Node) -> bool {
+    let no_execute = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|ts| ts.iter().any(|t| t.effect == "NoExecute"));
+    no_execute || condition(node, "Ready").is_some_and(|c| c.status == "Unknown")
+}
+
 /// Pods to evict from a node with these taints, and when to look again.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Evictions {
@@ -375,7 +388,12 @@ impl Reconciler for NodeLifecycleController {
         if silent {
             self.mark_pods_not_ready(&name, now).await?;
         }
-        let evict = evictions(&taints, &self.pods.by_node(&name), now);
+        // Listing the node's pods is the costly part of a pass; only NoExecute taints need it.
+        let evict = if taints.iter().any(|t| t.effect == "NoExecute") {
+            evictions(&taints, &self.pods.by_node(&name), now)
+        } else {
+            Evictions::default()
+        };
         for key in &evict.now {
             let Some(pod) = self.pods.get(key) else {
                 continue;
@@ -424,17 +442,21 @@ pub fn controller(
             .store(),
         pods: informers.typed::<Pod>(Scope::all()).store(),
     };
+    let nodes = reconciler.nodes.clone();
     Controller::for_type::<Node>(NAME, informers, None)
         .watches::<Lease>(Some(Scope::namespace(LEASE_NAMESPACE)), |l: &Lease| {
             vec![ObjectKey::new(None, &l.name())]
         })
-        // A pod bound to a tainted node may have to go.
-        .watches::<Pod>(None, |p: &Pod| {
+        // A pod bound to a tainted or silent node may have to go or be marked not ready. A
+        // node not in the cache yet is woken: its own event decides once it arrives.
+        .watches::<Pod>(None, move |p: &Pod| {
             p.spec
                 .as_ref()
                 .and_then(|s| s.node_name.as_deref())
-                .map(|n| vec![ObjectKey::new(None, n)])
-                .unwrap_or_default()
+                .map(|n| ObjectKey::new(None, n))
+                .filter(|key| nodes.get(key).is_none_or(|n| pods_need_attention(&n)))
+                .into_iter()
+                .collect()
         })
         .build(Arc::new(reconciler))
 }
@@ -477,6 +499,21 @@ mod tests {
             time_added: added.map(|s| Time(at(s))),
             value: None,
         }
+    }
+
+    #[test]
+    fn only_pods_of_tainted_or_silent_nodes_need_attention() {
+        assert!(!pods_need_attention(&node(Some("True"), vec![])));
+        assert!(!pods_need_attention(&node(None, vec![])));
+        assert!(!pods_need_attention(&node(Some("False"), vec![])));
+        let no_schedule = taint(NOT_READY, "NoSchedule", None);
+        assert!(!pods_need_attention(&node(
+            Some("False"),
+            vec![no_schedule]
+        )));
+        assert!(pods_need_attention(&node(Some("Unknown"), vec![])));
+        let no_execute = taint("dedicated", "NoExecute", Some(1));
+        assert!(pods_need_attention(&node(Some("True"), vec![no_execute])));
     }
 
     const GRACE: Duration = Duration::from_secs(50);
