@@ -27,6 +27,35 @@ pub const ALL: &[&str] = &[
 pub struct Options {
     /// The node lifecycle controller's grace period.
     pub node_lifecycle: crate::nodelifecycle::NodeLifecycleConfig,
+    /// How many objects of each kind are reconciled at once.
+    pub concurrency: Concurrency,
+}
+
+/// Concurrent reconciles per controller: `kube-controller-manager`'s `--concurrent-*-syncs`,
+/// with its defaults. A reconcile spends most of its time waiting for the API server, so
+/// these bound requests in flight rather than CPU use; the node lifecycle controller keeps
+/// the runtime's default.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Concurrency {
+    pub deployment: usize,
+    pub replicaset: usize,
+    pub job: usize,
+    pub cronjob: usize,
+    pub namespace: usize,
+    pub garbagecollector: usize,
+}
+
+impl Default for Concurrency {
+    fn default() -> Self {
+        Concurrency {
+            deployment: 5,
+            replicaset: 5,
+            job: 5,
+            cronjob: 5,
+            namespace: 10,
+            garbagecollector: 20,
+        }
+    }
 }
 
 /// Builds the named controllers on one set of shared informers (the garbage collector, which
@@ -38,14 +67,25 @@ pub async fn build(
     informers: &SharedInformers,
 ) -> Vec<Controller> {
     let mut out = Vec::new();
+    let c = &options.concurrency;
     for name in names {
         match name.as_str() {
-            "namespace" => out.push(crate::namespace::controller(client.clone(), informers)),
-            "deployment" => out.push(crate::deployment::controller(client.clone(), informers)),
+            "namespace" => out.push(
+                crate::namespace::controller(client.clone(), informers).with_workers(c.namespace),
+            ),
+            "deployment" => out.push(
+                crate::deployment::controller(client.clone(), informers).with_workers(c.deployment),
+            ),
             "garbagecollector" => {}
-            "replicaset" => out.push(crate::replicaset::controller(client.clone(), informers)),
-            "job" => out.push(crate::job::controller(client.clone(), informers)),
-            "cronjob" => out.push(crate::cronjob::controller(client.clone(), informers)),
+            "replicaset" => out.push(
+                crate::replicaset::controller(client.clone(), informers).with_workers(c.replicaset),
+            ),
+            "job" => {
+                out.push(crate::job::controller(client.clone(), informers).with_workers(c.job))
+            }
+            "cronjob" => out.push(
+                crate::cronjob::controller(client.clone(), informers).with_workers(c.cronjob),
+            ),
             "nodelifecycle" => out.push(crate::nodelifecycle::controller(
                 client.clone(),
                 informers,
@@ -96,6 +136,7 @@ pub async fn run_on(
         tasks.push(tokio::spawn(run_garbage_collector(
             client.clone(),
             informers.clone(),
+            options.concurrency.garbagecollector,
             leader.clone(),
             stop_rx.clone(),
         )));
@@ -114,6 +155,7 @@ pub async fn run_on(
 async fn run_garbage_collector(
     client: Client,
     informers: SharedInformers,
+    workers: usize,
     leader: Option<watch::Receiver<bool>>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -124,7 +166,8 @@ async fn run_garbage_collector(
     let mut resources = crate::gc::resources(&client).await;
     loop {
         tracing::info!(resources = resources.len(), "garbage collector watching");
-        let mut c = crate::gc::controller(client.clone(), &informers, &resources);
+        let mut c =
+            crate::gc::controller(client.clone(), &informers, &resources).with_workers(workers);
         if let Some(l) = &leader {
             c = c.with_leadership(l.clone());
         }

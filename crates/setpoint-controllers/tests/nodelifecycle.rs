@@ -101,6 +101,7 @@ async fn silent_node_is_tainted_its_pods_evicted_and_it_recovers() {
         node_lifecycle: NodeLifecycleConfig {
             grace_period: Duration::from_secs(2),
         },
+        ..Options::default()
     })
     .await;
     let client = cluster.client();

@@ -285,6 +285,13 @@ impl Controller {
         self
     }
 
+    /// Sets the number of concurrent reconciles of a built controller (a controller manager
+    /// configures the controllers it builds this way).
+    pub fn with_workers(mut self, n: usize) -> Self {
+        self.options.workers = n.max(1);
+        self
+    }
+
     /// The queue (e.g. to enqueue keys from outside, or for tests).
     pub fn queue(&self) -> &WorkQueue<ObjectKey> {
         &self.queue

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use setpoint_runtime::client::Client;
 use setpoint_runtime::informer::SharedInformers;
 
-use setpoint_controllers::manager::{self, ALL};
+use setpoint_controllers::manager::{self, Concurrency, ALL};
 
 /// The Lease replicas of the controller manager elect their leader on (the name Kubernetes
 /// uses, so tools that look for it find it).
@@ -45,6 +45,24 @@ pub struct ControllerManagerArgs {
     /// Seconds a node may go without renewing its Lease before it is marked unreachable.
     #[arg(long, default_value_t = 50)]
     node_monitor_grace_period_seconds: u64,
+    /// Deployments reconciled at once.
+    #[arg(long, default_value_t = Concurrency::default().deployment)]
+    concurrent_deployment_syncs: usize,
+    /// ReplicaSets reconciled at once.
+    #[arg(long, default_value_t = Concurrency::default().replicaset)]
+    concurrent_replicaset_syncs: usize,
+    /// Jobs reconciled at once.
+    #[arg(long, default_value_t = Concurrency::default().job)]
+    concurrent_job_syncs: usize,
+    /// CronJobs reconciled at once.
+    #[arg(long, default_value_t = Concurrency::default().cronjob)]
+    concurrent_cron_job_syncs: usize,
+    /// Namespaces emptied at once.
+    #[arg(long, default_value_t = Concurrency::default().namespace)]
+    concurrent_namespace_syncs: usize,
+    /// Objects the garbage collector handles at once.
+    #[arg(long, default_value_t = Concurrency::default().garbagecollector)]
+    concurrent_gc_syncs: usize,
 }
 
 impl ControllerManagerArgs {
@@ -53,6 +71,25 @@ impl ControllerManagerArgs {
     pub fn controllers(&self) -> &[String] {
         &self.controllers
     }
+
+    /// The controllers' settings from the flags.
+    pub fn options(&self) -> manager::Options {
+        manager::Options {
+            node_lifecycle: setpoint_controllers::nodelifecycle::NodeLifecycleConfig {
+                grace_period: std::time::Duration::from_secs(
+                    self.node_monitor_grace_period_seconds,
+                ),
+            },
+            concurrency: Concurrency {
+                deployment: self.concurrent_deployment_syncs,
+                replicaset: self.concurrent_replicaset_syncs,
+                job: self.concurrent_job_syncs,
+                cronjob: self.concurrent_cron_job_syncs,
+                namespace: self.concurrent_namespace_syncs,
+                garbagecollector: self.concurrent_gc_syncs,
+            },
+        }
+    }
 }
 
 /// `setpoint controller-manager`.
@@ -60,11 +97,7 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
     let (client, _) = crate::leadership::connect(args.kubeconfig.as_deref())?;
     let client = client.with_rate_limit(args.kube_api_qps.max(0.1), args.kube_api_burst.max(1));
     let leadership = crate::leadership::elect(&client, LEASE, args.leader_elect)?;
-    let options = manager::Options {
-        node_lifecycle: setpoint_controllers::nodelifecycle::NodeLifecycleConfig {
-            grace_period: std::time::Duration::from_secs(args.node_monitor_grace_period_seconds),
-        },
-    };
+    let options = args.options();
     manager::run(
         client,
         args.controllers,
@@ -96,6 +129,7 @@ pub fn start_in_process(
             node_lifecycle: setpoint_controllers::nodelifecycle::NodeLifecycleConfig {
                 grace_period: node_grace,
             },
+            concurrency: Concurrency::default(),
         },
         informers,
     )

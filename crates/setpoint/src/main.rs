@@ -259,5 +259,26 @@ mod tests {
             panic!("wrong subcommand")
         };
         assert_eq!(args.controllers(), setpoint_controllers::manager::ALL);
+        assert_eq!(
+            args.options().concurrency,
+            setpoint_controllers::manager::Concurrency::default()
+        );
+    }
+
+    #[test]
+    fn controller_manager_concurrency_flags_reach_the_controllers() {
+        let cli = Cli::try_parse_from([
+            "setpoint",
+            "controller-manager",
+            "--concurrent-replicaset-syncs=7",
+            "--concurrent-gc-syncs",
+            "3",
+        ])
+        .unwrap();
+        let Command::ControllerManager(args) = cli.command else {
+            panic!("wrong subcommand")
+        };
+        let c = args.options().concurrency;
+        assert_eq!((c.replicaset, c.garbagecollector, c.deployment), (7, 3, 5));
     }
 }
