@@ -1270,8 +1270,16 @@ impl WatchState {
             return event_line(t.as_str(), &serde_json::to_vec(&tbl).unwrap_or_default());
         }
         if let Some(v) = self.metadata_as {
-            let o = partial_metadata(obj.metadata(), v);
-            return event_line(t.as_str(), &serde_json::to_vec(&o).unwrap_or_default());
+            // What `partial_metadata` serializes to, without parsing the object.
+            let mut b = BytesMut::with_capacity(obj.json_len().min(4096) + 96);
+            event_line_into(&mut b, t.as_str(), |b| {
+                b.extend_from_slice(b"{\"kind\":\"PartialObjectMetadata\",\"apiVersion\":");
+                let _ = serde_json::to_writer(bytes::BufMut::writer(&mut *b), v);
+                b.extend_from_slice(b",\"metadata\":");
+                obj.write_metadata_json(b);
+                b.extend_from_slice(b"}");
+            });
+            return b.freeze();
         }
         if self.res.transformed_on_read() {
             let o = to_api(&self.res, obj.object());

@@ -48,8 +48,10 @@ pub struct CachedObject {
 enum Json {
     /// The stored value, which lacks `metadata.resourceVersion`: it goes at byte `at` (just
     /// before the closing brace of `metadata`), after a comma when `metadata` has other fields.
+    /// `metadata` itself starts at byte `metadata`.
     Stored {
         bytes: Bytes,
+        metadata: usize,
         at: usize,
         comma: bool,
     },
@@ -67,9 +69,14 @@ impl CachedObject {
         kind: StoredKind,
     ) -> Option<Self> {
         let (json, attrs) = match resource_version_slot(value) {
-            Some((at, comma)) => {
+            Some(Slot {
+                metadata,
+                at,
+                comma,
+            }) => {
                 let stored = Json::Stored {
                     bytes: value.clone(),
+                    metadata,
                     at,
                     comma,
                 };
@@ -105,17 +112,44 @@ impl CachedObject {
     /// Appends the object as JSON, `metadata.resourceVersion` included.
     pub fn write_json(&self, out: &mut BytesMut) {
         match &self.json {
-            Json::Stored { bytes, at, comma } => {
+            Json::Stored {
+                bytes, at, comma, ..
+            } => {
                 out.extend_from_slice(&bytes[..*at]);
-                if *comma {
-                    out.extend_from_slice(b",");
-                }
-                out.extend_from_slice(b"\"resourceVersion\":\"");
-                out.extend_from_slice(self.revision.to_string().as_bytes());
-                out.extend_from_slice(b"\"");
+                self.write_resource_version(out, *comma);
                 out.extend_from_slice(&bytes[*at..]);
             }
             Json::Built(b) => out.extend_from_slice(b),
+        }
+    }
+
+    fn write_resource_version(&self, out: &mut BytesMut, comma: bool) {
+        if comma {
+            out.extend_from_slice(b",");
+        }
+        out.extend_from_slice(b"\"resourceVersion\":\"");
+        out.extend_from_slice(self.revision.to_string().as_bytes());
+        out.extend_from_slice(b"\"");
+    }
+
+    /// Appends the object's `metadata` as JSON, `resourceVersion` included: what
+    /// [`Self::metadata`] serializes to, cut from the stored bytes without parsing them (a
+    /// metadata-only watch sends one of these per event).
+    pub fn write_metadata_json(&self, out: &mut BytesMut) {
+        match &self.json {
+            Json::Stored {
+                bytes,
+                metadata,
+                at,
+                comma,
+            } => {
+                out.extend_from_slice(&bytes[*metadata..*at]);
+                self.write_resource_version(out, *comma);
+                out.extend_from_slice(b"}");
+            }
+            Json::Built(_) => {
+                let _ = serde_json::to_writer(bytes::BufMut::writer(out), &self.metadata());
+            }
         }
     }
 
@@ -177,7 +211,7 @@ fn decimal_digits(mut n: Revision) -> usize {
 /// comma must precede it. `None` when that is not certain to be right: no `metadata`
 /// object, duplicate keys, or a `resourceVersion` already present (the stored form never has
 /// one, but the check is cheap next to a wrong answer).
-fn resource_version_slot(value: &[u8]) -> Option<(usize, bool)> {
+fn resource_version_slot(value: &[u8]) -> Option<Slot> {
     #[derive(serde::Deserialize)]
     struct Shell<'a> {
         #[serde(borrow)]
@@ -191,7 +225,21 @@ fn resource_version_slot(value: &[u8]) -> Option<(usize, bool)> {
     }
     // `raw` borrows from `value`, so its position is its offset.
     let start = raw.as_ptr() as usize - value.as_ptr() as usize;
-    Some((start + raw.len() - 1, !inner.trim().is_empty()))
+    Some(Slot {
+        metadata: start,
+        at: start + raw.len() - 1,
+        comma: !inner.trim().is_empty(),
+    })
+}
+
+/// Where [`resource_version_slot`] found `metadata` in a stored value.
+struct Slot {
+    /// The offset of `metadata`'s opening brace.
+    metadata: usize,
+    /// The offset of its closing brace, where `resourceVersion` goes.
+    at: usize,
+    /// Whether a comma must precede `resourceVersion`.
+    comma: bool,
 }
 
 /// The (group, kind) of a stored resource when it is a built-in kind, whose selectable fields
@@ -1068,6 +1116,13 @@ mod tests {
                     expected(&bytes, revision)["metadata"],
                     "case {i}"
                 );
+                let mut written = BytesMut::new();
+                c.write_metadata_json(&mut written);
+                assert_eq!(
+                    String::from_utf8(written.to_vec()).unwrap(),
+                    serde_json::to_string(&c.metadata()).unwrap(),
+                    "case {i} at {revision}"
+                );
             }
         }
     }
@@ -1089,6 +1144,10 @@ mod tests {
                 String::from_utf8_lossy(stored)
             );
             assert_eq!(c.json_len(), c.json().len());
+            let mut written = BytesMut::new();
+            c.write_metadata_json(&mut written);
+            let metadata: Value = serde_json::from_slice(&written).unwrap();
+            assert_eq!(metadata, served["metadata"]);
         }
     }
 

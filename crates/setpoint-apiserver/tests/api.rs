@@ -832,6 +832,11 @@ async fn partial_object_metadata_reads() {
     let e = w.next().await.unwrap();
     assert_eq!(e["type"], "MODIFIED");
     assert_eq!(e["object"]["kind"], "PartialObjectMetadata");
+    assert_eq!(e["object"]["apiVersion"], "meta.k8s.io/v1");
     assert_eq!(e["object"]["metadata"]["labels"]["app"], "z");
+    assert_eq!(
+        e["object"]["metadata"]["resourceVersion"],
+        resp.body["metadata"]["resourceVersion"]
+    );
     assert!(e["object"].get("spec").is_none());
 }
