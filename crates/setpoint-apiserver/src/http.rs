@@ -19,7 +19,9 @@ use setpoint_api::selector::{FieldSelector, LabelSelector};
 use setpoint_api::{meta, ApiError};
 use setpoint_store::Revision;
 
-use crate::objects::{BodySyntax, DeleteOptions, FieldValidation, WriteOptions, CACHE_WAIT};
+use crate::objects::{
+    BodySyntax, DeleteOptions, FieldValidation, WriteOptions, Written, CACHE_WAIT,
+};
 use crate::patch::Patch;
 use crate::registry::ResourceDef;
 use crate::request::{parse_path, PathTarget};
@@ -56,6 +58,15 @@ pub fn json_response(code: StatusCode, body: impl Into<Bytes>) -> Response {
 
 fn value_response(code: StatusCode, v: &Value) -> Response {
     json_response(code, serde_json::to_vec(v).unwrap_or_default())
+}
+
+/// The response to a write: the written object's JSON as stored when the write has it and
+/// the resource serves what it stores, else `object` (converted for `res`) serialized.
+fn written_response(code: StatusCode, res: &ResourceDef, w: Written) -> Response {
+    match w.json {
+        Some(json) if !res.transformed_on_read() => json_response(code, json),
+        _ => value_response(code, &to_api(res, w.object)),
+    }
 }
 
 /// The `Status` response for an error.
@@ -523,10 +534,11 @@ async fn serve(
                     } else {
                         obj
                     };
-                    let w = server.create(&sres, &ns, obj, &opts).await?;
+                    let mut w = server.create(&sres, &ns, obj, &opts).await?;
+                    let warnings = [dups, std::mem::take(&mut w.warnings)].concat();
                     Ok(with_warnings(
-                        value_response(StatusCode::CREATED, &to_api(&res, w.object)),
-                        &[dups, w.warnings].concat(),
+                        written_response(StatusCode::CREATED, &res, w),
+                        &warnings,
                     ))
                 }
                 Method::DELETE => {
@@ -616,10 +628,11 @@ async fn serve(
                     } else {
                         obj
                     };
-                    let w = server.update(&sres, &ns, &name, view, obj, &opts).await?;
+                    let mut w = server.update(&sres, &ns, &name, view, obj, &opts).await?;
+                    let warnings = [dups, std::mem::take(&mut w.warnings)].concat();
                     Ok(with_warnings(
-                        value_response(StatusCode::OK, &to_api(&res, w.object)),
-                        &[dups, w.warnings].concat(),
+                        written_response(StatusCode::OK, &res, w),
+                        &warnings,
                     ))
                 }
                 Method::PATCH => {
@@ -642,7 +655,7 @@ async fn serve(
                             return Err(ApiError::method_not_allowed());
                         }
                         let dups = server.check_duplicate_fields(&res, syntax, &bytes, &opts)?;
-                        let (w, created) = server
+                        let (mut w, created) = server
                             .apply(&sres, &ns, &name, view, config, force, &opts)
                             .await?;
                         let code = if created {
@@ -650,10 +663,8 @@ async fn serve(
                         } else {
                             StatusCode::OK
                         };
-                        return Ok(with_warnings(
-                            value_response(code, &w.object),
-                            &[dups, w.warnings].concat(),
-                        ));
+                        let warnings = [dups, std::mem::take(&mut w.warnings)].concat();
+                        return Ok(with_warnings(written_response(code, &res, w), &warnings));
                     }
                     let strategic = crate::patch::strategic_type(&res, view);
                     let patch = Patch::decode(&ct, &bytes, strategic)?;
@@ -665,10 +676,11 @@ async fn serve(
                         Patch::Json(_) => BodySyntax::Other,
                     };
                     let dups = server.check_duplicate_fields(&res, syntax, &bytes, &opts)?;
-                    let w = server.patch(&sres, &ns, &name, view, &patch, &opts).await?;
+                    let mut w = server.patch(&sres, &ns, &name, view, &patch, &opts).await?;
+                    let warnings = [dups, std::mem::take(&mut w.warnings)].concat();
                     Ok(with_warnings(
-                        value_response(StatusCode::OK, &w.object),
-                        &[dups, w.warnings].concat(),
+                        written_response(StatusCode::OK, &res, w),
+                        &warnings,
                     ))
                 }
                 Method::DELETE if view == View::Main => {

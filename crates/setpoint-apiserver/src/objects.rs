@@ -16,7 +16,7 @@ use setpoint_store::{KeyValue, Precondition, RangeRequest, Revision, StoreError}
 use crate::registry::ResourceDef;
 use crate::server::ApiServer;
 use crate::strategy::{self, View};
-use crate::watchcache::decode_object;
+use crate::watchcache::{decode_object, served_json};
 
 /// `fieldValidation`: what to do with unknown fields in a write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -76,6 +76,10 @@ pub struct WriteOptions {
 pub struct Written {
     pub object: Value,
     pub warnings: Vec<String>,
+    /// `object` as JSON, when the write stored it as it is: the stored bytes with the
+    /// resourceVersion spliced in. A response sends these instead of serializing `object`
+    /// again.
+    pub json: Option<Bytes>,
 }
 
 /// `DeleteOptions`, from the body or the query.
@@ -212,7 +216,7 @@ impl ApiServer {
         key: &str,
         obj: &Value,
         expected: Revision,
-    ) -> Result<Option<Revision>, ApiError> {
+    ) -> Result<Option<KeyValue>, ApiError> {
         match self
             .timed(
                 "update",
@@ -221,7 +225,7 @@ impl ApiServer {
             )
             .await
         {
-            Ok(kv) => Ok(Some(kv.mod_revision)),
+            Ok(kv) => Ok(Some(kv)),
             Err(StoreError::Conflict { .. }) => Ok(None),
             Err(e) => Err(store_err(res, meta::name(obj), e)),
         }
@@ -553,6 +557,7 @@ impl ApiServer {
                 return Ok(Written {
                     object: obj,
                     warnings,
+                    json: None,
                 });
             }
             let key = res.key(namespace, meta::name(&obj));
@@ -567,6 +572,7 @@ impl ApiServer {
                     return Ok(Written {
                         object: with_rv(obj, kv.mod_revision),
                         warnings,
+                        json: served_json(&kv.value, kv.mod_revision),
                     })
                 }
                 Err(e) => {
@@ -727,6 +733,7 @@ impl ApiServer {
         Ok(Written {
             object: written.object,
             warnings,
+            json: written.json,
         })
     }
 
@@ -880,12 +887,14 @@ impl ApiServer {
                 return Ok(Written {
                     object: respond(cur),
                     warnings: vec![],
+                    json: None,
                 });
             }
             if opts.dry_run {
                 return Ok(Written {
                     object: respond(new),
                     warnings: vec![],
+                    json: None,
                 });
             }
             let key = res.key(namespace, name);
@@ -896,6 +905,7 @@ impl ApiServer {
                         return Ok(Written {
                             object: respond(with_rv(new, rev)),
                             warnings: vec![],
+                            json: None,
                         });
                     }
                     Ok(None) => continue,
@@ -905,10 +915,15 @@ impl ApiServer {
             }
             // On a race, read again and re-apply (a client-named resourceVersion will then
             // mismatch and give 409).
-            if let Some(rev) = self.cas_put(res, &key, &new, kv.mod_revision).await? {
+            if let Some(put) = self.cas_put(res, &key, &new, kv.mod_revision).await? {
+                let rev = put.mod_revision;
                 return Ok(Written {
                     object: respond(with_rv(new, rev)),
                     warnings: vec![],
+                    // The scale view is not the stored object.
+                    json: (view != View::Scale)
+                        .then(|| served_json(&put.value, rev))
+                        .flatten(),
                 });
             }
         }
@@ -1037,9 +1052,9 @@ impl ApiServer {
                     }
                     let key = res.key(namespace, name);
                     match self.cas_put(res, &key, &new, kv.mod_revision).await? {
-                        Some(rev) => {
+                        Some(put) => {
                             return Ok(Deleted {
-                                object: with_rv(new, rev),
+                                object: with_rv(new, put.mod_revision),
                                 removed: false,
                             })
                         }

@@ -124,12 +124,7 @@ impl CachedObject {
     }
 
     fn write_resource_version(&self, out: &mut BytesMut, comma: bool) {
-        if comma {
-            out.extend_from_slice(b",");
-        }
-        out.extend_from_slice(b"\"resourceVersion\":\"");
-        out.extend_from_slice(self.revision.to_string().as_bytes());
-        out.extend_from_slice(b"\"");
+        write_resource_version(out, self.revision, comma);
     }
 
     /// Appends the object's `metadata` as JSON, `resourceVersion` included: what
@@ -203,6 +198,28 @@ fn decimal_digits(mut n: Revision) -> usize {
         digits += 1;
     }
     digits
+}
+
+/// A stored value as served at `revision`, `metadata.resourceVersion` spliced in: what parsing
+/// it, setting the field and serializing would give, without the parse. `None` when it cannot
+/// be spliced safely (see [`resource_version_slot`]).
+pub fn served_json(stored: &[u8], revision: Revision) -> Option<Bytes> {
+    let slot = resource_version_slot(stored)?;
+    let mut out = BytesMut::with_capacity(stored.len() + 44);
+    out.extend_from_slice(&stored[..slot.at]);
+    write_resource_version(&mut out, revision, slot.comma);
+    out.extend_from_slice(&stored[slot.at..]);
+    Some(out.freeze())
+}
+
+/// Appends `"resourceVersion":"<revision>"`, after a comma if asked.
+fn write_resource_version(out: &mut BytesMut, revision: Revision, comma: bool) {
+    if comma {
+        out.extend_from_slice(b",");
+    }
+    out.extend_from_slice(b"\"resourceVersion\":\"");
+    out.extend_from_slice(revision.to_string().as_bytes());
+    out.extend_from_slice(b"\"");
 }
 
 /// Where `metadata.resourceVersion` can be spliced into a stored value so that the result
@@ -1110,6 +1127,9 @@ mod tests {
                     "case {i} at {revision}"
                 );
                 assert_eq!(c.json_len(), c.json().len(), "case {i} at {revision}");
+                if let Some(served) = served_json(&bytes, revision) {
+                    assert_eq!(served, c.json(), "case {i} at {revision}");
+                }
                 assert_eq!(c.object(), expected(&bytes, revision), "case {i}");
                 assert_eq!(
                     c.metadata(),
