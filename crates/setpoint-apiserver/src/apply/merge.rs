@@ -339,16 +339,70 @@ fn add_changed(node: &mut FieldSet, old: &Value, new: &Value, shape: Shape) {
         return;
     };
     for (k, nv) in n {
-        let child_shape = shape.property(k);
-        match o.get(k) {
-            None => add_value(node.child_mut(&fieldset::field(k)), nv, child_shape),
-            Some(ov) if ov == nv => {}
-            Some(ov) => {
-                let child = node.child_mut(&fieldset::field(k));
-                changed_value(child, ov, nv, child_shape);
-            }
+        changed_property(node, k, o.get(k), nv, shape);
+    }
+}
+
+/// Adds what changed in property `k` (of an object of `shape`) from `old` to `new`.
+fn changed_property(node: &mut FieldSet, k: &str, old: Option<&Value>, new: &Value, shape: Shape) {
+    let child_shape = shape.property(k);
+    match old {
+        None => add_value(node.child_mut(&fieldset::field(k)), new, child_shape),
+        Some(ov) if ov == new => {}
+        Some(ov) => {
+            let child = node.child_mut(&fieldset::field(k));
+            changed_value(child, ov, new, child_shape);
         }
     }
+}
+
+/// An object's top-level properties, borrowed where they are used unchanged: what
+/// [`changed_props`] and [`removed_props`] compare without copying whole objects.
+#[derive(Debug, Default)]
+pub struct Props<'a>(Vec<(&'a str, std::borrow::Cow<'a, Value>)>);
+
+impl<'a> Props<'a> {
+    /// Adds a property.
+    pub fn push(&mut self, key: &'a str, value: std::borrow::Cow<'a, Value>) {
+        self.0.push((key, value));
+    }
+
+    fn get(&self, key: &str) -> Option<&Value> {
+        self.0
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v.as_ref())
+    }
+
+    /// The properties as an object of their own.
+    pub fn into_value(self) -> Value {
+        Value::Object(
+            self.0
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.into_owned()))
+                .collect(),
+        )
+    }
+}
+
+/// [`changed_fields`] of two objects given as [`Props`].
+pub fn changed_props(old: &Props, new: &Props, shape: Shape) -> FieldSet {
+    let mut set = FieldSet::new();
+    for (k, nv) in &new.0 {
+        changed_property(&mut set, k, old.get(k), nv, shape);
+    }
+    set
+}
+
+/// [`removed_fields`] of two objects given as [`Props`].
+pub fn removed_props(old: &Props, new: &Props, shape: Shape) -> FieldSet {
+    let mut out = FieldSet::new();
+    for (k, ov) in &old.0 {
+        if let Some(removed) = removed_property(k, ov, new.get(k), shape) {
+            *out.child_mut(&fieldset::field(k)) = removed;
+        }
+    }
+    out
 }
 
 fn changed_value(node: &mut FieldSet, old: &Value, new: &Value, shape: Shape) {
@@ -400,28 +454,32 @@ pub fn removed_fields(old: &Value, new: &Value, shape: Shape) -> FieldSet {
 fn removed_in_maps(old: &Map<String, Value>, new: &Map<String, Value>, shape: Shape) -> FieldSet {
     let mut out = FieldSet::new();
     for (k, ov) in old {
-        let child_shape = shape.property(k);
-        let removed = match new.get(k) {
-            None => value_fields(ov, child_shape),
-            Some(nv) if nv == ov => continue,
-            Some(nv) => match (ov, nv) {
-                (Value::Object(om), Value::Object(nm))
-                    if !om.is_empty()
-                        && !nm.is_empty()
-                        && !matches!(child_shape, Shape::Scalar) =>
-                {
-                    removed_in_maps(om, nm, child_shape)
-                }
-                // Lists (and a value that changed type) are compared as whole field sets: their
-                // items' identities decide what a field is, and they are small next to objects.
-                _ => value_fields(ov, child_shape).difference(&value_fields(nv, child_shape)),
-            },
-        };
-        if !removed.is_empty() {
+        if let Some(removed) = removed_property(k, ov, new.get(k), shape) {
             *out.child_mut(&fieldset::field(k)) = removed;
         }
     }
     out
+}
+
+/// The fields of property `k` (of an object of `shape`) that `old` had and `new` no longer
+/// has, relative to the property; `None` if there are none.
+fn removed_property(k: &str, old: &Value, new: Option<&Value>, shape: Shape) -> Option<FieldSet> {
+    let child_shape = shape.property(k);
+    let removed = match new {
+        None => value_fields(old, child_shape),
+        Some(nv) if nv == old => return None,
+        Some(nv) => match (old, nv) {
+            (Value::Object(om), Value::Object(nm))
+                if !om.is_empty() && !nm.is_empty() && !matches!(child_shape, Shape::Scalar) =>
+            {
+                removed_in_maps(om, nm, child_shape)
+            }
+            // Lists (and a value that changed type) are compared as whole field sets: their
+            // items' identities decide what a field is, and they are small next to objects.
+            _ => value_fields(old, child_shape).difference(&value_fields(nv, child_shape)),
+        },
+    };
+    (!removed.is_empty()).then_some(removed)
 }
 
 /// The fields of a property's value, relative to the property (which is a member itself when

@@ -15,6 +15,8 @@
 pub mod fieldset;
 pub mod merge;
 
+use std::borrow::Cow;
+
 use serde_json::{json, Map, Value};
 use setpoint_api::{meta, ApiError, Cause};
 use setpoint_protobuf::types;
@@ -162,30 +164,44 @@ pub fn subresource(view: View) -> Option<&'static str> {
 /// fields, and only `status` for the status subresource (without it for the main resource of
 /// kinds that have one).
 fn ownable(res: &ResourceDef, obj: &Value, subresource: Option<&str>) -> Value {
+    ownable_props(res, obj, subresource).into_value()
+}
+
+/// [`ownable`] as borrowed properties: only a filtered `metadata` is copied.
+fn ownable_props<'a>(
+    res: &ResourceDef,
+    obj: &'a Value,
+    subresource: Option<&str>,
+) -> merge::Props<'a> {
+    let mut out = merge::Props::default();
     let Some(map) = obj.as_object() else {
-        return json!({});
+        return out;
     };
-    if subresource == Some("status") {
-        return match map.get("status") {
-            Some(s) => json!({"status": s}),
-            None => json!({}),
+    for (k, v) in map {
+        let kept = match k.as_str() {
+            "status" => subresource == Some("status") || !res.status,
+            _ if subresource == Some("status") => false,
+            "apiVersion" | "kind" => false,
+            _ => true,
         };
-    }
-    let mut out = map.clone();
-    out.remove("apiVersion");
-    out.remove("kind");
-    if res.status {
-        out.remove("status");
-    }
-    if let Some(Value::Object(m)) = out.get_mut("metadata") {
-        for f in SERVER_METADATA {
-            m.remove(*f);
+        if !kept {
+            continue;
         }
-        if m.is_empty() {
-            out.remove("metadata");
+        match v {
+            Value::Object(m) if k == "metadata" && subresource != Some("status") => {
+                let ownable: serde_json::Map<String, Value> = m
+                    .iter()
+                    .filter(|(f, _)| !SERVER_METADATA.contains(&f.as_str()))
+                    .map(|(f, v)| (f.clone(), v.clone()))
+                    .collect();
+                if !ownable.is_empty() {
+                    out.push(k, Cow::Owned(Value::Object(ownable)));
+                }
+            }
+            _ => out.push(k, Cow::Borrowed(v)),
         }
     }
-    Value::Object(out)
+    out
 }
 
 /// Records an `Update` by `manager` through `subresource` that turned `old` (`None` for a create)
@@ -230,11 +246,13 @@ pub fn record_update(
         None => (old_entries, old_json),
     };
     let shape = shape_of(res);
-    let empty = json!({});
-    let before = old.map_or(empty, |o| ownable(res, o, subresource));
-    let after = ownable(res, new, subresource);
-    let changed = merge::changed_fields(&before, &after, shape);
-    let removed = merge::removed_fields(&before, &after, shape);
+    let before = old.map_or_else(merge::Props::default, |o| {
+        ownable_props(res, o, subresource)
+    });
+    let after = ownable_props(res, new, subresource);
+    let changed = merge::changed_props(&before, &after, shape);
+    let removed = merge::removed_props(&before, &after, shape);
+    drop((before, after));
     if !changed.is_empty() || !removed.is_empty() {
         for (i, e) in entries.iter_mut().enumerate() {
             let mut fields = e.fields.difference(&removed);
