@@ -162,16 +162,29 @@ impl FieldSet {
 
     /// The `FieldsV1` JSON form.
     pub fn to_json(&self) -> Value {
+        self.json_if_any()
+            .unwrap_or_else(|| Value::Object(Map::new()))
+    }
+
+    /// [`Self::to_json`] in one pass over the tree; `None` for an empty set (a child that holds
+    /// no path is left out).
+    fn json_if_any(&self) -> Option<Value> {
+        let children: Vec<(&String, Value)> = self
+            .children
+            .iter()
+            .filter_map(|(k, c)| Some((k, c.json_if_any()?)))
+            .collect();
+        if children.is_empty() && !self.member {
+            return None;
+        }
         let mut map = Map::new();
-        if self.member && self.children.values().any(|c| !c.is_empty()) {
+        if self.member && !children.is_empty() {
             map.insert(SELF.into(), Value::Object(Map::new()));
         }
-        for (k, c) in &self.children {
-            if !c.is_empty() {
-                map.insert(k.clone(), c.to_json());
-            }
+        for (k, v) in children {
+            map.insert(k.clone(), v);
         }
-        Value::Object(map)
+        Some(Value::Object(map))
     }
 
     /// Decodes the `FieldsV1` JSON form. Every key must be `.` or a known path element kind and
@@ -299,6 +312,49 @@ mod tests {
         ])));
         assert_eq!(set.members().len(), 5);
         assert_eq!(set.leaves().len(), 4);
+    }
+
+    proptest::proptest! {
+        /// Any set, including one with branches that lead to no member, survives its JSON form
+        /// (an empty branch written out would come back as a member).
+        #[test]
+        fn json_form_round_trips(
+            paths in proptest::collection::vec(
+                proptest::collection::vec(
+                    proptest::sample::select(vec!["f:a", "f:b", "f:c"]),
+                    1..4,
+                ),
+                0..12,
+            ),
+            drop in proptest::collection::vec(
+                proptest::collection::vec(
+                    proptest::sample::select(vec!["f:a", "f:b", "f:c"]),
+                    1..4,
+                ),
+                0..6,
+            ),
+        ) {
+            let mut set = FieldSet::new();
+            for path in &paths {
+                set.insert(&p(path));
+            }
+            let mut gone = FieldSet::new();
+            for path in &drop {
+                gone.insert(&p(path));
+            }
+            let mut set = set.difference(&gone);
+            // Branches that lead to no member, as building a set step by step leaves them.
+            for path in &drop {
+                let mut node = &mut set;
+                for elem in path {
+                    node = node.child_mut(elem);
+                }
+            }
+            let json = set.to_json();
+            let back = FieldSet::from_json(&json).unwrap();
+            proptest::prop_assert_eq!(back.members(), set.members());
+            proptest::prop_assert_eq!(back.to_json(), json.clone());
+        }
     }
 
     #[test]
