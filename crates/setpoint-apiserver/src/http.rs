@@ -60,11 +60,13 @@ fn value_response(code: StatusCode, v: &Value) -> Response {
     json_response(code, serde_json::to_vec(v).unwrap_or_default())
 }
 
-/// The response to a write: the written object's JSON as stored when the write has it and
-/// the resource serves what it stores, else `object` (converted for `res`) serialized.
-fn written_response(code: StatusCode, res: &ResourceDef, w: Written) -> Response {
+/// The response to a write through `view`: the written object's JSON as stored when the
+/// write has it and the resource serves what it stores, else `object` serialized (converted
+/// for `res`, unless it is a Scale, which no resource version describes).
+fn written_response(code: StatusCode, res: &ResourceDef, view: View, w: Written) -> Response {
     match w.json {
         Some(json) if !res.transformed_on_read() => json_response(code, json),
+        _ if view == View::Scale => value_response(code, &w.object),
         _ => value_response(code, &to_api(res, w.object)),
     }
 }
@@ -537,7 +539,7 @@ async fn serve(
                     let mut w = server.create(&sres, &ns, obj, &opts).await?;
                     let warnings = [dups, std::mem::take(&mut w.warnings)].concat();
                     Ok(with_warnings(
-                        written_response(StatusCode::CREATED, &res, w),
+                        written_response(StatusCode::CREATED, &res, View::Main, w),
                         &warnings,
                     ))
                 }
@@ -631,7 +633,7 @@ async fn serve(
                     let mut w = server.update(&sres, &ns, &name, view, obj, &opts).await?;
                     let warnings = [dups, std::mem::take(&mut w.warnings)].concat();
                     Ok(with_warnings(
-                        written_response(StatusCode::OK, &res, w),
+                        written_response(StatusCode::OK, &res, view, w),
                         &warnings,
                     ))
                 }
@@ -664,7 +666,10 @@ async fn serve(
                             StatusCode::OK
                         };
                         let warnings = [dups, std::mem::take(&mut w.warnings)].concat();
-                        return Ok(with_warnings(written_response(code, &res, w), &warnings));
+                        return Ok(with_warnings(
+                            written_response(code, &res, view, w),
+                            &warnings,
+                        ));
                     }
                     let strategic = crate::patch::strategic_type(&res, view);
                     let patch = Patch::decode(&ct, &bytes, strategic)?;
@@ -679,7 +684,7 @@ async fn serve(
                     let mut w = server.patch(&sres, &ns, &name, view, &patch, &opts).await?;
                     let warnings = [dups, std::mem::take(&mut w.warnings)].concat();
                     Ok(with_warnings(
-                        written_response(StatusCode::OK, &res, w),
+                        written_response(StatusCode::OK, &res, view, w),
                         &warnings,
                     ))
                 }

@@ -230,6 +230,28 @@ fn custom_resources_with_kubectl() {
         "jsonpath={.metadata.generation}",
     ]);
     assert_eq!(gen, "2", "a spec change bumps the generation");
+    // A PUT of the Scale is answered with the Scale, not the stored object.
+    let scale_path = "/apis/example.com/v1/namespaces/default/cronbackups/nightly/scale";
+    let mut scale: serde_json::Value =
+        serde_json::from_str(&s.ok(&["get", "--raw", scale_path])).unwrap();
+    assert_eq!(scale["spec"]["replicas"], 5, "{scale}");
+    scale["spec"]["replicas"] = serde_json::json!(6);
+    let scale_file = write(dir, "scale.json", &scale.to_string());
+    let answer: serde_json::Value =
+        serde_json::from_str(&s.ok(&["replace", "--raw", scale_path, "-f", &scale_file])).unwrap();
+    assert_eq!(
+        (
+            &answer["apiVersion"],
+            &answer["kind"],
+            &answer["spec"]["replicas"]
+        ),
+        (
+            &serde_json::json!("autoscaling/v1"),
+            &serde_json::json!("Scale"),
+            &serde_json::json!(6)
+        ),
+        "{answer}"
+    );
 
     // Strategic merge patch is refused for custom resources, as upstream.
     let err = s.fails(&[
