@@ -116,15 +116,11 @@ impl CachedObject {
                 bytes, at, comma, ..
             } => {
                 out.extend_from_slice(&bytes[..*at]);
-                self.write_resource_version(out, *comma);
+                write_resource_version(out, self.revision, *comma);
                 out.extend_from_slice(&bytes[*at..]);
             }
             Json::Built(b) => out.extend_from_slice(b),
         }
-    }
-
-    fn write_resource_version(&self, out: &mut BytesMut, comma: bool) {
-        write_resource_version(out, self.revision, comma);
     }
 
     /// Appends the object's `metadata` as JSON, `resourceVersion` included: what
@@ -139,7 +135,7 @@ impl CachedObject {
                 comma,
             } => {
                 out.extend_from_slice(&bytes[*metadata..*at]);
-                self.write_resource_version(out, *comma);
+                write_resource_version(out, self.revision, *comma);
                 out.extend_from_slice(b"}");
             }
             Json::Built(_) => {

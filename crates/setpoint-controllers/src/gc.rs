@@ -367,12 +367,12 @@ fn source(graph: Arc<Graph>, idx: usize) -> Source {
 /// change what happens to the object, its owners or its dependents (as in upstream's graph
 /// builder, which ignores the rest).
 fn relations_changed(old: &DynamicObject, new: &DynamicObject) -> bool {
+    fn field<'a>(o: &'a DynamicObject, f: &str) -> Option<&'a Value> {
+        o.0.get("metadata").and_then(|m| m.get(f))
+    }
     ["uid", "ownerReferences", "deletionTimestamp", "finalizers"]
         .iter()
-        .any(|f| {
-            let at = |o: &DynamicObject| o.0.get("metadata").and_then(|m| m.get(*f)).cloned();
-            at(old) != at(new)
-        })
+        .any(|f| field(old, f) != field(new, f))
 }
 
 fn finalizers(o: &DynamicObject) -> Vec<String> {

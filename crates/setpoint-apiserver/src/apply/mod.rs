@@ -252,7 +252,6 @@ pub fn record_update(
     let after = ownable_props(res, new, subresource);
     let changed = merge::changed_props(&before, &after, shape);
     let removed = merge::removed_props(&before, &after, shape);
-    drop((before, after));
     if !changed.is_empty() || !removed.is_empty() {
         for (i, e) in entries.iter_mut().enumerate() {
             let mut fields = e.fields.difference(&removed);
