@@ -345,12 +345,8 @@ fn source(graph: Arc<Graph>, idx: usize) -> Source {
             let informer = graph.watched[idx].informer.clone();
             let g = graph.clone();
             let handler: Handler<DynamicObject> = Arc::new(move |ev: &Event<DynamicObject>| {
-                if let Event::Updated { old, new } = ev {
-                    // Status writes and the like leave the object graph as it was.
-                    if !relations_changed(old, new) {
-                        return;
-                    }
-                    // A reference removed by an update must still wake the old owner.
+                // A reference removed by an update must still wake the old owner.
+                if let Event::Updated { old, .. } = ev {
                     g.enqueue_related(&queue, idx, old);
                 }
                 g.enqueue_related(&queue, idx, ev.object());
@@ -360,19 +356,6 @@ fn source(graph: Arc<Graph>, idx: usize) -> Source {
             std::future::pending::<()>().await;
         })
     })
-}
-
-/// Whether an update changed anything the collector decides on: the object's identity, its
-/// owner references, whether it is being deleted, or its finalizers. Only such an update can
-/// change what happens to the object, its owners or its dependents (as in upstream's graph
-/// builder, which ignores the rest).
-fn relations_changed(old: &DynamicObject, new: &DynamicObject) -> bool {
-    fn field<'a>(o: &'a DynamicObject, f: &str) -> Option<&'a Value> {
-        o.0.get("metadata").and_then(|m| m.get(f))
-    }
-    ["uid", "ownerReferences", "deletionTimestamp", "finalizers"]
-        .iter()
-        .any(|f| field(old, f) != field(new, f))
 }
 
 fn finalizers(o: &DynamicObject) -> Vec<String> {
@@ -659,34 +642,6 @@ mod tests {
             controller: None,
             block_owner_deletion: block.then_some(true),
         }
-    }
-
-    #[test]
-    fn only_changes_to_the_object_graph_wake_the_collector() {
-        let base = json!({"metadata": {"name": "p", "uid": "u1", "ownerReferences": [
-            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "r1"}]},
-            "status": {"phase": "Pending"}});
-        let with = |path: &str, v: Value| {
-            let mut o = base.clone();
-            *o.pointer_mut(path).unwrap() = v;
-            DynamicObject(o)
-        };
-        let old = DynamicObject(base.clone());
-        assert!(!relations_changed(
-            &old,
-            &with("/status/phase", json!("Running"))
-        ));
-        assert!(relations_changed(&old, &with("/metadata/uid", json!("u2"))));
-        assert!(relations_changed(
-            &old,
-            &with("/metadata/ownerReferences", json!([]))
-        ));
-        let mut deleting = base.clone();
-        deleting["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
-        assert!(relations_changed(&old, &DynamicObject(deleting)));
-        let mut finalized = base.clone();
-        finalized["metadata"]["finalizers"] = json!(["foregroundDeletion"]);
-        assert!(relations_changed(&old, &DynamicObject(finalized)));
     }
 
     #[test]
