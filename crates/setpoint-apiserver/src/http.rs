@@ -60,15 +60,23 @@ fn value_response(code: StatusCode, v: &Value) -> Response {
     json_response(code, serde_json::to_vec(v).unwrap_or_default())
 }
 
-/// The response to a write through `view`: the written object's JSON as stored when the
-/// write has it and the resource serves what it stores, else `object` serialized (converted
-/// for `res`, unless it is a Scale, which no resource version describes).
-fn written_response(code: StatusCode, res: &ResourceDef, view: View, w: Written) -> Response {
-    match w.json {
+/// The response to a write through `view`, with the body's duplicate-field warnings `dups`
+/// and the write's own: the written object's JSON as stored when the write has it and the
+/// resource serves what it stores, else `object` serialized (converted for `res`, unless it
+/// is a Scale, which no resource version describes).
+fn written_response(
+    code: StatusCode,
+    res: &ResourceDef,
+    view: View,
+    w: Written,
+    dups: Vec<String>,
+) -> Response {
+    let r = match w.json {
         Some(json) if !res.transformed_on_read() => json_response(code, json),
         _ if view == View::Scale => value_response(code, &w.object),
         _ => value_response(code, &to_api(res, w.object)),
-    }
+    };
+    with_warnings(r, &[dups, w.warnings].concat())
 }
 
 /// The `Status` response for an error.
@@ -536,11 +544,13 @@ async fn serve(
                     } else {
                         obj
                     };
-                    let mut w = server.create(&sres, &ns, obj, &opts).await?;
-                    let warnings = [dups, std::mem::take(&mut w.warnings)].concat();
-                    Ok(with_warnings(
-                        written_response(StatusCode::CREATED, &res, View::Main, w),
-                        &warnings,
+                    let w = server.create(&sres, &ns, obj, &opts).await?;
+                    Ok(written_response(
+                        StatusCode::CREATED,
+                        &res,
+                        View::Main,
+                        w,
+                        dups,
                     ))
                 }
                 Method::DELETE => {
@@ -630,12 +640,8 @@ async fn serve(
                     } else {
                         obj
                     };
-                    let mut w = server.update(&sres, &ns, &name, view, obj, &opts).await?;
-                    let warnings = [dups, std::mem::take(&mut w.warnings)].concat();
-                    Ok(with_warnings(
-                        written_response(StatusCode::OK, &res, view, w),
-                        &warnings,
-                    ))
+                    let w = server.update(&sres, &ns, &name, view, obj, &opts).await?;
+                    Ok(written_response(StatusCode::OK, &res, view, w, dups))
                 }
                 Method::PATCH => {
                     if view == View::Finalize {
@@ -657,7 +663,7 @@ async fn serve(
                             return Err(ApiError::method_not_allowed());
                         }
                         let dups = server.check_duplicate_fields(&res, syntax, &bytes, &opts)?;
-                        let (mut w, created) = server
+                        let (w, created) = server
                             .apply(&sres, &ns, &name, view, config, force, &opts)
                             .await?;
                         let code = if created {
@@ -665,11 +671,7 @@ async fn serve(
                         } else {
                             StatusCode::OK
                         };
-                        let warnings = [dups, std::mem::take(&mut w.warnings)].concat();
-                        return Ok(with_warnings(
-                            written_response(code, &res, view, w),
-                            &warnings,
-                        ));
+                        return Ok(written_response(code, &res, view, w, dups));
                     }
                     let strategic = crate::patch::strategic_type(&res, view);
                     let patch = Patch::decode(&ct, &bytes, strategic)?;
@@ -681,12 +683,8 @@ async fn serve(
                         Patch::Json(_) => BodySyntax::Other,
                     };
                     let dups = server.check_duplicate_fields(&res, syntax, &bytes, &opts)?;
-                    let mut w = server.patch(&sres, &ns, &name, view, &patch, &opts).await?;
-                    let warnings = [dups, std::mem::take(&mut w.warnings)].concat();
-                    Ok(with_warnings(
-                        written_response(StatusCode::OK, &res, view, w),
-                        &warnings,
-                    ))
+                    let w = server.patch(&sres, &ns, &name, view, &patch, &opts).await?;
+                    Ok(written_response(StatusCode::OK, &res, view, w, dups))
                 }
                 Method::DELETE if view == View::Main => {
                     let bytes = read_body(server, body).await?;

@@ -114,11 +114,7 @@ impl CachedObject {
         match &self.json {
             Json::Stored {
                 bytes, at, comma, ..
-            } => {
-                out.extend_from_slice(&bytes[..*at]);
-                write_resource_version(out, self.revision, *comma);
-                out.extend_from_slice(&bytes[*at..]);
-            }
+            } => splice_resource_version(out, bytes, *at, *comma, self.revision),
             Json::Built(b) => out.extend_from_slice(b),
         }
     }
@@ -202,10 +198,21 @@ fn decimal_digits(mut n: Revision) -> usize {
 pub fn served_json(stored: &[u8], revision: Revision) -> Option<Bytes> {
     let slot = resource_version_slot(stored)?;
     let mut out = BytesMut::with_capacity(stored.len() + 44);
-    out.extend_from_slice(&stored[..slot.at]);
-    write_resource_version(&mut out, revision, slot.comma);
-    out.extend_from_slice(&stored[slot.at..]);
+    splice_resource_version(&mut out, stored, slot.at, slot.comma, revision);
     Some(out.freeze())
+}
+
+/// Appends `stored` with `"resourceVersion":"<revision>"` inserted at byte `at`.
+fn splice_resource_version(
+    out: &mut BytesMut,
+    stored: &[u8],
+    at: usize,
+    comma: bool,
+    revision: Revision,
+) {
+    out.extend_from_slice(&stored[..at]);
+    write_resource_version(out, revision, comma);
+    out.extend_from_slice(&stored[at..]);
 }
 
 /// Appends `"resourceVersion":"<revision>"`, after a comma if asked.
