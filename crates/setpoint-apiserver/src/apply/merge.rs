@@ -335,12 +335,55 @@ pub fn changed_fields(old: &Value, new: &Value, shape: Shape) -> FieldSet {
 }
 
 fn add_changed(node: &mut FieldSet, old: &Value, new: &Value, shape: Shape) {
-    let (Value::Object(o), Value::Object(n)) = (old, new) else {
-        return;
-    };
-    for (k, nv) in n {
-        changed_property(node, k, o.get(k), nv, shape);
+    if let (Value::Object(o), Value::Object(n)) = (old, new) {
+        changed_in(node, o, n, shape);
     }
+}
+
+/// An object's properties, as a parsed map or as borrowed [`Props`]: the two forms the
+/// property walks below run over.
+trait Properties {
+    fn property(&self, key: &str) -> Option<&Value>;
+    fn each(&self) -> impl Iterator<Item = (&str, &Value)>;
+}
+
+impl Properties for Map<String, Value> {
+    fn property(&self, key: &str) -> Option<&Value> {
+        self.get(key)
+    }
+    fn each(&self) -> impl Iterator<Item = (&str, &Value)> {
+        self.iter().map(|(k, v)| (k.as_str(), v))
+    }
+}
+
+impl Properties for Props<'_> {
+    fn property(&self, key: &str) -> Option<&Value> {
+        self.0
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v.as_ref())
+    }
+    fn each(&self) -> impl Iterator<Item = (&str, &Value)> {
+        self.0.iter().map(|(k, v)| (*k, v.as_ref()))
+    }
+}
+
+/// Adds what changed in each property of `new` since `old`.
+fn changed_in<P: Properties>(node: &mut FieldSet, old: &P, new: &P, shape: Shape) {
+    for (k, nv) in new.each() {
+        changed_property(node, k, old.property(k), nv, shape);
+    }
+}
+
+/// The fields of `old`'s properties that `new` no longer has.
+fn removed_in<P: Properties>(old: &P, new: &P, shape: Shape) -> FieldSet {
+    let mut out = FieldSet::new();
+    for (k, ov) in old.each() {
+        if let Some(removed) = removed_property(k, ov, new.property(k), shape) {
+            *out.child_mut(&fieldset::field(k)) = removed;
+        }
+    }
+    out
 }
 
 /// Adds what changed in property `k` (of an object of `shape`) from `old` to `new`.
@@ -367,13 +410,6 @@ impl<'a> Props<'a> {
         self.0.push((key, value));
     }
 
-    fn get(&self, key: &str) -> Option<&Value> {
-        self.0
-            .iter()
-            .find(|(k, _)| *k == key)
-            .map(|(_, v)| v.as_ref())
-    }
-
     /// The properties as an object of their own.
     pub fn into_value(self) -> Value {
         Value::Object(
@@ -388,21 +424,13 @@ impl<'a> Props<'a> {
 /// [`changed_fields`] of two objects given as [`Props`].
 pub fn changed_props(old: &Props, new: &Props, shape: Shape) -> FieldSet {
     let mut set = FieldSet::new();
-    for (k, nv) in &new.0 {
-        changed_property(&mut set, k, old.get(k), nv, shape);
-    }
+    changed_in(&mut set, old, new, shape);
     set
 }
 
 /// [`removed_fields`] of two objects given as [`Props`].
 pub fn removed_props(old: &Props, new: &Props, shape: Shape) -> FieldSet {
-    let mut out = FieldSet::new();
-    for (k, ov) in &old.0 {
-        if let Some(removed) = removed_property(k, ov, new.get(k), shape) {
-            *out.child_mut(&fieldset::field(k)) = removed;
-        }
-    }
-    out
+    removed_in(old, new, shape)
 }
 
 fn changed_value(node: &mut FieldSet, old: &Value, new: &Value, shape: Shape) {
@@ -444,21 +472,10 @@ fn changed_value(node: &mut FieldSet, old: &Value, new: &Value, shape: Shape) {
 /// both whole sets (a write usually changes a few fields of a large object).
 pub fn removed_fields(old: &Value, new: &Value, shape: Shape) -> FieldSet {
     match (old, new) {
-        (Value::Object(o), Value::Object(n)) => removed_in_maps(o, n, shape),
+        (Value::Object(o), Value::Object(n)) => removed_in(o, n, shape),
         (Value::Object(_), _) => fields_of(old, shape),
         _ => FieldSet::new(),
     }
-}
-
-/// `removed_fields` for the properties of two objects.
-fn removed_in_maps(old: &Map<String, Value>, new: &Map<String, Value>, shape: Shape) -> FieldSet {
-    let mut out = FieldSet::new();
-    for (k, ov) in old {
-        if let Some(removed) = removed_property(k, ov, new.get(k), shape) {
-            *out.child_mut(&fieldset::field(k)) = removed;
-        }
-    }
-    out
 }
 
 /// The fields of property `k` (of an object of `shape`) that `old` had and `new` no longer
@@ -472,7 +489,7 @@ fn removed_property(k: &str, old: &Value, new: Option<&Value>, shape: Shape) -> 
             (Value::Object(om), Value::Object(nm))
                 if !om.is_empty() && !nm.is_empty() && !matches!(child_shape, Shape::Scalar) =>
             {
-                removed_in_maps(om, nm, child_shape)
+                removed_in(om, nm, child_shape)
             }
             // Lists (and a value that changed type) are compared as whole field sets: their
             // items' identities decide what a field is, and they are small next to objects.
