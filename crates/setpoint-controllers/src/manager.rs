@@ -45,6 +45,22 @@ pub struct Concurrency {
     pub garbagecollector: usize,
 }
 
+impl Concurrency {
+    /// The concurrency of the controller `--controllers` calls `name`; `None` for those that
+    /// keep the runtime's default.
+    pub fn of(&self, name: &str) -> Option<usize> {
+        match name {
+            "deployment" => Some(self.deployment),
+            "replicaset" => Some(self.replicaset),
+            "job" => Some(self.job),
+            "cronjob" => Some(self.cronjob),
+            "namespace" => Some(self.namespace),
+            "garbagecollector" => Some(self.garbagecollector),
+            _ => None,
+        }
+    }
+}
+
 impl Default for Concurrency {
     fn default() -> Self {
         Concurrency {
@@ -67,32 +83,27 @@ pub async fn build(
     informers: &SharedInformers,
 ) -> Vec<Controller> {
     let mut out = Vec::new();
-    let c = &options.concurrency;
     for name in names {
-        match name.as_str() {
-            "namespace" => out.push(
-                crate::namespace::controller(client.clone(), informers).with_workers(c.namespace),
-            ),
-            "deployment" => out.push(
-                crate::deployment::controller(client.clone(), informers).with_workers(c.deployment),
-            ),
-            "garbagecollector" => {}
-            "replicaset" => out.push(
-                crate::replicaset::controller(client.clone(), informers).with_workers(c.replicaset),
-            ),
-            "job" => {
-                out.push(crate::job::controller(client.clone(), informers).with_workers(c.job))
+        let c = client.clone();
+        let controller = match name.as_str() {
+            "namespace" => crate::namespace::controller(c, informers),
+            "deployment" => crate::deployment::controller(c, informers),
+            "garbagecollector" => continue,
+            "replicaset" => crate::replicaset::controller(c, informers),
+            "job" => crate::job::controller(c, informers),
+            "cronjob" => crate::cronjob::controller(c, informers),
+            "nodelifecycle" => {
+                crate::nodelifecycle::controller(c, informers, options.node_lifecycle.clone())
             }
-            "cronjob" => out.push(
-                crate::cronjob::controller(client.clone(), informers).with_workers(c.cronjob),
-            ),
-            "nodelifecycle" => out.push(crate::nodelifecycle::controller(
-                client.clone(),
-                informers,
-                options.node_lifecycle.clone(),
-            )),
-            other => tracing::warn!(controller = other, "unknown controller; skipped"),
-        }
+            other => {
+                tracing::warn!(controller = other, "unknown controller; skipped");
+                continue;
+            }
+        };
+        out.push(match options.concurrency.of(name) {
+            Some(n) => controller.with_workers(n),
+            None => controller,
+        });
     }
     out
 }
