@@ -116,7 +116,7 @@ pub async fn run(
     leader: Option<watch::Receiver<bool>>,
     shutdown: impl Future<Output = ()> + Send,
 ) {
-    let informers = SharedInformers::without_managed_fields(client.clone());
+    let informers = SharedInformers::lean(client.clone());
     run_on(client, names, options, leader, &informers, shutdown).await;
     informers.shutdown().await;
 }

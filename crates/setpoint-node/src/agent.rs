@@ -198,7 +198,7 @@ pub async fn run_agent(
     runtime: Arc<dyn PodRuntime>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), AgentError> {
-    let informers = SharedInformers::without_managed_fields(client.clone());
+    let informers = SharedInformers::lean(client.clone());
     let pods =
         informers.typed::<Pod>(Scope::all().fields(&format!("spec.nodeName={}", config.node_name)));
     let nodes = informers

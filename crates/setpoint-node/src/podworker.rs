@@ -23,7 +23,7 @@ use k8s_openapi::api::core::v1::Pod;
 use parking_lot::Mutex;
 use setpoint_runtime::client::{Api, Client, ClientError, DeleteParams, PostParams};
 use setpoint_runtime::events::{EventRecorder, EventType, Reporter, ToObjectReference};
-use setpoint_runtime::informer::Store;
+use setpoint_runtime::informer::{Store, NODE_INDEX};
 use setpoint_runtime::workqueue::WorkQueue;
 use setpoint_runtime::ObjectKey;
 use tokio::task::JoinSet;
@@ -137,8 +137,13 @@ impl PodWorkers {
     /// Asks for a sync of every pod the API binds to the node and every pod the runtime holds
     /// (at start, that is how pods found again after a restart are reconciled).
     pub async fn enqueue_all(&self) {
-        for pod in self.inner.pods.by_node(&self.inner.node.node_name) {
-            self.enqueue(ObjectKey::of(pod.as_ref()));
+        // Keys only: a cache that packs idle pods would decode each one to hand it out.
+        for key in self
+            .inner
+            .pods
+            .index_keys(NODE_INDEX, &self.inner.node.node_name)
+        {
+            self.enqueue(key);
         }
         for p in self.inner.runtime.pods().await {
             self.enqueue(key_of(&p));
@@ -195,17 +200,19 @@ impl PodWorkers {
     }
 
     async fn key_of_uid(&self, uid: &str) -> Option<ObjectKey> {
+        // The runtime names the pods it holds; a notification is almost always about one of
+        // them, and asking it is cheaper than reading every cached pod of the node.
+        let held = self.inner.runtime.pods().await;
+        if let Some(p) = held.iter().find(|p| p.uid == uid) {
+            return Some(key_of(p));
+        }
         let cached = self
             .inner
             .pods
             .by_node(&self.inner.node.node_name)
             .into_iter()
             .find(|p| p.metadata.uid.as_deref() == Some(uid));
-        if let Some(p) = cached {
-            return Some(ObjectKey::of(p.as_ref()));
-        }
-        let held = self.inner.runtime.pods().await;
-        held.iter().find(|p| p.uid == uid).map(key_of)
+        cached.map(|p| ObjectKey::of(p.as_ref()))
     }
 
     /// One level-triggered pass over one pod (see the module doc).

@@ -79,7 +79,9 @@ impl Default for SimulationConfig {
             lease_interval: Duration::from_secs(10),
             status_interval: Duration::from_secs(10),
             status_report_frequency: Duration::from_secs(5 * 60),
-            resync_interval: Duration::from_secs(10),
+            // Kubelet's default `--sync-frequency`. Simulated pods change only through the API
+            // (which wakes their sync anyway), and a resync reads every pod of every node.
+            resync_interval: Duration::from_secs(60),
             pod_workers: 2,
             server_listen: None,
             client_ca_pem: None,
@@ -134,7 +136,7 @@ pub async fn run_simulated(
     config: SimulationConfig,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), AgentError> {
-    let informers = SharedInformers::without_managed_fields(client.clone());
+    let informers = SharedInformers::lean(client.clone());
     let pods = informers.typed::<Pod>(Scope::all());
     let nodes = informers.typed::<Node>(Scope::all().labels(&format!("{SIMULATED_LABEL}=true")));
     let n = config.nodes.max(1);

@@ -586,6 +586,55 @@ async fn stripped_managed_fields_stay_on_the_server_through_updates_from_the_cac
 }
 
 #[tokio::test]
+async fn idle_objects_are_packed_and_come_back_unchanged_through_reads_and_updates() {
+    let cluster = TestCluster::start().await;
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client(), "default");
+    for name in ["a", "b", "c"] {
+        api.create(&PostParams::default(), &config_map(name, "1"))
+            .await
+            .unwrap();
+    }
+    let informer = Informer::new(
+        api.clone(),
+        InformerOptions {
+            compact_idle: Some(Duration::from_millis(100)),
+            ..fast_options()
+        },
+    );
+    // (key, old resourceVersion, new resourceVersion) of every update.
+    let updates: Arc<Mutex<Vec<(String, String, String)>>> = Arc::default();
+    let seen = updates.clone();
+    informer.subscribe(Arc::new(move |event: &Event<ConfigMap>| {
+        if let Event::Updated { old, new } = event {
+            seen.lock()
+                .push((event.key().to_string(), rv(old.as_ref()), rv(new.as_ref())));
+        }
+    }));
+    informer.start();
+    informer.wait_synced().await.unwrap();
+    let store = informer.store();
+    // Owned copies: holding the cache's own objects would keep them from being packed.
+    let before: Vec<ConfigMap> = store.list().iter().map(|o| (**o).clone()).collect();
+    poll_until("all three objects packed", || store.packed_len() == 3).await;
+    let after: Vec<ConfigMap> = store.list().iter().map(|o| (**o).clone()).collect();
+    assert_eq!(after, before);
+
+    let old_rv = rv(&before[1]);
+    let updated = api
+        .patch("b", &PatchParams::default(), &merge_data("2"))
+        .await
+        .unwrap();
+    poll_until("the update delivered", || !updates.lock().is_empty()).await;
+    assert_eq!(
+        *updates.lock(),
+        [("default/b".to_string(), old_rv, rv(&updated))]
+    );
+    let key = ObjectKey::new(Some("default"), "b");
+    assert_eq!(*store.get(&key).unwrap(), updated);
+    informer.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_watch_that_ends_resumes_from_the_last_resource_version() {
     let cluster = TestCluster::start().await;
     let (client, faults) = faulty_client(&cluster);

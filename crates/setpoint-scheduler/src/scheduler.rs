@@ -146,8 +146,7 @@ pub async fn run(
     // large cluster costs the server more than it saves.
     let options = InformerOptions {
         page_size: None,
-        strip_managed_fields: true,
-        ..InformerOptions::default()
+        ..InformerOptions::lean()
     };
     let informers = SharedInformers::with_options(client.clone(), options, StartPolicy::OnRequest);
     run_shared(client, config, &informers, leader, shutdown).await;

@@ -177,8 +177,7 @@ async fn run(args: ServeArgs, all_in_one: bool) -> anyhow::Result<()> {
     };
     // The controllers and the scheduler share one set of informers: one cache of every pod
     // in this process, not one per component.
-    let informers =
-        setpoint_runtime::informer::SharedInformers::without_managed_fields(in_process());
+    let informers = setpoint_runtime::informer::SharedInformers::lean(in_process());
     let controllers = all_in_one.then(|| {
         controller_manager::start_in_process(
             in_process(),

@@ -152,6 +152,12 @@ impl SharedInformers {
         SharedInformers::with_options(client, defaults, StartPolicy::OnRequest)
     }
 
+    /// Informers with [`InformerOptions::lean`] caches, as the built-in controllers, the
+    /// scheduler and the node agents use them.
+    pub fn lean(client: Client) -> Self {
+        SharedInformers::with_options(client, InformerOptions::lean(), StartPolicy::OnRequest)
+    }
+
     /// A factory with these defaults for every informer (their selectors are ignored: the
     /// [`Scope`] of each request sets them).
     pub fn with_options(client: Client, defaults: InformerOptions, start: StartPolicy) -> Self {

@@ -2,6 +2,7 @@
 
 use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -56,6 +57,9 @@ struct SyncState {
 }
 
 struct State<K> {
+    /// Counts [`Store::compact_idle`] passes; an entry records the pass during which it was
+    /// last written or read, so a pass can tell which objects sat idle since the one before.
+    epoch: u32,
     // Ordered so that `list()` is deterministic, which keeps controllers' behaviour and test
     // output reproducible.
     // Keys are shared with the indexes: an object is filed under several index values (a pod:
@@ -68,10 +72,58 @@ struct State<K> {
 }
 
 struct Entry<K> {
-    object: Arc<K>,
+    object: Slot<K>,
     /// The values each indexer returned when the object was stored, aligned with `indexers`.
     /// Kept so removal does not depend on index functions being pure.
     values: Vec<Vec<String>>,
+    /// The compaction epoch in which the object was last written or read (atomic: reads
+    /// record it under the shared lock).
+    used: AtomicU32,
+}
+
+/// What a read copies out under the lock, to be decoded after it is released.
+struct Read<K> {
+    slot: Slot<K>,
+    /// Set for a packed object read a second time in one period: it is in use after all, so
+    /// the decoded object replaces the packed one.
+    unpack: Option<Arc<ObjectKey>>,
+}
+
+/// How an entry holds its object.
+enum Slot<K> {
+    /// Decoded, as handed out.
+    Object(Arc<K>),
+    /// Packed by [`Store::compact_idle`]: the JSON the object serializes to, decoded again on
+    /// each read. A decoded pod takes about four times the memory of its JSON (k8s-openapi's
+    /// types are mostly inline `Option`s of large structs).
+    Packed(Arc<[u8]>),
+}
+
+// Derived `Clone` would require `K: Clone`; cloning only bumps a reference count.
+impl<K> Clone for Slot<K> {
+    fn clone(&self) -> Self {
+        match self {
+            Slot::Object(o) => Slot::Object(o.clone()),
+            Slot::Packed(b) => Slot::Packed(b.clone()),
+        }
+    }
+}
+
+impl<K: Object> Slot<K> {
+    /// The object; None only if packed JSON fails to decode, which a type whose serde
+    /// round-trips never does (logged, because the object then looks absent).
+    fn object(&self) -> Option<Arc<K>> {
+        match self {
+            Slot::Object(o) => Some(o.clone()),
+            Slot::Packed(json) => match serde_json::from_slice::<K>(json) {
+                Ok(o) => Some(Arc::new(o)),
+                Err(e) => {
+                    tracing::error!(error = %e, "a compacted cache entry does not decode; the type's serde does not round-trip");
+                    None
+                }
+            },
+        }
+    }
 }
 
 impl<K: Object> Default for Store<K> {
@@ -130,6 +182,7 @@ impl<K: Object> Store<K> {
         ];
         let indices = indexers.iter().map(|_| HashMap::new()).collect();
         let state = State {
+            epoch: 0,
             entries: BTreeMap::new(),
             indexers,
             indices,
@@ -144,23 +197,25 @@ impl<K: Object> Store<K> {
 
     /// The object with this key.
     pub fn get(&self, key: &ObjectKey) -> Option<Arc<K>> {
-        self.shared
-            .state
-            .read()
-            .entries
-            .get(key)
-            .map(|e| e.object.clone())
+        let read = {
+            let state = self.shared.state.read();
+            let (key, entry) = state.entries.get_key_value(key)?;
+            state.read(key, entry)
+        };
+        self.materialize(vec![read]).pop()
     }
 
     /// Every object, in key order.
     pub fn list(&self) -> Vec<Arc<K>> {
-        self.shared
-            .state
-            .read()
-            .entries
-            .values()
-            .map(|e| e.object.clone())
-            .collect()
+        let reads = {
+            let state = self.shared.state.read();
+            state
+                .entries
+                .iter()
+                .map(|(k, e)| state.read(k, e))
+                .collect()
+        };
+        self.materialize(reads)
     }
 
     /// Every key, in order.
@@ -182,19 +237,21 @@ impl<K: Object> Store<K> {
     /// Objects filed under `value` in the index `name`, in key order. Empty for an unknown
     /// index (see [`Store::has_index`]).
     pub fn by_index(&self, name: &str, value: &str) -> Vec<Arc<K>> {
-        let state = self.shared.state.read();
-        let Some(i) = state.index_position(name) else {
-            return Vec::new();
+        let reads = {
+            let state = self.shared.state.read();
+            let Some(i) = state.index_position(name) else {
+                return Vec::new();
+            };
+            state.indices[i]
+                .get(value)
+                .map(|keys| {
+                    keys.iter()
+                        .filter_map(|k| state.entries.get(k).map(|e| state.read(k, e)))
+                        .collect()
+                })
+                .unwrap_or_default()
         };
-        state.indices[i]
-            .get(value)
-            .map(|keys| {
-                keys.iter()
-                    .filter_map(|k| state.entries.get(k))
-                    .map(|e| e.object.clone())
-                    .collect()
-            })
-            .unwrap_or_default()
+        self.materialize(reads)
     }
 
     /// Keys filed under `value` in the index `name`.
@@ -258,7 +315,7 @@ impl<K: Object> Store<K> {
         }
         let mut index: HashMap<String, BTreeSet<Arc<ObjectKey>>> = HashMap::new();
         for (key, entry) in state.entries.iter_mut() {
-            let values = f(&entry.object);
+            let values = entry.object.object().map(|o| f(&o)).unwrap_or_default();
             for v in &values {
                 file(&mut index, v, key);
             }
@@ -312,7 +369,7 @@ impl<K: Object> Store<K> {
     pub(crate) fn upsert(&self, object: K) -> Option<Event<K>> {
         let key = ObjectKey::of(&object);
         let mut state = self.shared.state.write();
-        let old = state.entries.get(&key).map(|e| e.object.clone());
+        let old = state.entries.get(&key).and_then(|e| e.object.object());
         match old {
             Some(old) if same_version(old.as_ref(), &object) => None,
             Some(old) => {
@@ -348,7 +405,7 @@ impl<K: Object> Store<K> {
         for object in items {
             let key = ObjectKey::of(&object);
             seen.insert(key.clone());
-            let old = state.entries.get(&key).map(|e| e.object.clone());
+            let old = state.entries.get(&key).and_then(|e| e.object.object());
             match old {
                 Some(old) if same_version(old.as_ref(), &object) => {}
                 Some(old) => {
@@ -370,15 +427,113 @@ impl<K: Object> Store<K> {
             .cloned()
             .collect();
         for key in gone {
-            if let Some(old) = state.remove(&key) {
+            if let Some(old) = state.remove(&key).and_then(|slot| slot.object()) {
                 events.push(Event::Deleted(old));
             }
         }
         events
     }
+
+    /// Decodes what reads copied out (outside the lock, so the informer is not held up), and
+    /// keeps decoded the packed objects read twice in one period.
+    fn materialize(&self, reads: Vec<Read<K>>) -> Vec<Arc<K>> {
+        let mut objects = Vec::with_capacity(reads.len());
+        let mut unpacked = Vec::new();
+        for read in reads {
+            let Some(object) = read.slot.object() else {
+                continue;
+            };
+            if let (Some(key), Slot::Packed(json)) = (read.unpack, read.slot) {
+                unpacked.push((key, json, object.clone()));
+            }
+            objects.push(object);
+        }
+        if !unpacked.is_empty() {
+            let mut state = self.shared.state.write();
+            for (key, json, object) in unpacked {
+                if let Some(entry) = state.entries.get_mut(&key) {
+                    // Not if a write replaced it meanwhile.
+                    if matches!(&entry.object, Slot::Packed(j) if Arc::ptr_eq(j, &json)) {
+                        entry.object = Slot::Object(object);
+                    }
+                }
+            }
+        }
+        objects
+    }
+
+    /// Packs every object that has been neither written nor read since the previous call and
+    /// that nobody outside the cache holds into the JSON it serializes to (see
+    /// `Slot::Packed`). A read decodes it again; a second read in one period, or a write,
+    /// puts a decoded object back. Called periodically (`InformerOptions::compact_idle`), an
+    /// object is packed after sitting idle for between one and two periods. Serializing
+    /// happens outside the lock. Returns how many objects were packed.
+    pub(crate) fn compact_idle(&self) -> usize {
+        let (epoch, idle) = {
+            let state = self.shared.state.read();
+            let idle: Vec<(Arc<ObjectKey>, Arc<K>)> = state
+                .entries
+                .iter()
+                .filter(|(_, e)| e.used.load(Ordering::Relaxed) != state.epoch)
+                .filter_map(|(k, e)| match &e.object {
+                    // Someone else holding the object would keep its memory alive anyway.
+                    Slot::Object(o) if Arc::strong_count(o) == 1 => Some((k.clone(), o.clone())),
+                    _ => None,
+                })
+                .collect();
+            (state.epoch, idle)
+        };
+        // (key, the object picked, its JSON)
+        let packed: Vec<_> = idle
+            .into_iter()
+            .filter_map(|(k, o)| {
+                let json = serde_json::to_vec(o.as_ref()).ok()?;
+                Some((k, o, Arc::from(json)))
+            })
+            .collect();
+        let mut state = self.shared.state.write();
+        state.epoch = epoch.wrapping_add(1);
+        let mut count = 0;
+        for (key, object, json) in packed {
+            let Some(entry) = state.entries.get_mut(&key) else {
+                continue;
+            };
+            // Unchanged and unread since it was picked, and held only by the entry and by us.
+            let unused = entry.used.load(Ordering::Relaxed) != epoch;
+            if unused
+                && matches!(&entry.object, Slot::Object(o) if Arc::ptr_eq(o, &object) && Arc::strong_count(o) == 2)
+            {
+                entry.object = Slot::Packed(json);
+                count += 1;
+            }
+        }
+        count
+    }
+
+    /// How many objects are held packed (see [`InformerOptions::compact_idle`]).
+    ///
+    /// [`InformerOptions::compact_idle`]: super::InformerOptions::compact_idle
+    pub fn packed_len(&self) -> usize {
+        let state = self.shared.state.read();
+        state
+            .entries
+            .values()
+            .filter(|e| matches!(e.object, Slot::Packed(_)))
+            .count()
+    }
 }
 
 impl<K> State<K> {
+    /// Records a read of `entry` and copies out what it needs.
+    fn read(&self, key: &Arc<ObjectKey>, entry: &Entry<K>) -> Read<K> {
+        let again = entry.used.swap(self.epoch, Ordering::Relaxed) == self.epoch;
+        let unpack = (again && matches!(entry.object, Slot::Packed(_))).then(|| key.clone());
+        Read {
+            slot: entry.object.clone(),
+            unpack,
+        }
+    }
+
     fn index_position(&self, name: &str) -> Option<usize> {
         self.indexers.iter().position(|(n, _)| n == name)
     }
@@ -395,7 +550,15 @@ impl<K> State<K> {
                 file(index, v, &key);
             }
         }
-        self.entries.insert(key, Entry { object, values });
+        let used = AtomicU32::new(self.epoch);
+        self.entries.insert(
+            key,
+            Entry {
+                object: Slot::Object(object),
+                values,
+                used,
+            },
+        );
     }
 
     /// Replaces the object under a key the store holds. Only the index values that changed are
@@ -420,10 +583,14 @@ impl<K> State<K> {
                 file(index, v, &key);
             }
         }
-        *entry = Entry { object, values };
+        *entry = Entry {
+            object: Slot::Object(object),
+            values,
+            used: AtomicU32::new(self.epoch),
+        };
     }
 
-    fn remove(&mut self, key: &ObjectKey) -> Option<Arc<K>> {
+    fn remove(&mut self, key: &ObjectKey) -> Option<Slot<K>> {
         let entry = self.entries.remove(key)?;
         for (index, vals) in self.indices.iter_mut().zip(&entry.values) {
             for v in vals {
@@ -720,6 +887,131 @@ mod tests {
         assert_eq!(names, vec!["free", "weakly-owned"]);
         assert_eq!(store.orphans_in("b").len(), 1);
         assert_eq!(store.by_owner("u").len(), 2);
+    }
+
+    #[test]
+    fn idle_objects_are_packed_after_a_whole_period_and_read_back_unchanged() {
+        let store = Store::new();
+        let mut a = cm("ns", "a", "1");
+        a.metadata.labels = Some([("app".to_string(), "web".to_string())].into());
+        store.upsert(a.clone());
+        store.upsert(cm("ns", "b", "2"));
+        // Written during this period: not idle yet.
+        assert_eq!(store.compact_idle(), 0);
+        store.upsert(cm("ns", "b", "3"));
+        // `a` sat through a whole period; `b` was written in it.
+        assert_eq!(store.compact_idle(), 1);
+        assert_eq!(store.packed_len(), 1);
+        assert_eq!(store.compact_idle(), 1);
+        assert_eq!(store.packed_len(), 2);
+
+        let key = ObjectKey::new(Some("ns"), "a");
+        assert_eq!(*store.get(&key).unwrap(), a);
+        assert_eq!(*store.by_label("app", "web")[0], a);
+        assert_eq!(store.list().len(), 2);
+
+        // A write replaces the packed form; the event's `old` is the packed state.
+        let events = store.upsert(cm("ns", "a", "4"));
+        assert_eq!(describe(events.as_slice()), ["updated ns/a@1->4"]);
+        assert_eq!(store.packed_len(), 1);
+        // A replayed event for a packed object is still recognised.
+        assert!(store.upsert(cm("ns", "b", "3")).is_none());
+        // A relist sees packed objects as they were.
+        let events = store.replace(vec![cm("ns", "a", "4")]);
+        assert_eq!(describe(&events), ["deleted ns/b@3"]);
+    }
+
+    #[test]
+    fn objects_held_outside_the_cache_stay_decoded() {
+        let store = Store::new();
+        store.upsert(cm("ns", "a", "1"));
+        store.compact_idle();
+        let held = store.get(&ObjectKey::new(Some("ns"), "a")).unwrap();
+        // Read in this period, then idle for a whole one; but packing would free nothing while
+        // `held` keeps the object alive.
+        store.compact_idle();
+        assert_eq!(store.compact_idle(), 0);
+        drop(held);
+        assert_eq!(store.compact_idle(), 1);
+    }
+
+    #[test]
+    fn reads_keep_objects_decoded_and_a_second_read_in_a_period_unpacks() {
+        let store = Store::new();
+        let key = ObjectKey::new(Some("ns"), "a");
+        store.upsert(cm("ns", "a", "1"));
+        store.compact_idle();
+        // Read in every period: never idle.
+        for _ in 0..3 {
+            assert!(store.get(&key).is_some());
+            assert_eq!(store.compact_idle(), 0);
+        }
+        store.compact_idle();
+        assert_eq!(store.packed_len(), 1);
+        // One read decodes a copy and leaves the object packed...
+        let first = store.get(&key).unwrap();
+        assert_eq!(store.packed_len(), 1);
+        // ...a second one in the same period keeps the decoded object.
+        let second = store.by_namespace("ns").pop().unwrap();
+        assert_eq!(store.packed_len(), 0);
+        assert_eq!(first, second);
+        assert!(Arc::ptr_eq(&second, &store.get(&key).unwrap()));
+    }
+
+    #[test]
+    fn packed_pods_and_dynamic_objects_round_trip() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "resourceVersion": "5", "uid": "u",
+                "labels": {"app": "web"}, "creationTimestamp": "2026-01-02T03:04:05Z",
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs",
+                    "uid": "o", "controller": true, "blockOwnerDeletion": true}]},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i",
+                "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+                "ports": [{"containerPort": 80, "protocol": "TCP"}]}],
+                "tolerations": [{"key": "k", "operator": "Exists", "effect": "NoExecute",
+                    "tolerationSeconds": 300}]},
+            "status": {"phase": "Running", "podIP": "10.0.0.1",
+                "conditions": [{"type": "Ready", "status": "True",
+                    "lastTransitionTime": "2026-01-02T03:04:06Z"}],
+                "containerStatuses": [{"name": "c", "image": "i", "imageID": "", "ready": true,
+                    "restartCount": 0, "started": true,
+                    "state": {"running": {"startedAt": "2026-01-02T03:04:06Z"}}}]}
+        }))
+        .unwrap();
+        let pods = Store::from_objects([pod.clone()]);
+        pods.compact_idle();
+        assert_eq!(pods.compact_idle(), 1);
+        assert_eq!(*pods.by_node("n1")[0], pod);
+
+        let object = DynamicObject(serde_json::json!({
+            "apiVersion": "example.com/v1", "kind": "Thing",
+            "metadata": {"name": "t", "namespace": "ns", "resourceVersion": "9"},
+            "spec": {"nested": {"list": [1, 2.5, "x", null, true]}, "empty": {}}
+        }));
+        let things = Store::from_objects([object.clone()]);
+        things.compact_idle();
+        assert_eq!(things.compact_idle(), 1);
+        assert_eq!(
+            things.get(&ObjectKey::new(Some("ns"), "t")).unwrap().0,
+            object.0
+        );
+    }
+
+    #[test]
+    fn indexes_added_later_cover_packed_objects() {
+        let store = Store::new();
+        let mut c = cm("ns", "a", "1");
+        c.data = Some([("k".to_string(), "v".to_string())].into());
+        store.upsert(c);
+        store.compact_idle();
+        assert_eq!(store.compact_idle(), 1);
+        store
+            .add_index(
+                "data-keys",
+                Arc::new(|c: &ConfigMap| c.data.iter().flat_map(|d| d.keys().cloned()).collect()),
+            )
+            .unwrap();
+        assert_eq!(store.by_index("data-keys", "k").len(), 1);
     }
 
     #[tokio::test]
