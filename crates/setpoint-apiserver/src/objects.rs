@@ -1144,7 +1144,7 @@ impl ApiServer {
                         out.push(obj);
                     }
                 }
-                after = Some(kv.key.clone());
+                after = Some(kv.key.to_string());
             }
             if !resp.more {
                 return Ok((out, resp.revision, None, None));

@@ -37,7 +37,7 @@ use crate::metrics::Metrics;
 /// sends it (and with the store), and the attributes filters read.
 #[derive(Debug)]
 pub struct CachedObject {
-    pub key: String,
+    pub key: Arc<str>,
     pub revision: Revision,
     pub attrs: Attrs,
     json: Json,
@@ -63,7 +63,7 @@ impl CachedObject {
     /// Decodes a stored value (see [`decode_object`]); `None` if it is not a JSON object.
     /// `kind` is the stored kind (group, kind) whose selectable fields [`Attrs`] records.
     pub fn decode(
-        key: String,
+        key: Arc<str>,
         value: &Bytes,
         revision: Revision,
         kind: StoredKind,
@@ -467,7 +467,7 @@ struct Watcher {
 }
 
 struct Inner {
-    objects: BTreeMap<String, Arc<CachedObject>>,
+    objects: BTreeMap<Arc<str>, Arc<CachedObject>>,
     events: VecDeque<Arc<CacheEvent>>,
     /// Every event with a revision greater than this is in `events`.
     window_start: Revision,
@@ -549,7 +549,10 @@ impl WatchCache {
         let inner = self.inner.read();
         let items = inner
             .objects
-            .range(key_prefix.to_string()..)
+            .range::<str, _>((
+                std::ops::Bound::Included(key_prefix),
+                std::ops::Bound::Unbounded,
+            ))
             .take_while(|(k, _)| k.starts_with(key_prefix))
             .filter(|(_, o)| filter.matches(&o.attrs))
             .map(|(_, o)| o.clone())
@@ -914,7 +917,7 @@ impl Caches {
             if !resp.more || resp.kvs.is_empty() {
                 break;
             }
-            start_after = resp.kvs.last().map(|kv| kv.key.clone());
+            start_after = resp.kvs.last().map(|kv| kv.key.to_string());
         }
         for (prefix, cache) in self.by_prefix.read().iter() {
             cache.reset(per.remove(prefix).unwrap_or_default(), rev);

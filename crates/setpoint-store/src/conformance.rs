@@ -391,7 +391,7 @@ pub async fn check_range_latest_and_history(store: &dyn Store) {
             Some(v) => {
                 let kv = put(store, key, v).await;
                 if key.starts_with("/h/") {
-                    model.insert(kv.key.clone(), kv);
+                    model.insert(kv.key.to_string(), kv);
                 }
             }
             None => {
@@ -480,11 +480,11 @@ pub async fn check_pagination(store: &dyn Store) {
             assert_eq!(resp.revision, p);
         }
         pinned = Some(resp.revision);
-        seen.extend(resp.kvs.iter().map(|kv| kv.key.clone()));
+        seen.extend(resp.kvs.iter().map(|kv| kv.key.to_string()));
         if !resp.more {
             break;
         }
-        start_after = resp.kvs.last().map(|kv| kv.key.clone());
+        start_after = resp.kvs.last().map(|kv| kv.key.to_string());
         // Writes between pages must not disturb a read pinned to the first page's revision.
         put(store, &format!("/p/k{:03}", 100 + seen.len()), "new").await;
         store.delete(&keys[0], Precondition::None).await.unwrap();
@@ -500,7 +500,7 @@ pub async fn check_pagination(store: &dyn Store) {
         limit: Some(1),
     };
     let resp = store.range(req).await.unwrap();
-    assert_eq!(resp.kvs[0].key, keys[0]);
+    assert_eq!(&*resp.kvs[0].key, keys[0]);
     assert_eq!(resp.count, keys.len());
     let req = RangeRequest {
         prefix: "/p/".into(),
@@ -530,14 +530,14 @@ async fn write_watch_history(store: &dyn Store) -> Vec<Event> {
         let event = match value {
             Some(v) => {
                 let kv = put(store, key, v).await;
-                let prev = latest.insert(kv.key.clone(), kv.clone());
+                let prev = latest.insert(kv.key.to_string(), kv.clone());
                 Event::Put { kv, prev }
             }
             None => {
                 let (prev, revision) = store.delete(key, Precondition::None).await.unwrap();
                 assert_eq!(latest.remove(*key).as_ref(), Some(&prev));
                 Event::Delete {
-                    key: key.to_string(),
+                    key: std::sync::Arc::from(*key),
                     revision,
                     prev,
                 }

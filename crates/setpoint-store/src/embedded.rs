@@ -450,7 +450,7 @@ fn load(db: &Database, watch_buffer: usize, history: HistoryValues) -> Result<Co
                 }
                 // Compaction removes tombstones; tolerate one anyway, it means "absent".
                 RowWrite::Delete(key) => {
-                    base.remove(&key);
+                    base.remove(key.as_str());
                 }
             }
             continue;
@@ -467,10 +467,18 @@ fn load(db: &Database, watch_buffer: usize, history: HistoryValues) -> Result<Co
             Core::from_parts(base, compacted, watch_buffer, history.take())
         });
         let event = match write {
-            RowWrite::Put(kv) => Event::Put {
-                prev: core.get(&kv.key)?,
-                kv,
-            },
+            RowWrite::Put(kv) => {
+                let prev = core.get(&kv.key)?;
+                // The versions of one key share its name, as they do when written live.
+                let kv = match &prev {
+                    Some(p) => KeyValue {
+                        key: p.key.clone(),
+                        ..kv
+                    },
+                    None => kv,
+                };
+                Event::Put { prev, kv }
+            }
             RowWrite::Delete(key) => {
                 let prev = core.get(&key)?.ok_or_else(|| {
                     corrupt(format!(
@@ -478,7 +486,7 @@ fn load(db: &Database, watch_buffer: usize, history: HistoryValues) -> Result<Co
                     ))
                 })?;
                 Event::Delete {
-                    key,
+                    key: prev.key.clone(),
                     revision,
                     prev,
                 }
@@ -568,9 +576,7 @@ fn decode_row(revision: Revision, data: &[u8]) -> Option<RowWrite> {
             let create_revision = i64::from_be_bytes(rest.get(0..8)?.try_into().ok()?);
             let version = i64::from_be_bytes(rest.get(8..16)?.try_into().ok()?);
             let key_len = u32::from_be_bytes(rest.get(16..20)?.try_into().ok()?) as usize;
-            let key = std::str::from_utf8(rest.get(20..20 + key_len)?)
-                .ok()?
-                .to_owned();
+            let key = Arc::from(std::str::from_utf8(rest.get(20..20 + key_len)?).ok()?);
             let value = Bytes::copy_from_slice(&rest[20 + key_len..]);
             Some(RowWrite::Put(KeyValue {
                 key,

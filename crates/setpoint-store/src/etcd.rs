@@ -368,7 +368,7 @@ impl Inner {
 
     fn key_value(&self, kv: &etcd_client::KeyValue) -> Result<KeyValue> {
         Ok(KeyValue {
-            key: self.store_key(kv.key())?,
+            key: self.store_key(kv.key())?.into(),
             value: Bytes::copy_from_slice(kv.value()),
             create_revision: kv.create_revision(),
             mod_revision: kv.mod_revision(),
@@ -483,7 +483,7 @@ impl Inner {
         let (create_revision, version) =
             prev.map_or((revision, 1), |p| (p.create_revision(), p.version() + 1));
         KeyValue {
-            key: key.to_owned(),
+            key: key.into(),
             value,
             create_revision,
             mod_revision: revision,
@@ -1072,7 +1072,7 @@ impl WatchTask {
             }
             EventType::Delete => match prev {
                 Some(prev) => Some(Event::Delete {
-                    key: inner.store_key(kv.key())?,
+                    key: inner.store_key(kv.key())?.into(),
                     revision: kv.mod_revision(),
                     prev,
                 }),

@@ -16,6 +16,7 @@
 //! [`migrate`] copies a cluster from one store to another.
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use async_trait::async_trait;
@@ -42,7 +43,8 @@ pub type Revision = i64;
 /// One key and its latest (or historical) value.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeyValue {
-    pub key: String,
+    /// Shared (`Arc`): the latest value and every logged version of a key hold one copy.
+    pub key: Arc<str>,
     pub value: Bytes,
     /// Revision of the write that created this incarnation of the key.
     pub create_revision: Revision,
@@ -62,7 +64,7 @@ pub enum Event {
     },
     /// A delete at `revision`; `prev` is the last value the key had.
     Delete {
-        key: String,
+        key: Arc<str>,
         revision: Revision,
         prev: KeyValue,
     },

@@ -191,7 +191,7 @@ where
         })
         .await
         .map_err(store_err("looking up the compaction guard"))?;
-    let has_guard = guard.kvs.iter().any(|kv| kv.key == COMPACTION_GUARD_KEY);
+    let has_guard = guard.kvs.iter().any(|kv| &*kv.key == COMPACTION_GUARD_KEY);
     let count = (first.count - usize::from(has_guard)) as u64;
     let header = Header {
         format: FORMAT_NAME.to_owned(),
@@ -228,7 +228,7 @@ where
             break;
         }
         let Some(last) = page.kvs.last() else { break };
-        req.start_after = Some(last.key.clone());
+        req.start_after = Some(last.key.to_string());
         page = store
             .range(req.clone())
             .await
@@ -260,7 +260,11 @@ pub async fn first_registry_key(store: &dyn Store) -> Result<Option<String>, Mig
         })
         .await
         .map_err(store_err("checking whether the target is empty"))?;
-    Ok(found.kvs.into_iter().map(|kv| kv.key).find(|k| exported(k)))
+    Ok(found
+        .kvs
+        .into_iter()
+        .map(|kv| kv.key.to_string())
+        .find(|k| exported(k)))
 }
 
 /// Reads an export written by [`export`] into `store`.

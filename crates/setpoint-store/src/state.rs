@@ -176,7 +176,7 @@ impl Watcher {
 }
 
 struct Inner {
-    kvs: BTreeMap<String, KeyValue>,
+    kvs: BTreeMap<Arc<str>, KeyValue>,
     /// Events with revisions `compacted + 1 ..= current`, in order.
     log: VecDeque<Event>,
     current: Revision,
@@ -262,7 +262,8 @@ impl Inner {
                     }
                 }
                 let kv = KeyValue {
-                    key: key.to_owned(),
+                    // One allocation per key however many versions the log holds.
+                    key: current.map_or_else(|| Arc::from(key), |c| c.key.clone()),
                     value: value.clone(),
                     create_revision: current.map_or(revision, |c| c.create_revision),
                     mod_revision: revision,
@@ -295,7 +296,7 @@ impl Inner {
                     }
                 }
                 Ok(Event::Delete {
-                    key: key.to_owned(),
+                    key: cur.key.clone(),
                     revision,
                     prev: cur.clone(),
                 })
@@ -394,7 +395,7 @@ impl Inner {
             .kvs
             .range::<str, _>((lower, Bound::Unbounded))
             .take_while(|(k, _)| k.starts_with(prefix))
-            .map(|(k, v)| (k.as_str(), Some((v, false))));
+            .map(|(k, v)| (&**k, Some((v, false))));
 
         // For a historical read, every key written after `revision` had, at `revision`, the value
         // its first later event replaced. Those values override the latest state; each is marked
@@ -476,7 +477,7 @@ impl Core {
     /// with no history after it yet: a durable backend restores the history by applying it.
     /// With `history`, older events' values are dropped to fit its budget.
     pub(crate) fn from_parts(
-        kvs: BTreeMap<String, KeyValue>,
+        kvs: BTreeMap<Arc<str>, KeyValue>,
         compacted: Revision,
         watch_buffer: usize,
         history: Option<HistoryValues>,

@@ -209,14 +209,14 @@ async fn verify(dir: &Path, acks: &HashMap<Revision, Ack>) -> (Revision, u64) {
         assert_eq!(event.revision(), *rev);
         match (ack, event) {
             (Ack::Put { key, hash }, Event::Put { kv, .. }) => {
-                assert_eq!(&kv.key, key, "revision {rev}");
+                assert_eq!(&*kv.key, key, "revision {rev}");
                 assert_eq!(
                     fnv1a(&kv.value),
                     *hash,
                     "value of acknowledged write at {rev}"
                 );
             }
-            (Ack::Delete { key }, Event::Delete { key: k, .. }) => assert_eq!(k, key),
+            (Ack::Delete { key }, Event::Delete { key: k, .. }) => assert_eq!(&**k, key),
             _ => panic!("acknowledged {ack:?} at {rev}, history has {event:?}"),
         }
     }

@@ -303,3 +303,40 @@ async fn batch_preconditions_see_earlier_writes_of_the_batch() {
         }
     }
 }
+
+/// Every logged version of a key shares one copy of its name, whether written live or read
+/// back from disk at open (the log holds every revision since compaction, so per-version
+/// copies were a good part of the store's memory).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn versions_of_a_key_share_its_name_live_and_after_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = |events: &[Event]| {
+        let keys: Vec<&Arc<str>> = events
+            .iter()
+            .map(|e| match e {
+                Event::Put { kv, .. } => &kv.key,
+                Event::Delete { key, .. } => key,
+            })
+            .collect();
+        keys.windows(2).all(|w| Arc::ptr_eq(w[0], w[1]))
+    };
+    {
+        let store = open(dir.path());
+        for i in 0..3 {
+            store
+                .put("/k/x", Bytes::from(format!("v{i}")), Precondition::None)
+                .await
+                .unwrap();
+        }
+        store.delete("/k/x", Precondition::None).await.unwrap();
+        let mut watch = store.watch("/", 0).await.unwrap();
+        let events = collect_events(&mut watch, 4).await;
+        assert!(shared(&events), "live: {events:?}");
+        store.close().await;
+    }
+    let store = open(dir.path());
+    let mut watch = store.watch("/", 0).await.unwrap();
+    let events = collect_events(&mut watch, 4).await;
+    assert_eq!(events.len(), 4);
+    assert!(shared(&events), "reopened: {events:?}");
+}

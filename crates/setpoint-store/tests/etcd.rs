@@ -209,14 +209,14 @@ async fn prefixes_isolate_clusters() {
         .put("/registry/x", val("a"), Precondition::NotExists)
         .await
         .unwrap();
-    assert_eq!(kv.key, "/registry/x");
+    assert_eq!(&*kv.key, "/registry/x");
     assert_eq!(b.get("/registry/x").await.unwrap(), None);
     b.put("/registry/x", val("b"), Precondition::NotExists)
         .await
         .unwrap();
     let listed = a.range(RangeRequest::default()).await.unwrap();
     assert_eq!(listed.kvs.len(), 1);
-    assert_eq!(listed.kvs[0].key, "/registry/x");
+    assert_eq!(&*listed.kvs[0].key, "/registry/x");
     assert_eq!(listed.kvs[0].value, val("a"));
     let events = drain_to_progress(&b, &mut watch_b).await;
     assert_eq!(events.len(), 1, "{events:?}");

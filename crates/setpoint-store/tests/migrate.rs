@@ -18,8 +18,8 @@ async fn contents(store: &dyn Store) -> Vec<(String, Bytes)> {
         .unwrap();
     resp.kvs
         .into_iter()
-        .filter(|kv| kv.key != COMPACTION_GUARD_KEY)
-        .map(|kv| (kv.key, kv.value))
+        .filter(|kv| &*kv.key != COMPACTION_GUARD_KEY)
+        .map(|kv| (kv.key.to_string(), kv.value))
         .collect()
 }
 

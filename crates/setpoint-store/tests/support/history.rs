@@ -254,7 +254,7 @@ impl History {
             let mut state = self.states.last().unwrap().clone();
             let event = match d {
                 Done::Put(kv) => {
-                    let prev = state.get(&kv.key).cloned();
+                    let prev = state.get(&*kv.key).cloned();
                     let (create, version) = prev
                         .as_ref()
                         .map_or((revision, 1), |p| (p.create_revision, p.version + 1));
@@ -263,7 +263,7 @@ impl History {
                         (create, version),
                         "{kv:?}"
                     );
-                    state.insert(kv.key.clone(), kv.clone());
+                    state.insert(kv.key.to_string(), kv.clone());
                     Event::Put { kv, prev }
                 }
                 Done::Delete {
@@ -277,7 +277,7 @@ impl History {
                         "delete's prev value"
                     );
                     Event::Delete {
-                        key,
+                        key: key.into(),
                         revision,
                         prev,
                     }
@@ -297,7 +297,7 @@ impl History {
 
     /// Whether some state of the history had exactly this key-value.
     pub fn ever_had(&self, kv: &KeyValue) -> bool {
-        self.states.iter().any(|s| s.get(&kv.key) == Some(kv))
+        self.states.iter().any(|s| s.get(&*kv.key) == Some(kv))
     }
 
     pub fn suffix(&self, prefix: &str, after: Revision) -> Vec<Event> {
