@@ -256,8 +256,10 @@ impl<K: DeserializeOwned + Serialize + Send + 'static> Api<K> {
     }
 
     /// This handle, with watch events decoded without `metadata.managedFields` (never built,
-    /// rather than built and dropped): what an informer that strips them watches with.
-    pub(crate) fn skipping_managed_fields(mut self) -> Self {
+    /// rather than built and dropped): what an informer that strips them watches with, and
+    /// what any watcher that never reads field ownership can use to decode in about half the
+    /// time.
+    pub fn skipping_managed_fields(mut self) -> Self {
         self.skip_managed_fields = true;
         self
     }
