@@ -364,6 +364,15 @@ fn config_map(name: &str, value: &str) -> ConfigMap {
     c
 }
 
+/// Creates a ConfigMap `name` with `v: "1"` for each name.
+async fn create_config_maps(api: &Api<ConfigMap>, names: &[&str]) {
+    for name in names {
+        api.create(&PostParams::default(), &config_map(name, "1"))
+            .await
+            .unwrap();
+    }
+}
+
 fn merge_data(value: &str) -> Patch {
     Patch::Merge(serde_json::json!({"data": {"v": value}}))
 }
@@ -464,11 +473,7 @@ async fn relist_after_disconnect_emits_exactly_the_differences() {
     let cluster = TestCluster::start().await;
     let (client, faults) = faulty_client(&cluster);
     let api: Api<ConfigMap> = Api::namespaced(cluster.client(), "default");
-    for name in ["a", "b", "c"] {
-        api.create(&PostParams::default(), &config_map(name, "1"))
-            .await
-            .unwrap();
-    }
+    create_config_maps(&api, &["a", "b", "c"]).await;
     let informer = Informer::new(
         Api::<ConfigMap>::namespaced(client, "default"),
         fast_options(),
@@ -589,11 +594,7 @@ async fn stripped_managed_fields_stay_on_the_server_through_updates_from_the_cac
 async fn idle_objects_are_packed_and_come_back_unchanged_through_reads_and_updates() {
     let cluster = TestCluster::start().await;
     let api: Api<ConfigMap> = Api::namespaced(cluster.client(), "default");
-    for name in ["a", "b", "c"] {
-        api.create(&PostParams::default(), &config_map(name, "1"))
-            .await
-            .unwrap();
-    }
+    create_config_maps(&api, &["a", "b", "c"]).await;
     let informer = Informer::new(
         api.clone(),
         InformerOptions {
@@ -987,11 +988,7 @@ async fn indexes_by_namespace_owner_node_label_and_custom_function() {
 async fn resync_redelivers_every_object_as_an_unchanged_update() {
     let cluster = TestCluster::start().await;
     let api: Api<ConfigMap> = Api::namespaced(cluster.client(), "default");
-    for name in ["r1", "r2"] {
-        api.create(&PostParams::default(), &config_map(name, "1"))
-            .await
-            .unwrap();
-    }
+    create_config_maps(&api, &["r1", "r2"]).await;
     let informers = SharedInformers::new(cluster.client());
     let informer = informers.typed::<ConfigMap>(Scope::namespace("default"));
     informer.wait_synced().await.unwrap();

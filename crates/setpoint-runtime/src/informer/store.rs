@@ -368,21 +368,7 @@ impl<K: Object> Store<K> {
     /// cache already holds this `resourceVersion` (a replayed event).
     pub(crate) fn upsert(&self, object: K) -> Option<Event<K>> {
         let key = ObjectKey::of(&object);
-        let mut state = self.shared.state.write();
-        let old = state.entries.get(&key).and_then(|e| e.object.object());
-        match old {
-            Some(old) if same_version(old.as_ref(), &object) => None,
-            Some(old) => {
-                let new = Arc::new(object);
-                state.update(&key, new.clone());
-                Some(Event::Updated { old, new })
-            }
-            None => {
-                let new = Arc::new(object);
-                state.insert(key, new.clone());
-                Some(Event::Added(new))
-            }
-        }
+        self.shared.state.write().put(key, object)
     }
 
     /// Removes a deleted object; the event carries the object as the server last sent it.
@@ -405,20 +391,7 @@ impl<K: Object> Store<K> {
         for object in items {
             let key = ObjectKey::of(&object);
             seen.insert(key.clone());
-            let old = state.entries.get(&key).and_then(|e| e.object.object());
-            match old {
-                Some(old) if same_version(old.as_ref(), &object) => {}
-                Some(old) => {
-                    let new = Arc::new(object);
-                    state.update(&key, new.clone());
-                    events.push(Event::Updated { old, new });
-                }
-                None => {
-                    let new = Arc::new(object);
-                    state.insert(key, new.clone());
-                    events.push(Event::Added(new));
-                }
-            }
+            events.extend(state.put(key, object));
         }
         let gone: Vec<Arc<ObjectKey>> = state
             .entries
@@ -520,6 +493,32 @@ impl<K: Object> Store<K> {
             .values()
             .filter(|e| matches!(e.object, Slot::Packed(_)))
             .count()
+    }
+}
+
+impl<K: Object> State<K> {
+    /// Stores an object under its key and returns the event that amounts to: none when the
+    /// cache holds this version already.
+    fn put(&mut self, key: ObjectKey, object: K) -> Option<Event<K>> {
+        let Some(entry) = self.entries.get(&key) else {
+            let new = Arc::new(object);
+            self.insert(key, new.clone());
+            return Some(Event::Added(new));
+        };
+        // None only for a packed state that did not decode (logged): no old state to report.
+        let old = entry.object.object();
+        if old
+            .as_ref()
+            .is_some_and(|old| same_version(old.as_ref(), &object))
+        {
+            return None;
+        }
+        let new = Arc::new(object);
+        self.update(&key, new.clone());
+        Some(match old {
+            Some(old) => Event::Updated { old, new },
+            None => Event::Added(new),
+        })
     }
 }
 
@@ -995,6 +994,31 @@ mod tests {
             things.get(&ObjectKey::new(Some("ns"), "t")).unwrap().0,
             object.0
         );
+    }
+
+    #[test]
+    fn a_packed_state_that_does_not_decode_is_replaced_by_the_next_write() {
+        let store = Store::new();
+        let mut a = cm("ns", "a", "1");
+        a.metadata.labels = Some([("app".to_string(), "old".to_string())].into());
+        store.upsert(a.clone());
+        let key = ObjectKey::new(Some("ns"), "a");
+        store
+            .shared
+            .state
+            .write()
+            .entries
+            .get_mut(&key)
+            .unwrap()
+            .object = Slot::Packed(Arc::from(&b"{not json"[..]));
+        assert!(store.get(&key).is_none());
+        a.metadata.resource_version = Some("2".into());
+        a.metadata.labels = Some([("app".to_string(), "new".to_string())].into());
+        let events = store.upsert(a.clone());
+        assert_eq!(describe(events.as_slice()), ["added ns/a@2"]);
+        assert_eq!(*store.get(&key).unwrap(), a);
+        assert!(store.by_label("app", "old").is_empty());
+        assert_eq!(all_indexes(&store), all_indexes(&Store::from_objects([a])));
     }
 
     #[test]
