@@ -202,12 +202,14 @@ impl<K: Object> Store<K> {
             let (key, entry) = state.entries.get_key_value(key)?;
             state.read(key, entry)
         };
-        self.materialize(vec![read]).pop()
+        let mut object = None;
+        self.materialize([read], |o| object = Some(o));
+        object
     }
 
     /// Every object, in key order.
     pub fn list(&self) -> Vec<Arc<K>> {
-        let reads = {
+        let reads: Vec<Read<K>> = {
             let state = self.shared.state.read();
             state
                 .entries
@@ -215,7 +217,9 @@ impl<K: Object> Store<K> {
                 .map(|(k, e)| state.read(k, e))
                 .collect()
         };
-        self.materialize(reads)
+        let mut objects = Vec::with_capacity(reads.len());
+        self.materialize(reads, |o| objects.push(o));
+        objects
     }
 
     /// Every key, in order.
@@ -237,7 +241,7 @@ impl<K: Object> Store<K> {
     /// Objects filed under `value` in the index `name`, in key order. Empty for an unknown
     /// index (see [`Store::has_index`]).
     pub fn by_index(&self, name: &str, value: &str) -> Vec<Arc<K>> {
-        let reads = {
+        let reads: Vec<Read<K>> = {
             let state = self.shared.state.read();
             let Some(i) = state.index_position(name) else {
                 return Vec::new();
@@ -251,7 +255,9 @@ impl<K: Object> Store<K> {
                 })
                 .unwrap_or_default()
         };
-        self.materialize(reads)
+        let mut objects = Vec::with_capacity(reads.len());
+        self.materialize(reads, |o| objects.push(o));
+        objects
     }
 
     /// Keys filed under `value` in the index `name`.
@@ -409,8 +415,9 @@ impl<K: Object> Store<K> {
 
     /// Decodes what reads copied out (outside the lock, so the informer is not held up), and
     /// keeps decoded the packed objects read twice in one period.
-    fn materialize(&self, reads: Vec<Read<K>>) -> Vec<Arc<K>> {
-        let mut objects = Vec::with_capacity(reads.len());
+    /// Each object goes to `out`, in order (a sink rather than a `Vec`, so `get` allocates
+    /// nothing for the common case of an object held decoded).
+    fn materialize(&self, reads: impl IntoIterator<Item = Read<K>>, mut out: impl FnMut(Arc<K>)) {
         let mut unpacked = Vec::new();
         for read in reads {
             let Some(object) = read.slot.object() else {
@@ -419,7 +426,7 @@ impl<K: Object> Store<K> {
             if let (Some(key), Slot::Packed(json)) = (read.unpack, read.slot) {
                 unpacked.push((key, json, object.clone()));
             }
-            objects.push(object);
+            out(object);
         }
         if !unpacked.is_empty() {
             let mut state = self.shared.state.write();
@@ -432,7 +439,6 @@ impl<K: Object> Store<K> {
                 }
             }
         }
-        objects
     }
 
     /// Packs every object that has been neither written nor read since the previous call and
