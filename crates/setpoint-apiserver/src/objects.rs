@@ -6,6 +6,7 @@
 //! write with a compare-and-swap on its `mod_revision`, retrying on a race unless the client
 //! named a resourceVersion (then a mismatch is 409).
 
+use std::borrow::Cow;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -698,7 +699,7 @@ impl ApiServer {
         };
         let mut written = self
             .guaranteed_update(res, namespace, name, view, opts, true, |_cur| {
-                Ok(body.clone())
+                Ok(Cow::Borrowed(&body))
             })
             .await?;
         written.warnings = warnings;
@@ -727,7 +728,7 @@ impl ApiServer {
                 if view == View::Main {
                     warnings = self.check_unknown_fields(res, &patched, opts)?;
                 }
-                Ok(patched)
+                Ok(Cow::Owned(patched))
             })
             .await?;
         Ok(Written {
@@ -782,7 +783,7 @@ impl ApiServer {
             let now = setpoint_api::time::now_rfc3339();
             let updated = self
                 .guaranteed_update(res, namespace, name, view, opts, false, |cur| {
-                    request.apply_to(res, cur, &now)
+                    request.apply_to(res, cur, &now).map(Cow::Owned)
                 })
                 .await;
             match updated {
@@ -807,11 +808,12 @@ impl ApiServer {
     }
 
     /// The read-modify-write loop shared by PUT, PATCH and apply. `mutate` gets the current view
-    /// (the object, or its Scale) and returns the desired view. With `track`, the write is
-    /// recorded as an `Update` in `managedFields`; without, the desired object's
+    /// (the object, or its Scale) and returns the desired view (borrowed when it is a request
+    /// body, which a retry needs again: only what is kept of it is copied). With `track`, the
+    /// write is recorded as an `Update` in `managedFields`; without, the desired object's
     /// `managedFields` (set by apply) are kept.
     #[allow(clippy::too_many_arguments)]
-    async fn guaranteed_update(
+    async fn guaranteed_update<'b>(
         &self,
         res: &ResourceDef,
         namespace: &str,
@@ -819,18 +821,17 @@ impl ApiServer {
         view: View,
         opts: &WriteOptions,
         track: bool,
-        mut mutate: impl FnMut(&Value) -> Result<Value, ApiError>,
+        mut mutate: impl FnMut(&Value) -> Result<Cow<'b, Value>, ApiError>,
     ) -> Result<Written, ApiError> {
         let gr = res.group_resource();
         loop {
             let (cur, kv) = self.read(res, namespace, name).await?;
             let cur_rv = kv.mod_revision.to_string();
-            let current_view = if view == View::Scale {
-                strategy::scale_of(res, &cur)
+            let desired = if view == View::Scale {
+                mutate(&strategy::scale_of(res, &cur))?
             } else {
-                cur.clone()
+                mutate(&cur)?
             };
-            let desired = mutate(&current_view)?;
             let desired_rv = meta::resource_version(&desired);
             if !desired_rv.is_empty() && desired_rv != cur_rv {
                 return Err(ApiError::stale(&gr, name));
@@ -843,10 +844,14 @@ impl ApiServer {
                     &format!("Precondition failed: UID in precondition: {desired_uid}, UID in object meta: {}", meta::uid(&cur)),
                 ));
             }
-            let desired_managed = desired.pointer("/metadata/managedFields").cloned();
+            let desired_managed = if track {
+                None
+            } else {
+                desired.pointer("/metadata/managedFields").cloned()
+            };
             let mut new = match view {
                 View::Main => {
-                    let mut new = desired;
+                    let mut new = desired.into_owned();
                     if meta::namespace(&new) != meta::namespace(&cur)
                         || meta::name(&new) != meta::name(&cur)
                     {
@@ -858,7 +863,8 @@ impl ApiServer {
                     setpoint_kinds::defaults::apply(&res.group, &res.kind, &mut new);
                     new
                 }
-                View::Status => strategy::apply_status(&cur, &desired),
+                // Tracked writes record ownership from `cur`'s entries.
+                View::Status => strategy::apply_status(&cur, &desired, !track),
                 View::Finalize => strategy::apply_finalize(&cur, &desired),
                 View::Scale => strategy::apply_scale(res, &cur, &desired)?,
             };

@@ -182,13 +182,47 @@ fn spec_of(obj: &Value) -> Map<String, Value> {
 }
 
 /// Builds the stored object for a `/status` write: the stored object with the new status.
-pub fn apply_status(old: &Value, new: &Value) -> Value {
-    let mut out = old.clone();
-    let obj = out.as_object_mut().expect("object");
-    match new.get("status") {
-        Some(s) => obj.insert("status".into(), s.clone()),
-        None => obj.remove("status"),
+///
+/// Without `keep_managed_fields`, `metadata.managedFields` is left `null` (in its place, so
+/// the key order stays): the caller records field ownership afresh from `old`'s entries, so
+/// copying them here would be wasted work on every status write.
+pub fn apply_status(old: &Value, new: &Value, keep_managed_fields: bool) -> Value {
+    let Some(fields) = old.as_object() else {
+        return old.clone();
     };
+    let mut out = Map::with_capacity(fields.len() + 1);
+    let mut status = new.get("status");
+    for (k, v) in fields {
+        match k.as_str() {
+            // The old status is replaced, so it is not copied.
+            "status" => {
+                if let Some(s) = status.take() {
+                    out.insert(k.clone(), s.clone());
+                }
+            }
+            "metadata" if !keep_managed_fields => {
+                let meta = match v.as_object() {
+                    Some(m) => Value::Object(
+                        m.iter()
+                            .map(|(k, v)| match k.as_str() {
+                                "managedFields" => (k.clone(), Value::Null),
+                                _ => (k.clone(), v.clone()),
+                            })
+                            .collect(),
+                    ),
+                    None => v.clone(),
+                };
+                out.insert(k.clone(), meta);
+            }
+            _ => {
+                out.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    if let Some(s) = status {
+        out.insert("status".into(), s.clone());
+    }
+    let mut out = Value::Object(out);
     copy_resource_version(&mut out, new);
     out
 }

@@ -231,25 +231,118 @@ fn write_resource_version(out: &mut BytesMut, revision: Revision, comma: bool) {
 /// comma must precede it. `None` when that is not certain to be right: no `metadata`
 /// object, duplicate keys, or a `resourceVersion` already present (the stored form never has
 /// one, but the check is cheap next to a wrong answer).
+///
+/// This runs for every write's response and every event the cache takes in, so it scans the
+/// bytes structurally (strings, nesting) instead of parsing: stored values are JSON the server
+/// wrote. Input that is not well-formed where the scan looks gives `None`.
 fn resource_version_slot(value: &[u8]) -> Option<Slot> {
-    #[derive(serde::Deserialize)]
-    struct Shell<'a> {
-        #[serde(borrow)]
-        metadata: &'a serde_json::value::RawValue,
-    }
-    let shell: Shell = serde_json::from_slice(value).ok()?;
-    let raw = shell.metadata.get();
-    let inner = raw.strip_prefix('{')?.strip_suffix('}')?;
-    if inner.contains("\"resourceVersion\"") {
+    let b = value;
+    let mut i = skip_ws(b, 0);
+    if b.get(i) != Some(&b'{') {
         return None;
     }
-    // `raw` borrows from `value`, so its position is its offset.
-    let start = raw.as_ptr() as usize - value.as_ptr() as usize;
+    i = skip_ws(b, i + 1);
+    let mut metadata = None;
+    if b.get(i) != Some(&b'}') {
+        loop {
+            if b.get(i) != Some(&b'"') {
+                return None;
+            }
+            let key_end = skip_string(b, i)?;
+            let key = &b[i + 1..key_end - 1];
+            if key.contains(&b'\\') {
+                // An escaped key might spell `metadata`; not worth decoding.
+                return None;
+            }
+            i = skip_ws(b, key_end);
+            if b.get(i) != Some(&b':') {
+                return None;
+            }
+            i = skip_ws(b, i + 1);
+            let end = skip_value(b, i)?;
+            if key == b"metadata" {
+                if metadata.is_some() || b[i] != b'{' {
+                    return None;
+                }
+                metadata = Some((i, end));
+            }
+            i = skip_ws(b, end);
+            match b.get(i)? {
+                b',' => i = skip_ws(b, i + 1),
+                b'}' => break,
+                _ => return None,
+            }
+        }
+    }
+    if skip_ws(b, i + 1) != b.len() {
+        return None;
+    }
+    let (start, end) = metadata?;
+    let inner = &b[start + 1..end - 1];
+    const RV: &[u8] = b"\"resourceVersion\"";
+    if inner.windows(RV.len()).any(|w| w == RV) {
+        return None;
+    }
     Some(Slot {
         metadata: start,
-        at: start + raw.len() - 1,
-        comma: !inner.trim().is_empty(),
+        at: end - 1,
+        comma: skip_ws(inner, 0) != inner.len(),
     })
+}
+
+/// The first index at or after `i` that is not JSON whitespace.
+fn skip_ws(b: &[u8], mut i: usize) -> usize {
+    while i < b.len() && matches!(b[i], b' ' | b'\n' | b'\r' | b'\t') {
+        i += 1;
+    }
+    i
+}
+
+/// The index just past the string whose opening quote is at `i`.
+fn skip_string(b: &[u8], mut i: usize) -> Option<usize> {
+    i += 1;
+    loop {
+        match b.get(i)? {
+            b'"' => return Some(i + 1),
+            b'\\' => i += 2,
+            _ => i += 1,
+        }
+    }
+}
+
+/// The index just past the JSON value that starts at `i`.
+fn skip_value(b: &[u8], i: usize) -> Option<usize> {
+    match b.get(i)? {
+        b'"' => skip_string(b, i),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut j = i;
+            loop {
+                match b.get(j)? {
+                    b'"' => {
+                        j = skip_string(b, j)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(j + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                j += 1;
+            }
+        }
+        _ => {
+            let end = b[i..]
+                .iter()
+                .position(|c| matches!(c, b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t'))
+                .map_or(b.len(), |n| i + n);
+            (end > i).then_some(end)
+        }
+    }
 }
 
 /// Where [`resource_version_slot`] found `metadata` in a stored value.
@@ -1174,6 +1267,99 @@ mod tests {
             c.write_metadata_json(&mut written);
             let metadata: Value = serde_json::from_slice(&written).unwrap();
             assert_eq!(metadata, served["metadata"]);
+        }
+    }
+
+    /// The slot as a full parse finds it: `metadata`'s exact text within the value.
+    fn slot_by_parsing(value: &[u8]) -> Option<(usize, usize, bool)> {
+        #[derive(serde::Deserialize)]
+        struct Shell<'a> {
+            #[serde(borrow)]
+            metadata: &'a serde_json::value::RawValue,
+        }
+        let shell: Shell = serde_json::from_slice(value).ok()?;
+        let raw = shell.metadata.get();
+        let inner = raw.strip_prefix('{')?.strip_suffix('}')?;
+        if inner.contains("\"resourceVersion\"") {
+            return None;
+        }
+        let start = raw.as_ptr() as usize - value.as_ptr() as usize;
+        Some((start, start + raw.len() - 1, !inner.trim().is_empty()))
+    }
+
+    fn json_value() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let text = proptest::sample::select(vec![
+            "",
+            "a",
+            "metadata",
+            "resourceVersion",
+            "\"",
+            "\\",
+            "}",
+            "{\"metadata\":{",
+            "]",
+            "é",
+            "\"resourceVersion\"",
+        ]);
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            (-1e9f64..1e9).prop_map(Value::from),
+            text.clone().prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 48, 6, move |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+                proptest::collection::vec((text.clone(), inner), 0..5).prop_map(
+                    |kv| Value::Object(kv.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+                ),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        /// The structural scan finds exactly the slot a full parse finds, in compact and in
+        /// pretty-printed JSON, wherever `metadata` is and whatever the strings hold.
+        #[test]
+        fn the_slot_scan_agrees_with_a_full_parse(
+            top in proptest::collection::vec(
+                (proptest::sample::select(vec!["apiVersion", "kind", "spec", "status", "metadata", "data"]), json_value()),
+                0..6,
+            ),
+            pretty: bool,
+        ) {
+            let obj: serde_json::Map<String, Value> =
+                top.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+            let bytes = if pretty {
+                serde_json::to_vec_pretty(&obj).unwrap()
+            } else {
+                serde_json::to_vec(&obj).unwrap()
+            };
+            let scanned = resource_version_slot(&bytes).map(|s| (s.metadata, s.at, s.comma));
+            proptest::prop_assert_eq!(scanned, slot_by_parsing(&bytes));
+        }
+    }
+
+    #[test]
+    fn malformed_values_have_no_slot() {
+        for bad in [
+            &b""[..],
+            b"{",
+            b"{\"metadata\":{}",
+            b"{\"metadata\":{}}x",
+            b"{\"metadata\":{\"a\":\"}}",
+            b"[{\"metadata\":{}}]",
+            b"{\"metadata\" {}}",
+            b"{\"metadata\":{},}",
+            b"{\"meta\\u0064ata\":{}}",
+        ] {
+            assert!(
+                resource_version_slot(bad).is_none(),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
         }
     }
 
