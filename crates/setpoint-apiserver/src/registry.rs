@@ -4,7 +4,7 @@
 //! run time through the same [`ResourceDef`] shape, so every request goes through one generic
 //! path whatever the kind.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use setpoint_api::{GroupResource, GroupVersionKind, GroupVersionResource};
@@ -185,7 +185,9 @@ pub struct Subresource {
 pub struct Registry {
     /// In discovery order.
     resources: Vec<Arc<ResourceDef>>,
-    by_gvr: BTreeMap<(String, String, String), Arc<ResourceDef>>,
+    /// By plural, then the few (group, version) pairs that serve it: every request looks its
+    /// resource up, and a map keyed by the plural alone is searched without building a key.
+    by_plural: HashMap<String, Vec<Arc<ResourceDef>>>,
 }
 
 impl Registry {
@@ -201,19 +203,27 @@ impl Registry {
     /// Adds (or replaces) a resource.
     pub fn add(&mut self, def: ResourceDef) {
         let def = Arc::new(def);
-        let key = (def.group.clone(), def.version.clone(), def.plural.clone());
         if let Some(pos) = self.resources.iter().position(|r| r.gvr() == def.gvr()) {
             self.resources[pos] = def.clone();
         } else {
             self.resources.push(def.clone());
         }
-        self.by_gvr.insert(key, def);
+        let same_plural = self.by_plural.entry(def.plural.clone()).or_default();
+        match same_plural
+            .iter()
+            .position(|r| r.group == def.group && r.version == def.version)
+        {
+            Some(pos) => same_plural[pos] = def,
+            None => same_plural.push(def),
+        }
     }
 
     /// Looks a resource up by group, version and plural.
     pub fn get(&self, group: &str, version: &str, plural: &str) -> Option<&Arc<ResourceDef>> {
-        self.by_gvr
-            .get(&(group.to_string(), version.to_string(), plural.to_string()))
+        self.by_plural
+            .get(plural)?
+            .iter()
+            .find(|r| r.group == group && r.version == version)
     }
 
     /// Looks a resource up by group, version and kind.

@@ -2689,22 +2689,42 @@ mod typed {
         dropped: &[String],
         out: &mut Vec<String>,
     ) {
+        let mut path = path.to_string();
+        unknown_at(orig, typed, &mut path, dropped, out);
+    }
+
+    /// [`unknown`] with one path buffer for the whole walk: a path is copied only when it is
+    /// reported (this runs on every create).
+    fn unknown_at(
+        orig: &Value,
+        typed: &Value,
+        path: &mut String,
+        dropped: &[String],
+        out: &mut Vec<String>,
+    ) {
+        let len = path.len();
         match (orig, typed) {
             (Value::Object(o), Value::Object(t)) => {
                 for (k, v) in o {
-                    let p = child(path, k);
-                    if v.is_null() || dropped.contains(&p) {
-                        continue;
+                    if len > 0 {
+                        path.push('.');
                     }
-                    match t.get(k) {
-                        None => out.push(p),
-                        Some(tv) => unknown(v, tv, &p, dropped, out),
+                    path.push_str(k);
+                    if !v.is_null() && !dropped.iter().any(|d| d == path) {
+                        match t.get(k) {
+                            None => out.push(path.clone()),
+                            Some(tv) => unknown_at(v, tv, path, dropped, out),
+                        }
                     }
+                    path.truncate(len);
                 }
             }
             (Value::Array(o), Value::Array(t)) => {
                 for (i, (v, tv)) in o.iter().zip(t).enumerate() {
-                    unknown(v, tv, &index(path, i), dropped, out);
+                    use std::fmt::Write as _;
+                    let _ = write!(path, "[{i}]");
+                    unknown_at(v, tv, path, dropped, out);
+                    path.truncate(len);
                 }
             }
             _ => {}
