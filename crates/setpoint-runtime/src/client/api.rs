@@ -126,6 +126,24 @@ fn decode<K: DeserializeOwned>(v: Value) -> Result<K, ClientError> {
     serde_json::from_value(v).map_err(|e| ClientError::Decode(e.to_string()))
 }
 
+/// Decodes a response body straight into `K`, without a JSON tree in between.
+fn decode_bytes<K: DeserializeOwned>(b: &[u8]) -> Result<K, ClientError> {
+    serde_json::from_slice(b).map_err(|e| ClientError::Decode(e.to_string()))
+}
+
+/// Whether a serialized object names its `apiVersion` and `kind` (read without building
+/// anything).
+fn names_its_type(json: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct TypeMeta {
+        #[serde(rename = "apiVersion")]
+        api_version: Option<serde::de::IgnoredAny>,
+        kind: Option<serde::de::IgnoredAny>,
+    }
+    serde_json::from_slice::<TypeMeta>(json)
+        .is_ok_and(|t| t.api_version.is_some() && t.kind.is_some())
+}
+
 impl<K: DeserializeOwned + Serialize + Send + 'static> Api<K> {
     /// The resource this handle talks to.
     pub fn resource(&self) -> &ApiResource {
@@ -146,6 +164,10 @@ impl<K: DeserializeOwned + Serialize + Send + 'static> Api<K> {
     }
 
     fn body<T: Serialize>(&self, obj: &T) -> Result<Bytes, ClientError> {
+        let json = serde_json::to_vec(obj).map_err(|e| ClientError::Decode(e.to_string()))?;
+        if names_its_type(&json) {
+            return Ok(Bytes::from(json));
+        }
         // Fill apiVersion/kind: typed structs from k8s-openapi serialize them, user types may not.
         let mut v = serde_json::to_value(obj).map_err(|e| ClientError::Decode(e.to_string()))?;
         if let Some(m) = v.as_object_mut() {
@@ -161,9 +183,10 @@ impl<K: DeserializeOwned + Serialize + Send + 'static> Api<K> {
 
     /// GET one object.
     pub async fn get(&self, name: &str) -> Result<K, ClientError> {
-        decode(
-            self.client
-                .request_accepting(
+        decode_bytes(
+            &self
+                .client
+                .request_bytes(
                     http::Method::GET,
                     &self.object_path(name, None),
                     self.accept,
@@ -271,9 +294,16 @@ impl<K: DeserializeOwned + Serialize + Send + 'static> Api<K> {
         path: &str,
         obj: &K,
     ) -> Result<K, ClientError> {
-        decode(
-            self.client
-                .request(method, path, Some("application/json"), self.body(obj)?)
+        decode_bytes(
+            &self
+                .client
+                .request_bytes(
+                    method,
+                    path,
+                    JSON,
+                    Some("application/json"),
+                    self.body(obj)?,
+                )
                 .await?,
         )
     }
@@ -315,13 +345,19 @@ impl<K: DeserializeOwned + Serialize + Send + 'static> Api<K> {
         sub: Option<&str>,
         params: &PatchParams,
         patch: &Patch,
-    ) -> Result<Value, ClientError> {
+    ) -> Result<Bytes, ClientError> {
         let path = with_query(self.object_path(name, sub), params.query());
         let body = Bytes::from(
             serde_json::to_vec(patch.body()).map_err(|e| ClientError::Decode(e.to_string()))?,
         );
         self.client
-            .request(http::Method::PATCH, &path, Some(patch.content_type()), body)
+            .request_bytes(
+                http::Method::PATCH,
+                &path,
+                JSON,
+                Some(patch.content_type()),
+                body,
+            )
             .await
     }
 
@@ -332,7 +368,7 @@ impl<K: DeserializeOwned + Serialize + Send + 'static> Api<K> {
         params: &PatchParams,
         patch: &Patch,
     ) -> Result<K, ClientError> {
-        decode(self.patch_at(name, None, params, patch).await?)
+        decode_bytes(&self.patch_at(name, None, params, patch).await?)
     }
 
     /// PATCH the status subresource.
@@ -342,7 +378,7 @@ impl<K: DeserializeOwned + Serialize + Send + 'static> Api<K> {
         params: &PatchParams,
         patch: &Patch,
     ) -> Result<K, ClientError> {
-        decode(self.patch_at(name, Some("status"), params, patch).await?)
+        decode_bytes(&self.patch_at(name, Some("status"), params, patch).await?)
     }
 
     /// GET the autoscaling/v1 Scale.
@@ -364,7 +400,7 @@ impl<K: DeserializeOwned + Serialize + Send + 'static> Api<K> {
         params: &PatchParams,
         patch: &Patch,
     ) -> Result<Value, ClientError> {
-        self.patch_at(name, Some("scale"), params, patch).await
+        decode_bytes(&self.patch_at(name, Some("scale"), params, patch).await?)
     }
 
     /// DELETE an object. Returns the object as the server answered (gone, or now carrying a
@@ -400,5 +436,28 @@ impl<K: DeserializeOwned + Serialize + Send + 'static> Api<K> {
                 b,
             )
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Pod;
+    use serde_json::json;
+
+    #[test]
+    fn bodies_that_name_their_type_are_sent_as_serialized() {
+        let pod = serde_json::to_vec(&Pod::default()).unwrap();
+        assert!(names_its_type(&pod));
+        for untyped in [
+            json!({"metadata": {"name": "a"}}),
+            json!({"apiVersion": "v1", "metadata": {}}),
+            json!({"kind": "Pod"}),
+            json!({"apiVersion": null, "kind": "Pod"}),
+            json!({"spec": {"apiVersion": "v1", "kind": "Pod"}}),
+        ] {
+            let json = serde_json::to_vec(&DynamicObject(untyped.clone())).unwrap();
+            assert!(!names_its_type(&json), "{untyped}");
+        }
     }
 }

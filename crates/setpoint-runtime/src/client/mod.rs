@@ -272,6 +272,23 @@ impl Client {
         content_type: Option<&str>,
         body: Bytes,
     ) -> Result<Value, ClientError> {
+        let bytes = self
+            .request_bytes(method, path, accept, content_type, body)
+            .await?;
+        serde_json::from_slice(&bytes).map_err(|e| ClientError::Decode(e.to_string()))
+    }
+
+    /// Sends a request and returns the body of a successful answer undecoded, so that typed
+    /// callers decode it once, straight into their type; an error answer becomes
+    /// [`ClientError::Api`].
+    pub(crate) async fn request_bytes(
+        &self,
+        method: http::Method,
+        path: &str,
+        accept: &str,
+        content_type: Option<&str>,
+        body: Bytes,
+    ) -> Result<Bytes, ClientError> {
         let resp = self
             .send_accepting(method, path, accept, content_type, body)
             .await?;
@@ -282,21 +299,14 @@ impl Client {
             .await
             .map_err(|e| ClientError::Transport(e.to_string()))?
             .to_bytes();
-        let v: Value = serde_json::from_slice(&bytes).map_err(|e| {
-            if status >= 400 {
-                ClientError::Api(ApiError::new(
-                    status,
-                    "",
-                    String::from_utf8_lossy(&bytes).into_owned(),
-                ))
-            } else {
-                ClientError::Decode(e.to_string())
-            }
-        })?;
         if status >= 400 {
-            return Err(ClientError::Api(api_error_from_status(&v, status)));
+            let error = match serde_json::from_slice::<Value>(&bytes) {
+                Ok(v) => api_error_from_status(&v, status),
+                Err(_) => ApiError::new(status, "", String::from_utf8_lossy(&bytes).into_owned()),
+            };
+            return Err(ClientError::Api(error));
         }
-        Ok(v)
+        Ok(bytes)
     }
 
     /// Opens a watch (`path` must carry `watch=true`) and yields its events.
