@@ -212,10 +212,12 @@ impl<K: DeserializeOwned + Serialize + Send + 'static> Api<K> {
             self.resource.collection_path(self.namespace.as_deref()),
             params.query(),
         );
-        let mut v = self
-            .client
-            .request_accepting(http::Method::GET, &path, self.accept, None, Bytes::new())
-            .await?;
+        let mut v: Value = decode_bytes(
+            &self
+                .client
+                .request_bytes(http::Method::GET, &path, self.accept, None, Bytes::new())
+                .await?,
+        )?;
         let resource_version = v
             .pointer("/metadata/resourceVersion")
             .and_then(Value::as_str)

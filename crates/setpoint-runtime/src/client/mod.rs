@@ -259,21 +259,8 @@ impl Client {
         content_type: Option<&str>,
         body: Bytes,
     ) -> Result<Value, ClientError> {
-        self.request_accepting(method, path, JSON, content_type, body)
-            .await
-    }
-
-    /// [`Client::request`] with an `Accept` header of the caller's choosing.
-    pub(crate) async fn request_accepting(
-        &self,
-        method: http::Method,
-        path: &str,
-        accept: &str,
-        content_type: Option<&str>,
-        body: Bytes,
-    ) -> Result<Value, ClientError> {
         let bytes = self
-            .request_bytes(method, path, accept, content_type, body)
+            .request_bytes(method, path, JSON, content_type, body)
             .await?;
         serde_json::from_slice(&bytes).map_err(|e| ClientError::Decode(e.to_string()))
     }
