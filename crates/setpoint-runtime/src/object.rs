@@ -5,6 +5,7 @@ use std::fmt;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use serde::de::DeserializeOwned;
+use serde::Deserialize as _;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -53,6 +54,24 @@ pub trait Object: Clone + DeserializeOwned + Serialize + Send + Sync + 'static {
     fn generation(&self) -> Option<i64>;
     /// Removes `metadata.managedFields` (see `InformerOptions::strip_managed_fields`).
     fn strip_managed_fields(&mut self);
+    /// The uids of the owner references: what the owner index files an object under. Typed
+    /// objects read them without copying the references (indexes run on every change).
+    fn owner_uids(&self) -> Vec<String> {
+        self.owner_references().into_iter().map(|r| r.uid).collect()
+    }
+    /// Whether one of the owner references is the object's controller.
+    fn has_controller(&self) -> bool {
+        self.owner_references()
+            .iter()
+            .any(|r| r.controller == Some(true))
+    }
+    /// Each label as `key=value`: what the label index files an object under.
+    fn label_pairs(&self) -> Vec<String> {
+        self.labels()
+            .into_iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect()
+    }
 }
 
 impl<K> Object for K
@@ -89,6 +108,18 @@ where
     fn generation(&self) -> Option<i64> {
         self.metadata().generation
     }
+    fn owner_uids(&self) -> Vec<String> {
+        let refs = self.metadata().owner_references.iter().flatten();
+        refs.map(|r| r.uid.clone()).collect()
+    }
+    fn has_controller(&self) -> bool {
+        let mut refs = self.metadata().owner_references.iter().flatten();
+        refs.any(|r| r.controller == Some(true))
+    }
+    fn label_pairs(&self) -> Vec<String> {
+        let labels = self.metadata().labels.iter().flatten();
+        labels.map(|(k, v)| format!("{k}={v}")).collect()
+    }
     fn strip_managed_fields(&mut self) {
         self.metadata_mut().managed_fields = None;
     }
@@ -123,10 +154,10 @@ impl Object for DynamicObject {
             .unwrap_or_default()
     }
     fn owner_references(&self) -> Vec<OwnerReference> {
+        // Decoded from the tree in place: the garbage collector asks this of every event.
         self.0
             .pointer("/metadata/ownerReferences")
-            .cloned()
-            .and_then(|v| serde_json::from_value(v).ok())
+            .and_then(|v| Vec::<OwnerReference>::deserialize(v).ok())
             .unwrap_or_default()
     }
     fn deletion_timestamp_set(&self) -> bool {
@@ -160,6 +191,45 @@ mod tests {
             DynamicObject(serde_json::json!({"metadata": {"name": "n1", "labels": {"x": "y"}}}));
         assert_eq!(ObjectKey::of(&d).to_string(), "n1");
         assert_eq!(d.labels().get("x").map(String::as_str), Some("y"));
+    }
+
+    #[test]
+    fn index_values_read_in_place_equal_those_from_copies() {
+        let meta = serde_json::json!({"metadata": {"name": "p", "namespace": "ns",
+            "labels": {"app": "web", "tier": "a=b"},
+            "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u1", "controller": true},
+                {"apiVersion": "v1", "kind": "ConfigMap", "name": "cm", "uid": "u2"}]}});
+        let typed: k8s_openapi::api::core::v1::Pod = serde_json::from_value(meta.clone()).unwrap();
+        let dynamic = DynamicObject(meta);
+        let bare = k8s_openapi::api::core::v1::Pod::default();
+        fn from_copies(o: &impl Object) -> (Vec<String>, bool, Vec<String>) {
+            (
+                o.owner_references().into_iter().map(|r| r.uid).collect(),
+                o.owner_references()
+                    .iter()
+                    .any(|r| r.controller == Some(true)),
+                o.labels()
+                    .into_iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect(),
+            )
+        }
+        fn in_place(o: &impl Object) -> (Vec<String>, bool, Vec<String>) {
+            (o.owner_uids(), o.has_controller(), o.label_pairs())
+        }
+        assert_eq!(in_place(&typed), from_copies(&typed));
+        assert_eq!(in_place(&dynamic), from_copies(&dynamic));
+        assert_eq!(in_place(&typed), in_place(&dynamic));
+        assert_eq!(in_place(&bare), (vec![], false, vec![]));
+        assert_eq!(
+            in_place(&typed),
+            (
+                vec!["u1".to_string(), "u2".to_string()],
+                true,
+                vec!["app=web".to_string(), "tier=a=b".to_string()]
+            )
+        );
     }
 
     #[test]

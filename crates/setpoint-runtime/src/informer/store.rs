@@ -152,22 +152,12 @@ impl<K: Object> Store<K> {
     /// on every change costs more than the rest of the indexing together).
     pub(crate) fn with_node_fallback(node_fallback: bool) -> Self {
         let namespace: IndexFn<K> = Arc::new(|o: &K| o.namespace().into_iter().collect());
-        let owner: IndexFn<K> =
-            Arc::new(|o: &K| o.owner_references().into_iter().map(|r| r.uid).collect());
+        let owner: IndexFn<K> = Arc::new(|o: &K| o.owner_uids());
         let node: IndexFn<K> =
             Arc::new(move |o: &K| node_name(o, node_fallback).into_iter().collect());
-        let label: IndexFn<K> = Arc::new(|o: &K| {
-            o.labels()
-                .into_iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect()
-        });
+        let label: IndexFn<K> = Arc::new(|o: &K| o.label_pairs());
         let orphan: IndexFn<K> = Arc::new(|o: &K| {
-            let owned = o
-                .owner_references()
-                .iter()
-                .any(|r| r.controller == Some(true));
-            if owned {
+            if o.has_controller() {
                 Vec::new()
             } else {
                 vec![o.namespace().unwrap_or_default()]
