@@ -201,7 +201,7 @@ pub(crate) async fn run(
     }
     let workers = Arc::new(workers);
     let routed = workers.clone();
-    pods.subscribe(Arc::new(move |event: &Event<Pod>| {
+    let routing = pods.subscribe(Arc::new(move |event: &Event<Pod>| {
         if let Some(w) = node_of(event.object()).and_then(|n| routed.get(n)) {
             w.enqueue(event.key());
         }
@@ -212,6 +212,8 @@ pub(crate) async fn run(
     }
     tracing::info!(nodes = workers.len(), "hosting nodes");
     shutdown.await;
+    // The informer may be shared with other components and outlive these nodes.
+    pods.unsubscribe(routing);
     for w in workers.values() {
         w.shutdown().await;
     }

@@ -35,4 +35,4 @@ pub mod status;
 
 pub use agent::{run_agent, AgentConfig, AgentError, Capacity};
 pub use simulated::{SimulatedConfig, SimulatedRuntime};
-pub use simulation::{run_simulated, SimulationConfig};
+pub use simulation::{run_simulated, run_simulated_on, SimulationConfig};

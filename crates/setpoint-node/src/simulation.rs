@@ -130,13 +130,28 @@ impl SimulationConfig {
     }
 }
 
-/// Hosts `config.nodes` simulated nodes until `shutdown` resolves.
+/// Hosts `config.nodes` simulated nodes until `shutdown` resolves, on informers of their own.
 pub async fn run_simulated(
     client: Client,
     config: SimulationConfig,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), AgentError> {
     let informers = SharedInformers::lean(client.clone());
+    let result = run_simulated_on(client, &informers, config, shutdown).await;
+    informers.shutdown().await;
+    result
+}
+
+/// Hosts `config.nodes` simulated nodes until `shutdown` resolves, on informers the process
+/// already shares (a process that also runs the scheduler keeps one cache of every pod, not
+/// two). `informers` should be lean ([`SharedInformers::lean`]), as the agent's own are; the
+/// caller shuts them down.
+pub async fn run_simulated_on(
+    client: Client,
+    informers: &SharedInformers,
+    config: SimulationConfig,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), AgentError> {
     let pods = informers.typed::<Pod>(Scope::all());
     let nodes = informers.typed::<Node>(Scope::all().labels(&format!("{SIMULATED_LABEL}=true")));
     let n = config.nodes.max(1);
@@ -166,7 +181,6 @@ pub async fn run_simulated(
     };
     let port = server.as_ref().map_or(0, |s| s.local_addr().port());
     let result = host::run(client, pods, nodes, port, hosted, shutdown).await;
-    informers.shutdown().await;
     if let Some(s) = server {
         s.stop().await;
     }

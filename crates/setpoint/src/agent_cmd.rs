@@ -11,6 +11,7 @@ use anyhow::Context;
 use setpoint_node::process::ProcessRuntime;
 use setpoint_node::{AgentConfig, Capacity, SimulatedConfig, SimulationConfig};
 use setpoint_runtime::client::Client;
+use setpoint_runtime::informer::SharedInformers;
 
 #[derive(clap::Args, Clone)]
 pub struct AgentArgs {
@@ -30,7 +31,19 @@ pub struct AgentArgs {
     /// The address the Node reports (default: this host's primary address).
     #[arg(long)]
     address: Option<String>,
-    /// Host this many simulated nodes instead of running pods as processes.
+    #[command(flatten)]
+    simulation: SimulationFlags,
+    /// Seconds between Lease renewals.
+    #[arg(long, default_value_t = 10)]
+    lease_interval_seconds: u64,
+}
+
+/// How many simulated nodes to host and how they behave: `setpoint agent --simulate N` and
+/// `setpoint up --simulate N` take the same flags.
+#[derive(clap::Args, Clone)]
+pub struct SimulationFlags {
+    /// Host this many simulated nodes, whose pods are simulated rather than run (in
+    /// `setpoint agent`: instead of running pods as processes).
     #[arg(long)]
     simulate: Option<usize>,
     /// Name prefix of simulated nodes.
@@ -54,9 +67,30 @@ pub struct AgentArgs {
     /// Pods each simulated node takes.
     #[arg(long, default_value_t = 110)]
     node_pods: u32,
-    /// Seconds between Lease renewals.
-    #[arg(long, default_value_t = 10)]
-    lease_interval_seconds: u64,
+}
+
+impl SimulationFlags {
+    /// The configuration of the simulated nodes, if `--simulate` asks for any.
+    pub fn config(&self, lease_interval: Duration) -> Option<SimulationConfig> {
+        let nodes = self.simulate?;
+        Some(SimulationConfig {
+            nodes,
+            name_prefix: self.node_prefix.clone(),
+            capacity: Capacity {
+                cpu: self.node_cpu.clone(),
+                memory: self.node_memory.clone(),
+                pods: self.node_pods,
+            },
+            runtime: SimulatedConfig {
+                start_delay: Duration::from_millis(self.start_delay_ms),
+                ready_delay: Duration::from_millis(self.ready_delay_ms),
+                failure_rate: self.failure_rate.clamp(0.0, 1.0),
+                ..SimulatedConfig::default()
+            },
+            lease_interval,
+            ..SimulationConfig::default()
+        })
+    }
 }
 
 fn hostname() -> String {
@@ -72,26 +106,10 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let (client, kubeconfig) = crate::leadership::connect(args.kubeconfig.as_deref())?;
     let client = client.without_rate_limit();
     let lease_interval = Duration::from_secs(args.lease_interval_seconds.max(1));
-    if let Some(nodes) = args.simulate {
-        let config = SimulationConfig {
-            nodes,
-            name_prefix: args.node_prefix,
-            capacity: Capacity {
-                cpu: args.node_cpu,
-                memory: args.node_memory,
-                pods: args.node_pods,
-            },
-            runtime: SimulatedConfig {
-                start_delay: Duration::from_millis(args.start_delay_ms),
-                ready_delay: Duration::from_millis(args.ready_delay_ms),
-                failure_rate: args.failure_rate.clamp(0.0, 1.0),
-                ..SimulatedConfig::default()
-            },
-            lease_interval,
-            server_listen: kubeconfig.ca_pem.is_some().then_some(args.listen),
-            client_ca_pem: kubeconfig.ca_pem.clone(),
-            ..SimulationConfig::default()
-        };
+    if let Some(mut config) = args.simulation.config(lease_interval) {
+        config.server_listen = kubeconfig.ca_pem.is_some().then_some(args.listen);
+        config.client_ca_pem = kubeconfig.ca_pem.clone();
+        let nodes = config.nodes;
         println!("Simulating {nodes} nodes");
         setpoint_node::run_simulated(client, config, crate::wait_for_signal()).await?;
         return Ok(());
@@ -116,7 +134,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The local node running inside `setpoint up`.
+/// A node agent running inside `setpoint up`: the local node, or simulated nodes.
 pub struct InProcess {
     stop: tokio::sync::oneshot::Sender<()>,
     task: tokio::task::JoinHandle<()>,
@@ -139,21 +157,45 @@ impl InProcess {
         config.address = "127.0.0.1".into();
         config.server_listen = SocketAddr::from(([127, 0, 0, 1], 0));
         config.client_ca_pem = client_ca_pem;
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            let shutdown = async move {
-                let _ = stopped.await;
-            };
-            if let Err(e) =
-                setpoint_node::run_agent(client, config, Arc::new(runtime), shutdown).await
-            {
-                tracing::error!(error = %e, "local node agent stopped");
-            }
-        });
-        Ok(InProcess { stop, task })
+        Ok(InProcess::spawn("local node agent", move |shutdown| {
+            setpoint_node::run_agent(client, config, Arc::new(runtime), shutdown)
+        }))
     }
 
-    /// Stops the agent (its pods' processes keep running; the next start adopts them).
+    /// Starts `config.nodes` simulated nodes on the process's shared (lean) informers, with
+    /// one logs endpoint for all of them on a free loopback port.
+    pub fn simulated(
+        client: Client,
+        informers: SharedInformers,
+        mut config: SimulationConfig,
+        client_ca_pem: Option<String>,
+    ) -> InProcess {
+        config.address = "127.0.0.1".into();
+        config.server_listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+        config.client_ca_pem = client_ca_pem;
+        InProcess::spawn("simulated nodes", move |shutdown| async move {
+            setpoint_node::run_simulated_on(client, &informers, config, shutdown).await
+        })
+    }
+
+    fn spawn<F, Fut>(what: &'static str, run: F) -> InProcess
+    where
+        F: FnOnce(std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>) -> Fut,
+        Fut: std::future::Future<Output = Result<(), setpoint_node::AgentError>> + Send + 'static,
+    {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let fut = run(Box::pin(async move {
+            let _ = stopped.await;
+        }));
+        let task = tokio::spawn(async move {
+            if let Err(e) = fut.await {
+                tracing::error!(error = %e, "{what} stopped");
+            }
+        });
+        InProcess { stop, task }
+    }
+
+    /// Stops the agent (a local node's processes keep running; the next start adopts them).
     pub async fn stop(self) {
         let _ = self.stop.send(());
         let _ = self.task.await;

@@ -45,6 +45,14 @@ pub struct ControllerManagerArgs {
     /// Seconds a node may go without renewing its Lease before it is marked unreachable.
     #[arg(long, default_value_t = 50)]
     node_monitor_grace_period_seconds: u64,
+    #[command(flatten)]
+    concurrency: ConcurrencyFlags,
+}
+
+/// How many objects each controller reconciles at once (kube-controller-manager's flags and
+/// defaults); `setpoint controller-manager` and `setpoint up` take the same.
+#[derive(clap::Args, Clone)]
+pub struct ConcurrencyFlags {
     /// Deployments reconciled at once.
     #[arg(long, default_value_t = Concurrency::default().deployment)]
     concurrent_deployment_syncs: usize,
@@ -65,6 +73,20 @@ pub struct ControllerManagerArgs {
     concurrent_gc_syncs: usize,
 }
 
+impl ConcurrencyFlags {
+    /// The concurrency the flags ask for.
+    pub fn concurrency(&self) -> Concurrency {
+        Concurrency {
+            deployment: self.concurrent_deployment_syncs,
+            replicaset: self.concurrent_replicaset_syncs,
+            job: self.concurrent_job_syncs,
+            cronjob: self.concurrent_cron_job_syncs,
+            namespace: self.concurrent_namespace_syncs,
+            garbagecollector: self.concurrent_gc_syncs,
+        }
+    }
+}
+
 impl ControllerManagerArgs {
     /// The controllers selected.
     #[cfg(test)]
@@ -80,14 +102,7 @@ impl ControllerManagerArgs {
                     self.node_monitor_grace_period_seconds,
                 ),
             },
-            concurrency: Concurrency {
-                deployment: self.concurrent_deployment_syncs,
-                replicaset: self.concurrent_replicaset_syncs,
-                job: self.concurrent_job_syncs,
-                cronjob: self.concurrent_cron_job_syncs,
-                namespace: self.concurrent_namespace_syncs,
-                garbagecollector: self.concurrent_gc_syncs,
-            },
+            concurrency: self.concurrency.concurrency(),
         }
     }
 }
@@ -121,6 +136,7 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
 pub fn start_in_process(
     client: Client,
     node_grace: std::time::Duration,
+    concurrency: Concurrency,
     informers: SharedInformers,
 ) -> manager::InProcess {
     manager::InProcess::start_on(
@@ -129,7 +145,7 @@ pub fn start_in_process(
             node_lifecycle: setpoint_controllers::nodelifecycle::NodeLifecycleConfig {
                 grace_period: node_grace,
             },
-            concurrency: Concurrency::default(),
+            concurrency,
         },
         informers,
     )

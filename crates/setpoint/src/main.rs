@@ -53,8 +53,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Start a whole cluster — API server, controllers, scheduler and a local node that runs
-    /// pods as processes — on the embedded store unless `--store` says otherwise.
-    Up(ServeArgs),
+    /// pods as processes (plus `--simulate N` simulated nodes) — on the embedded store unless
+    /// `--store` says otherwise.
+    Up(UpArgs),
     /// Start the API server only.
     Server(ServeArgs),
     /// Run the built-in controllers against an API server.
@@ -138,8 +139,14 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     runtime.block_on(async move {
         match cli.command {
-            Command::Up(args) => run(args, true).await,
-            Command::Server(args) => run(args, false).await,
+            Command::Up(args) => {
+                let up = Up {
+                    concurrency: args.concurrency.concurrency(),
+                    simulation: args.simulation,
+                };
+                run(args.serve, Some(up)).await
+            }
+            Command::Server(args) => run(args, None).await,
             Command::ControllerManager(args) => controller_manager::run(args).await,
             Command::Scheduler(args) => scheduler_cmd::run(args).await,
             Command::Agent(args) => agent_cmd::run(args).await,
@@ -149,7 +156,28 @@ fn main() -> anyhow::Result<()> {
     })
 }
 
-async fn run(args: ServeArgs, all_in_one: bool) -> anyhow::Result<()> {
+/// `setpoint up`'s flags: the server's, the controllers' concurrency, and simulated nodes to
+/// host besides the local node.
+#[derive(clap::Args)]
+struct UpArgs {
+    #[command(flatten)]
+    serve: ServeArgs,
+    #[command(flatten)]
+    concurrency: controller_manager::ConcurrencyFlags,
+    #[command(flatten)]
+    simulation: agent_cmd::SimulationFlags,
+}
+
+/// What `setpoint up` runs besides the API server.
+struct Up {
+    concurrency: setpoint_controllers::manager::Concurrency,
+    simulation: agent_cmd::SimulationFlags,
+}
+
+/// Serves the API; with `up` also runs the controllers, the scheduler, the local node and any
+/// simulated nodes in this process.
+async fn run(args: ServeArgs, up: Option<Up>) -> anyhow::Result<()> {
+    let all_in_one = up.is_some();
     let started = Instant::now();
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating {}", args.data_dir.display()))?;
@@ -178,10 +206,11 @@ async fn run(args: ServeArgs, all_in_one: bool) -> anyhow::Result<()> {
     // The controllers and the scheduler share one set of informers: one cache of every pod
     // in this process, not one per component.
     let informers = setpoint_runtime::informer::SharedInformers::lean(in_process());
-    let controllers = all_in_one.then(|| {
+    let controllers = up.as_ref().map(|up| {
         controller_manager::start_in_process(
             in_process(),
             Duration::from_secs(args.node_monitor_grace_period_seconds.max(1)),
+            up.concurrency,
             informers.clone(),
         )
     });
@@ -198,6 +227,19 @@ async fn run(args: ServeArgs, all_in_one: bool) -> anyhow::Result<()> {
     } else {
         None
     };
+    // Simulated nodes share the pod cache with the scheduler and the controllers.
+    let simulation = up.and_then(|up| up.simulation.config(Duration::from_secs(10)));
+    let hosting = simulation.as_ref().map(|c| {
+        (
+            c.nodes,
+            c.node_name(0),
+            c.node_name(c.nodes.saturating_sub(1)),
+        )
+    });
+    let simulated = simulation.map(|config| {
+        let ca = running.pki.as_ref().map(|p| p.ca_cert.clone());
+        agent_cmd::InProcess::simulated(in_process(), informers.clone(), config, ca)
+    });
     tracing::info!(url = %running.url, ready_ms = started.elapsed().as_millis() as u64, "API server ready");
     if let Some(kc) = &running.kubeconfig {
         println!("Setpoint is running at {}", running.url);
@@ -215,6 +257,11 @@ async fn run(args: ServeArgs, all_in_one: bool) -> anyhow::Result<()> {
             running.url
         );
     }
+    if let Some((n, first, last)) = hosting {
+        println!(
+            "Hosting {n} simulated nodes ({first} … {last}): their pods are simulated, not run."
+        );
+    }
     if all_in_one {
         println!("Try: kubectl create namespace demo && kubectl -n demo create deployment web --image=nginx:1.25");
     }
@@ -222,7 +269,7 @@ async fn run(args: ServeArgs, all_in_one: bool) -> anyhow::Result<()> {
     std::io::stdout().flush()?;
     wait_for_signal().await;
     tracing::info!("shutting down");
-    if let Some(n) = node {
+    for n in [node, simulated].into_iter().flatten() {
         n.stop().await;
     }
     if let Some(s) = scheduler {
