@@ -2,7 +2,8 @@
 //! N nodes, and how fast it deletes them again.
 //!
 //! The run: start N simulated nodes in this process (through the public API, like any node
-//! agent) and wait until they are Ready; open the watches ([`crate::observe`]); create the
+//! agent), or with `reuse_nodes` find N simulated nodes the cluster already has (hosted by
+//! `setpoint up --simulate N` or `setpoint agent --simulate N`), and wait until they are Ready; open the watches ([`crate::observe`]); create the
 //! Deployments with C concurrent requests; wait until every pod is Running and every
 //! Deployment Available (or the timeout); delete the namespaces and wait until they are gone.
 //! Everything observed goes into the raw log, and the report is computed from it alone.
@@ -16,6 +17,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use serde_json::json;
+use setpoint_node::simulation::SIMULATED_LABEL;
 use setpoint_node::{Capacity, SimulatedConfig, SimulationConfig};
 use setpoint_runtime::client::{Api, Client, DeleteParams, ListParams, PostParams};
 use tokio::sync::watch;
@@ -36,6 +38,9 @@ pub const RUN_LABEL: &str = "setpoint-bench-run";
 pub struct DensityConfig {
     /// Simulated nodes to host in this process (0: use the nodes the cluster has).
     pub nodes: usize,
+    /// Host no nodes: wait until the cluster has `nodes` Ready simulated nodes of its own
+    /// (labelled `setpoint.dev/simulated=true`) and leave them in place at the end.
+    pub reuse_nodes: bool,
     pub deployments: usize,
     pub replicas: i32,
     /// One namespace per Deployment instead of one for the run.
@@ -65,6 +70,7 @@ impl Default for DensityConfig {
     fn default() -> Self {
         DensityConfig {
             nodes: 0,
+            reuse_nodes: false,
             deployments: 1,
             replicas: 1,
             namespace_per_deployment: false,
@@ -250,7 +256,7 @@ pub async fn run(
     let selector = format!("{RUN_LABEL}={id}");
     let pods = config.deployments as u64 * config.replicas.max(0) as u64;
 
-    let nodes = (config.nodes > 0).then(|| {
+    let nodes = (config.nodes > 0 && !config.reuse_nodes).then(|| {
         Nodes::start(
             &client,
             config.nodes,
@@ -266,8 +272,13 @@ pub async fn run(
     });
     if config.nodes > 0 {
         let want = config.nodes as u64;
+        let ours = if config.reuse_nodes {
+            format!("{SIMULATED_LABEL}=true")
+        } else {
+            selector.clone()
+        };
         let ok = wait_until(config.timeout, Duration::from_millis(250), || async {
-            Ok(ready_nodes(&client, &rec, Some(&selector)).await? >= want)
+            Ok(ready_nodes(&client, &rec, Some(&ours)).await? >= want)
         })
         .await?;
         if !ok {
@@ -289,7 +300,9 @@ pub async fn run(
             unix_ms: chrono::Utc::now().timestamp_millis(),
             params: json!({
                 "nodes": cluster_nodes,
-                "simulated_nodes": config.nodes,
+                // Hosted by this run; reused ones are the cluster's.
+                "simulated_nodes": if config.reuse_nodes { 0 } else { config.nodes },
+                "reused_nodes": config.reuse_nodes,
                 "deployments": config.deployments,
                 "replicas": config.replicas,
                 "namespace_per_deployment": config.namespace_per_deployment,

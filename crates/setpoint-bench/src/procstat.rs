@@ -122,7 +122,10 @@ pub fn listening_inodes(tcp: &str, port: u16) -> Vec<u64> {
 /// (the first arguments of their command line).
 pub fn setpoint_processes(scope: &Scope) -> Vec<(u32, String)> {
     let me = std::process::id();
-    let mut out = vec![(me, "this process (driver + simulated nodes)".to_string())];
+    let mut out = vec![(
+        me,
+        "this process (benchmark, and the nodes it hosts)".to_string(),
+    )];
     let sockets: Vec<String> = scope
         .port
         .map(|port| {

@@ -55,6 +55,10 @@ pub struct DensityArgs {
     /// Simulated nodes to host in this process (0: use the cluster's nodes).
     #[arg(long, default_value_t = 10)]
     nodes: usize,
+    /// Host no nodes: wait for `--nodes` Ready simulated nodes the cluster already has (from
+    /// `setpoint up --simulate N` or `setpoint agent --simulate N`) and use them.
+    #[arg(long)]
+    reuse_nodes: bool,
     #[arg(long, default_value_t = 10)]
     deployments: usize,
     #[arg(long, default_value_t = 10)]
@@ -180,6 +184,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
                 client,
                 density::DensityConfig {
                     nodes: a.nodes,
+                    reuse_nodes: a.reuse_nodes,
                     deployments: a.deployments,
                     replicas: a.replicas,
                     namespace_per_deployment: a.namespace_per_deployment,

@@ -1,7 +1,8 @@
 //! End to end: two `setpoint agent --simulate 5` processes against one `setpoint up` with no
 //! local node. Stopping one agent turns its nodes `Unknown`, taints them, and its pods are
 //! recreated on the other agent's nodes; a pod too big for any node waits until a big enough
-//! node joins.
+//! node joins. And `setpoint up --simulate N` hosting the nodes itself, which
+//! `setpoint bench density --reuse-nodes` then uses.
 //!
 //! Skipped (with a message) when no kubectl is installed; CI installs it.
 
@@ -63,8 +64,13 @@ fn node_states(s: &Setpoint) -> Vec<String> {
 
 /// The nodes of the ready pods of `app=spread`.
 fn ready_pod_nodes(s: &Setpoint) -> Vec<String> {
+    ready_pod_nodes_of(s, "app=spread")
+}
+
+/// The nodes of the ready pods `selector` selects.
+fn ready_pod_nodes_of(s: &Setpoint, selector: &str) -> Vec<String> {
     let all = lines(&s.ok(&[
-        "get", "pods", "-l", "app=spread", "-o",
+        "get", "pods", "-l", selector, "-o",
         r#"jsonpath={range .items[*]}{.spec.nodeName} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}"#,
     ]));
     all.into_iter()
@@ -188,5 +194,74 @@ fn a_lost_agents_pods_move_to_the_other_agents_nodes() {
         },
     );
     assert_eq!(node, "big-0");
+    s.stop();
+}
+
+#[test]
+fn up_hosts_simulated_nodes_and_the_benchmark_reuses_them() {
+    if !support::kubectl_available() {
+        return;
+    }
+    let data = tempfile::tempdir().unwrap();
+    let s = Setpoint::start(
+        &[
+            "up",
+            "--no-node",
+            "--simulate",
+            "3",
+            "--node-prefix",
+            "inproc-",
+            "--start-delay-ms",
+            "50",
+            "--ready-delay-ms",
+            "50",
+        ],
+        &data.path().join("data"),
+    );
+    eventually("3 Ready simulated nodes", Duration::from_secs(60), || {
+        let states = node_states(&s);
+        let ready = states
+            .iter()
+            .filter(|l| l.starts_with("inproc-") && l.ends_with(" True"))
+            .count();
+        (states.len() == 3 && ready == 3).then_some(())
+    });
+    s.apply("apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: inproc\nspec:\n  replicas: 4\n  selector:\n    matchLabels: {app: inproc}\n  template:\n    metadata:\n      labels: {app: inproc}\n    spec:\n      containers:\n      - name: c\n        image: nginx:1.25\n");
+    let placed = eventually("4 ready pods", Duration::from_secs(60), || {
+        let nodes = ready_pod_nodes_of(&s, "app=inproc");
+        (nodes.len() == 4).then_some(nodes)
+    });
+    assert!(
+        placed.iter().all(|n| n.starts_with("inproc-")),
+        "{placed:?}"
+    );
+    // The nodes' logs endpoint runs in the same process and trusts the cluster's CA.
+    let logs = s.ok(&["logs", "deployment/inproc"]);
+    assert!(logs.contains("simulated"), "{logs}");
+
+    // The benchmark hosts no nodes of its own: it waits for these and leaves them in place.
+    let report = data.path().join("report.json");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_setpoint"))
+        .args(["bench", "density", "--nodes", "3", "--reuse-nodes"])
+        .args(["--deployments", "2", "--replicas", "3", "--quiet"])
+        .args(["--timeout-seconds", "60", "--json"])
+        .arg(&report)
+        .env("KUBECONFIG", &s.kubeconfig)
+        .env("SETPOINT_LOG", "warn")
+        .output()
+        .expect("run setpoint bench");
+    assert!(
+        out.status.success(),
+        "bench failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert_eq!(report["nodes"], 3, "{report}");
+    assert_eq!(report["simulated_nodes"], 0, "{report}");
+    assert_eq!(report["pods"], 6, "{report}");
+    assert_eq!(report["timed_out"], false, "{report}");
+    assert_eq!(node_states(&s).len(), 3, "the reused nodes stay");
     s.stop();
 }
