@@ -426,8 +426,18 @@ async fn compact_loop<K: Object>(store: Store<K>, period: Option<Duration>) {
         tick.tick().await;
         let store = store.clone();
         // Serializing thousands of objects would hold up a runtime thread.
-        match tokio::task::spawn_blocking(move || store.compact_idle()).await {
-            Ok(packed) => tracing::debug!(packed, "compacted idle cache entries"),
+        let pass = tokio::task::spawn_blocking(move || {
+            let packed = store.compact_idle();
+            // Counting is a pass over the whole cache: only when someone reads it.
+            let held =
+                tracing::enabled!(tracing::Level::DEBUG).then(|| (store.packed_len(), store.len()));
+            (packed, held)
+        });
+        match pass.await {
+            Ok((packed, Some((held_packed, entries)))) => {
+                tracing::debug!(packed, held_packed, entries, "compacted idle cache entries")
+            }
+            Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "cache compaction failed"),
         }
     }
