@@ -230,13 +230,10 @@ impl PodWorkers {
         let desired_uid = desired.as_ref().and_then(|p| p.metadata.uid.clone());
 
         // Whatever the runtime holds under this name that is not the desired pod must go.
-        let held: Vec<RuntimePod> = inner
+        let held = inner
             .runtime
-            .pods()
-            .await
-            .into_iter()
-            .filter(|p| key_of(p) == *key)
-            .collect();
+            .pods_named(key.namespace.as_deref().unwrap_or_default(), &key.name)
+            .await;
         for stale in held.iter().filter(|p| Some(&p.uid) != desired_uid.as_ref()) {
             let grace = inner
                 .grace

@@ -102,6 +102,15 @@ pub trait PodRuntime: Send + Sync + 'static {
     /// Every pod the runtime holds, including those it found again after the agent restarted.
     async fn pods(&self) -> Vec<RuntimePod>;
 
+    /// The pods the runtime holds under one namespace and name (more than one while a pod
+    /// that was replaced under its name is still being stopped). A pod's sync asks this;
+    /// runtimes that can should answer without copying every pod they hold.
+    async fn pods_named(&self, namespace: &str, name: &str) -> Vec<RuntimePod> {
+        let mut pods = self.pods().await;
+        pods.retain(|p| p.namespace == namespace && p.name == name);
+        pods
+    }
+
     /// A channel that receives a pod's uid whenever its observed status may have changed.
     /// Called once by the agent.
     fn subscribe(&self) -> mpsc::UnboundedReceiver<String>;

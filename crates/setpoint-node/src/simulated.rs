@@ -437,6 +437,19 @@ impl PodRuntime for SimulatedRuntime {
             .collect()
     }
 
+    async fn pods_named(&self, namespace: &str, name: &str) -> Vec<RuntimePod> {
+        self.pods
+            .lock()
+            .iter()
+            .filter(|(_, p)| p.namespace == namespace && p.name == name)
+            .map(|(uid, p)| RuntimePod {
+                uid: uid.clone(),
+                namespace: p.namespace.clone(),
+                name: p.name.clone(),
+            })
+            .collect()
+    }
+
     fn subscribe(&self) -> mpsc::UnboundedReceiver<String> {
         let (tx, rx) = mpsc::unbounded_channel();
         *self.notify.lock() = Some(tx);
@@ -569,6 +582,33 @@ mod tests {
         assert_eq!(s.container_statuses[0].started, Some(true));
         // Idempotent: syncing again changes nothing.
         assert_eq!(rt.sync_pod(&p, &node()).await.unwrap(), s);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pods_named_finds_every_pod_under_a_name_and_no_other() {
+        let rt = SimulatedRuntime::new(config(0.0));
+        let first = pod("Always");
+        let mut replaced = pod("Always");
+        replaced.metadata.uid = Some("uid-2".into());
+        let mut other = pod("Always");
+        other.metadata.name = Some("db".into());
+        other.metadata.uid = Some("uid-3".into());
+        for p in [&first, &replaced, &other] {
+            rt.sync_pod(p, &node()).await.unwrap();
+        }
+        let mut uids: Vec<String> = rt
+            .pods_named("default", "web")
+            .await
+            .into_iter()
+            .map(|p| p.uid)
+            .collect();
+        uids.sort();
+        assert_eq!(uids, ["uid-1", "uid-2"]);
+        assert!(rt.pods_named("other", "web").await.is_empty());
+        // The same answer as the trait's default, which filters `pods()`.
+        let mut all = rt.pods().await;
+        all.retain(|p| p.namespace == "default" && p.name == "db");
+        assert_eq!(rt.pods_named("default", "db").await, all);
     }
 
     #[tokio::test(start_paused = true)]
