@@ -345,8 +345,12 @@ fn source(graph: Arc<Graph>, idx: usize) -> Source {
             let informer = graph.watched[idx].informer.clone();
             let g = graph.clone();
             let handler: Handler<DynamicObject> = Arc::new(move |ev: &Event<DynamicObject>| {
-                // A reference removed by an update must still wake the old owner.
-                if let Event::Updated { old, .. } = ev {
+                if let Event::Updated { old, new } = ev {
+                    // A resync hands over the same object: it asks for a pass regardless.
+                    if !Arc::ptr_eq(old, new) && !ownership_changed(old, new) {
+                        return;
+                    }
+                    // A reference removed by an update must still wake the old owner.
                     g.enqueue_related(&queue, idx, old);
                 }
                 g.enqueue_related(&queue, idx, ev.object());
@@ -356,6 +360,21 @@ fn source(graph: Arc<Graph>, idx: usize) -> Source {
             std::future::pending::<()>().await;
         })
     })
+}
+
+/// Whether an update changed anything a collection decision reads: the object's identity, its
+/// owner references, its deletion or its finalizers. Decisions about the object, its owners
+/// and its dependents read nothing else of it, so an update that changes none of these (a
+/// status write, a label, a scale) cannot change one; Kubernetes' graph builder acts on the
+/// same transitions only.
+fn ownership_changed(old: &DynamicObject, new: &DynamicObject) -> bool {
+    const READ: [&str; 4] = [
+        "/metadata/uid",
+        "/metadata/ownerReferences",
+        "/metadata/deletionTimestamp",
+        "/metadata/finalizers",
+    ];
+    READ.iter().any(|p| old.0.pointer(p) != new.0.pointer(p))
 }
 
 fn finalizers(o: &DynamicObject) -> Vec<String> {
@@ -632,6 +651,46 @@ pub fn controller(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_identity_ownership_deletion_and_finalizers_concern_the_collector() {
+        let base = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": "p", "namespace": "ns", "uid": "u1", "resourceVersion": "1",
+                "labels": {"app": "web"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                    "name": "rs", "uid": "o1", "controller": true}]
+            }
+        });
+        let with = |path: &str, v: Value| {
+            let mut o = base.clone();
+            let (parent, key) = path.rsplit_once('/').unwrap();
+            o.pointer_mut(parent).unwrap()[key] = v;
+            DynamicObject(o)
+        };
+        let old = DynamicObject(base.clone());
+        // Status writes, label and version changes: nothing to decide anew.
+        assert!(!ownership_changed(
+            &old,
+            &with("/metadata/resourceVersion", json!("2"))
+        ));
+        assert!(!ownership_changed(
+            &old,
+            &with("/metadata/labels", json!({"app": "db"}))
+        ));
+        assert!(!ownership_changed(&old, &old));
+        // Each of these can change a decision about the object, an owner or a dependent.
+        for (path, v) in [
+            ("/metadata/uid", json!("u2")),
+            ("/metadata/ownerReferences", json!([])),
+            ("/metadata/deletionTimestamp", json!("2026-01-01T00:00:00Z")),
+            ("/metadata/finalizers", json!([FOREGROUND])),
+        ] {
+            assert!(ownership_changed(&old, &with(path, v.clone())), "{path}");
+            assert!(ownership_changed(&with(path, v), &old), "{path} back");
+        }
+    }
 
     fn owner_ref(uid: &str, block: bool) -> OwnerReference {
         OwnerReference {
