@@ -56,6 +56,10 @@ pub const IGNORED: &[(&str, &str)] = &[
 const WAIT_RECHECK: Duration = Duration::from_secs(5);
 /// How soon to look again while the caches are still filling.
 const SYNC_RECHECK: Duration = Duration::from_millis(100);
+/// How soon to judge again an object whose write was refused because it changed since the
+/// cache showed it: the cache then holds the change, or soon will. (An update that changes
+/// nothing ownership-related does not enqueue the object, so no event would bring it back.)
+const STALE_RECHECK: Duration = Duration::from_millis(50);
 
 /// What the collector found about the owner one owner reference names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -400,8 +404,8 @@ fn owner_references_patch(kept: &[OwnerReference], resource_version: Option<Stri
     }}))
 }
 
-/// Optimistic-concurrency outcomes that another event will resolve: the object changed
-/// or went since the cache showed it.
+/// Outcomes of a foreground delete of a dependent that need nothing more: it went, or its
+/// uid precondition failed (a new object took the name; its own events bring it here).
 fn superseded(e: &ClientError) -> bool {
     e.is_not_found() || e.is_conflict()
 }
@@ -535,7 +539,8 @@ impl GarbageCollector {
                 Ok(_) => {
                     tracing::info!(object = %obj.name(), finalizer = f, "dependents handled; finalizer removed");
                 }
-                Err(e) if superseded(&e) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) if e.is_conflict() => return Ok(Action::RequeueAfter(STALE_RECHECK)),
                 Err(e) => return Err(e.into()),
             }
         }
@@ -581,7 +586,8 @@ impl GarbageCollector {
                     .await
                 {
                     Ok(_) => {}
-                    Err(e) if superseded(&e) => {}
+                    Err(e) if e.is_not_found() => {}
+                    Err(e) if e.is_conflict() => return Ok(Action::RequeueAfter(STALE_RECHECK)),
                     Err(e) => return Err(e.into()),
                 }
             }
@@ -598,7 +604,8 @@ impl GarbageCollector {
                     Ok(_) => {
                         tracing::info!(object = %obj.name(), policy, "owners gone; deleted dependent");
                     }
-                    Err(e) if superseded(&e) => {}
+                    Err(e) if e.is_not_found() => {}
+                    Err(e) if e.is_conflict() => return Ok(Action::RequeueAfter(STALE_RECHECK)),
                     Err(e) => return Err(e.into()),
                 }
             }

@@ -1,11 +1,18 @@
 //! The namespace controller and the garbage collector against a real in-process API server.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
+
+use bytes::Bytes;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use serde_json::json;
-use setpoint_runtime::client::{Api, Client, DeleteParams, Patch, PatchParams, PostParams};
+use setpoint_runtime::client::{
+    Api, Body, Client, ClientError, DeleteParams, Patch, PatchParams, PostParams, ServiceTransport,
+    Transport,
+};
 use setpoint_runtime::informer::SharedInformers;
 use setpoint_testing::TestCluster;
 
@@ -287,4 +294,85 @@ async fn owners_of_other_kinds_and_stale_uids_are_resolved() {
     })
     .await;
     tasks.iter().for_each(|t| t.abort());
+}
+
+/// Forwards every request to the server, but right before the first DELETE of `target` it
+/// changes `target` (a label, nothing the collector reads), so that the delete, preconditioned
+/// on the version the collector judged, is refused with a real 409.
+struct RacingWrite<T> {
+    inner: T,
+    target: String,
+    raced: AtomicBool,
+    refused: AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl<T: Transport> Transport for RacingWrite<T> {
+    async fn send(&self, req: http::Request<Bytes>) -> Result<http::Response<Body>, ClientError> {
+        let path = req.uri().path().to_string();
+        let first_delete = req.method() == http::Method::DELETE
+            && path.ends_with(&self.target)
+            && !self.raced.swap(true, Ordering::SeqCst);
+        if first_delete {
+            let label = http::Request::patch(path.as_str())
+                .header("content-type", "application/merge-patch+json")
+                .body(Bytes::from_static(
+                    br#"{"metadata":{"labels":{"raced":"yes"}}}"#,
+                ))
+                .unwrap();
+            let resp = self.inner.send(label).await?;
+            assert!(resp.status().is_success(), "{}", resp.status());
+        }
+        let resp = self.inner.send(req).await?;
+        if first_delete && resp.status() == http::StatusCode::CONFLICT {
+            self.refused.store(true, Ordering::SeqCst);
+        }
+        Ok(resp)
+    }
+}
+
+#[tokio::test]
+async fn a_write_refused_as_stale_is_judged_again_without_another_event() {
+    let cluster = TestCluster::start().await;
+    let racing = Arc::new(RacingWrite {
+        inner: ServiceTransport::new(setpoint_apiserver::http::router(cluster.server().clone())),
+        target: "/configmaps/orphan".into(),
+        raced: AtomicBool::new(false),
+        refused: AtomicBool::new(false),
+    });
+    let gc_client = Client::new(SharedTransport(racing.clone()));
+    let informers = SharedInformers::new(cluster.client());
+    let resources = setpoint_controllers::gc::resources(&cluster.client()).await;
+    let gc = setpoint_controllers::gc::controller(gc_client, &informers, &resources);
+    let task = tokio::spawn(gc.run(std::future::pending()));
+
+    let cms: Api<ConfigMap> = Api::namespaced(cluster.client(), "default");
+    config_map(
+        &cms,
+        json!({"metadata": {"name": "orphan", "ownerReferences": [
+            {"apiVersion": "v1", "kind": "ConfigMap", "name": "gone", "uid": "no-such-uid"}
+        ]}}),
+    )
+    .await;
+    // The label change is the only event after the refusal, and it concerns nothing the
+    // collector acts on: the collector must come back on its own.
+    eventually("the orphan deleted after its delete was refused", || {
+        gone(&cms, "orphan")
+    })
+    .await;
+    assert!(
+        racing.refused.load(Ordering::SeqCst),
+        "the race did not happen"
+    );
+    task.abort();
+}
+
+/// A transport shared with the test, which reads its flags.
+struct SharedTransport<T>(Arc<T>);
+
+#[async_trait::async_trait]
+impl<T: Transport> Transport for SharedTransport<T> {
+    async fn send(&self, req: http::Request<Bytes>) -> Result<http::Response<Body>, ClientError> {
+        self.0.send(req).await
+    }
 }
