@@ -3,8 +3,9 @@
 //!
 //! The run: start N simulated nodes in this process (through the public API, like any node
 //! agent), or with `reuse_nodes` find N simulated nodes the cluster already has (hosted by
-//! `setpoint up --simulate N` or `setpoint agent --simulate N`), and wait until they are Ready; open the watches ([`crate::observe`]); create the
-//! Deployments with C concurrent requests; wait until every pod is Running and every
+//! `setpoint up --simulate N` or `setpoint agent --simulate N`), and wait until they are
+//! Ready; open the watches ([`crate::observe`]); create the Deployments with C concurrent
+//! requests; wait until every pod is Running and every
 //! Deployment Available (or the timeout); delete the namespaces and wait until they are gone.
 //! Everything observed goes into the raw log, and the report is computed from it alone.
 

@@ -129,6 +129,20 @@ pub struct SimulatedRuntime {
 }
 
 impl SimulatedRuntime {
+    /// The pods held that `keep` selects, copied out (only those).
+    fn held(&self, keep: impl Fn(&SimPod) -> bool) -> Vec<RuntimePod> {
+        self.pods
+            .lock()
+            .iter()
+            .filter(|(_, p)| keep(p))
+            .map(|(uid, p)| RuntimePod {
+                uid: uid.clone(),
+                namespace: p.namespace.clone(),
+                name: p.name.clone(),
+            })
+            .collect()
+    }
+
     /// A runtime holding no pods.
     pub fn new(config: SimulatedConfig) -> Self {
         SimulatedRuntime {
@@ -426,28 +440,11 @@ impl PodRuntime for SimulatedRuntime {
     }
 
     async fn pods(&self) -> Vec<RuntimePod> {
-        self.pods
-            .lock()
-            .iter()
-            .map(|(uid, p)| RuntimePod {
-                uid: uid.clone(),
-                namespace: p.namespace.clone(),
-                name: p.name.clone(),
-            })
-            .collect()
+        self.held(|_| true)
     }
 
     async fn pods_named(&self, namespace: &str, name: &str) -> Vec<RuntimePod> {
-        self.pods
-            .lock()
-            .iter()
-            .filter(|(_, p)| p.namespace == namespace && p.name == name)
-            .map(|(uid, p)| RuntimePod {
-                uid: uid.clone(),
-                namespace: p.namespace.clone(),
-                name: p.name.clone(),
-            })
-            .collect()
+        self.held(|p| p.namespace == namespace && p.name == name)
     }
 
     fn subscribe(&self) -> mpsc::UnboundedReceiver<String> {
