@@ -13,6 +13,9 @@ use setpoint_node::{AgentConfig, Capacity, SimulatedConfig, SimulationConfig};
 use setpoint_runtime::client::Client;
 use setpoint_runtime::informer::SharedInformers;
 
+/// The node agent's `User-Agent` name (its writes name their field manager themselves).
+pub const COMPONENT: &str = setpoint_node::podworker::FIELD_MANAGER;
+
 #[derive(clap::Args, Clone)]
 pub struct AgentArgs {
     /// Kubeconfig of the API server (default: `$KUBECONFIG`, then `~/.kube/config`). Its CA
@@ -103,7 +106,7 @@ fn hostname() -> String {
 
 /// `setpoint agent`.
 pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
-    let (client, kubeconfig) = crate::leadership::connect(args.kubeconfig.as_deref())?;
+    let (client, kubeconfig) = crate::leadership::connect(args.kubeconfig.as_deref(), COMPONENT)?;
     let client = client.without_rate_limit();
     let lease_interval = Duration::from_secs(args.lease_interval_seconds.max(1));
     if let Some(mut config) = args.simulation.config(lease_interval) {

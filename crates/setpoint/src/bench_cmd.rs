@@ -147,7 +147,7 @@ fn client(
     setpoint_runtime::client::Client,
     setpoint_bench::procstat::Scope,
 )> {
-    let (client, kubeconfig) = crate::leadership::connect(path)?;
+    let (client, kubeconfig) = crate::leadership::connect(path, "setpoint-bench")?;
     // The file `connect` read: the flag, else the first `$KUBECONFIG` entry, else ~/.kube/config.
     let file = path
         .map(Path::to_path_buf)

@@ -11,6 +11,8 @@ use setpoint_controllers::manager::{self, Concurrency, ALL};
 /// The Lease replicas of the controller manager elect their leader on (the name Kubernetes
 /// uses, so tools that look for it find it).
 const LEASE: (&str, &str) = ("kube-system", "kube-controller-manager");
+/// The controllers' `User-Agent` name: the field manager their writes are recorded under.
+pub const COMPONENT: &str = "setpoint-controller-manager";
 
 #[derive(clap::Args, Clone)]
 pub struct ControllerManagerArgs {
@@ -109,7 +111,7 @@ impl ControllerManagerArgs {
 
 /// `setpoint controller-manager`.
 pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
-    let (client, _) = crate::leadership::connect(args.kubeconfig.as_deref())?;
+    let (client, _) = crate::leadership::connect(args.kubeconfig.as_deref(), COMPONENT)?;
     let client = client.with_rate_limit(args.kube_api_qps.max(0.1), args.kube_api_burst.max(1));
     let leadership = crate::leadership::elect(&client, LEASE, args.leader_elect)?;
     let options = args.options();

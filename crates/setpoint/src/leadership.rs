@@ -8,13 +8,15 @@ use setpoint_runtime::leader::{LeaderConfig, LeaderElector, LeaderHandle, LeaseL
 use tokio::sync::watch;
 
 /// A client for the API server in the kubeconfig at `path` (default: `$KUBECONFIG`, then
-/// `~/.kube/config`), and the kubeconfig itself.
-pub fn connect(path: Option<&Path>) -> anyhow::Result<(Client, Kubeconfig)> {
+/// `~/.kube/config`), and the kubeconfig itself. `component` is its `User-Agent` name, which
+/// the server records as the field manager of its writes.
+pub fn connect(path: Option<&Path>, component: &str) -> anyhow::Result<(Client, Kubeconfig)> {
     let kubeconfig = match path {
         Some(p) => Kubeconfig::read(p)?,
         None => Kubeconfig::from_env()?,
     };
-    Ok((Client::from_kubeconfig(&kubeconfig)?, kubeconfig))
+    let client = Client::from_kubeconfig(&kubeconfig)?.with_user_agent(component);
+    Ok((client, kubeconfig))
 }
 
 /// A component's place in its election: the handle (to release the Lease on shutdown) and

@@ -208,18 +208,22 @@ async fn run(args: ServeArgs, up: Option<Up>) -> anyhow::Result<()> {
     let informers = setpoint_runtime::informer::SharedInformers::lean(in_process());
     let controllers = up.as_ref().map(|up| {
         controller_manager::start_in_process(
-            in_process(),
+            in_process().with_user_agent(controller_manager::COMPONENT),
             Duration::from_secs(args.node_monitor_grace_period_seconds.max(1)),
             up.concurrency,
             informers.clone(),
         )
     });
-    let scheduler =
-        all_in_one.then(|| scheduler_cmd::InProcess::start(in_process(), informers.clone()));
+    let scheduler = all_in_one.then(|| {
+        scheduler_cmd::InProcess::start(
+            in_process().with_user_agent(scheduler_cmd::COMPONENT),
+            informers.clone(),
+        )
+    });
     let node = if all_in_one && !args.no_node {
         let ca = running.pki.as_ref().map(|p| p.ca_cert.clone());
         Some(agent_cmd::InProcess::start(
-            in_process(),
+            in_process().with_user_agent(agent_cmd::COMPONENT),
             &agent_cmd::local_node_name(),
             data_dir.join("node"),
             ca,
@@ -238,7 +242,12 @@ async fn run(args: ServeArgs, up: Option<Up>) -> anyhow::Result<()> {
     });
     let simulated = simulation.map(|config| {
         let ca = running.pki.as_ref().map(|p| p.ca_cert.clone());
-        agent_cmd::InProcess::simulated(in_process(), informers.clone(), config, ca)
+        agent_cmd::InProcess::simulated(
+            in_process().with_user_agent(agent_cmd::COMPONENT),
+            informers.clone(),
+            config,
+            ca,
+        )
     });
     tracing::info!(url = %running.url, ready_ms = started.elapsed().as_millis() as u64, "API server ready");
     if let Some(kc) = &running.kubeconfig {

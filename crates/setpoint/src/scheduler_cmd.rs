@@ -9,6 +9,8 @@ use setpoint_scheduler::SchedulerConfig;
 
 /// The Lease scheduler replicas elect their leader on (Kubernetes' name for it).
 const LEASE: (&str, &str) = ("kube-system", "kube-scheduler");
+/// The scheduler's `User-Agent` name.
+pub const COMPONENT: &str = "setpoint-scheduler";
 
 #[derive(clap::Args, Clone)]
 pub struct SchedulerArgs {
@@ -39,7 +41,7 @@ pub struct SchedulerArgs {
 
 /// `setpoint scheduler`.
 pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
-    let (client, _) = crate::leadership::connect(args.kubeconfig.as_deref())?;
+    let (client, _) = crate::leadership::connect(args.kubeconfig.as_deref(), COMPONENT)?;
     // Binding is the scheduler's whole output; a client-side limit only slows it unless asked.
     let client = if args.kube_api_qps > 0.0 {
         client.with_rate_limit(args.kube_api_qps, (args.kube_api_qps as u32).max(1))

@@ -154,6 +154,44 @@ pub struct Client {
     limiter: Option<Arc<TokenBucket>>,
     metrics: Option<Arc<crate::metrics::ClientMetrics>>,
     default_namespace: String,
+    user_agent: http::HeaderValue,
+}
+
+/// client-go's default `User-Agent`: `<program>/<version> (<os>/<arch>) …`. The server takes
+/// the part before the first `/` as the field manager of writes that name none, so an
+/// operator's writes are recorded under its program's name, as a Go controller's are.
+fn default_user_agent() -> http::HeaderValue {
+    static UA: std::sync::OnceLock<http::HeaderValue> = std::sync::OnceLock::new();
+    UA.get_or_init(|| {
+        let program = std::env::current_exe()
+            .ok()
+            .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+            .unwrap_or_default();
+        user_agent_for(&program)
+    })
+    .clone()
+}
+
+/// `<program>/<version> (<os>/<arch>) setpoint-runtime`, with the program name cut to what a
+/// header and a field manager can carry (`unknown` if nothing is left).
+fn user_agent_for(program: &str) -> http::HeaderValue {
+    let program: String = program
+        .chars()
+        .filter(|c| c.is_ascii_graphic() && *c != '/')
+        .take(64)
+        .collect();
+    let program = if program.is_empty() {
+        "unknown"
+    } else {
+        &program
+    };
+    let ua = format!(
+        "{program}/v{} ({}/{}) setpoint-runtime",
+        env!("CARGO_PKG_VERSION"),
+        std::env::consts::OS,
+        std::env::consts::ARCH
+    );
+    http::HeaderValue::from_str(&ua).unwrap_or_else(|_| http::HeaderValue::from_static("unknown"))
 }
 
 impl Client {
@@ -164,6 +202,7 @@ impl Client {
             limiter: None,
             metrics: None,
             default_namespace: "default".into(),
+            user_agent: default_user_agent(),
         }
     }
 
@@ -191,6 +230,14 @@ impl Client {
     /// Removes any client-side rate limit.
     pub fn without_rate_limit(mut self) -> Self {
         self.limiter = None;
+        self
+    }
+
+    /// Sends `<name>/<version> (<os>/<arch>) setpoint-runtime` as the `User-Agent` instead of
+    /// the program's file name; the server records writes that name no field manager under
+    /// `name` (as `kube-controller-manager` is recorded for Kubernetes' controllers).
+    pub fn with_user_agent(mut self, name: &str) -> Self {
+        self.user_agent = user_agent_for(name);
         self
     }
 
@@ -232,7 +279,8 @@ impl Client {
         let mut b = http::Request::builder()
             .method(method.clone())
             .uri(path)
-            .header(http::header::ACCEPT, accept);
+            .header(http::header::ACCEPT, accept)
+            .header(http::header::USER_AGENT, self.user_agent.clone());
         if let Some(ct) = content_type {
             b = b.header(http::header::CONTENT_TYPE, ct);
         }
