@@ -143,16 +143,18 @@ pub async fn create_in_batches(
     let params = PostParams::default();
     let mut left = n;
     for size in crate::replicaset::batches(n) {
-        let results = futures::future::join_all((0..size).map(|_| api.create(&params, pod))).await;
+        // Only the created pod's name is used: its metadata is all that is decoded.
+        let results =
+            futures::future::join_all((0..size).map(|_| api.create_metadata(&params, pod))).await;
         left -= size;
         let mut failed = None;
         for r in results {
             match r {
-                Ok(p) => events.publish(
+                Ok(meta) => events.publish(
                     owner,
                     EventType::Normal,
                     "SuccessfulCreate",
-                    &format!("Created pod: {}", p.name()),
+                    &format!("Created pod: {}", meta.name.as_deref().unwrap_or_default()),
                 ),
                 Err(e) => {
                     expectations.creation_observed(key, 1);

@@ -295,7 +295,10 @@ impl PodWorkers {
             ..Default::default()
         };
         // The cached resourceVersion is a precondition: on 409 the retry sees a fresh pod.
-        match api.replace_status(&key.name, &params, &updated).await {
+        match api
+            .replace_status_metadata(&key.name, &params, &updated)
+            .await
+        {
             Ok(_) => {
                 // Only once the status that shows the change is written: a failed write is
                 // retried and reports it then.

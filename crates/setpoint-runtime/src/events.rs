@@ -501,7 +501,7 @@ impl Writer {
             ..Event::default()
         };
         let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
-        api.create(&PostParams::default(), &event).await?;
+        api.create_metadata(&PostParams::default(), &event).await?;
         Ok((namespace, name))
     }
 }

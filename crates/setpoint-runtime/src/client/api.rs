@@ -4,6 +4,7 @@ use std::marker::PhantomData;
 
 use bytes::Bytes;
 use futures::Stream;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
@@ -129,6 +130,19 @@ fn decode<K: DeserializeOwned>(v: Value) -> Result<K, ClientError> {
 /// Decodes a response body straight into `K`, without a JSON tree in between.
 fn decode_bytes<K: DeserializeOwned>(b: &[u8]) -> Result<K, ClientError> {
     serde_json::from_slice(b).map_err(|e| ClientError::Decode(e.to_string()))
+}
+
+/// An answer's `metadata` without `managedFields`; the rest is passed over unbuilt.
+fn decode_metadata(b: &[u8]) -> Result<ObjectMeta, ClientError> {
+    #[derive(serde::Deserialize)]
+    struct MetadataOnly {
+        #[serde(default)]
+        metadata: ObjectMeta,
+    }
+    let text = std::str::from_utf8(b).map_err(|e| ClientError::Decode(e.to_string()))?;
+    super::skip_managed::from_str::<MetadataOnly>(text)
+        .map(|m| m.metadata)
+        .map_err(|e| ClientError::Decode(e.to_string()))
 }
 
 /// Whether a serialized object names its `apiVersion` and `kind` (read without building
@@ -289,34 +303,47 @@ impl<K: DeserializeOwned + Serialize + Send + 'static> Api<K> {
         self
     }
 
-    /// Sends `obj` as JSON with `method` to `path` and decodes the answer.
+    /// Sends `obj` as JSON with `method` to `path` and returns the answer undecoded.
     async fn send_object(
         &self,
         method: http::Method,
         path: &str,
         obj: &K,
-    ) -> Result<K, ClientError> {
-        decode_bytes(
-            &self
-                .client
-                .request_bytes(
-                    method,
-                    path,
-                    JSON,
-                    Some("application/json"),
-                    self.body(obj)?,
-                )
-                .await?,
+    ) -> Result<Bytes, ClientError> {
+        self.client
+            .request_bytes(
+                method,
+                path,
+                JSON,
+                Some("application/json"),
+                self.body(obj)?,
+            )
+            .await
+    }
+
+    fn create_path(&self, params: &PostParams) -> String {
+        with_query(
+            self.resource.collection_path(self.namespace.as_deref()),
+            params.query(),
         )
     }
 
     /// POST a new object.
     pub async fn create(&self, params: &PostParams, obj: &K) -> Result<K, ClientError> {
-        let path = with_query(
-            self.resource.collection_path(self.namespace.as_deref()),
-            params.query(),
-        );
-        self.send_object(http::Method::POST, &path, obj).await
+        let path = self.create_path(params);
+        decode_bytes(&self.send_object(http::Method::POST, &path, obj).await?)
+    }
+
+    /// [`Api::create`] for callers that need no more of the created object than its metadata
+    /// (name, uid, resourceVersion): only that is decoded, without `managedFields`. A
+    /// controller that creates many objects spends noticeably less per write.
+    pub async fn create_metadata(
+        &self,
+        params: &PostParams,
+        obj: &K,
+    ) -> Result<ObjectMeta, ClientError> {
+        let path = self.create_path(params);
+        decode_metadata(&self.send_object(http::Method::POST, &path, obj).await?)
     }
 
     /// PUT an object (its `metadata.resourceVersion`, if set, is a precondition).
@@ -327,7 +354,7 @@ impl<K: DeserializeOwned + Serialize + Send + 'static> Api<K> {
         obj: &K,
     ) -> Result<K, ClientError> {
         let path = with_query(self.object_path(name, None), params.query());
-        self.send_object(http::Method::PUT, &path, obj).await
+        decode_bytes(&self.send_object(http::Method::PUT, &path, obj).await?)
     }
 
     /// PUT the status subresource.
@@ -338,7 +365,20 @@ impl<K: DeserializeOwned + Serialize + Send + 'static> Api<K> {
         obj: &K,
     ) -> Result<K, ClientError> {
         let path = with_query(self.object_path(name, Some("status")), params.query());
-        self.send_object(http::Method::PUT, &path, obj).await
+        decode_bytes(&self.send_object(http::Method::PUT, &path, obj).await?)
+    }
+
+    /// [`Api::replace_status`], decoding only the answer's metadata (as
+    /// [`Api::create_metadata`]): for writers that go on from their own copy, as a node agent
+    /// reporting pod status does.
+    pub async fn replace_status_metadata(
+        &self,
+        name: &str,
+        params: &PostParams,
+        obj: &K,
+    ) -> Result<ObjectMeta, ClientError> {
+        let path = with_query(self.object_path(name, Some("status")), params.query());
+        decode_metadata(&self.send_object(http::Method::PUT, &path, obj).await?)
     }
 
     async fn patch_at(
@@ -446,6 +486,22 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::Pod;
     use serde_json::json;
+
+    #[test]
+    fn an_answer_can_be_read_for_its_metadata_alone() {
+        let answer = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web-1", "uid": "u1", "resourceVersion": "9",
+                "managedFields": [{"manager": "m", "fieldsV1": {"f:spec": {}}}]},
+            "spec": {"containers": [{"name": "c", "image": "i"}]}});
+        let meta = decode_metadata(&serde_json::to_vec(&answer).unwrap()).unwrap();
+        assert_eq!(meta.name.as_deref(), Some("web-1"));
+        assert_eq!(meta.resource_version.as_deref(), Some("9"));
+        assert!(meta.managed_fields.is_none());
+        // No metadata is empty metadata; a broken answer is an error, not a panic.
+        assert_eq!(decode_metadata(b"{}").unwrap(), ObjectMeta::default());
+        assert!(decode_metadata(b"{\"metadata\": 7}").is_err());
+        assert!(decode_metadata(b"{\"metadata\": {}").is_err());
+    }
 
     #[test]
     fn bodies_that_name_their_type_are_sent_as_serialized() {
