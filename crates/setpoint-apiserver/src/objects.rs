@@ -277,16 +277,20 @@ impl ApiServer {
             .expect("namespaces are built in")
             .clone();
         let key = ns_res.key("", namespace);
+        // Every create asks, so the cached namespace is not parsed beyond that one field.
         let cached = self
             .caches
             .get(&ns_res.storage_prefix())
             .get(&key)
-            .map(|o| std::sync::Arc::new(o.object()));
-        let ns = match cached {
-            Some(o) => o,
-            None => std::sync::Arc::new(self.get_object(&ns_res, "", namespace).await?),
+            .map(|o| o.is_being_deleted());
+        let terminating = match cached {
+            Some(t) => t,
+            None => {
+                let ns = self.get_object(&ns_res, "", namespace).await?;
+                meta::deletion_timestamp(&ns).is_some()
+            }
         };
-        if meta::deletion_timestamp(&ns).is_some() {
+        if terminating {
             return Err(ApiError::forbidden(
                 &res.group_resource(),
                 "",

@@ -157,6 +157,26 @@ impl CachedObject {
         }
     }
 
+    /// Whether `metadata.deletionTimestamp` is set, read without building the object.
+    pub fn is_being_deleted(&self) -> bool {
+        #[derive(serde::Deserialize)]
+        struct Metadata {
+            #[serde(rename = "deletionTimestamp")]
+            deletion_timestamp: Option<String>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Object {
+            metadata: Option<Metadata>,
+        }
+        let bytes = match &self.json {
+            Json::Stored { bytes, .. } | Json::Built(bytes) => bytes,
+        };
+        serde_json::from_slice::<Object>(bytes)
+            .ok()
+            .and_then(|o| o.metadata)
+            .is_some_and(|m| m.deletion_timestamp.is_some())
+    }
+
     /// The object's `metadata`, parsed, `resourceVersion` included (`null` if it has none).
     pub fn metadata(&self) -> Value {
         #[derive(serde::Deserialize)]
@@ -1214,6 +1234,9 @@ mod tests {
             json!({"metadata": 5}),
             json!({"metadata": {"name": "c", "resourceVersion": "7"}}),
             json!({"spec": {"x": [1, 2.5, -3e40]}, "metadata": {"name": "d"}, "status": {}}),
+            json!({"metadata": {"name": "e", "deletionTimestamp": "2026-01-01T00:00:00Z"}}),
+            json!({"metadata": {"name": "f", "deletionTimestamp": null}}),
+            json!({"metadata": {"name": "g", "deletionTimestamp": 7}}),
         ];
         for (i, v) in stored.iter().enumerate() {
             let bytes = serde_json::to_vec(v).unwrap();
@@ -1230,6 +1253,11 @@ mod tests {
                     assert_eq!(served, c.json(), "case {i} at {revision}");
                 }
                 assert_eq!(c.object(), expected(&bytes, revision), "case {i}");
+                assert_eq!(
+                    c.is_being_deleted(),
+                    setpoint_api::meta::deletion_timestamp(&expected(&bytes, revision)).is_some(),
+                    "case {i}"
+                );
                 assert_eq!(
                     c.metadata(),
                     expected(&bytes, revision)["metadata"],
