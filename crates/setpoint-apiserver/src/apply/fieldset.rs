@@ -197,6 +197,40 @@ impl FieldSet {
     }
 }
 
+/// Whether the `FieldsV1` JSON `json` and `set` have a member path in common, read without
+/// decoding `json`: only where `set` leads is looked at. `None` if `json` is malformed there.
+/// An absent (`null`) field set has no members.
+pub fn json_intersects(json: &Value, set: &FieldSet) -> Option<bool> {
+    let map = match json {
+        Value::Null => return Some(false),
+        Value::Object(map) => map,
+        _ => return None,
+    };
+    for (k, child) in &set.children {
+        let Some(below) = map.get(k) else {
+            continue;
+        };
+        let Value::Object(below_map) = below else {
+            return None;
+        };
+        let member = below_map.is_empty() || below_map.contains_key(SELF);
+        if (child.member && member) || json_intersects(below, child)? {
+            return Some(true);
+        }
+    }
+    Some(false)
+}
+
+/// Whether the `FieldsV1` JSON `json` (absent: `None` or `null`) holds no path, as
+/// [`FieldSet::from_json`] would decode it: the root itself is never a member, and any other
+/// key is (or leads to) one.
+pub fn json_is_empty(json: Option<&Value>) -> bool {
+    match json {
+        Some(Value::Object(map)) => map.keys().all(|k| k == SELF),
+        _ => true,
+    }
+}
+
 fn decode(v: &Value) -> Result<FieldSet, String> {
     let Value::Object(map) = v else {
         return Err(format!("expected an object in fieldsV1, got {v}"));
@@ -363,6 +397,43 @@ mod tests {
         assert!(FieldSet::from_json(&json!({"k:notjson": {}})).is_err());
         assert!(FieldSet::from_json(&json!({"f:a": 1})).is_err());
         assert!(FieldSet::from_json(&json!([])).is_err());
+    }
+
+    #[test]
+    fn stored_json_is_judged_as_its_decoded_set() {
+        let stored = json!({"f:metadata": {"f:labels": {"f:a": {}}},
+            "f:spec": {".": {}, "f:x": {}}});
+        let set = |v: Value| FieldSet::from_json(&v).unwrap();
+        for (other, want) in [
+            (json!({"f:metadata": {"f:labels": {"f:a": {}}}}), true),
+            (json!({"f:metadata": {"f:labels": {".": {}}}}), false),
+            (json!({"f:spec": {}}), true),
+            (json!({"f:spec": {"f:y": {}}}), false),
+            (json!({}), false),
+        ] {
+            let other = set(other);
+            assert_eq!(json_intersects(&stored, &other), Some(want), "{other:?}");
+            assert_eq!(!set(stored.clone()).intersection(&other).is_empty(), want);
+        }
+        assert_eq!(
+            json_intersects(&Value::Null, &set(json!({"f:a": {}}))),
+            Some(false)
+        );
+        assert_eq!(
+            json_intersects(&json!({"f:a": 1}), &set(json!({"f:a": {}}))),
+            None
+        );
+        for (v, empty) in [
+            (Some(json!({})), true),
+            (Some(json!({".": {}})), true),
+            (None, true),
+            (Some(json!({"f:a": {}})), false),
+        ] {
+            assert_eq!(json_is_empty(v.as_ref()), empty, "{v:?}");
+            if let Some(v) = v {
+                assert_eq!(set(v).is_empty(), empty);
+            }
+        }
     }
 
     #[test]

@@ -219,7 +219,53 @@ pub fn record_update(
     subresource: Option<&str>,
     now: &str,
 ) {
+    record(res, old, new, manager, subresource, now, true);
+}
+
+/// [`record_update`]; without `shortcut`, every old entry is parsed and judged (the reference
+/// the shortcut is tested against).
+fn record(
+    res: &ResourceDef,
+    old: Option<&Value>,
+    new: &mut Value,
+    manager: &str,
+    subresource: Option<&str>,
+    now: &str,
+    shortcut: bool,
+) {
     let old_items = old.and_then(|o| o.pointer("/metadata/managedFields"));
+    let supplied = new
+        .pointer("/metadata/managedFields")
+        .filter(|v| Some(*v) != old_items)
+        .cloned();
+    let shape = shape_of(res);
+    let before = old.map_or_else(merge::Props::default, |o| {
+        ownable_props(res, o, subresource)
+    });
+    let after = ownable_props(res, new, subresource);
+    let changed = merge::changed_props(&before, &after, shape);
+    let removed = merge::removed_props(&before, &after, shape);
+    if shortcut && supplied.is_none() {
+        if let Some(Value::Array(items)) = old_items {
+            let write = Write {
+                manager,
+                subresource,
+                changed: &changed,
+                removed: &removed,
+                now,
+                api_version: res.api_version(),
+            };
+            if let Some(list) = write.touching_only_what_it_affects(items) {
+                drop((before, after));
+                if list.is_empty() {
+                    meta::remove_meta(new, "managedFields");
+                } else {
+                    meta::set_meta(new, "managedFields", Value::Array(list));
+                }
+                return;
+            }
+        }
+    }
     let old_entries = old
         .and_then(|o| entries_of(o).ok().flatten())
         .unwrap_or_default();
@@ -230,10 +276,6 @@ pub fn record_update(
         }
         _ => Vec::new(),
     };
-    let supplied = new
-        .pointer("/metadata/managedFields")
-        .filter(|v| Some(*v) != old_items)
-        .cloned();
     let (mut entries, mut unchanged) = match supplied {
         Some(Value::Array(items)) if items.is_empty() => {
             meta::remove_meta(new, "managedFields");
@@ -245,13 +287,6 @@ pub fn record_update(
         },
         None => (old_entries, old_json),
     };
-    let shape = shape_of(res);
-    let before = old.map_or_else(merge::Props::default, |o| {
-        ownable_props(res, o, subresource)
-    });
-    let after = ownable_props(res, new, subresource);
-    let changed = merge::changed_props(&before, &after, shape);
-    let removed = merge::removed_props(&before, &after, shape);
     if !changed.is_empty() || !removed.is_empty() {
         for (i, e) in entries.iter_mut().enumerate() {
             let mut fields = e.fields.difference(&removed);
@@ -272,6 +307,106 @@ pub fn record_update(
         }
     }
     set_entries_reusing(new, entries, &unchanged);
+}
+
+/// One `Update` as [`record_update`] records it: who wrote through which subresource, and the
+/// fields the write set or changed and those it removed.
+struct Write<'a> {
+    manager: &'a str,
+    subresource: Option<&'a str>,
+    changed: &'a FieldSet,
+    removed: &'a FieldSet,
+    now: &'a str,
+    api_version: String,
+}
+
+/// An old entry as [`Write::touching_only_what_it_affects`] holds it: as stored, or parsed
+/// because the write changes it.
+enum Slot<'a> {
+    Stored(&'a Value),
+    Parsed(Entry),
+}
+
+impl Write<'_> {
+    /// The new `managedFields` from the stored `items`, parsing and writing again only the
+    /// entries this write changes: those that own a field it removed, those of other managers
+    /// that own a field it changed, and the writer's own. The rest are copied as stored. On a
+    /// pod's status report that leaves the controller's entry, most of the list, unparsed.
+    ///
+    /// Gives what the full computation in [`record_update`] gives; `None` (for that
+    /// computation to run instead) when an entry it needs to read is malformed.
+    fn touching_only_what_it_affects(&self, items: &[Value]) -> Option<Vec<Value>> {
+        let mut slots = Vec::with_capacity(items.len() + 1);
+        let mut mine_at = None;
+        for item in items {
+            let mine = entry_is(item, self.manager, UPDATE, self.subresource)?;
+            let first_mine = mine && mine_at.is_none();
+            if first_mine {
+                mine_at = Some(slots.len());
+            }
+            let fields = item.get("fieldsV1").unwrap_or(&Value::Null);
+            let touched = (first_mine && !self.changed.is_empty())
+                || fieldset::json_intersects(fields, self.removed)?
+                || (!mine && fieldset::json_intersects(fields, self.changed)?);
+            if !touched {
+                slots.push(Slot::Stored(item));
+                continue;
+            }
+            let mut e = Entry::parse(item).ok()?;
+            e.fields = e.fields.difference(self.removed);
+            if !mine {
+                e.fields = e.fields.difference(self.changed);
+            }
+            slots.push(Slot::Parsed(e));
+        }
+        if !self.changed.is_empty() {
+            let i = match mine_at {
+                Some(i) => i,
+                None => {
+                    slots.push(Slot::Parsed(Entry {
+                        manager: self.manager.to_string(),
+                        operation: UPDATE.to_string(),
+                        api_version: String::new(),
+                        time: None,
+                        subresource: self.subresource.map(str::to_string),
+                        fields: FieldSet::new(),
+                    }));
+                    slots.len() - 1
+                }
+            };
+            if let Some(Slot::Parsed(e)) = slots.get_mut(i) {
+                e.fields = e.fields.union(self.changed);
+                e.time = Some(self.now.to_string());
+                e.api_version = self.api_version.clone();
+            }
+        }
+        Some(
+            slots
+                .into_iter()
+                .filter_map(|s| match s {
+                    Slot::Stored(v) => {
+                        (!fieldset::json_is_empty(v.get("fieldsV1"))).then(|| v.clone())
+                    }
+                    Slot::Parsed(e) => (!e.fields.is_empty()).then(|| e.to_json()),
+                })
+                .collect(),
+        )
+    }
+}
+
+/// Whether the stored entry `v` is `manager`'s `operation` through `subresource`; `None` if
+/// its operation or fields type is not one an entry can have (as [`Entry::parse`] checks).
+fn entry_is(v: &Value, manager: &str, operation: &str, subresource: Option<&str>) -> Option<bool> {
+    let s = |k: &str| v.get(k).and_then(Value::as_str);
+    let op = s("operation").unwrap_or("");
+    if op != APPLY && op != UPDATE {
+        return None;
+    }
+    if s("fieldsType").is_some_and(|t| t != "FieldsV1") {
+        return None;
+    }
+    let sub = s("subresource").filter(|s| !s.is_empty());
+    Some(s("manager").unwrap_or("") == manager && op == operation && sub == subresource)
 }
 
 /// Marks entry `i` as changed (its stored JSON can no longer be reused).
@@ -512,4 +647,207 @@ pub fn check_patch_options(
         "",
         vec![cause],
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn def(plural: &str) -> Arc<ResourceDef> {
+        crate::registry::Registry::builtin()
+            .get("", "v1", plural)
+            .expect("built in")
+            .clone()
+    }
+
+    use std::sync::Arc;
+
+    /// Records `steps` (manager, subresource, new object) one after another, with and without
+    /// the shortcut, and checks both give the same `managedFields` after every step.
+    fn same_both_ways(res: &ResourceDef, steps: &[(&str, Option<&str>, Value)]) -> Value {
+        let (mut fast, mut full): (Option<Value>, Option<Value>) = (None, None);
+        for (i, (manager, sub, obj)) in steps.iter().enumerate() {
+            let now = format!("2026-01-01T00:00:{i:02}Z");
+            let mut a = obj.clone();
+            let mut b = obj.clone();
+            // Each step's body carries the managedFields it was read with, as clients send.
+            if let Some(prev) = &fast {
+                meta::set_meta(
+                    &mut a,
+                    "managedFields",
+                    prev["metadata"]["managedFields"].clone(),
+                );
+                meta::set_meta(
+                    &mut b,
+                    "managedFields",
+                    full.as_ref().unwrap()["metadata"]["managedFields"].clone(),
+                );
+            }
+            record(res, fast.as_ref(), &mut a, manager, *sub, &now, true);
+            record(res, full.as_ref(), &mut b, manager, *sub, &now, false);
+            assert_eq!(
+                serde_json::to_string(&a["metadata"]).unwrap(),
+                serde_json::to_string(&b["metadata"]).unwrap(),
+                "step {i}"
+            );
+            fast = Some(a);
+            full = Some(b);
+        }
+        fast.unwrap()
+    }
+
+    fn pod(labels: Value, image: &str, status: Value) -> Value {
+        serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "n", "labels": labels},
+            "spec": {"containers": [{"name": "app", "image": image}]},
+            "status": status})
+    }
+
+    #[test]
+    fn a_pods_life_records_the_same_either_way() {
+        let res = def("pods");
+        let running = serde_json::json!({"phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True"}]});
+        let out = same_both_ways(
+            &res,
+            &[
+                (
+                    "controller",
+                    None,
+                    pod(
+                        serde_json::json!({"app": "web"}),
+                        "nginx:1",
+                        serde_json::json!({}),
+                    ),
+                ),
+                (
+                    "node",
+                    Some("status"),
+                    pod(
+                        serde_json::json!({"app": "web"}),
+                        "nginx:1",
+                        running.clone(),
+                    ),
+                ),
+                (
+                    "node",
+                    Some("status"),
+                    pod(
+                        serde_json::json!({"app": "web"}),
+                        "nginx:1",
+                        serde_json::json!({"phase": "Running"}),
+                    ),
+                ),
+                // Another manager takes a label over, then the image; the first gives up its own.
+                (
+                    "kubectl",
+                    None,
+                    pod(
+                        serde_json::json!({"app": "api"}),
+                        "nginx:1",
+                        serde_json::json!({}),
+                    ),
+                ),
+                (
+                    "kubectl",
+                    None,
+                    pod(
+                        serde_json::json!({"app": "api", "x": "1"}),
+                        "nginx:2",
+                        serde_json::json!({}),
+                    ),
+                ),
+                (
+                    "controller",
+                    None,
+                    pod(
+                        serde_json::json!({"x": "1"}),
+                        "nginx:2",
+                        serde_json::json!({}),
+                    ),
+                ),
+                // A write that changes nothing.
+                (
+                    "controller",
+                    None,
+                    pod(
+                        serde_json::json!({"x": "1"}),
+                        "nginx:2",
+                        serde_json::json!({}),
+                    ),
+                ),
+            ],
+        );
+        let managers: Vec<&str> = out["metadata"]["managedFields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["manager"].as_str().unwrap())
+            .collect();
+        assert_eq!(managers, ["controller", "node", "kubectl"], "{out}");
+    }
+
+    #[test]
+    fn malformed_stored_entries_fall_back_to_the_full_computation() {
+        let res = def("configmaps");
+        let mut old = serde_json::json!({"metadata": {"name": "c", "managedFields": [
+            {"manager": "a", "operation": "Update", "fieldsType": "FieldsV1",
+             "fieldsV1": {"f:data": {"f:k": "not an object"}}}]}, "data": {"k": "1"}});
+        let mut new = serde_json::json!({"metadata": {"name": "c"}, "data": {"k": "2"}});
+        meta::set_meta(
+            &mut new,
+            "managedFields",
+            old["metadata"]["managedFields"].clone(),
+        );
+        let mut full = new.clone();
+        record(&res, Some(&old), &mut new, "b", None, "t", true);
+        record(&res, Some(&old), &mut full, "b", None, "t", false);
+        assert_eq!(new, full);
+        // An operation no entry can have, likewise.
+        old["metadata"]["managedFields"][0]["operation"] = serde_json::json!("Teleport");
+        old["metadata"]["managedFields"][0]["fieldsV1"] = serde_json::json!({"f:data": {}});
+        let mut new = serde_json::json!({"metadata": {"name": "c"}, "data": {"k": "3"}});
+        meta::set_meta(
+            &mut new,
+            "managedFields",
+            old["metadata"]["managedFields"].clone(),
+        );
+        let mut full = new.clone();
+        record(&res, Some(&old), &mut new, "b", None, "t", true);
+        record(&res, Some(&old), &mut full, "b", None, "t", false);
+        assert_eq!(new, full);
+    }
+
+    fn data_map() -> impl Strategy<Value = Value> {
+        proptest::collection::btree_map("[abc]", "[xy]", 0..4)
+            .prop_map(|m| serde_json::to_value(m).unwrap())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        #[test]
+        fn any_sequence_of_updates_records_the_same_either_way(
+            steps in proptest::collection::vec(
+                (0..3usize, data_map(), data_map(), proptest::option::of(data_map())),
+                1..8,
+            )
+        ) {
+            let res = def("configmaps");
+            let managers = ["a", "b", "c"];
+            let steps: Vec<(&str, Option<&str>, Value)> = steps
+                .into_iter()
+                .map(|(m, data, labels, annotations)| {
+                    let mut obj = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": "c", "labels": labels}, "data": data});
+                    if let Some(a) = annotations {
+                        obj["metadata"]["annotations"] = a;
+                    }
+                    (managers[m], None, obj)
+                })
+                .collect();
+            same_both_ways(&res, &steps);
+        }
+    }
 }
