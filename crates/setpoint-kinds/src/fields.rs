@@ -218,9 +218,19 @@ pub fn value_sources(group: &str, kind: &str) -> Option<&'static [&'static str]>
             "status.podIPs",
             "status.nominatedNodeName",
         ]),
-        // Events are small, and their values come from several places (the `source` field
-        // falls back to the reporting controller, the events.k8s.io names map to core ones).
-        ("", "Event") | ("events.k8s.io", "Event") => None,
+        // Either shape: `apiVersion` picks the names (`involvedObject` or `regarding`, …), and
+        // `source` falls back to the reporting controller.
+        ("", "Event") | ("events.k8s.io", "Event") => Some(&[
+            "apiVersion",
+            "involvedObject",
+            "regarding",
+            "reason",
+            "type",
+            "reportingComponent",
+            "reportingController",
+            "source",
+            "deprecatedSource",
+        ]),
         ("", "Node") => Some(&["spec.unschedulable"]),
         ("", "Namespace") => Some(&["status.phase"]),
         ("", "Secret") => Some(&["type"]),

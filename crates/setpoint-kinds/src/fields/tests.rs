@@ -319,6 +319,21 @@ fn value_sources_cover_every_field() {
         json!({"kind": "Job", "metadata": {"name": "j", "namespace": "d"}, "status": {"succeeded": 4}}),
         json!({"kind": "StatefulSet", "metadata": {"name": "s", "namespace": "d"}, "status": {"replicas": 1}}),
         json!({"kind": "Deployment", "metadata": {"name": "x", "namespace": "d"}, "spec": {"replicas": 1}}),
+        json!({"kind": "Event", "apiVersion": "v1", "metadata": {"name": "e", "namespace": "d"},
+               "involvedObject": {"kind": "Pod", "namespace": "d", "name": "p", "uid": "u",
+                                  "apiVersion": "v1", "resourceVersion": "5", "fieldPath": "spec"},
+               "reason": "Started", "type": "Normal", "message": "m",
+               "source": {"component": "kubelet"}, "reportingComponent": "rc"}),
+        json!({"kind": "Event", "apiVersion": "v1", "metadata": {"name": "e", "namespace": "d"},
+               "involvedObject": {"kind": "Pod", "name": "p"}, "reportingComponent": "rc"}),
+        json!({"kind": "Event", "apiVersion": "events.k8s.io/v1",
+               "metadata": {"name": "e", "namespace": "d"},
+               "regarding": {"kind": "Node", "name": "n", "uid": "u", "apiVersion": "v1",
+                             "resourceVersion": "7", "fieldPath": "x", "namespace": ""},
+               "reason": "R", "type": "Warning", "note": "n", "reportingController": "rc2",
+               "deprecatedSource": {"component": "old"}}),
+        json!({"kind": "Event", "metadata": {"name": "e", "namespace": "d"},
+               "regarding": {"kind": "Node", "name": "n"}, "reportingController": "rc3"}),
     ];
     let mut checked = 0;
     for k in crate::BUILTIN {
