@@ -1262,8 +1262,46 @@ async fn watch(
         .status(StatusCode::OK)
         .header(http::header::CONTENT_TYPE, "application/json")
         .header(http::header::CACHE_CONTROL, "no-cache, private")
-        .body(Body::from_stream(stream.boxed()))
+        .body(Body::from_stream(coalesced(stream)))
         .expect("valid response"))
+}
+
+/// At most this many watch events go out in one body chunk.
+const EVENTS_PER_CHUNK: usize = 64;
+/// A chunk stops growing past this size (an event is never split).
+const CHUNK_BYTES: usize = 256 * 1024;
+
+/// Joins the events of `lines` that are ready together into one body chunk, never waiting for
+/// more. Under load a watcher is sent one HTTP/2 frame, TLS record and write for many events
+/// instead of one each: the writes were about a twentieth of the server's CPU with one
+/// client watching 30,000 pods start. An idle watch sends each event alone, at once.
+fn coalesced(
+    lines: impl futures::Stream<Item = Result<Bytes, Infallible>> + Send + 'static,
+) -> futures::stream::BoxStream<'static, Result<Bytes, Infallible>> {
+    lines
+        .ready_chunks(EVENTS_PER_CHUNK)
+        .flat_map(|ready| {
+            if ready.len() == 1 {
+                return futures::stream::iter(ready);
+            }
+            let mut chunks: Vec<Result<Bytes, Infallible>> = Vec::new();
+            let mut joined = BytesMut::new();
+            for Ok(line) in ready {
+                if !joined.is_empty() && joined.len() + line.len() > CHUNK_BYTES {
+                    chunks.push(Ok(joined.split().freeze()));
+                }
+                if joined.is_empty() && line.len() >= CHUNK_BYTES {
+                    chunks.push(Ok(line));
+                } else {
+                    joined.extend_from_slice(&line);
+                }
+            }
+            if !joined.is_empty() {
+                chunks.push(Ok(joined.freeze()));
+            }
+            futures::stream::iter(chunks)
+        })
+        .boxed()
 }
 
 struct WatchState {
@@ -1320,5 +1358,43 @@ impl WatchState {
         };
         let o = json!({"kind": kind, "apiVersion": api_version, "metadata": m});
         event_line("BOOKMARK", &serde_json::to_vec(&o).unwrap_or_default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(n: usize, size: usize) -> Vec<Bytes> {
+        (0..n)
+            .map(|i| {
+                let mut l = vec![b'a' + (i % 26) as u8; size - 1];
+                l.push(b'\n');
+                Bytes::from(l)
+            })
+            .collect()
+    }
+
+    fn chunks_of(input: Vec<Bytes>) -> Vec<Bytes> {
+        let stream = futures::stream::iter(input.into_iter().map(Ok::<_, Infallible>));
+        futures::executor::block_on(coalesced(stream).map(|r| r.unwrap()).collect())
+    }
+
+    #[test]
+    fn ready_events_go_out_together_within_bounds() {
+        for (n, size) in [(1, 10), (3, 10), (200, 100), (10, 100_000), (3, 300_000)] {
+            let input = lines(n, size);
+            let chunks = chunks_of(input.clone());
+            assert_eq!(chunks.concat(), input.concat(), "{n} x {size}");
+            for c in &chunks {
+                let events = c.iter().filter(|b| **b == b'\n').count();
+                assert!(events <= EVENTS_PER_CHUNK, "{n} x {size}");
+                // Only an event bigger than the bound makes a bigger chunk, and goes alone.
+                assert!(c.len() <= CHUNK_BYTES || events == 1, "{n} x {size}");
+                assert!(c.ends_with(b"\n"), "events are never split");
+            }
+            assert!(chunks.len() >= n.div_ceil(EVENTS_PER_CHUNK));
+        }
+        assert_eq!(chunks_of(lines(200, 100)).len(), 4);
     }
 }

@@ -381,34 +381,30 @@ impl Client {
         }
         let body = resp.into_body();
         let lines = futures::stream::unfold(
-            (body, Vec::<u8>::new(), false),
+            (body, Lines::default(), false),
             move |(mut body, mut buf, done)| async move {
                 loop {
-                    if let Some(pos) = buf.iter().position(|b| *b == b'\n') {
-                        let line: Vec<u8> = buf.drain(..=pos).collect();
+                    if let Some(line) = buf.next_line() {
                         if line.iter().all(u8::is_ascii_whitespace) {
                             continue;
                         }
                         return Some((parse_event(&line, skip_managed_fields), (body, buf, done)));
                     }
                     if done {
-                        if buf.iter().all(u8::is_ascii_whitespace) {
-                            return None;
-                        }
-                        let rest = std::mem::take(&mut buf);
+                        let rest = buf.rest()?;
                         return Some((parse_event(&rest, skip_managed_fields), (body, buf, true)));
                     }
                     match body.frame().await {
                         Some(Ok(f)) => {
                             if let Ok(d) = f.into_data() {
-                                buf.extend_from_slice(&d);
+                                buf.push(&d);
                                 // Bound the buffer: a single event line is at most a few MiB.
-                                if buf.len() > 16 * 1024 * 1024 {
+                                if buf.pending() > 16 * 1024 * 1024 {
                                     return Some((
                                         Err(ClientError::Decode(
                                             "watch event larger than 16 MiB".into(),
                                         )),
-                                        (body, Vec::new(), true),
+                                        (body, Lines::default(), true),
                                     ));
                                 }
                             }
@@ -416,22 +412,63 @@ impl Client {
                         Some(Err(e)) => {
                             return Some((
                                 Err(ClientError::Transport(e.to_string())),
-                                (body, Vec::new(), true),
+                                (body, Lines::default(), true),
                             ))
                         }
                         None => {
-                            return if buf.iter().all(u8::is_ascii_whitespace) {
-                                None
-                            } else {
-                                let rest = std::mem::take(&mut buf);
-                                Some((parse_event(&rest, skip_managed_fields), (body, buf, true)))
-                            }
+                            let rest = buf.rest()?;
+                            return Some((
+                                parse_event(&rest, skip_managed_fields),
+                                (body, buf, true),
+                            ));
                         }
                     }
                 }
             },
         );
         Ok(lines.boxed())
+    }
+}
+
+/// Splits a watch body into its lines as chunks arrive, however the chunks fall: a chunk may
+/// hold many events (the server joins the ready ones) or part of one.
+#[derive(Default)]
+struct Lines {
+    buf: bytes::BytesMut,
+    /// How much of `buf` is known to hold no newline, so a long line is scanned once.
+    scanned: usize,
+}
+
+impl Lines {
+    fn push(&mut self, chunk: &[u8]) {
+        self.buf.extend_from_slice(chunk);
+    }
+
+    /// Bytes held that are not yet a whole line.
+    fn pending(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The next whole line, newline included, without copying the rest.
+    fn next_line(&mut self) -> Option<bytes::BytesMut> {
+        match self.buf[self.scanned..].iter().position(|b| *b == b'\n') {
+            Some(at) => {
+                let line = self.buf.split_to(self.scanned + at + 1);
+                self.scanned = 0;
+                Some(line)
+            }
+            None => {
+                self.scanned = self.buf.len();
+                None
+            }
+        }
+    }
+
+    /// What is left once the body ended, if it is more than whitespace.
+    fn rest(&mut self) -> Option<bytes::BytesMut> {
+        self.scanned = 0;
+        let rest = self.buf.split();
+        (!rest.iter().all(u8::is_ascii_whitespace)).then_some(rest)
     }
 }
 
@@ -488,6 +525,39 @@ fn parse_event<K: DeserializeOwned>(
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::Pod;
+
+    #[test]
+    fn lines_come_out_whole_however_the_chunks_fall() {
+        let body = b"{\"a\":1}\n\n{\"b\":22}\n  \n{\"c\":333}\n{\"tail\":4}".to_vec();
+        let want: Vec<&[u8]> = vec![
+            b"{\"a\":1}\n",
+            b"\n",
+            b"{\"b\":22}\n",
+            b"  \n",
+            b"{\"c\":333}\n",
+        ];
+        for size in 1..=body.len() {
+            let mut lines = Lines::default();
+            let mut got = Vec::new();
+            for chunk in body.chunks(size) {
+                lines.push(chunk);
+                while let Some(l) = lines.next_line() {
+                    got.push(l.to_vec());
+                }
+            }
+            assert_eq!(got, want, "chunks of {size}");
+            assert_eq!(
+                lines.rest().as_deref(),
+                Some(&b"{\"tail\":4}"[..]),
+                "chunks of {size}"
+            );
+            assert!(lines.rest().is_none());
+        }
+        let mut blank = Lines::default();
+        blank.push(b"\n  ");
+        assert!(blank.next_line().is_some());
+        assert!(blank.rest().is_none(), "whitespace is no event");
+    }
 
     #[test]
     fn watch_lines_decode_straight_into_the_type() {
