@@ -162,29 +162,33 @@ impl FieldSet {
 
     /// The `FieldsV1` JSON form.
     pub fn to_json(&self) -> Value {
-        self.json_if_any()
+        self.clone().into_json()
+    }
+
+    /// [`Self::to_json`], moving the path elements into the JSON instead of copying them.
+    pub fn into_json(self) -> Value {
+        self.into_json_if_any()
             .unwrap_or_else(|| Value::Object(Map::new()))
     }
 
-    /// [`Self::to_json`] in one pass over the tree; `None` for an empty set (a child that holds
-    /// no path is left out).
-    fn json_if_any(&self) -> Option<Value> {
-        let children: Vec<(&String, Value)> = self
-            .children
-            .iter()
-            .filter_map(|(k, c)| Some((k, c.json_if_any()?)))
-            .collect();
-        if children.is_empty() && !self.member {
-            return None;
-        }
+    /// [`Self::into_json`] in one pass over the tree; `None` for an empty set (a child that
+    /// holds no path is left out).
+    fn into_json_if_any(self) -> Option<Value> {
         let mut map = Map::new();
-        if self.member && !children.is_empty() {
+        if self.member {
             map.insert(SELF.into(), Value::Object(Map::new()));
         }
-        for (k, v) in children {
-            map.insert(k.clone(), v);
+        for (k, c) in self.children {
+            if let Some(v) = c.into_json_if_any() {
+                map.insert(k, v);
+            }
         }
-        Some(Value::Object(map))
+        match map.len() {
+            0 => None,
+            // A member without children is `{}`, without the `.` marker.
+            1 if self.member => Some(Value::Object(Map::new())),
+            _ => Some(Value::Object(map)),
+        }
     }
 
     /// Decodes the `FieldsV1` JSON form. Every key must be `.` or a known path element kind and

@@ -95,18 +95,18 @@ impl Entry {
         })
     }
 
-    fn to_json(&self) -> Value {
+    fn into_json(self) -> Value {
         let mut m = Map::new();
-        m.insert("manager".into(), json!(self.manager));
-        m.insert("operation".into(), json!(self.operation));
-        m.insert("apiVersion".into(), json!(self.api_version));
-        if let Some(t) = &self.time {
-            m.insert("time".into(), json!(t));
+        m.insert("manager".into(), Value::String(self.manager));
+        m.insert("operation".into(), Value::String(self.operation));
+        m.insert("apiVersion".into(), Value::String(self.api_version));
+        if let Some(t) = self.time {
+            m.insert("time".into(), Value::String(t));
         }
         m.insert("fieldsType".into(), json!("FieldsV1"));
-        m.insert("fieldsV1".into(), self.fields.to_json());
-        if let Some(s) = &self.subresource {
-            m.insert("subresource".into(), json!(s));
+        m.insert("fieldsV1".into(), self.fields.into_json());
+        if let Some(s) = self.subresource {
+            m.insert("subresource".into(), Value::String(s));
         }
         Value::Object(m)
     }
@@ -134,12 +134,12 @@ fn set_entries(obj: &mut Value, entries: Vec<Entry>) {
 /// it was read, unchanged) instead of serializing it again.
 fn set_entries_reusing(obj: &mut Value, entries: Vec<Entry>, stored: &[Option<&Value>]) {
     let list: Vec<Value> = entries
-        .iter()
+        .into_iter()
         .enumerate()
         .filter(|(_, e)| !e.fields.is_empty())
         .map(|(i, e)| match stored.get(i).copied().flatten() {
             Some(json) => json.clone(),
-            None => e.to_json(),
+            None => e.into_json(),
         })
         .collect();
     if list.is_empty() {
@@ -387,7 +387,7 @@ impl Write<'_> {
                     Slot::Stored(v) => {
                         (!fieldset::json_is_empty(v.get("fieldsV1"))).then(|| v.clone())
                     }
-                    Slot::Parsed(e) => (!e.fields.is_empty()).then(|| e.to_json()),
+                    Slot::Parsed(e) => (!e.fields.is_empty()).then(|| e.into_json()),
                 })
                 .collect(),
         )
