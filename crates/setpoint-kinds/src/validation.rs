@@ -53,13 +53,9 @@ pub fn check_types(group: &str, version: &str, kind: &str, obj: &Value) -> TypeC
         return TypeCheck::default();
     };
     let decoded = typed::decode(decode, obj);
-    let mut unknown = Vec::new();
-    if let Some(round_trip) = &decoded.round_trip {
-        typed::unknown(obj, round_trip, "", &decoded.dropped, &mut unknown);
-    }
     TypeCheck {
         type_errors: decoded.errors,
-        unknown,
+        unknown: decoded.unknown,
     }
 }
 
@@ -145,20 +141,14 @@ pub fn validate_with_type_errors(
 /// `spec.template.spec.containers[0].imagee` (what `unknown field "…"` names). Empty for kinds
 /// without a typed schema here (custom resources).
 ///
-/// Found by decoding into the k8s-openapi type, encoding again and looking for keys of the
-/// original that did not survive. `null` values are skipped (the round trip drops them whether
-/// known or not), as are values that failed to decode (those are type errors, not unknown).
+/// Found as the keys the k8s-openapi type's decoder passes over. `null` values are skipped
+/// (known or not, they set nothing), as are values that failed to decode (those are type
+/// errors, not unknown).
 pub fn unknown_fields(group: &str, version: &str, kind: &str, obj: &Value) -> Vec<String> {
-    let Some(decode) = typed::decoder(group, version, kind) else {
-        return Vec::new();
-    };
-    let decoded = typed::decode(decode, obj);
-    let Some(round_trip) = decoded.round_trip else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    typed::unknown(obj, &round_trip, "", &decoded.dropped, &mut out);
-    out
+    match typed::decoder(group, version, kind) {
+        Some(decode) => typed::decode(decode, obj).unknown,
+        None => Vec::new(),
+    }
 }
 
 /// Fields whose JSON type does not fit the kind's schema, as `FieldValueInvalid` causes
@@ -2396,12 +2386,13 @@ mod typed {
     use k8s_openapi::api;
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
 
-    /// Decodes into a typed object and encodes it back to JSON: `value` straight from a
-    /// `Value` (the fast path, for valid objects), `text` from rendered text whose line numbers
-    /// locate an error (the slow path, only when the fast one failed).
+    /// Decodes into a typed object: `value` straight from a `Value`, noting the keys the
+    /// decoder passes over (the fast path, for valid objects); `text` from rendered text whose
+    /// line numbers locate an error, encoding the result back to JSON (the slow path, only when
+    /// the fast one failed).
     #[derive(Clone, Copy)]
     pub struct DecodeFn {
-        value: fn(&Value) -> Result<Value, serde_json::Error>,
+        value: fn(&Value) -> Result<Vec<Vec<Seg>>, serde_json::Error>,
         text: fn(&str) -> Result<Value, serde_json::Error>,
         fits: fn(&Value) -> bool,
     }
@@ -2409,7 +2400,7 @@ mod typed {
     impl DecodeFn {
         fn of<T: DeserializeOwned + Serialize>() -> Self {
             DecodeFn {
-                value: round_trip_value::<T>,
+                value: passed_over::<T>,
                 text: round_trip::<T>,
                 fits: |v| T::deserialize(v).is_ok(),
             }
@@ -2426,11 +2417,35 @@ mod typed {
         serde_json::to_value(&typed)
     }
 
-    fn round_trip_value<T: DeserializeOwned + Serialize>(
-        v: &Value,
-    ) -> Result<Value, serde_json::Error> {
-        let typed = T::deserialize(v)?;
-        serde_json::to_value(&typed)
+    /// Decodes `v` as `T` and returns the paths of the keys `T` does not know, which its
+    /// decoder skips.
+    fn passed_over<T: DeserializeOwned>(v: &Value) -> Result<Vec<Vec<Seg>>, serde_json::Error> {
+        let mut skipped = Vec::new();
+        let _: T = serde_ignored::deserialize(v, |path| skipped.push(segments(&path)))?;
+        Ok(skipped)
+    }
+
+    fn segments(path: &serde_ignored::Path) -> Vec<Seg> {
+        let mut out = Vec::new();
+        let mut at = path;
+        loop {
+            at = match at {
+                serde_ignored::Path::Root => break,
+                serde_ignored::Path::Seq { parent, index } => {
+                    out.push(Seg::Index(*index));
+                    parent
+                }
+                serde_ignored::Path::Map { parent, key } => {
+                    out.push(Seg::Key(key.clone()));
+                    parent
+                }
+                serde_ignored::Path::Some { parent }
+                | serde_ignored::Path::NewtypeStruct { parent }
+                | serde_ignored::Path::NewtypeVariant { parent } => parent,
+            };
+        }
+        out.reverse();
+        out
     }
 
     /// The typed schema for a group/version/kind, if k8s-openapi has it.
@@ -2605,22 +2620,23 @@ mod typed {
 
     pub struct Decoded {
         pub errors: Vec<Cause>,
-        /// The typed round trip of the object with bad values removed; `None` when the object
-        /// could not be decoded at all.
-        pub round_trip: Option<Value>,
-        /// Paths removed because their values did not decode.
-        pub dropped: Vec<String>,
+        /// Paths of the non-null fields the type does not know (none when the object could not
+        /// be decoded at all).
+        pub unknown: Vec<String>,
     }
 
     pub fn decode(f: DecodeFn, obj: &Value) -> Decoded {
         // Fast path: a valid object decodes in one pass without rendering text. The typed
         // decoders insist on their own apiVersion/kind, so only take it when those are absent
         // or decode fine; any failure goes to the careful path below.
-        if let Ok(v) = (f.value)(obj) {
+        if let Ok(skipped) = (f.value)(obj) {
             return Decoded {
                 errors: Vec::new(),
-                round_trip: Some(v),
-                dropped: Vec::new(),
+                unknown: skipped
+                    .iter()
+                    .filter(|p| lookup(obj, p).is_some_and(|v| !v.is_null()))
+                    .map(|p| path_string(p))
+                    .collect(),
             };
         }
         let mut work = obj.clone();
@@ -2635,12 +2651,11 @@ mod typed {
         for _ in 0..64 {
             let (text, lines) = render(&work);
             let err = match (f.text)(&text) {
-                Ok(v) => {
-                    return Decoded {
-                        errors,
-                        round_trip: Some(v),
-                        dropped,
-                    }
+                Ok(round_trip) => {
+                    // Keys of the original that did not survive the round trip are unknown.
+                    let mut unknown = Vec::new();
+                    unknown_at(obj, &round_trip, &mut String::new(), &dropped, &mut unknown);
+                    return Decoded { errors, unknown };
                 }
                 Err(err) => err,
             };
@@ -2676,25 +2691,22 @@ mod typed {
         }
         Decoded {
             errors,
-            round_trip: None,
-            dropped,
+            unknown: Vec::new(),
         }
     }
 
-    /// Collects keys of `orig` missing from `typed` (the typed round trip), as paths.
-    pub fn unknown(
-        orig: &Value,
-        typed: &Value,
-        path: &str,
-        dropped: &[String],
-        out: &mut Vec<String>,
-    ) {
-        let mut path = path.to_string();
-        unknown_at(orig, typed, &mut path, dropped, out);
+    /// The unknown fields of a valid `obj` found the slow path's way: keys of the original
+    /// missing from its typed round trip (the reference the fast path is tested against).
+    #[cfg(test)]
+    pub fn unknown_by_round_trip<T: DeserializeOwned + Serialize>(obj: &Value) -> Vec<String> {
+        let round_trip = serde_json::to_value(T::deserialize(obj).expect("valid")).unwrap();
+        let mut out = Vec::new();
+        unknown_at(obj, &round_trip, &mut String::new(), &[], &mut out);
+        out
     }
 
-    /// [`unknown`] with one path buffer for the whole walk: a path is copied only when it is
-    /// reported (this runs on every create).
+    /// Collects keys of `orig` missing from `typed` (the typed round trip), as paths, with one
+    /// path buffer for the whole walk (a path is copied only when it is reported).
     fn unknown_at(
         orig: &Value,
         typed: &Value,
@@ -2939,6 +2951,44 @@ mod tests {
             unknown_fields("", "v1", "Pod", &p),
             vec!["spec.containers[0].imagee".to_string()]
         );
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+
+        /// The keys the decoder passes over are the keys the round trip loses, wherever
+        /// unknown keys (with any values, null included) are put.
+        #[test]
+        fn passed_over_keys_are_the_keys_a_round_trip_loses(
+            extra in proptest::collection::vec(
+                (0..8usize, proptest::sample::select(vec!["foo", "imagee", "name", "x.y"]), small_json()),
+                0..6,
+            )
+        ) {
+            use k8s_openapi::api::apps::v1::Deployment;
+            use serde::Deserialize;
+            let mut d = deployment();
+            let places = [
+                "", "/metadata", "/spec", "/spec/strategy", "/spec/template/metadata",
+                "/spec/template/spec/containers/0", "/spec/template/spec/volumes/0/emptyDir",
+                "/spec/template/spec/containers/0/ports/0",
+            ];
+            for (at, key, value) in extra {
+                if let Some(obj) = d.pointer_mut(places[at]).and_then(Value::as_object_mut) {
+                    // A known key keeps a value of its own type, so the object stays valid.
+                    if !obj.contains_key(key) {
+                        obj.insert(key.to_string(), value);
+                    }
+                }
+            }
+            if Deployment::deserialize(&d).is_err() {
+                return Ok(());
+            }
+            proptest::prop_assert_eq!(
+                unknown_fields("apps", "v1", "Deployment", &d),
+                typed::unknown_by_round_trip::<Deployment>(&d)
+            );
+        }
     }
 
     #[test]
