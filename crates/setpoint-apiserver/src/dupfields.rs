@@ -31,6 +31,98 @@ enum Frame {
     Array { index: usize },
 }
 
+/// Decodes a JSON body as `serde_json::from_slice` does (the last of repeated keys wins, in
+/// the first one's place) and says whether any object repeated a key, so that [`json`] has to
+/// scan for where only when one did: bodies almost never repeat keys, and the separate scan
+/// was a second pass over every request body.
+pub fn decode_json(body: &[u8]) -> serde_json::Result<(serde_json::Value, bool)> {
+    let mut repeated = false;
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let value = de::DeserializeSeed::deserialize(
+        NotingRepeats {
+            repeated: &mut repeated,
+        },
+        &mut de,
+    )?;
+    de.end()?;
+    Ok((value, repeated))
+}
+
+/// Builds a `serde_json::Value` as its own visitor does, setting `repeated` when an object
+/// repeats a key.
+struct NotingRepeats<'a> {
+    repeated: &'a mut bool,
+}
+
+impl NotingRepeats<'_> {
+    fn again(&mut self) -> NotingRepeats<'_> {
+        NotingRepeats {
+            repeated: self.repeated,
+        }
+    }
+}
+
+impl<'de> de::DeserializeSeed<'de> for NotingRepeats<'_> {
+    type Value = serde_json::Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for NotingRepeats<'_> {
+    type Value = serde_json::Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any valid JSON value")
+    }
+    fn visit_bool<E>(self, b: bool) -> Result<Self::Value, E> {
+        Ok(serde_json::Value::Bool(b))
+    }
+    fn visit_i64<E>(self, n: i64) -> Result<Self::Value, E> {
+        Ok(serde_json::Value::Number(n.into()))
+    }
+    fn visit_u64<E>(self, n: u64) -> Result<Self::Value, E> {
+        Ok(serde_json::Value::Number(n.into()))
+    }
+    fn visit_f64<E>(self, n: f64) -> Result<Self::Value, E> {
+        Ok(serde_json::Number::from_f64(n)
+            .map_or(serde_json::Value::Null, serde_json::Value::Number))
+    }
+    fn visit_str<E>(self, s: &str) -> Result<Self::Value, E> {
+        Ok(serde_json::Value::String(s.to_owned()))
+    }
+    fn visit_string<E>(self, s: String) -> Result<Self::Value, E> {
+        Ok(serde_json::Value::String(s))
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(serde_json::Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Self::Value, E> {
+        Ok(serde_json::Value::Null)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        de::DeserializeSeed::deserialize(self, d)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        while let Some(v) = seq.next_element_seed(self.again())? {
+            items.push(v);
+        }
+        Ok(serde_json::Value::Array(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut out = serde_json::Map::new();
+        while let Some(k) = map.next_key::<String>()? {
+            let v = map.next_value_seed(self.again())?;
+            if out.insert(k, v).is_some() {
+                *self.repeated = true;
+            }
+        }
+        Ok(serde_json::Value::Object(out))
+    }
+}
+
 /// The dotted paths of repeated keys in a JSON document, in document order. Malformed input
 /// yields whatever was found before the malformation (the body's decoder reports the error).
 pub fn json(body: &[u8]) -> Vec<String> {
@@ -319,6 +411,65 @@ mod tests {
         assert!(json(br#"{"a":{"b":1},"c":{"b":2},"d":[{"b":1},{"b":2}]}"#).is_empty());
         assert!(json(b"[1,{\"a\":").is_empty());
         assert!(json(b"").is_empty());
+    }
+
+    /// JSON text of a small document, with keys drawn from few names so they repeat.
+    fn json_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just("null".to_string()),
+            Just("true".to_string()),
+            (-5i64..5).prop_map(|n| n.to_string()),
+            Just("18446744073709551615".to_string()),
+            Just("-1.5e300".to_string()),
+            Just("2.50".to_string()),
+            Just(r#""\u00e9\"x""#.to_string()),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4)
+                    .prop_map(|items| format!("[{}]", items.join(","))),
+                proptest::collection::vec(
+                    (proptest::sample::select(vec!["a", "b", "\\u0061"]), inner),
+                    0..4
+                )
+                .prop_map(|members| {
+                    let members: Vec<String> = members
+                        .iter()
+                        .map(|(k, v)| format!("\"{k}\": {v}"))
+                        .collect();
+                    format!("{{{}}}", members.join(", "))
+                }),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        /// The decode is serde_json's, and says there are repeats exactly when the scan finds
+        /// some.
+        #[test]
+        fn decoding_notes_repeats_as_the_scan_finds_them(text in json_text()) {
+            let (v, repeated) = decode_json(text.as_bytes()).unwrap();
+            let want: serde_json::Value = serde_json::from_slice(text.as_bytes()).unwrap();
+            proptest::prop_assert_eq!(
+                serde_json::to_string(&v).unwrap(),
+                serde_json::to_string(&want).unwrap()
+            );
+            proptest::prop_assert_eq!(repeated, !json(text.as_bytes()).is_empty());
+        }
+    }
+
+    #[test]
+    fn decoding_fails_where_serde_json_fails() {
+        for bad in [&b"{\"a\": 1"[..], b"{} x", b"", b"[1,]", b"{\"a\" 1}"] {
+            assert!(
+                decode_json(bad).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+            assert!(serde_json::from_slice::<serde_json::Value>(bad).is_err());
+        }
+        assert_eq!(decode_json(b" 7 ").unwrap(), (serde_json::json!(7), false));
     }
 
     #[test]

@@ -274,22 +274,14 @@ fn content_type(headers: &HeaderMap) -> String {
         .unwrap_or_default()
 }
 
-/// The syntax of a create/update body, by its content type (as [`decode_object_body`] reads it).
-fn object_body_syntax(headers: &HeaderMap) -> BodySyntax {
-    match content_type(headers).as_str() {
-        "" | "application/json" | "*/*" => BodySyntax::Json,
-        "application/yaml" | "application/x-yaml" | "text/yaml" => BodySyntax::Yaml,
-        _ => BodySyntax::Other,
-    }
-}
-
 /// Decodes a create/update body: JSON (also when no Content-Type is given), YAML, or
-/// Kubernetes protobuf.
+/// Kubernetes protobuf. Also returns the syntax the duplicate-field check must scan the body
+/// as: JSON only when the decode met a repeated key, YAML always, else none (`Other`).
 fn decode_object_body(
     res: &ResourceDef,
     headers: &HeaderMap,
     body: &[u8],
-) -> Result<Value, ApiError> {
+) -> Result<(Value, BodySyntax), ApiError> {
     let ct = content_type(headers);
     let cannot = |e: String| {
         ApiError::bad_request(format!(
@@ -297,17 +289,26 @@ fn decode_object_body(
             res.kind, res.version, res.kind
         ))
     };
-    let v: Value = match ct.as_str() {
+    let (v, scan): (Value, BodySyntax) = match ct.as_str() {
         "" | "application/json" | "*/*" => {
-            serde_json::from_slice(body).map_err(|e| cannot(e.to_string()))?
+            let (v, repeated) =
+                crate::dupfields::decode_json(body).map_err(|e| cannot(e.to_string()))?;
+            let scan = if repeated {
+                BodySyntax::Json
+            } else {
+                BodySyntax::Other
+            };
+            (v, scan)
         }
         "application/yaml" | "application/x-yaml" | "text/yaml" => {
             let text = std::str::from_utf8(body).map_err(|e| cannot(e.to_string()))?;
-            serde_saphyr::from_str_with_options(text, crate::dupfields::yaml_options())
-                .map_err(|e| cannot(e.to_string()))?
+            let v = serde_saphyr::from_str_with_options(text, crate::dupfields::yaml_options())
+                .map_err(|e| cannot(e.to_string()))?;
+            (v, BodySyntax::Yaml)
         }
         "application/vnd.kubernetes.protobuf" => {
-            setpoint_protobuf::decode(body).map_err(|e| cannot(e.to_string()))?
+            let v = setpoint_protobuf::decode(body).map_err(|e| cannot(e.to_string()))?;
+            (v, BodySyntax::Other)
         }
         other => {
             return Err(ApiError::unsupported_media_type(
@@ -323,7 +324,7 @@ fn decode_object_body(
     if !v.is_object() {
         return Err(cannot("the body must be an object".into()));
     }
-    Ok(v)
+    Ok((v, scan))
 }
 
 fn write_options(q: &Query) -> Result<WriteOptions, ApiError> {
@@ -531,13 +532,8 @@ async fn serve(
                     };
                     let opts = with_default_manager(write_options(q)?, headers);
                     let bytes = read_body(server, body).await?;
-                    let obj = decode_object_body(&res, headers, &bytes)?;
-                    let dups = server.check_duplicate_fields(
-                        &res,
-                        object_body_syntax(headers),
-                        &bytes,
-                        &opts,
-                    )?;
+                    let (obj, syntax) = decode_object_body(&res, headers, &bytes)?;
+                    let dups = server.check_duplicate_fields(&res, syntax, &bytes, &opts)?;
                     let sres = storage_def(server, &res);
                     let obj = if res.is_converted() {
                         crate::convert::to_storage(&res, obj)
@@ -620,19 +616,15 @@ async fn serve(
                 Method::PUT => {
                     let opts = with_default_manager(write_options(q)?, headers);
                     let bytes = read_body(server, body).await?;
-                    let obj = if view == View::Scale {
-                        serde_json::from_slice(&bytes).map_err(|e| {
+                    let (obj, syntax) = if view == View::Scale {
+                        let obj = serde_json::from_slice(&bytes).map_err(|e| {
                             ApiError::bad_request(format!(
                                 "Scale in version \"v1\" cannot be handled as a Scale: {e}"
                             ))
-                        })?
+                        })?;
+                        (obj, BodySyntax::Json)
                     } else {
                         decode_object_body(&res, headers, &bytes)?
-                    };
-                    let syntax = if view == View::Scale {
-                        BodySyntax::Json
-                    } else {
-                        object_body_syntax(headers)
                     };
                     let dups = server.check_duplicate_fields(&res, syntax, &bytes, &opts)?;
                     let obj = if res.is_converted() {
@@ -1132,7 +1124,7 @@ async fn bind_pod(
         kind: "Binding".into(),
         ..(**res).clone()
     };
-    let binding = decode_object_body(&binding_def, headers, body)?;
+    let (binding, _) = decode_object_body(&binding_def, headers, body)?;
     let node = binding
         .pointer("/target/name")
         .and_then(Value::as_str)
