@@ -1277,7 +1277,8 @@ fn coalesced(
                 return futures::stream::iter(ready);
             }
             let mut chunks: Vec<Result<Bytes, Infallible>> = Vec::new();
-            let mut joined = BytesMut::new();
+            let total: usize = ready.iter().flatten().map(Bytes::len).sum();
+            let mut joined = BytesMut::with_capacity(total.min(CHUNK_BYTES));
             for Ok(line) in ready {
                 if !joined.is_empty() && joined.len() + line.len() > CHUNK_BYTES {
                     chunks.push(Ok(joined.split().freeze()));

@@ -397,7 +397,7 @@ impl Client {
                     match body.frame().await {
                         Some(Ok(f)) => {
                             if let Ok(d) = f.into_data() {
-                                buf.push(&d);
+                                buf.push(d);
                                 // Bound the buffer: a single event line is at most a few MiB.
                                 if buf.pending() > 16 * 1024 * 1024 {
                                     return Some((
@@ -431,43 +431,52 @@ impl Client {
 }
 
 /// Splits a watch body into its lines as chunks arrive, however the chunks fall: a chunk may
-/// hold many events (the server joins the ready ones) or part of one.
+/// hold many events (the server joins the ready ones) or part of one. A line within one chunk
+/// is a slice of it, not a copy; only a line that spans chunks is put together.
 #[derive(Default)]
 struct Lines {
-    buf: bytes::BytesMut,
-    /// How much of `buf` is known to hold no newline, so a long line is scanned once.
-    scanned: usize,
+    /// The unread part of the last chunk.
+    chunk: Bytes,
+    /// The start of a line that continues in the next chunk (holds no newline).
+    partial: bytes::BytesMut,
 }
 
 impl Lines {
-    fn push(&mut self, chunk: &[u8]) {
-        self.buf.extend_from_slice(chunk);
+    /// Takes the next chunk; call once [`Lines::next_line`] has no more lines.
+    fn push(&mut self, chunk: Bytes) {
+        debug_assert!(self.chunk.is_empty());
+        self.chunk = chunk;
     }
 
     /// Bytes held that are not yet a whole line.
     fn pending(&self) -> usize {
-        self.buf.len()
+        self.partial.len() + self.chunk.len()
     }
 
-    /// The next whole line, newline included, without copying the rest.
-    fn next_line(&mut self) -> Option<bytes::BytesMut> {
-        match self.buf[self.scanned..].iter().position(|b| *b == b'\n') {
+    /// The next whole line, newline included.
+    fn next_line(&mut self) -> Option<Bytes> {
+        match self.chunk.iter().position(|b| *b == b'\n') {
             Some(at) => {
-                let line = self.buf.split_to(self.scanned + at + 1);
-                self.scanned = 0;
-                Some(line)
+                let head = self.chunk.split_to(at + 1);
+                if self.partial.is_empty() {
+                    return Some(head);
+                }
+                self.partial.extend_from_slice(&head);
+                Some(self.partial.split().freeze())
             }
             None => {
-                self.scanned = self.buf.len();
+                self.partial.extend_from_slice(&self.chunk);
+                self.chunk = Bytes::new();
                 None
             }
         }
     }
 
     /// What is left once the body ended, if it is more than whitespace.
-    fn rest(&mut self) -> Option<bytes::BytesMut> {
-        self.scanned = 0;
-        let rest = self.buf.split();
+    fn rest(&mut self) -> Option<Bytes> {
+        self.partial.extend_from_slice(&self.chunk);
+        self.chunk = Bytes::new();
+        let rest = self.partial.split().freeze();
         (!rest.iter().all(u8::is_ascii_whitespace)).then_some(rest)
     }
 }
@@ -540,7 +549,7 @@ mod tests {
             let mut lines = Lines::default();
             let mut got = Vec::new();
             for chunk in body.chunks(size) {
-                lines.push(chunk);
+                lines.push(Bytes::copy_from_slice(chunk));
                 while let Some(l) = lines.next_line() {
                     got.push(l.to_vec());
                 }
@@ -554,7 +563,7 @@ mod tests {
             assert!(lines.rest().is_none());
         }
         let mut blank = Lines::default();
-        blank.push(b"\n  ");
+        blank.push(Bytes::from_static(b"\n  "));
         assert!(blank.next_line().is_some());
         assert!(blank.rest().is_none(), "whitespace is no event");
     }
