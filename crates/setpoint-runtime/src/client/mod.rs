@@ -2,6 +2,10 @@
 //! ([`Api<DynamicObject>`] with an [`ApiResource`]) access to any Kubernetes-compatible API
 //! server, over HTTPS from a kubeconfig or in-process through any `tower::Service`.
 //!
+//! Requests carry a `User-Agent` in client-go's form, named for the program unless
+//! [`Client::with_user_agent`] names it; the server records writes that name no field manager
+//! under that name.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), setpoint_runtime::client::ClientError> {
 //! use k8s_openapi::api::core::v1::ConfigMap;
