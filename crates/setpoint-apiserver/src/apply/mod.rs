@@ -698,7 +698,7 @@ mod tests {
     }
 
     fn pod(labels: Value, image: &str, status: Value) -> Value {
-        serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+        json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "p", "namespace": "n", "labels": labels},
             "spec": {"containers": [{"name": "app", "image": image}]},
             "status": status})
@@ -707,7 +707,7 @@ mod tests {
     #[test]
     fn a_pods_life_records_the_same_either_way() {
         let res = def("pods");
-        let running = serde_json::json!({"phase": "Running",
+        let running = json!({"phase": "Running",
             "conditions": [{"type": "Ready", "status": "True"}]});
         let out = same_both_ways(
             &res,
@@ -715,67 +715,43 @@ mod tests {
                 (
                     "controller",
                     None,
-                    pod(
-                        serde_json::json!({"app": "web"}),
-                        "nginx:1",
-                        serde_json::json!({}),
-                    ),
+                    pod(json!({"app": "web"}), "nginx:1", json!({})),
+                ),
+                (
+                    "node",
+                    Some("status"),
+                    pod(json!({"app": "web"}), "nginx:1", running.clone()),
                 ),
                 (
                     "node",
                     Some("status"),
                     pod(
-                        serde_json::json!({"app": "web"}),
+                        json!({"app": "web"}),
                         "nginx:1",
-                        running.clone(),
-                    ),
-                ),
-                (
-                    "node",
-                    Some("status"),
-                    pod(
-                        serde_json::json!({"app": "web"}),
-                        "nginx:1",
-                        serde_json::json!({"phase": "Running"}),
+                        json!({"phase": "Running"}),
                     ),
                 ),
                 // Another manager takes a label over, then the image; the first gives up its own.
                 (
                     "kubectl",
                     None,
-                    pod(
-                        serde_json::json!({"app": "api"}),
-                        "nginx:1",
-                        serde_json::json!({}),
-                    ),
+                    pod(json!({"app": "api"}), "nginx:1", json!({})),
                 ),
                 (
                     "kubectl",
                     None,
-                    pod(
-                        serde_json::json!({"app": "api", "x": "1"}),
-                        "nginx:2",
-                        serde_json::json!({}),
-                    ),
+                    pod(json!({"app": "api", "x": "1"}), "nginx:2", json!({})),
                 ),
                 (
                     "controller",
                     None,
-                    pod(
-                        serde_json::json!({"x": "1"}),
-                        "nginx:2",
-                        serde_json::json!({}),
-                    ),
+                    pod(json!({"x": "1"}), "nginx:2", json!({})),
                 ),
                 // A write that changes nothing.
                 (
                     "controller",
                     None,
-                    pod(
-                        serde_json::json!({"x": "1"}),
-                        "nginx:2",
-                        serde_json::json!({}),
-                    ),
+                    pod(json!({"x": "1"}), "nginx:2", json!({})),
                 ),
             ],
         );
@@ -791,10 +767,10 @@ mod tests {
     #[test]
     fn malformed_stored_entries_fall_back_to_the_full_computation() {
         let res = def("configmaps");
-        let mut old = serde_json::json!({"metadata": {"name": "c", "managedFields": [
+        let mut old = json!({"metadata": {"name": "c", "managedFields": [
             {"manager": "a", "operation": "Update", "fieldsType": "FieldsV1",
              "fieldsV1": {"f:data": {"f:k": "not an object"}}}]}, "data": {"k": "1"}});
-        let mut new = serde_json::json!({"metadata": {"name": "c"}, "data": {"k": "2"}});
+        let mut new = json!({"metadata": {"name": "c"}, "data": {"k": "2"}});
         meta::set_meta(
             &mut new,
             "managedFields",
@@ -805,9 +781,9 @@ mod tests {
         record(&res, Some(&old), &mut full, "b", None, "t", false);
         assert_eq!(new, full);
         // An operation no entry can have, likewise.
-        old["metadata"]["managedFields"][0]["operation"] = serde_json::json!("Teleport");
-        old["metadata"]["managedFields"][0]["fieldsV1"] = serde_json::json!({"f:data": {}});
-        let mut new = serde_json::json!({"metadata": {"name": "c"}, "data": {"k": "3"}});
+        old["metadata"]["managedFields"][0]["operation"] = json!("Teleport");
+        old["metadata"]["managedFields"][0]["fieldsV1"] = json!({"f:data": {}});
+        let mut new = json!({"metadata": {"name": "c"}, "data": {"k": "3"}});
         meta::set_meta(
             &mut new,
             "managedFields",
@@ -839,7 +815,7 @@ mod tests {
             let steps: Vec<(&str, Option<&str>, Value)> = steps
                 .into_iter()
                 .map(|(m, data, labels, annotations)| {
-                    let mut obj = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    let mut obj = json!({"apiVersion": "v1", "kind": "ConfigMap",
                         "metadata": {"name": "c", "labels": labels}, "data": data});
                     if let Some(a) = annotations {
                         obj["metadata"]["annotations"] = a;
