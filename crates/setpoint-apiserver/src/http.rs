@@ -1065,7 +1065,7 @@ async fn delete_collection(
     let (objs, revision) = cache.list(&sres.namespace_prefix(filter.namespace.as_deref()), &filter);
     let mut items = Vec::new();
     for o in objs {
-        let (ns, name) = (o.attrs.namespace.to_string(), o.attrs.name.to_string());
+        let (ns, name) = (o.attrs.namespace().to_string(), o.attrs.name().to_string());
         match server.delete(&sres, &ns, &name, &opts).await {
             Ok(d) => items.push(to_api(res, d.object)),
             Err(e) if e.code == 404 => {}

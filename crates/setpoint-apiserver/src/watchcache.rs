@@ -396,45 +396,124 @@ pub fn stored_kind(prefix: &str) -> StoredKind {
 }
 
 /// What list and watch filters look at, extracted once per object version.
-#[derive(Debug, Default, PartialEq, Eq)]
+///
+/// The cache holds one for every version it keeps (each object's latest and the event
+/// window), so the strings are packed: the namespace, the name, each label's key and value,
+/// then each set field's value, one after another in one string, found by where each ends.
+/// As separate boxed strings they cost about three times as much.
+#[derive(Default, PartialEq, Eq)]
 pub struct Attrs {
-    pub namespace: Box<str>,
-    pub name: Box<str>,
-    labels: Box<[(Box<str>, Box<str>)]>,
-    /// The kind's other selectable fields whose value is not empty, in the kind's order.
-    fields: Box<[(&'static str, Box<str>)]>,
+    text: Box<str>,
+    /// Where each string ends in `text`, in the order above.
+    ends: Box<[u32]>,
+    /// The kind's selectable fields (`setpoint_kinds::fields::supported_fields`).
+    field_names: &'static [&'static str],
+    /// Bit `i` set: `field_names[i]` has a non-empty value, stored after the labels in the
+    /// order of the bits. Name and namespace are never among them (they come first).
+    present: u64,
+}
+
+/// Builds an [`Attrs`]: strings are pushed in its order.
+struct Packer {
+    text: String,
+    ends: Vec<u32>,
+}
+
+impl Packer {
+    fn push(&mut self, s: &str) {
+        self.text.push_str(s);
+        // Objects are bounded far below 4 GiB, and these are parts of one.
+        self.ends
+            .push(u32::try_from(self.text.len()).unwrap_or(u32::MAX));
+    }
 }
 
 impl Attrs {
     /// The attributes of `obj`, stored as `kind`.
     pub fn of(obj: &Value, kind: StoredKind) -> Attrs {
+        let mut packer = Packer {
+            text: String::new(),
+            ends: Vec::new(),
+        };
+        packer.push(setpoint_api::meta::namespace(obj));
+        packer.push(setpoint_api::meta::name(obj));
         let labels = obj
             .get("metadata")
             .and_then(|m| m.get("labels"))
-            .and_then(Value::as_object)
-            .map(|l| {
-                l.iter()
-                    .filter_map(|(k, v)| Some((k.as_str().into(), v.as_str()?.into())))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let fields = match kind {
-            Some((group, kind)) => setpoint_kinds::fields::supported_fields(group, kind)
-                .iter()
-                .filter(|f| !matches!(**f, "metadata.name" | "metadata.namespace"))
-                .filter_map(|f| {
-                    let v = setpoint_kinds::fields::value(group, kind, obj, f);
-                    (!v.is_empty()).then(|| (*f, v.into_boxed_str()))
-                })
-                .collect(),
-            None => Box::default(),
-        };
-        Attrs {
-            namespace: setpoint_api::meta::namespace(obj).into(),
-            name: setpoint_api::meta::name(obj).into(),
-            labels,
-            fields,
+            .and_then(Value::as_object);
+        for (k, v) in labels.into_iter().flatten() {
+            if let Some(v) = v.as_str() {
+                packer.push(k);
+                packer.push(v);
+            }
         }
+        let mut present = 0u64;
+        let field_names = match kind {
+            Some((group, kind)) => setpoint_kinds::fields::supported_fields(group, kind),
+            None => &[],
+        };
+        if let Some((group, kind)) = kind {
+            // A kind lists a handful of fields; a bit each (a test checks every kind fits).
+            for (i, f) in field_names.iter().enumerate().take(u64::BITS as usize) {
+                if matches!(*f, "metadata.name" | "metadata.namespace") {
+                    continue;
+                }
+                let v = setpoint_kinds::fields::value(group, kind, obj, f);
+                if !v.is_empty() {
+                    present |= 1 << i;
+                    packer.push(&v);
+                }
+            }
+        }
+        Attrs {
+            text: packer.text.into_boxed_str(),
+            ends: packer.ends.into_boxed_slice(),
+            field_names,
+            present,
+        }
+    }
+
+    /// The `i`th packed string ("" past the end, as in a default `Attrs`).
+    fn string(&self, i: usize) -> &str {
+        let start = match i {
+            0 => 0,
+            _ => self.ends.get(i - 1).map_or(0, |e| *e as usize),
+        };
+        let end = self.ends.get(i).map_or(start, |e| *e as usize);
+        self.text.get(start..end).unwrap_or("")
+    }
+
+    /// The object's namespace ("" for cluster-scoped objects).
+    pub fn namespace(&self) -> &str {
+        self.string(0)
+    }
+
+    /// The object's name.
+    pub fn name(&self) -> &str {
+        self.string(1)
+    }
+
+    fn label_count(&self) -> usize {
+        self.ends
+            .len()
+            .saturating_sub(2 + self.present.count_ones() as usize)
+            / 2
+    }
+
+    /// The labels, as (key, value).
+    fn labels(&self) -> impl Iterator<Item = (&str, &str)> {
+        (0..self.label_count()).map(|j| (self.string(2 + 2 * j), self.string(3 + 2 * j)))
+    }
+
+    /// The set fields other than name and namespace, as (field, value), in the kind's order.
+    fn fields(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        let first = 2 + 2 * self.label_count();
+        self.field_names
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i < u64::BITS as usize && self.present & (1 << i) != 0)
+            .enumerate()
+            .map(move |(rank, (_, f))| (*f, self.string(first + rank)))
     }
 
     /// The attributes of a stored object (JSON), stored as `kind`, parsing only what they are
@@ -457,24 +536,30 @@ impl Attrs {
 
     /// A label's value.
     pub fn label(&self, key: &str) -> Option<&str> {
-        self.labels
-            .iter()
-            .find(|(k, _)| &**k == key)
-            .map(|(_, v)| &**v)
+        self.labels().find(|(k, _)| *k == key).map(|(_, v)| v)
     }
 
     /// A selectable field's value as field selectors compare it (`""` when unset).
     pub fn field(&self, field: &str) -> &str {
         match field {
-            "metadata.name" => &self.name,
-            "metadata.namespace" => &self.namespace,
+            "metadata.name" => self.name(),
+            "metadata.namespace" => self.namespace(),
             _ => self
-                .fields
-                .iter()
+                .fields()
                 .find(|(f, _)| *f == field)
-                .map(|(_, v)| &**v)
-                .unwrap_or(""),
+                .map_or("", |(_, v)| v),
         }
+    }
+}
+
+impl std::fmt::Debug for Attrs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Attrs")
+            .field("namespace", &self.namespace())
+            .field("name", &self.name())
+            .field("labels", &self.labels().collect::<Vec<_>>())
+            .field("fields", &self.fields().collect::<Vec<_>>())
+            .finish()
     }
 }
 
@@ -537,12 +622,12 @@ impl Filter {
     }
     pub fn matches(&self, attrs: &Attrs) -> bool {
         if let Some(ns) = &self.namespace {
-            if *attrs.namespace != **ns {
+            if attrs.namespace() != ns {
                 return false;
             }
         }
         if let Some(n) = &self.name {
-            if *attrs.name != **n {
+            if attrs.name() != n {
                 return false;
             }
         }
@@ -1222,6 +1307,46 @@ mod tests {
     }
 
     #[test]
+    fn packed_attributes_read_back_as_extracted() {
+        let pod = json!({
+            "metadata": {"name": "web-1", "namespace": "prod",
+                         "labels": {"app": "web", "tier": "", "n": 1, "pod-template-hash": "abc"}},
+            "spec": {"nodeName": "n1", "restartPolicy": "Always"},
+            "status": {"phase": "Running"}
+        });
+        let a = Attrs::of(&pod, Some(("", "Pod")));
+        assert_eq!((a.namespace(), a.name()), ("prod", "web-1"));
+        assert_eq!(a.label("app"), Some("web"));
+        // An empty value is a value; a non-string one is not a label.
+        assert_eq!(a.label("tier"), Some(""));
+        assert_eq!(a.label("n"), None);
+        assert_eq!(a.label("pod-template-hash"), Some("abc"));
+        assert_eq!(a.field("metadata.name"), "web-1");
+        assert_eq!(a.field("metadata.namespace"), "prod");
+        assert_eq!(a.field("spec.nodeName"), "n1");
+        assert_eq!(a.field("spec.restartPolicy"), "Always");
+        assert_eq!(a.field("status.phase"), "Running");
+        assert_eq!(a.field("status.podIP"), "");
+        assert_eq!(a.field("no.such"), "");
+
+        let bare = Attrs::of(&json!({"metadata": {"name": "n"}}), None);
+        assert_eq!(
+            (bare.namespace(), bare.name(), bare.label("a")),
+            ("", "n", None)
+        );
+        let none = Attrs::default();
+        assert_eq!(
+            (none.namespace(), none.name(), none.field("x")),
+            ("", "", "")
+        );
+
+        // Every selectable field of every kind has a bit.
+        for k in setpoint_kinds::BUILTIN {
+            assert!(setpoint_kinds::fields::supported_fields(k.group, k.kind).len() <= 64);
+        }
+    }
+
+    #[test]
     fn spliced_json_is_what_serializing_the_parsed_object_gives() {
         let stored = [
             // As the server stores objects: compact, no resourceVersion.
@@ -1399,6 +1524,6 @@ mod tests {
             Json::Stored { bytes, .. } => assert_eq!(bytes.as_ptr(), stored.as_ptr()),
             Json::Built(_) => panic!("a stored value should be spliced"),
         }
-        assert_eq!(c.attrs.name.as_ref(), "a");
+        assert_eq!(c.attrs.name(), "a");
     }
 }

@@ -234,7 +234,7 @@ impl ApiServer {
                     if meta::deletion_timestamp(&o.object()).is_some() {
                         continue;
                     }
-                    let (ns, n) = (o.attrs.namespace.to_string(), o.attrs.name.to_string());
+                    let (ns, n) = (o.attrs.namespace().to_string(), o.attrs.name().to_string());
                     if let Err(e) = self.delete(&def, &ns, &n, &DeleteOptions::default()).await {
                         if e.code != 404 {
                             tracing::warn!(crd = %name, object = %n, error = %e.message, "deleting a custom object");
