@@ -2,17 +2,21 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
+use std::sync::Arc;
 
 /// Keeps at most `capacity` entries, evicting the one used longest ago.
+///
+/// Each key is held once, shared by the map and the use order: recorders keep one of these per
+/// node agent, and a simulated cluster runs thousands of them in one process.
 pub(crate) struct Lru<K, V> {
     capacity: usize,
-    entries: HashMap<K, (V, u64)>,
+    entries: HashMap<Arc<K>, (V, u64)>,
     // Use stamp → key; the first entry is the least recently used.
-    order: BTreeMap<u64, K>,
+    order: BTreeMap<u64, Arc<K>>,
     clock: u64,
 }
 
-impl<K: Hash + Eq + Clone, V> Lru<K, V> {
+impl<K: Hash + Eq, V> Lru<K, V> {
     pub(crate) fn new(capacity: usize) -> Self {
         Lru {
             capacity: capacity.max(1),
@@ -24,12 +28,13 @@ impl<K: Hash + Eq + Clone, V> Lru<K, V> {
 
     /// The value for `key`, marking it as just used.
     pub(crate) fn get_mut(&mut self, key: &K) -> Option<&mut V> {
-        let (_, stamp) = self.entries.get_mut(key)?;
+        let shared = self.entries.get_key_value(key)?.0.clone();
+        let (v, stamp) = self.entries.get_mut(key)?;
         self.order.remove(stamp);
         self.clock += 1;
         *stamp = self.clock;
-        self.order.insert(self.clock, key.clone());
-        self.entries.get_mut(key).map(|(v, _)| v)
+        self.order.insert(self.clock, shared);
+        Some(v)
     }
 
     /// Inserts or replaces `key`, evicting the least recently used entry when full.
@@ -41,6 +46,7 @@ impl<K: Hash + Eq + Clone, V> Lru<K, V> {
             }
         }
         self.clock += 1;
+        let key = Arc::new(key);
         self.order.insert(self.clock, key.clone());
         self.entries.insert(key, (value, self.clock));
     }
