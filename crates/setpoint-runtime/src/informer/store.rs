@@ -75,7 +75,7 @@ struct Entry<K> {
     object: Slot<K>,
     /// The values each indexer returned when the object was stored, aligned with `indexers`.
     /// Kept so removal does not depend on index functions being pure.
-    values: Vec<Vec<String>>,
+    values: IndexValues,
     /// The compaction epoch in which the object was last written or read (atomic: reads
     /// record it under the shared lock).
     used: AtomicU32,
@@ -316,7 +316,13 @@ impl<K: Object> Store<K> {
             for v in &values {
                 file(&mut index, v, key);
             }
-            entry.values.push(values);
+            let mut all: Vec<Vec<String>> = entry
+                .values
+                .groups()
+                .map(|g| g.map(String::from).collect())
+                .collect();
+            all.push(values);
+            entry.values = IndexValues::new(&all);
         }
         state.indexers.push((name.to_string(), f));
         state.indices.push(index);
@@ -576,7 +582,7 @@ impl<K> State<K> {
             key,
             Entry {
                 object: Slot::Object(object),
-                values,
+                values: IndexValues::new(&values),
                 used,
             },
         );
@@ -593,33 +599,92 @@ impl<K> State<K> {
         let Some(entry) = self.entries.get_mut(&key) else {
             return;
         };
-        for ((index, old), new) in self.indices.iter_mut().zip(&entry.values).zip(&values) {
-            if old == new {
+        for ((index, old), new) in self
+            .indices
+            .iter_mut()
+            .zip(entry.values.groups())
+            .zip(&values)
+        {
+            if old.clone().eq(new.iter().map(String::as_str)) {
                 continue;
             }
-            for v in old.iter().filter(|v| !new.contains(v)) {
+            for v in old.clone().filter(|v| !new.iter().any(|n| n == v)) {
                 unfile(index, v, &key);
             }
-            for v in new.iter().filter(|v| !old.contains(v)) {
+            for v in new.iter().filter(|v| !old.clone().any(|o| o == v.as_str())) {
                 file(index, v, &key);
             }
         }
         *entry = Entry {
             object: Slot::Object(object),
-            values,
+            values: IndexValues::new(&values),
             used: AtomicU32::new(self.epoch),
         };
     }
 
     fn remove(&mut self, key: &ObjectKey) -> Option<Slot<K>> {
         let entry = self.entries.remove(key)?;
-        for (index, vals) in self.indices.iter_mut().zip(&entry.values) {
+        for (index, vals) in self.indices.iter_mut().zip(entry.values.groups()) {
             for v in vals {
                 unfile(index, v, key);
             }
         }
         Some(entry.object)
     }
+}
+
+/// The values each indexer returned for an object, packed: every value in one string, found
+/// by where each ends. A pod is filed under its namespace, owner, node and each label, and a
+/// `Vec` of `String`s per indexer cost a dozen allocations per cached object.
+#[derive(Debug, Default)]
+struct IndexValues {
+    text: Box<str>,
+    /// First, per indexer, how many values the groups up to and including its own hold; then,
+    /// per value, where it ends in `text`.
+    ends: Box<[u32]>,
+    groups: usize,
+}
+
+impl IndexValues {
+    fn new(values: &[Vec<String>]) -> Self {
+        let count: usize = values.iter().map(Vec::len).sum();
+        let mut ends = Vec::with_capacity(values.len() + count);
+        let mut text = String::with_capacity(values.iter().flatten().map(String::len).sum());
+        let mut so_far = 0;
+        for group in values {
+            so_far += group.len();
+            ends.push(offset(so_far));
+        }
+        for v in values.iter().flatten() {
+            text.push_str(v);
+            ends.push(offset(text.len()));
+        }
+        IndexValues {
+            text: text.into_boxed_str(),
+            ends: ends.into_boxed_slice(),
+            groups: values.len(),
+        }
+    }
+
+    /// The `j`th value over all groups.
+    fn value(&self, j: usize) -> &str {
+        let at = |i: usize| self.ends.get(i).map_or(0, |e| *e as usize);
+        let start = if j == 0 { 0 } else { at(self.groups + j - 1) };
+        self.text.get(start..at(self.groups + j)).unwrap_or("")
+    }
+
+    /// Each indexer's values, in order.
+    fn groups(&self) -> impl Iterator<Item = impl Iterator<Item = &str> + Clone> {
+        (0..self.groups).map(move |i| {
+            let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+            (start..self.ends[i] as usize).map(move |j| self.value(j))
+        })
+    }
+}
+
+/// A length as stored in [`IndexValues`]: index values are parts of one object, far below 4 GiB.
+fn offset(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 /// Files `key` under `value` in one index.
@@ -956,6 +1021,32 @@ mod tests {
         for o in &objects[1..] {
             let key = ObjectKey::new(Some("ns"), o.metadata.name.as_deref().unwrap());
             assert_eq!(*store.get(&key).unwrap(), *o);
+        }
+    }
+
+    #[test]
+    fn packed_index_values_read_back_as_given() {
+        let cases: Vec<Vec<Vec<String>>> = vec![
+            vec![],
+            vec![vec![]],
+            vec![
+                vec!["".into()],
+                vec![],
+                vec!["a".into(), "".into(), "ccc".into()],
+            ],
+            vec![
+                vec!["ns".into()],
+                vec!["uid-1".into()],
+                vec!["app=web".into(), "x=y".into()],
+            ],
+        ];
+        for values in cases {
+            let packed = IndexValues::new(&values);
+            let back: Vec<Vec<String>> = packed
+                .groups()
+                .map(|g| g.map(String::from).collect())
+                .collect();
+            assert_eq!(back, values);
         }
     }
 
