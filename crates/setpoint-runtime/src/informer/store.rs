@@ -510,7 +510,7 @@ impl<K: Object> Store<K> {
 const PACK_CHUNK: usize = 256;
 
 /// An object's packed form: its JSON, LZ4-compressed (`size ++ block`). LZ4 because a read of a
-/// packed object must stay cheap: decompressing a pod takes about a microsecond, an eighth of
+/// packed object must stay cheap: decompressing a pod takes about a microsecond, a fraction of
 /// decoding its JSON. `json` is a scratch buffer reused across calls.
 fn pack<K: serde::Serialize>(object: &K, json: &mut Vec<u8>) -> Option<Arc<[u8]>> {
     json.clear();
