@@ -1,10 +1,11 @@
 //! Setpoint's shared vocabulary, with no I/O: which resource a request names, helpers to read
 //! object metadata out of JSON, Kubernetes `Status` errors, label and field selectors, names
-//! and time formatting.
+//! and time formatting, and the packed string lists caches keep per object.
 
 pub mod jsonkey;
 pub mod meta;
 pub mod names;
+pub mod packed;
 pub mod resource;
 pub mod selector;
 pub mod status;

@@ -27,6 +27,7 @@ use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use parking_lot::RwLock;
 use serde_json::Value;
+use setpoint_api::packed::{self, Strings};
 use setpoint_api::ApiError;
 use setpoint_store::{Event, RangeRequest, Revision, Store, StoreError};
 use tokio::sync::{mpsc, watch};
@@ -403,9 +404,8 @@ pub fn stored_kind(prefix: &str) -> StoredKind {
 /// As separate boxed strings they cost about three times as much.
 #[derive(Default, PartialEq, Eq)]
 pub struct Attrs {
-    text: Box<str>,
-    /// Where each string ends in `text`, in the order above.
-    ends: Box<[u32]>,
+    /// In the order above.
+    strings: Strings,
     /// The kind's selectable fields (`setpoint_kinds::fields::supported_fields`).
     field_names: &'static [&'static str],
     /// Bit `i` set: `field_names[i]` has a non-empty value, stored after the labels in the
@@ -413,38 +413,20 @@ pub struct Attrs {
     present: u64,
 }
 
-/// Builds an [`Attrs`]: strings are pushed in its order.
-struct Packer {
-    text: String,
-    ends: Vec<u32>,
-}
-
-impl Packer {
-    fn push(&mut self, s: &str) {
-        self.text.push_str(s);
-        // Objects are bounded far below 4 GiB, and these are parts of one.
-        self.ends
-            .push(u32::try_from(self.text.len()).unwrap_or(u32::MAX));
-    }
-}
-
 impl Attrs {
     /// The attributes of `obj`, stored as `kind`.
     pub fn of(obj: &Value, kind: StoredKind) -> Attrs {
-        let mut packer = Packer {
-            text: String::new(),
-            ends: Vec::new(),
-        };
-        packer.push(setpoint_api::meta::namespace(obj));
-        packer.push(setpoint_api::meta::name(obj));
+        let mut strings = packed::Builder::default();
+        strings.push(setpoint_api::meta::namespace(obj));
+        strings.push(setpoint_api::meta::name(obj));
         let labels = obj
             .get("metadata")
             .and_then(|m| m.get("labels"))
             .and_then(Value::as_object);
         for (k, v) in labels.into_iter().flatten() {
             if let Some(v) = v.as_str() {
-                packer.push(k);
-                packer.push(v);
+                strings.push(k);
+                strings.push(v);
             }
         }
         let mut present = 0u64;
@@ -461,13 +443,12 @@ impl Attrs {
                 let v = setpoint_kinds::fields::value(group, kind, obj, f);
                 if !v.is_empty() {
                     present |= 1 << i;
-                    packer.push(&v);
+                    strings.push(&v);
                 }
             }
         }
         Attrs {
-            text: packer.text.into_boxed_str(),
-            ends: packer.ends.into_boxed_slice(),
+            strings: strings.finish(),
             field_names,
             present,
         }
@@ -475,12 +456,7 @@ impl Attrs {
 
     /// The `i`th packed string ("" past the end, as in a default `Attrs`).
     fn string(&self, i: usize) -> &str {
-        let start = match i {
-            0 => 0,
-            _ => self.ends.get(i - 1).map_or(0, |e| *e as usize),
-        };
-        let end = self.ends.get(i).map_or(start, |e| *e as usize);
-        self.text.get(start..end).unwrap_or("")
+        self.strings.get(i).unwrap_or("")
     }
 
     /// The object's namespace ("" for cluster-scoped objects).
@@ -494,7 +470,7 @@ impl Attrs {
     }
 
     fn label_count(&self) -> usize {
-        self.ends
+        self.strings
             .len()
             .saturating_sub(2 + self.present.count_ones() as usize)
             / 2

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 use parking_lot::RwLock;
 use serde_json::Value;
+use setpoint_api::packed::Strings;
 use tokio::sync::watch;
 
 use super::{Event, InformerError};
@@ -633,58 +634,42 @@ impl<K> State<K> {
     }
 }
 
-/// The values each indexer returned for an object, packed: every value in one string, found
-/// by where each ends. A pod is filed under its namespace, owner, node and each label, and a
-/// `Vec` of `String`s per indexer cost a dozen allocations per cached object.
+/// The values each indexer returned for an object, packed ([`Strings`]). A pod is filed under
+/// its namespace, owner, node and each label, and a `Vec` of `String`s per indexer cost a dozen
+/// allocations per cached object.
 #[derive(Debug, Default)]
 struct IndexValues {
-    text: Box<str>,
-    /// First, per indexer, how many values the groups up to and including its own hold; then,
-    /// per value, where it ends in `text`.
-    ends: Box<[u32]>,
-    groups: usize,
+    /// Every indexer's values, one indexer after another.
+    values: Strings,
+    /// Per indexer, how many values the indexers up to and including it returned.
+    group_ends: Box<[u32]>,
 }
 
 impl IndexValues {
     fn new(values: &[Vec<String>]) -> Self {
-        let count: usize = values.iter().map(Vec::len).sum();
-        let mut ends = Vec::with_capacity(values.len() + count);
-        let mut text = String::with_capacity(values.iter().flatten().map(String::len).sum());
-        let mut so_far = 0;
-        for group in values {
-            so_far += group.len();
-            ends.push(offset(so_far));
-        }
-        for v in values.iter().flatten() {
-            text.push_str(v);
-            ends.push(offset(text.len()));
-        }
+        let group_ends = values
+            .iter()
+            .scan(0, |n, g| {
+                *n += g.len();
+                Some(u32::try_from(*n).unwrap_or(u32::MAX))
+            })
+            .collect();
         IndexValues {
-            text: text.into_boxed_str(),
-            ends: ends.into_boxed_slice(),
-            groups: values.len(),
+            values: values.iter().flatten().collect(),
+            group_ends,
         }
-    }
-
-    /// The `j`th value over all groups.
-    fn value(&self, j: usize) -> &str {
-        let at = |i: usize| self.ends.get(i).map_or(0, |e| *e as usize);
-        let start = if j == 0 { 0 } else { at(self.groups + j - 1) };
-        self.text.get(start..at(self.groups + j)).unwrap_or("")
     }
 
     /// Each indexer's values, in order.
     fn groups(&self) -> impl Iterator<Item = impl Iterator<Item = &str> + Clone> {
-        (0..self.groups).map(move |i| {
-            let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
-            (start..self.ends[i] as usize).map(move |j| self.value(j))
+        (0..self.group_ends.len()).map(move |i| {
+            let start = match i {
+                0 => 0,
+                _ => self.group_ends[i - 1] as usize,
+            };
+            (start..self.group_ends[i] as usize).map(move |j| self.values.get(j).unwrap_or(""))
         })
     }
-}
-
-/// A length as stored in [`IndexValues`]: index values are parts of one object, far below 4 GiB.
-fn offset(n: usize) -> u32 {
-    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 /// Files `key` under `value` in one index.
