@@ -132,12 +132,14 @@ fn store_err(res: &ResourceDef, name: &str, e: StoreError) -> ApiError {
     }
 }
 
-/// Serializes an object for storage (without its resourceVersion).
+/// Serializes an object for storage (without its resourceVersion), LZ4-compressed when that
+/// makes it smaller (see `setpoint_store::compression`; readers go through [`decode_object`],
+/// [`served_json`] or the watch cache's `CachedObject`, which accept either form).
 ///
 /// The result lives as long as the object's version is kept (the store's latest value, its
-/// recent history and the watch cache all share it), so it is allocated at its exact size: a
-/// `Vec` grown by doubling while serializing holds on average a third more than its length.
-/// Serializing into a reused per-thread buffer also spares the growth's reallocations.
+/// recent history and the watch cache all share it, and the embedded store writes it to disk),
+/// so it is compressed and allocated at its exact size. Serializing into a reused per-thread
+/// buffer spares the growth's reallocations.
 fn encode(obj: &Value) -> Bytes {
     /// Objects up to this size (most of them) reuse the buffer; a larger one's is dropped.
     const KEEP_BUFFER: usize = 64 * 1024;
@@ -148,7 +150,7 @@ fn encode(obj: &Value) -> Bytes {
         buf.clear();
         // Serializing a `Value` into memory cannot fail (its keys are strings).
         let stored = match serde_json::to_writer(&mut *buf, &WithoutResourceVersion(obj)) {
-            Ok(()) => Bytes::copy_from_slice(buf),
+            Ok(()) => setpoint_store::compression::compress(buf),
             Err(_) => Bytes::new(),
         };
         if buf.capacity() > KEEP_BUFFER {

@@ -29,13 +29,14 @@ use parking_lot::RwLock;
 use serde_json::Value;
 use setpoint_api::packed::{self, Strings};
 use setpoint_api::ApiError;
-use setpoint_store::{Event, RangeRequest, Revision, Store, StoreError};
+use setpoint_store::{compression, Event, RangeRequest, Revision, Store, StoreError};
 use tokio::sync::{mpsc, watch};
 
 use crate::metrics::Metrics;
 
-/// One object version as the cache holds it: its JSON, shared by every LIST and watcher that
-/// sends it (and with the store), and the attributes filters read.
+/// One object version as the cache holds it: its stored value (JSON, compressed when that made it
+/// smaller), shared by every LIST and watcher that sends it (and with the store), and the
+/// attributes filters read.
 #[derive(Debug)]
 pub struct CachedObject {
     pub key: Arc<str>,
@@ -49,7 +50,9 @@ pub struct CachedObject {
 enum Json {
     /// The stored value, which lacks `metadata.resourceVersion`: it goes at byte `at` (just
     /// before the closing brace of `metadata`), after a comma when `metadata` has other fields.
-    /// `metadata` itself starts at byte `metadata`.
+    /// `metadata` itself starts at byte `metadata`. Offsets are into the plain JSON; `bytes`
+    /// may be compressed (`setpoint_store::compression`), and is read through
+    /// [`with_plain`], which decoding has checked succeeds.
     Stored {
         bytes: Bytes,
         metadata: usize,
@@ -69,7 +72,22 @@ impl CachedObject {
         revision: Revision,
         kind: StoredKind,
     ) -> Option<Self> {
-        let (json, attrs) = match resource_version_slot(value) {
+        compression::with_plain(value, |plain| {
+            Self::decode_plain(key, value, plain, revision, kind)
+        })
+        .ok()
+        .flatten()
+    }
+
+    /// [`Self::decode`] given the value's plain form too.
+    fn decode_plain(
+        key: Arc<str>,
+        value: &Bytes,
+        plain: &[u8],
+        revision: Revision,
+        kind: StoredKind,
+    ) -> Option<Self> {
+        let (json, attrs) = match resource_version_slot(plain) {
             Some(Slot {
                 metadata,
                 at,
@@ -81,10 +99,10 @@ impl CachedObject {
                     at,
                     comma,
                 };
-                (stored, Attrs::of_stored(value, kind)?)
+                (stored, Attrs::of_stored(plain, kind)?)
             }
             None => {
-                let obj = decode_object(value, revision)?;
+                let obj = decode_plain_object(plain, revision)?;
                 let built = Json::Built(Bytes::from(serde_json::to_vec(&obj).unwrap_or_default()));
                 (built, Attrs::of(&obj, kind))
             }
@@ -101,7 +119,7 @@ impl CachedObject {
     pub fn json_len(&self) -> usize {
         match &self.json {
             Json::Stored { bytes, comma, .. } => {
-                bytes.len()
+                compression::plain_len(bytes)
                     + usize::from(*comma)
                     + "\"resourceVersion\":\"\"".len()
                     + decimal_digits(self.revision)
@@ -115,7 +133,9 @@ impl CachedObject {
         match &self.json {
             Json::Stored {
                 bytes, at, comma, ..
-            } => splice_resource_version(out, bytes, *at, *comma, self.revision),
+            } => with_plain(bytes, |plain| {
+                splice_resource_version(out, plain, *at, *comma, self.revision)
+            }),
             Json::Built(b) => out.extend_from_slice(b),
         }
     }
@@ -130,11 +150,11 @@ impl CachedObject {
                 metadata,
                 at,
                 comma,
-            } => {
-                out.extend_from_slice(&bytes[*metadata..*at]);
+            } => with_plain(bytes, |plain| {
+                out.extend_from_slice(&plain[*metadata..*at]);
                 write_resource_version(out, self.revision, *comma);
                 out.extend_from_slice(b"}");
-            }
+            }),
             Json::Built(_) => {
                 let _ = serde_json::to_writer(bytes::BufMut::writer(out), &self.metadata());
             }
@@ -172,10 +192,12 @@ impl CachedObject {
         let bytes = match &self.json {
             Json::Stored { bytes, .. } | Json::Built(bytes) => bytes,
         };
-        serde_json::from_slice::<Object>(bytes)
-            .ok()
-            .and_then(|o| o.metadata)
-            .is_some_and(|m| m.deletion_timestamp.is_some())
+        with_plain(bytes, |plain| {
+            serde_json::from_slice::<Object>(plain)
+                .ok()
+                .and_then(|o| o.metadata)
+                .is_some_and(|m| m.deletion_timestamp.is_some())
+        })
     }
 
     /// The object's `metadata`, parsed, `resourceVersion` included (`null` if it has none).
@@ -189,9 +211,11 @@ impl CachedObject {
             Json::Stored { bytes, .. } => (bytes, true),
             Json::Built(b) => (b, false),
         };
-        let mut metadata = serde_json::from_slice::<MetadataOnly>(bytes)
-            .map(|m| m.metadata)
-            .unwrap_or(Value::Null);
+        let mut metadata = with_plain(bytes, |plain| {
+            serde_json::from_slice::<MetadataOnly>(plain)
+                .map(|m| m.metadata)
+                .unwrap_or(Value::Null)
+        });
         if stored {
             if let Some(m) = metadata.as_object_mut() {
                 m.insert(
@@ -217,10 +241,21 @@ fn decimal_digits(mut n: Revision) -> usize {
 /// it, setting the field and serializing would give, without the parse. `None` when it cannot
 /// be spliced safely (see [`resource_version_slot`]).
 pub fn served_json(stored: &[u8], revision: Revision) -> Option<Bytes> {
-    let slot = resource_version_slot(stored)?;
-    let mut out = BytesMut::with_capacity(stored.len() + 44);
-    splice_resource_version(&mut out, stored, slot.at, slot.comma, revision);
-    Some(out.freeze())
+    compression::with_plain(stored, |plain| {
+        let slot = resource_version_slot(plain)?;
+        let mut out = BytesMut::with_capacity(plain.len() + 44);
+        splice_resource_version(&mut out, plain, slot.at, slot.comma, revision);
+        Some(out.freeze())
+    })
+    .ok()
+    .flatten()
+}
+
+/// Calls `f` with the plain form of a value [`CachedObject::decode`] accepted. Decoding
+/// decompressed these very bytes, so this cannot fail; if it did, the answer is `R`'s default
+/// (nothing written) rather than a panic.
+fn with_plain<R: Default>(value: &[u8], f: impl FnOnce(&[u8]) -> R) -> R {
+    compression::with_plain(value, f).unwrap_or_default()
 }
 
 /// Appends `stored` with `"resourceVersion":"<revision>"` inserted at byte `at`.
@@ -911,9 +946,17 @@ impl WatchCache {
     }
 }
 
-/// Decodes a stored value into the API object: JSON with `metadata.resourceVersion` set.
+/// Decodes a stored value (plain or compressed) into the API object: JSON with
+/// `metadata.resourceVersion` set.
 pub fn decode_object(value: &[u8], revision: Revision) -> Option<Value> {
-    let mut obj: Value = serde_json::from_slice(value).ok()?;
+    compression::with_plain(value, |plain| decode_plain_object(plain, revision))
+        .ok()
+        .flatten()
+}
+
+/// [`decode_object`] of a plain value.
+fn decode_plain_object(plain: &[u8], revision: Revision) -> Option<Value> {
+    let mut obj: Value = serde_json::from_slice(plain).ok()?;
     if !obj.is_object() {
         return None;
     }
@@ -1339,8 +1382,15 @@ mod tests {
             json!({"metadata": {"name": "f", "deletionTimestamp": null}}),
             json!({"metadata": {"name": "g", "deletionTimestamp": 7}}),
         ];
-        for (i, v) in stored.iter().enumerate() {
-            let bytes = serde_json::to_vec(v).unwrap();
+        // Each case as stored plain, and compressed (made long enough to be worth it).
+        let forms = stored.iter().flat_map(|v| {
+            let mut long = v.clone();
+            long["padding"] = json!("spliced ".repeat(40));
+            let compressed = compression::compress(&serde_json::to_vec(&long).unwrap());
+            assert!(compression::is_compressed(&compressed));
+            [serde_json::to_vec(v).unwrap(), compressed.to_vec()]
+        });
+        for (i, bytes) in forms.enumerate() {
             for revision in [1, 9, 10, 12345678901] {
                 let c = cached(&bytes, revision);
                 let want = serde_json::to_vec(&expected(&bytes, revision)).unwrap();
@@ -1494,12 +1544,31 @@ mod tests {
 
     #[test]
     fn the_stored_bytes_are_shared_not_copied() {
-        let stored = Bytes::from(serde_json::to_vec(&json!({"metadata": {"name": "a"}})).unwrap());
-        let c = CachedObject::decode("k".into(), &stored, 3, None).unwrap();
-        match &c.json {
-            Json::Stored { bytes, .. } => assert_eq!(bytes.as_ptr(), stored.as_ptr()),
-            Json::Built(_) => panic!("a stored value should be spliced"),
+        let plain =
+            serde_json::to_vec(&json!({"metadata": {"name": "a"}, "data": {"k": "v".repeat(200)}}))
+                .unwrap();
+        for stored in [Bytes::from(plain.clone()), compression::compress(&plain)] {
+            let c = CachedObject::decode("k".into(), &stored, 3, None).unwrap();
+            match &c.json {
+                Json::Stored { bytes, .. } => assert_eq!(bytes.as_ptr(), stored.as_ptr()),
+                Json::Built(_) => panic!("a stored value should be spliced"),
+            }
+            assert_eq!(c.attrs.name(), "a");
         }
-        assert_eq!(c.attrs.name(), "a");
+    }
+
+    #[test]
+    fn a_corrupt_compressed_value_is_not_cached() {
+        let mut stored = compression::compress(
+            &serde_json::to_vec(
+                &json!({"metadata": {"name": "a"}, "data": {"k": "v".repeat(200)}}),
+            )
+            .unwrap(),
+        )
+        .to_vec();
+        stored.truncate(stored.len() - 4);
+        assert!(CachedObject::decode("k".into(), &Bytes::from(stored.clone()), 3, None).is_none());
+        assert!(served_json(&stored, 3).is_none());
+        assert!(decode_object(&stored, 3).is_none());
     }
 }

@@ -13,7 +13,8 @@
 //! Backends: [`memory::MemoryStore`] (tests), [`embedded::EmbeddedStore`] (durable, default)
 //! and [`etcd::EtcdStore`] (an etcd cluster, shared by several API servers).
 //! A shared conformance suite in [`conformance`] runs against every backend.
-//! [`migrate`] copies a cluster from one store to another.
+//! [`migrate`] copies a cluster from one store to another. [`compression`] is a framing for
+//! values kept compressed, which the API server uses for objects.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -23,6 +24,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::Stream;
 
+pub mod compression;
 pub mod conformance;
 pub mod embedded;
 pub mod etcd;

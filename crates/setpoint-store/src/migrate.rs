@@ -10,13 +10,16 @@
 //! ```text
 //! {"format":"setpoint-export","version":1,"revision":1234,"count":2}
 //! {"key":"/registry/namespaces/demo","value":{"apiVersion":"v1",...}}
+//! {"key":"/registry/core/pods/demo/web-1","value":{"apiVersion":"v1",...},"compressed":true}
 //! {"key":"/registry/_allocations/serviceips/10.96.0.10","base64":"..."}
 //! ```
 //!
 //! The header names the format, its version, the source revision the snapshot was read at and
-//! the number of key lines that follow. Each key line holds the stored bytes verbatim: embedded
-//! as JSON (`value`) when they are one compact JSON document, otherwise base64 (`base64`), so
-//! that the import writes back exactly the bytes that were exported. Objects therefore keep
+//! the number of key lines that follow. Each key line holds the stored value: embedded as JSON
+//! (`value`) when it is one compact JSON document, also when it is kept compressed (see
+//! [`crate::compression`]; `"compressed":true` then, and the import compresses it again),
+//! otherwise base64 (`base64`) of the stored bytes, so that the import writes back the values
+//! that were exported, in the form they were stored in. Objects therefore keep
 //! their uids, generations, creation timestamps and managed fields; only revisions change,
 //! because the target store assigns its own.
 //!
@@ -24,13 +27,15 @@
 //! exported nor imported; service-IP allocations (`/registry/_allocations/…`) are, since they
 //! must stay consistent with the services that hold them.
 
+use std::borrow::Cow;
+
 use base64::Engine as _;
 use bytes::Bytes;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 
-use crate::{Precondition, RangeRequest, Revision, Store, StoreError};
+use crate::{compression, Precondition, RangeRequest, Revision, Store, StoreError};
 
 /// The prefix every exported key starts with.
 pub const REGISTRY_PREFIX: &str = "/registry/";
@@ -107,6 +112,8 @@ struct OutLine<'a> {
     value: Option<&'a RawValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
     base64: Option<String>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    compressed: bool,
 }
 
 /// One key line as read.
@@ -119,6 +126,8 @@ struct InLine {
     value: Option<Box<RawValue>>,
     #[serde(default)]
     base64: Option<String>,
+    #[serde(default)]
+    compressed: bool,
 }
 
 fn some_raw<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
@@ -209,13 +218,20 @@ where
             if !exported(&kv.key) {
                 continue;
             }
-            let raw = as_embeddable_json(&kv.value);
+            let compressed = compression::is_compressed(&kv.value);
+            let plain = if compressed {
+                compression::plain(&kv.value).ok()
+            } else {
+                Some(Cow::Borrowed(&kv.value[..]))
+            };
+            let raw = plain.as_deref().and_then(as_embeddable_json);
             let line = OutLine {
                 key: &kv.key,
                 value: raw,
                 base64: raw
                     .is_none()
                     .then(|| base64::engine::general_purpose::STANDARD.encode(&kv.value)),
+                compressed: compressed && raw.is_some(),
             };
             serde_json::to_writer(&mut buf, &line).expect("line serializes");
             buf.push(b'\n');
@@ -354,7 +370,13 @@ fn parse_line(line: &[u8], line_no: usize) -> Result<(String, Bytes), MigrateErr
         )));
     }
     let value = match (parsed.value, parsed.base64) {
+        (Some(raw), None) if parsed.compressed => compression::compress(raw.get().as_bytes()),
         (Some(raw), None) => Bytes::from(raw.get().to_owned().into_bytes()),
+        (None, Some(_)) if parsed.compressed => {
+            return Err(bad(
+                "\"compressed\" goes with \"value\", not \"base64\"".to_owned()
+            ))
+        }
         (None, Some(b64)) => base64::engine::general_purpose::STANDARD
             .decode(b64.as_bytes())
             .map(Bytes::from)
@@ -401,7 +423,12 @@ async fn write_batch(
 
 /// A human-readable name for how a value is carried in the export (for messages and tests).
 pub fn value_encoding(value: &[u8]) -> &'static str {
-    if as_embeddable_json(value).is_some() {
+    if compression::is_compressed(value) {
+        match compression::plain(value) {
+            Ok(plain) if as_embeddable_json(&plain).is_some() => "compressed json",
+            _ => "base64",
+        }
+    } else if as_embeddable_json(value).is_some() {
         "json"
     } else {
         "base64"

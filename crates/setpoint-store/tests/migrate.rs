@@ -1,7 +1,9 @@
 //! Export and import between stores: memory → embedded → memory keeps every key and value
-//! byte for byte; a non-empty target is refused unless forced; damaged streams are refused.
+//! byte for byte (compressed values export as readable JSON and come back compressed); a
+//! non-empty target is refused unless forced; damaged streams are refused.
 
 use bytes::Bytes;
+use setpoint_store::compression;
 use setpoint_store::embedded::{EmbeddedOptions, EmbeddedStore};
 use setpoint_store::memory::MemoryStore;
 use setpoint_store::migrate::{self, MigrateError, COMPACTION_GUARD_KEY};
@@ -31,16 +33,29 @@ async fn populated() -> MemoryStore {
         let value = format!(
             r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"cm-{i}","uid":"u-{i}","generation":{i},"creationTimestamp":"2026-01-01T00:00:00Z","managedFields":[{{"manager":"kubectl"}}]}},"data":{{"n":1.50}}}}"#
         );
+        // Half of them kept compressed, as the API server stores objects.
+        let value = if i % 2 == 0 {
+            compression::compress(value.as_bytes())
+        } else {
+            Bytes::from(value)
+        };
         store
             .put(
                 &format!("/registry/configmaps/default/cm-{i:04}"),
-                Bytes::from(value),
+                value,
                 Precondition::NotExists,
             )
             .await
             .unwrap();
     }
-    let odd: [(&str, &[u8]); 6] = [
+    // Compressed, but not compact JSON once decompressed; and a value framed only because it
+    // starts with a zero byte.
+    let spaced = compression::compress(" {\"a\": 1} ".repeat(20).as_bytes());
+    let zero = compression::compress(&[0, 1, 2]);
+    assert!(compression::is_compressed(&spaced) && compression::is_compressed(&zero));
+    let odd: [(&str, &[u8]); 8] = [
+        ("/registry/odd/compressed-spaced", &spaced),
+        ("/registry/odd/compressed-zero", &zero),
         ("/registry/odd/null", b"null"),
         ("/registry/odd/spaced", b" {\"a\": 1} "),
         ("/registry/odd/newline", b"{\"a\":\n1}"),
@@ -90,7 +105,7 @@ async fn export_bytes(store: &dyn Store) -> Vec<u8> {
 async fn memory_embedded_memory_round_trip() {
     let source = populated().await;
     let expected = contents(&source).await;
-    assert_eq!(expected.len(), 606);
+    assert_eq!(expected.len(), 608);
     let exported = export_bytes(&source).await;
 
     let text = String::from_utf8(exported.clone()).unwrap();
@@ -99,19 +114,25 @@ async fn memory_embedded_memory_round_trip() {
     assert_eq!(header["format"], "setpoint-export");
     assert_eq!(header["version"], 1);
     assert_eq!(header["revision"], source.current_revision().await.unwrap());
-    assert_eq!(header["count"], 606);
+    assert_eq!(header["count"], 608);
     assert!(!text.contains("/registry/_compact"));
     assert!(!text.contains("/elsewhere"));
     // Compact JSON is embedded as JSON, byte for byte (`1.50` is not normalized to `1.5`).
     assert!(text.contains(r#""data":{"n":1.50}}}"#), "{text:.400}");
     assert_eq!(migrate::value_encoding(b" {\"a\": 1} "), "base64");
+    // Compressed objects are exported readable, and marked.
+    assert!(
+        text.contains(r#""name":"cm-2","uid":"u-2""#) && text.contains(r#""compressed":true"#),
+        "{text:.400}"
+    );
+    assert_eq!(text.matches(r#""compressed":true"#).count(), 300);
 
     let dir = tempfile::tempdir().unwrap();
     let embedded = EmbeddedStore::open(dir.path(), EmbeddedOptions::default()).unwrap();
     let summary = migrate::import(&embedded, &mut exported.as_slice(), false)
         .await
         .unwrap();
-    assert_eq!(summary.count, 606);
+    assert_eq!(summary.count, 608);
     assert_eq!(summary.overwritten, 0);
     assert_eq!(contents(&embedded).await, expected);
     assert!(embedded.get("/elsewhere").await.unwrap().is_none());
@@ -207,7 +228,7 @@ async fn damaged_streams_are_refused() {
         matches!(
             err,
             MigrateError::CountMismatch {
-                expected: 606,
+                expected: 608,
                 found: 100
             }
         ),
@@ -219,6 +240,21 @@ async fn damaged_streams_are_refused() {
         text.lines().next().unwrap()
     );
     let err = migrate::import(&MemoryStore::new(), &mut guard_line.as_bytes(), false)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, MigrateError::BadLine { line: 2, .. }),
+        "{err}"
+    );
+    // "compressed" names JSON to compress again; with base64 it means nothing.
+    let header = text
+        .lines()
+        .next()
+        .unwrap()
+        .replace("\"count\":608", "\"count\":1");
+    let mixed =
+        format!("{header}\n{{\"key\":\"/registry/a\",\"base64\":\"e30=\",\"compressed\":true}}\n");
+    let err = migrate::import(&MemoryStore::new(), &mut mixed.as_bytes(), false)
         .await
         .unwrap_err();
     assert!(
