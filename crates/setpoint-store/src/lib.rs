@@ -24,6 +24,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::Stream;
 
+mod chunked;
 pub mod compression;
 pub mod conformance;
 pub mod embedded;

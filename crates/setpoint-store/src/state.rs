@@ -27,7 +27,7 @@
 //! moves the core's compaction point before it deletes rows, so no row a view may need goes away
 //! under it.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -38,6 +38,7 @@ use parking_lot::{Mutex, RwLock};
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
+use crate::chunked::ChunkedDeque;
 use crate::{
     Event, KeyValue, Precondition, RangeRequest, RangeResponse, Result, Revision, StoreError,
     WatchResponse, WatchStream,
@@ -177,8 +178,9 @@ impl Watcher {
 
 struct Inner {
     kvs: BTreeMap<Arc<str>, KeyValue>,
-    /// Events with revisions `compacted + 1 ..= current`, in order.
-    log: VecDeque<Event>,
+    /// Events with revisions `compacted + 1 ..= current`, in order (in chunks: see
+    /// [`ChunkedDeque`] for why not a `VecDeque`).
+    log: ChunkedDeque<Event>,
     current: Revision,
     compacted: Revision,
     /// Events below this revision are stripped: their values are empty placeholders, to be read
@@ -488,7 +490,7 @@ impl Core {
         };
         let inner = Inner {
             kvs,
-            log: VecDeque::new(),
+            log: ChunkedDeque::default(),
             current: compacted,
             compacted,
             values_from: compacted + 1,
@@ -627,7 +629,7 @@ impl Core {
         }
         let drop = (revision - inner.compacted) as usize;
         let mut obsolete = Vec::new();
-        for event in inner.log.range(..drop) {
+        for event in inner.log.range(0, drop) {
             if let Some(prev) = value_before(event) {
                 obsolete.push(prev.mod_revision);
             }
@@ -638,11 +640,11 @@ impl Core {
         let unstripped = (inner.values_from - inner.compacted - 1) as usize;
         let freed: usize = inner
             .log
-            .range(unstripped.min(drop)..drop)
+            .range(unstripped.min(drop), drop)
             .map(value_bytes)
             .sum();
         inner.values_bytes -= freed;
-        inner.log.drain(..drop);
+        inner.log.drop_front(drop);
         inner.compacted = revision;
         inner.values_from = inner.values_from.max(revision + 1);
         debug!(revision, "compacted");
