@@ -27,6 +27,17 @@ pub async fn start_with(store: StoreConfig, cache: CacheConfig) -> Running {
     server.serve().await.unwrap()
 }
 
+/// A plain-HTTP server's config on an in-memory store, for tests that open the store
+/// themselves.
+pub fn memory_config() -> ServerConfig {
+    ServerConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        insecure_http: true,
+        store: StoreConfig::Memory,
+        ..ServerConfig::default()
+    }
+}
+
 pub async fn start() -> Running {
     start_with(StoreConfig::Memory, CacheConfig::default()).await
 }

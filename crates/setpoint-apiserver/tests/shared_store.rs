@@ -6,15 +6,10 @@ mod common;
 use common::*;
 use serde_json::json;
 use setpoint_apiserver::server::Running;
-use setpoint_apiserver::{ApiServer, ServerConfig, StoreConfig};
+use setpoint_apiserver::ApiServer;
 
 async fn two_servers() -> (Running, Running) {
-    let config = || ServerConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        insecure_http: true,
-        store: StoreConfig::Memory,
-        ..ServerConfig::default()
-    };
+    let config = memory_config;
     let store = ApiServer::open_store(&config()).await.unwrap();
     let a = ApiServer::new(config(), store.clone()).await.unwrap();
     let b = ApiServer::new(config(), store).await.unwrap();

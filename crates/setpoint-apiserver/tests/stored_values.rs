@@ -7,7 +7,7 @@ mod common;
 use bytes::Bytes;
 use common::*;
 use serde_json::{json, Value};
-use setpoint_apiserver::{ApiServer, ServerConfig, StoreConfig};
+use setpoint_apiserver::ApiServer;
 use setpoint_store::{compression, Precondition};
 
 const CMS: &str = "/api/v1/namespaces/default/configmaps";
@@ -18,12 +18,7 @@ fn data() -> Value {
 
 #[tokio::test]
 async fn objects_are_stored_compressed_and_plain_values_still_serve() {
-    let config = || ServerConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        insecure_http: true,
-        store: StoreConfig::Memory,
-        ..ServerConfig::default()
-    };
+    let config = memory_config;
     let store = ApiServer::open_store(&config()).await.unwrap();
     // As a server before compression stored a ConfigMap: plain JSON, no resourceVersion.
     let old = json!({
