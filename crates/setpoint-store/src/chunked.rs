@@ -70,13 +70,19 @@ impl<T> ChunkedDeque<T> {
     }
 
     /// All entries, front to back.
+    #[cfg(test)]
     pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
         self.chunks.iter().flatten()
     }
 
-    /// Entries `from..to`, front to back.
+    /// Entries `from..to`, front to back. Starts at `from`'s chunk rather than walking there.
     pub(crate) fn range(&self, from: usize, to: usize) -> impl Iterator<Item = &T> {
-        self.iter().skip(from).take(to.saturating_sub(from))
+        let (chunk, skip) = self.locate(from).unwrap_or((self.chunks.len(), 0));
+        self.chunks
+            .range(chunk..)
+            .flatten()
+            .skip(skip)
+            .take(to.min(self.len).saturating_sub(from))
     }
 
     /// Removes the first `n` entries (all of them if there are fewer).
