@@ -77,16 +77,16 @@ struct Entry<K> {
     /// The values each indexer returned when the object was stored, aligned with `indexers`.
     /// Kept so removal does not depend on index functions being pure.
     values: IndexValues,
-    /// The compaction epoch in which the object was last written or read (atomic: reads
-    /// record it under the shared lock).
+    /// When the object was last written or read, and how often it was read then ([`Use`];
+    /// atomic: reads record it under the shared lock).
     used: AtomicU32,
 }
 
 /// What a read copies out under the lock, to be decoded after it is released.
 struct Read<K> {
     slot: Slot<K>,
-    /// Set for a packed object read a second time in one period: it is in use after all, so
-    /// the decoded object replaces the packed one.
+    /// Set for a packed object read [`UNPACK_READS`] times in one period: it is in use after
+    /// all, so the decoded object replaces the packed one.
     unpack: Option<Arc<ObjectKey>>,
 }
 
@@ -412,7 +412,7 @@ impl<K: Object> Store<K> {
     }
 
     /// Decodes what reads copied out (outside the lock, so the informer is not held up), and
-    /// keeps decoded the packed objects read twice in one period.
+    /// keeps decoded the packed objects read [`UNPACK_READS`] times in one period.
     /// Each object goes to `out`, in order (a sink rather than a `Vec`, so `get` allocates
     /// nothing for the common case of an object held decoded).
     fn materialize(&self, reads: impl IntoIterator<Item = Read<K>>, mut out: impl FnMut(Arc<K>)) {
@@ -441,7 +441,7 @@ impl<K: Object> Store<K> {
 
     /// Packs every object that has been neither written nor read since the previous call and
     /// that nobody outside the cache holds into the JSON it serializes to (see
-    /// `Slot::Packed`). A read decodes it again; a second read in one period, or a write,
+    /// `Slot::Packed`). A read decodes it again; a third read in one period, or a write,
     /// puts a decoded object back. Called periodically (`InformerOptions::compact_idle`), an
     /// object is packed after sitting idle for between one and two periods. Serializing
     /// happens outside the lock. Returns how many objects were packed.
@@ -451,7 +451,7 @@ impl<K: Object> Store<K> {
             let idle: Vec<(Arc<ObjectKey>, Arc<K>)> = state
                 .entries
                 .iter()
-                .filter(|(_, e)| e.used.load(Ordering::Relaxed) != state.epoch)
+                .filter(|(_, e)| !Use(e.used.load(Ordering::Relaxed)).in_epoch(state.epoch))
                 .filter_map(|(k, e)| match &e.object {
                     // Someone else holding the object would keep its memory alive anyway.
                     Slot::Object(o) if Arc::strong_count(o) == 1 => Some((k.clone(), o.clone())),
@@ -481,7 +481,7 @@ impl<K: Object> Store<K> {
                     continue;
                 };
                 // Unchanged and unread since it was picked, and held only by the entry and by us.
-                let unused = entry.used.load(Ordering::Relaxed) != epoch;
+                let unused = !Use(entry.used.load(Ordering::Relaxed)).in_epoch(epoch);
                 if unused
                     && matches!(&entry.object, Slot::Object(o) if Arc::ptr_eq(o, &object) && Arc::strong_count(o) == 2)
                 {
@@ -504,6 +504,47 @@ impl<K: Object> Store<K> {
             .values()
             .filter(|e| matches!(e.object, Slot::Packed(_)))
             .count()
+    }
+}
+
+/// Reads of a packed object in one period that make the cache keep it decoded. Not two: a
+/// controller that writes what it reconciles is woken again by its own write, and its second
+/// pass reads the same objects (a ReplicaSet, its status patched, reads its pods again);
+/// unpacking on that read kept every pod of a busy ReplicaSet decoded, about eight times its
+/// packed size, for a period or two.
+const UNPACK_READS: u32 = 3;
+
+/// An entry's last use: the compaction epoch in which it was last written or read (high 30
+/// bits, wrapping; only compared for equality) and the reads in that epoch (low 2 bits,
+/// saturating at 3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Use(u32);
+
+impl Use {
+    const READ_BITS: u32 = 2;
+    const READS: u32 = (1 << Self::READ_BITS) - 1;
+
+    /// Written in `epoch`, not read since.
+    fn written(epoch: u32) -> Use {
+        Use(epoch << Self::READ_BITS)
+    }
+
+    fn in_epoch(self, epoch: u32) -> bool {
+        self.0 >> Self::READ_BITS == (epoch << Self::READ_BITS) >> Self::READ_BITS
+    }
+
+    fn reads(self) -> u32 {
+        self.0 & Self::READS
+    }
+
+    /// This use followed by a read in `epoch`.
+    fn read_in(self, epoch: u32) -> Use {
+        let reads = if self.in_epoch(epoch) {
+            (self.reads() + 1).min(Self::READS)
+        } else {
+            1
+        };
+        Use(Use::written(epoch).0 | reads)
     }
 }
 
@@ -554,8 +595,16 @@ impl<K: Object> State<K> {
 impl<K> State<K> {
     /// Records a read of `entry` and copies out what it needs.
     fn read(&self, key: &Arc<ObjectKey>, entry: &Entry<K>) -> Read<K> {
-        let again = entry.used.swap(self.epoch, Ordering::Relaxed) == self.epoch;
-        let unpack = (again && matches!(entry.object, Slot::Packed(_))).then(|| key.clone());
+        let epoch = self.epoch;
+        let before = entry
+            .used
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
+                Some(Use(u).read_in(epoch).0)
+            })
+            .unwrap_or_else(|u| u);
+        let reads = Use(before).read_in(epoch).reads();
+        let unpack = (reads >= UNPACK_READS && matches!(entry.object, Slot::Packed(_)))
+            .then(|| key.clone());
         Read {
             slot: entry.object.clone(),
             unpack,
@@ -578,7 +627,7 @@ impl<K> State<K> {
                 file(index, v, &key);
             }
         }
-        let used = AtomicU32::new(self.epoch);
+        let used = AtomicU32::new(Use::written(self.epoch).0);
         self.entries.insert(
             key,
             Entry {
@@ -619,7 +668,7 @@ impl<K> State<K> {
         *entry = Entry {
             object: Slot::Object(object),
             values: IndexValues::new(&values),
-            used: AtomicU32::new(self.epoch),
+            used: AtomicU32::new(Use::written(self.epoch).0),
         };
     }
 
@@ -1050,7 +1099,7 @@ mod tests {
     }
 
     #[test]
-    fn reads_keep_objects_decoded_and_a_second_read_in_a_period_unpacks() {
+    fn reads_keep_objects_decoded_and_a_third_read_in_a_period_unpacks() {
         let store = Store::new();
         let key = ObjectKey::new(Some("ns"), "a");
         store.upsert(cm("ns", "a", "1"));
@@ -1062,14 +1111,46 @@ mod tests {
         }
         store.compact_idle();
         assert_eq!(store.packed_len(), 1);
-        // One read decodes a copy and leaves the object packed...
+        // Two reads decode a copy each and leave the object packed...
         let first = store.get(&key).unwrap();
         assert_eq!(store.packed_len(), 1);
-        // ...a second one in the same period keeps the decoded object.
-        let second = store.by_namespace("ns").pop().unwrap();
+        assert_eq!(store.by_namespace("ns").pop().unwrap(), first);
+        assert_eq!(store.packed_len(), 1);
+        // ...a third one in the same period keeps the decoded object.
+        let third = store.by_namespace("ns").pop().unwrap();
         assert_eq!(store.packed_len(), 0);
-        assert_eq!(first, second);
-        assert!(Arc::ptr_eq(&second, &store.get(&key).unwrap()));
+        assert_eq!(first, third);
+        assert!(Arc::ptr_eq(&third, &store.get(&key).unwrap()));
+        // Reads in a new period count from one again.
+        drop((first, third));
+        store.compact_idle();
+        store.compact_idle();
+        assert_eq!(store.packed_len(), 1);
+        for _ in 0..2 {
+            store.get(&key).unwrap();
+            assert_eq!(store.packed_len(), 1);
+        }
+        store.compact_idle();
+        store.get(&key).unwrap();
+        assert_eq!(store.packed_len(), 1);
+    }
+
+    #[test]
+    fn an_entry_use_counts_reads_per_epoch_and_wraps() {
+        let u = Use::written(7);
+        assert!(u.in_epoch(7) && !u.in_epoch(8));
+        assert_eq!(u.reads(), 0);
+        let u = u.read_in(7).read_in(7);
+        assert_eq!(u.reads(), 2);
+        assert_eq!(u.read_in(7).read_in(7).read_in(7).reads(), 3);
+        assert_eq!(u.read_in(8).reads(), 1);
+        assert!(u.read_in(8).in_epoch(8));
+        // Epochs wrap: only equality matters, also past the bits kept.
+        let late = u32::MAX - 1;
+        assert!(Use::written(late).read_in(late).in_epoch(late));
+        assert!(!Use::written(late).in_epoch(late.wrapping_add(1)));
+        assert!(Use::written(u32::MAX).in_epoch(u32::MAX));
+        assert!(!Use::written(u32::MAX).in_epoch(0));
     }
 
     #[test]
