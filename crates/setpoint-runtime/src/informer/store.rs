@@ -603,8 +603,8 @@ impl<K> State<K> {
             })
             .unwrap_or_else(|u| u);
         let reads = Use(before).read_in(epoch).reads();
-        let unpack = (reads >= UNPACK_READS && matches!(entry.object, Slot::Packed(_)))
-            .then(|| key.clone());
+        let unpack =
+            (reads >= UNPACK_READS && matches!(entry.object, Slot::Packed(_))).then(|| key.clone());
         Read {
             slot: entry.object.clone(),
             unpack,
