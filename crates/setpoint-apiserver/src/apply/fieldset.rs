@@ -7,8 +7,6 @@
 //! children carries a `"."` entry and a member without children is `{}`. Nodes that are not
 //! members only lead to owned descendants (e.g. `f:metadata` above `f:labels`).
 
-use std::collections::BTreeMap;
-
 use serde_json::{Map, Value};
 
 /// The key that marks a node with children as a member itself.
@@ -19,7 +17,10 @@ const SELF: &str = ".";
 pub struct FieldSet {
     /// Whether the path leading here is in the set.
     member: bool,
-    children: BTreeMap<String, FieldSet>,
+    /// Sorted by element, each element once. A vector, not a `BTreeMap`: most nodes have a
+    /// handful of children, and a map's node allocation (hundreds of bytes each, one per
+    /// inner node of every set built for every write) was a measurable part of a write's cost.
+    children: Vec<(String, FieldSet)>,
 }
 
 impl FieldSet {
@@ -30,14 +31,32 @@ impl FieldSet {
 
     /// True when no path is in the set.
     pub fn is_empty(&self) -> bool {
-        !self.member && self.children.values().all(FieldSet::is_empty)
+        !self.member && self.children.iter().all(|(_, c)| c.is_empty())
+    }
+
+    /// The position of `elem` among the children, or where it would be inserted.
+    fn find(&self, elem: &str) -> Result<usize, usize> {
+        self.children
+            .binary_search_by(|(k, _)| k.as_str().cmp(elem))
+    }
+
+    /// The child for `elem`, inserted empty if absent.
+    fn entry(&mut self, elem: &str) -> &mut FieldSet {
+        let i = match self.find(elem) {
+            Ok(i) => i,
+            Err(i) => {
+                self.children.insert(i, (elem.to_string(), FieldSet::new()));
+                i
+            }
+        };
+        &mut self.children[i].1
     }
 
     /// Adds `path` (encoded path elements, outermost first) as a member.
     pub fn insert(&mut self, path: &[String]) {
         let mut node = self;
         for elem in path {
-            node = node.children.entry(elem.clone()).or_default();
+            node = node.entry(elem);
         }
         if !path.is_empty() {
             node.member = true;
@@ -53,7 +72,7 @@ impl FieldSet {
     pub fn node(&self, path: &[String]) -> Option<&FieldSet> {
         let mut node = self;
         for elem in path {
-            node = node.children.get(elem)?;
+            node = node.child(elem)?;
         }
         (!node.is_empty()).then_some(node)
     }
@@ -70,17 +89,17 @@ impl FieldSet {
 
     /// The child node for one path element, if present.
     pub fn child(&self, elem: &str) -> Option<&FieldSet> {
-        self.children.get(elem)
+        self.find(elem).ok().map(|i| &self.children[i].1)
     }
 
     /// The child nodes by encoded path element.
     pub fn children(&self) -> impl Iterator<Item = (&String, &FieldSet)> {
-        self.children.iter()
+        self.children.iter().map(|(k, c)| (k, c))
     }
 
     /// The child node for one path element, created on demand.
     pub fn child_mut(&mut self, elem: &str) -> &mut FieldSet {
-        self.children.entry(elem.to_string()).or_default()
+        self.entry(elem)
     }
 
     /// Every member path, outermost element first, in key order.
@@ -99,7 +118,7 @@ impl FieldSet {
     }
 
     fn collect(&self, prefix: &mut Vec<String>, out: &mut Vec<Vec<String>>, leaves_only: bool) {
-        let has_member_below = self.children.values().any(|c| !c.is_empty());
+        let has_member_below = self.children.iter().any(|(_, c)| !c.is_empty());
         if self.member && !(leaves_only && has_member_below) {
             out.push(prefix.clone());
         }
@@ -112,51 +131,65 @@ impl FieldSet {
 
     /// The paths in either set.
     pub fn union(&self, other: &FieldSet) -> FieldSet {
-        let mut out = self.clone();
-        out.member |= other.member;
-        for (k, c) in &other.children {
-            let merged = match out.children.get(k) {
-                Some(mine) => mine.union(c),
-                None => c.clone(),
-            };
-            out.children.insert(k.clone(), merged);
+        self.clone().union_with(other.clone())
+    }
+
+    /// [`Self::union`], moving both sets' nodes into the result instead of copying them (a
+    /// create's whole field set becomes its manager's entry without a copy).
+    pub fn union_with(mut self, other: FieldSet) -> FieldSet {
+        if self.is_empty() {
+            return other.pruned();
         }
-        out.pruned()
+        self.member |= other.member;
+        for (k, c) in other.children {
+            match self.find(&k) {
+                Ok(i) => {
+                    let mine = std::mem::take(&mut self.children[i].1);
+                    self.children[i].1 = mine.union_with(c);
+                }
+                Err(i) => self.children.insert(i, (k, c)),
+            }
+        }
+        self.pruned()
     }
 
     /// The paths of `self` that are not in `other`.
     pub fn difference(&self, other: &FieldSet) -> FieldSet {
-        let mut out = FieldSet {
+        let children = self
+            .children
+            .iter()
+            .map(|(k, c)| {
+                let rest = match other.child(k) {
+                    Some(o) => c.difference(o),
+                    None => c.clone(),
+                };
+                (k.clone(), rest)
+            })
+            .collect();
+        FieldSet {
             member: self.member && !other.member,
-            children: BTreeMap::new(),
-        };
-        for (k, c) in &self.children {
-            let rest = match other.children.get(k) {
-                Some(o) => c.difference(o),
-                None => c.clone(),
-            };
-            out.children.insert(k.clone(), rest);
+            children,
         }
-        out.pruned()
+        .pruned()
     }
 
     /// The paths in both sets.
     pub fn intersection(&self, other: &FieldSet) -> FieldSet {
-        let mut out = FieldSet {
+        let children = self
+            .children
+            .iter()
+            .filter_map(|(k, c)| other.child(k).map(|o| (k.clone(), c.intersection(o))))
+            .collect();
+        FieldSet {
             member: self.member && other.member,
-            children: BTreeMap::new(),
-        };
-        for (k, c) in &self.children {
-            if let Some(o) = other.children.get(k) {
-                out.children.insert(k.clone(), c.intersection(o));
-            }
+            children,
         }
-        out.pruned()
+        .pruned()
     }
 
     /// Drops subtrees that hold no member.
     fn pruned(mut self) -> FieldSet {
-        self.children.retain(|_, c| !c.is_empty());
+        self.children.retain(|(_, c)| !c.is_empty());
         self
     }
 
@@ -242,14 +275,19 @@ fn decode(v: &Value) -> Result<FieldSet, String> {
     let mut node = FieldSet {
         // `{}` is a member without children; a member with children says so with `.`.
         member: map.is_empty() || map.contains_key(SELF),
-        children: BTreeMap::new(),
+        children: Vec::with_capacity(map.len()),
     };
     for (k, c) in map {
         if k == SELF {
             continue;
         }
         check_element(k)?;
-        node.children.insert(k.clone(), decode(c)?);
+        let child = decode(c)?;
+        // Stored sets are written sorted, so this appends; a repeated key keeps the last.
+        match node.find(k) {
+            Ok(i) => node.children[i].1 = child,
+            Err(i) => node.children.insert(i, (k.clone(), child)),
+        }
     }
     Ok(node)
 }
@@ -393,6 +431,77 @@ mod tests {
             proptest::prop_assert_eq!(back.members(), set.members());
             proptest::prop_assert_eq!(back.to_json(), json.clone());
         }
+
+        /// Union (copying or moving), difference and intersection give what the same
+        /// operations give on plain sets of member paths, and members come out sorted.
+        #[test]
+        fn algebra_matches_sets_of_paths(
+            a in proptest::collection::vec(
+                proptest::collection::vec(
+                    proptest::sample::select(vec!["f:a", "f:b", "k:{\"n\":\"x\"}", "i:0"]),
+                    1..4,
+                ),
+                0..10,
+            ),
+            b in proptest::collection::vec(
+                proptest::collection::vec(
+                    proptest::sample::select(vec!["f:a", "f:b", "k:{\"n\":\"x\"}", "i:0"]),
+                    1..4,
+                ),
+                0..10,
+            ),
+        ) {
+            use std::collections::BTreeSet;
+            let build = |paths: &[Vec<&str>]| {
+                let mut set = FieldSet::new();
+                for path in paths {
+                    set.insert(&p(path));
+                }
+                set
+            };
+            let plain = |paths: &[Vec<&str>]| -> BTreeSet<Vec<String>> {
+                paths.iter().map(|path| p(path)).collect()
+            };
+            let (sa, sb) = (build(&a), build(&b));
+            let (pa, pb) = (plain(&a), plain(&b));
+            let members = |set: &FieldSet| -> BTreeSet<Vec<String>> {
+                set.members().into_iter().collect()
+            };
+            let union: BTreeSet<_> = pa.union(&pb).cloned().collect();
+            proptest::prop_assert_eq!(members(&sa.union(&sb)), union.clone());
+            proptest::prop_assert_eq!(sa.clone().union_with(sb.clone()), sa.union(&sb));
+            let difference: BTreeSet<_> = pa.difference(&pb).cloned().collect();
+            proptest::prop_assert_eq!(members(&sa.difference(&sb)), difference);
+            let intersection: BTreeSet<_> = pa.intersection(&pb).cloned().collect();
+            proptest::prop_assert_eq!(members(&sa.intersection(&sb)), intersection);
+            let listed = sa.members();
+            let mut sorted = listed.clone();
+            sorted.sort();
+            proptest::prop_assert_eq!(listed, sorted);
+        }
+    }
+
+    #[test]
+    fn decodes_keys_in_any_order() {
+        // Kubernetes orders path elements by kind, not by their text.
+        let set = FieldSet::from_json(&json!({
+            "f:spec": {"f:z": {}, "f:a": {}},
+            "f:metadata": {"f:labels": {".": {}, "f:b": {}, "f:a": {}}},
+        }))
+        .unwrap();
+        assert!(set.contains(&p(&["f:spec", "f:a"])));
+        assert!(set.contains(&p(&["f:metadata", "f:labels"])));
+        assert_eq!(
+            set.to_json(),
+            json!({
+                "f:metadata": {"f:labels": {".": {}, "f:a": {}, "f:b": {}}},
+                "f:spec": {"f:a": {}, "f:z": {}},
+            })
+        );
+        assert_eq!(
+            serde_json::to_string(&set.to_json()).unwrap(),
+            r#"{"f:metadata":{"f:labels":{".":{},"f:a":{},"f:b":{}}},"f:spec":{"f:a":{},"f:z":{}}}"#
+        );
     }
 
     #[test]

@@ -300,7 +300,7 @@ fn record(
         }
         if !changed.is_empty() {
             let i = position_or_insert(&mut entries, manager, UPDATE, subresource);
-            entries[i].fields = entries[i].fields.union(&changed);
+            entries[i].fields = std::mem::take(&mut entries[i].fields).union_with(changed);
             entries[i].time = Some(now.to_string());
             entries[i].api_version = res.api_version();
             forget(&mut unchanged, i);
