@@ -387,13 +387,19 @@ impl ApiServer {
         res: &ResourceDef,
         obj: &mut Value,
         old: Option<&Value>,
+        status_write: bool,
     ) -> Result<(), ApiError> {
         let managed = obj
             .get_mut("metadata")
             .and_then(|m| m.get_mut("managedFields"))
             .map(Value::take);
-        let type_errors =
-            setpoint_kinds::validation::type_errors(&res.group, &res.version, &res.kind, obj);
+        let (group, version, kind) = (&res.group, &res.version, &res.kind);
+        // A status write takes all but `status` from the stored object, checked when written.
+        let type_errors = if status_write {
+            setpoint_kinds::validation::status_type_errors(group, version, kind, obj)
+        } else {
+            setpoint_kinds::validation::type_errors(group, version, kind, obj)
+        };
         if let Some(m) = managed {
             obj["metadata"]["managedFields"] = m;
         }
@@ -907,7 +913,7 @@ impl ApiServer {
             }
             crate::apply::keep_times_if_unchanged(&cur, &mut new);
             meta::set_meta(&mut new, "resourceVersion", json!(cur_rv));
-            self.validate_update(res, &mut new, Some(&cur))?;
+            self.validate_update(res, &mut new, Some(&cur), view == View::Status)?;
             let respond = |obj: Value| {
                 if view == View::Scale {
                     strategy::scale_of(res, &obj)

@@ -85,6 +85,26 @@ async fn create_get_update_with_generation_and_conflicts() {
     assert_eq!(s.body["status"]["replicas"], 5);
     assert_eq!(s.body["spec"]["replicas"], 5);
     assert_eq!(s.body["metadata"]["generation"], 2);
+    // A status of the wrong type is refused with its path, and nothing is written.
+    let mut bad = s.body.clone();
+    bad["status"]["replicas"] = json!("five");
+    let refused = put(
+        &r,
+        "/apis/apps/v1/namespaces/demo/deployments/web/status",
+        &bad,
+    )
+    .await;
+    assert_eq!(refused.status, 422, "{}", refused.body);
+    assert_eq!(
+        refused.body["details"]["causes"][0]["field"],
+        "status.replicas"
+    );
+    let kept = get(&r, "/apis/apps/v1/namespaces/demo/deployments/web").await;
+    assert_eq!(kept.body["status"]["replicas"], 5);
+    assert_eq!(
+        kept.body["metadata"]["resourceVersion"],
+        s.body["metadata"]["resourceVersion"]
+    );
 
     // Scale via merge patch.
     let sc = patch(

@@ -162,6 +162,17 @@ pub fn type_errors(group: &str, version: &str, kind: &str, obj: &Value) -> Vec<C
     }
 }
 
+/// [`type_errors`] of an object whose every part but `status` is a stored object's, as a
+/// `/status` write builds it: only `status` is decoded (a pod's spec, most of its JSON, was
+/// checked when it was written). The whole object is decoded when that finds an error, for the
+/// causes' paths, and for kinds without a typed status.
+pub fn status_type_errors(group: &str, version: &str, kind: &str, obj: &Value) -> Vec<Cause> {
+    match typed::decoder(group, version, kind) {
+        Some(decode) if decode.status_fits(obj) => Vec::new(),
+        _ => type_errors(group, version, kind, obj),
+    }
+}
+
 /// Which name format a kind's `metadata.name` must have.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NameRule {
@@ -2395,6 +2406,9 @@ mod typed {
         value: fn(&Value) -> Result<Vec<Vec<Seg>>, serde_json::Error>,
         text: fn(&str) -> Result<Value, serde_json::Error>,
         fits: fn(&Value) -> bool,
+        /// Whether a `status` value decodes as the kind's status type; `None` for kinds
+        /// without one.
+        status: Option<fn(&Value) -> bool>,
     }
 
     impl DecodeFn {
@@ -2403,12 +2417,31 @@ mod typed {
                 value: passed_over::<T>,
                 text: round_trip::<T>,
                 fits: |v| T::deserialize(v).is_ok(),
+                status: None,
+            }
+        }
+
+        /// A kind whose `status` has type `S`.
+        fn with_status<S: DeserializeOwned>(self) -> Self {
+            DecodeFn {
+                status: Some(|v| S::deserialize(v).is_ok()),
+                ..self
             }
         }
 
         /// Whether `obj` decodes as the type as it is (apiVersion and kind included).
         pub fn fits(&self, obj: &Value) -> bool {
             (self.fits)(obj)
+        }
+
+        /// Whether `obj`'s `status` decodes as the kind's status type (absent or `null` does);
+        /// false for a kind without one.
+        pub fn status_fits(&self, obj: &Value) -> bool {
+            match (self.status, obj.get("status")) {
+                (None, _) => false,
+                (Some(_), None | Some(Value::Null)) => true,
+                (Some(fits), Some(status)) => fits(status),
+            }
         }
     }
 
@@ -2452,38 +2485,64 @@ mod typed {
     pub fn decoder(group: &str, version: &str, kind: &str) -> Option<DecodeFn> {
         use api::*;
         let f: DecodeFn = match (group, version, kind) {
-            ("", "v1", "Pod") => DecodeFn::of::<core::v1::Pod>(),
-            ("", "v1", "Service") => DecodeFn::of::<core::v1::Service>(),
+            ("", "v1", "Pod") => {
+                DecodeFn::of::<core::v1::Pod>().with_status::<core::v1::PodStatus>()
+            }
+            ("", "v1", "Service") => {
+                DecodeFn::of::<core::v1::Service>().with_status::<core::v1::ServiceStatus>()
+            }
             ("", "v1", "ReplicationController") => {
                 DecodeFn::of::<core::v1::ReplicationController>()
+                    .with_status::<core::v1::ReplicationControllerStatus>()
             }
-            ("", "v1", "Namespace") => DecodeFn::of::<core::v1::Namespace>(),
-            ("", "v1", "Node") => DecodeFn::of::<core::v1::Node>(),
+            ("", "v1", "Namespace") => {
+                DecodeFn::of::<core::v1::Namespace>().with_status::<core::v1::NamespaceStatus>()
+            }
+            ("", "v1", "Node") => {
+                DecodeFn::of::<core::v1::Node>().with_status::<core::v1::NodeStatus>()
+            }
             ("", "v1", "Endpoints") => DecodeFn::of::<core::v1::Endpoints>(),
             ("", "v1", "ConfigMap") => DecodeFn::of::<core::v1::ConfigMap>(),
             ("", "v1", "Secret") => DecodeFn::of::<core::v1::Secret>(),
             ("", "v1", "ServiceAccount") => DecodeFn::of::<core::v1::ServiceAccount>(),
             ("", "v1", "Event") => DecodeFn::of::<core::v1::Event>(),
-            ("", "v1", "ResourceQuota") => DecodeFn::of::<core::v1::ResourceQuota>(),
+            ("", "v1", "ResourceQuota") => DecodeFn::of::<core::v1::ResourceQuota>()
+                .with_status::<core::v1::ResourceQuotaStatus>(),
             ("", "v1", "LimitRange") => DecodeFn::of::<core::v1::LimitRange>(),
             ("", "v1", "PodTemplate") => DecodeFn::of::<core::v1::PodTemplate>(),
             ("", "v1", "PersistentVolumeClaim") => {
                 DecodeFn::of::<core::v1::PersistentVolumeClaim>()
+                    .with_status::<core::v1::PersistentVolumeClaimStatus>()
             }
-            ("", "v1", "PersistentVolume") => DecodeFn::of::<core::v1::PersistentVolume>(),
+            ("", "v1", "PersistentVolume") => DecodeFn::of::<core::v1::PersistentVolume>()
+                .with_status::<core::v1::PersistentVolumeStatus>(),
             ("", "v1", "Binding") => DecodeFn::of::<core::v1::Binding>(),
-            ("apps", "v1", "Deployment") => DecodeFn::of::<apps::v1::Deployment>(),
-            ("apps", "v1", "ReplicaSet") => DecodeFn::of::<apps::v1::ReplicaSet>(),
-            ("apps", "v1", "StatefulSet") => DecodeFn::of::<apps::v1::StatefulSet>(),
-            ("apps", "v1", "DaemonSet") => DecodeFn::of::<apps::v1::DaemonSet>(),
+            ("apps", "v1", "Deployment") => {
+                DecodeFn::of::<apps::v1::Deployment>().with_status::<apps::v1::DeploymentStatus>()
+            }
+            ("apps", "v1", "ReplicaSet") => {
+                DecodeFn::of::<apps::v1::ReplicaSet>().with_status::<apps::v1::ReplicaSetStatus>()
+            }
+            ("apps", "v1", "StatefulSet") => {
+                DecodeFn::of::<apps::v1::StatefulSet>().with_status::<apps::v1::StatefulSetStatus>()
+            }
+            ("apps", "v1", "DaemonSet") => {
+                DecodeFn::of::<apps::v1::DaemonSet>().with_status::<apps::v1::DaemonSetStatus>()
+            }
             ("apps", "v1", "ControllerRevision") => DecodeFn::of::<apps::v1::ControllerRevision>(),
-            ("batch", "v1", "Job") => DecodeFn::of::<batch::v1::Job>(),
-            ("batch", "v1", "CronJob") => DecodeFn::of::<batch::v1::CronJob>(),
+            ("batch", "v1", "Job") => {
+                DecodeFn::of::<batch::v1::Job>().with_status::<batch::v1::JobStatus>()
+            }
+            ("batch", "v1", "CronJob") => {
+                DecodeFn::of::<batch::v1::CronJob>().with_status::<batch::v1::CronJobStatus>()
+            }
             ("autoscaling", "v2", "HorizontalPodAutoscaler") => {
                 DecodeFn::of::<autoscaling::v2::HorizontalPodAutoscaler>()
+                    .with_status::<autoscaling::v2::HorizontalPodAutoscalerStatus>()
             }
             ("autoscaling", "v1", "HorizontalPodAutoscaler") => {
                 DecodeFn::of::<autoscaling::v1::HorizontalPodAutoscaler>()
+                    .with_status::<autoscaling::v1::HorizontalPodAutoscalerStatus>()
             }
             ("autoscaling", "v1", "Scale") => DecodeFn::of::<autoscaling::v1::Scale>(),
             ("coordination.k8s.io", "v1", "Lease") => DecodeFn::of::<coordination::v1::Lease>(),
@@ -2491,9 +2550,11 @@ mod typed {
             ("policy", "v1", "Eviction") => DecodeFn::of::<policy::v1::Eviction>(),
             ("policy", "v1", "PodDisruptionBudget") => {
                 DecodeFn::of::<policy::v1::PodDisruptionBudget>()
+                    .with_status::<policy::v1::PodDisruptionBudgetStatus>()
             }
             ("apiextensions.k8s.io", "v1", "CustomResourceDefinition") => {
                 DecodeFn::of::<apiextensions::CustomResourceDefinition>()
+                    .with_status::<apiextensions::CustomResourceDefinitionStatus>()
             }
             _ => return None,
         };
@@ -2937,6 +2998,32 @@ mod tests {
         assert!(causes[0].message.contains("invalid type: sequence"));
         let causes = validate("", "v1", "Pod", &json!([1, 2]), None);
         assert_eq!(causes[0].field, "");
+    }
+
+    #[test]
+    fn status_writes_decode_only_the_status() {
+        let mut p = pod();
+        p["status"] = json!({"phase": "Running", "podIP": "10.0.0.1"});
+        assert!(status_type_errors("", "v1", "Pod", &p).is_empty());
+        p.as_object_mut().unwrap().remove("status");
+        assert!(status_type_errors("", "v1", "Pod", &p).is_empty());
+        // A wrong status is reported with its path, by the whole decode.
+        p["status"] = json!({"phase": "Running", "containerStatuses": {"name": "a"}});
+        let causes = status_type_errors("", "v1", "Pod", &p);
+        find(&causes, "status.containerStatuses");
+        p["status"] = json!(["Running"]);
+        find(&status_type_errors("", "v1", "Pod", &p), "status");
+        // What a status write copies from the stored object is not decoded again.
+        p["status"] = json!({"phase": "Running"});
+        p["spec"]["containers"][0]["args"] = json!(["ok", 5]);
+        assert!(status_type_errors("", "v1", "Pod", &p).is_empty());
+        assert!(!type_errors("", "v1", "Pod", &p).is_empty());
+        // Kinds without a typed status are decoded whole.
+        let mut cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "namespace": "d"}, "data": {"k": 5}});
+        find(&status_type_errors("", "v1", "ConfigMap", &cm), "data.k");
+        cm["data"] = json!({"k": "v"});
+        assert!(status_type_errors("", "v1", "ConfigMap", &cm).is_empty());
     }
 
     #[test]
