@@ -40,23 +40,11 @@ impl FieldSet {
             .binary_search_by(|(k, _)| k.as_str().cmp(elem))
     }
 
-    /// The child for `elem`, inserted empty if absent.
-    fn entry(&mut self, elem: &str) -> &mut FieldSet {
-        let i = match self.find(elem) {
-            Ok(i) => i,
-            Err(i) => {
-                self.children.insert(i, (elem.to_string(), FieldSet::new()));
-                i
-            }
-        };
-        &mut self.children[i].1
-    }
-
     /// Adds `path` (encoded path elements, outermost first) as a member.
     pub fn insert(&mut self, path: &[String]) {
         let mut node = self;
         for elem in path {
-            node = node.entry(elem);
+            node = node.child_mut(elem);
         }
         if !path.is_empty() {
             node.member = true;
@@ -99,7 +87,14 @@ impl FieldSet {
 
     /// The child node for one path element, created on demand.
     pub fn child_mut(&mut self, elem: &str) -> &mut FieldSet {
-        self.entry(elem)
+        let i = match self.find(elem) {
+            Ok(i) => i,
+            Err(i) => {
+                self.children.insert(i, (elem.to_string(), FieldSet::new()));
+                i
+            }
+        };
+        &mut self.children[i].1
     }
 
     /// Every member path, outermost element first, in key order.
@@ -282,13 +277,10 @@ fn decode(v: &Value) -> Result<FieldSet, String> {
             continue;
         }
         check_element(k)?;
-        let child = decode(c)?;
-        // Stored sets are written sorted, so this appends; a repeated key keeps the last.
-        match node.find(k) {
-            Ok(i) => node.children[i].1 = child,
-            Err(i) => node.children.insert(i, (k.clone(), child)),
-        }
+        node.children.push((k.clone(), decode(c)?));
     }
+    // Kubernetes orders path elements by their kind, not by their text.
+    node.children.sort_unstable_by(|(a, _), (b, _)| a.cmp(b));
     Ok(node)
 }
 
