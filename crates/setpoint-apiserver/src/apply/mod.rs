@@ -375,7 +375,7 @@ impl Write<'_> {
                 }
             };
             if let Some(Slot::Parsed(e)) = slots.get_mut(i) {
-                e.fields = e.fields.union(self.changed);
+                e.fields = std::mem::take(&mut e.fields).union_with(self.changed.clone());
                 e.time = Some(self.now.to_string());
                 e.api_version = self.api_version.clone();
             }
