@@ -112,7 +112,7 @@ pub enum DecodeError {
 }
 
 /// Decodes a `k8s\0`-enveloped protobuf body into a JSON object that carries `apiVersion` and
-/// `kind` (first, in that order), exactly as the object would look had the client sent JSON.
+/// `kind`, exactly as the object would look had the client sent JSON.
 pub fn decode(body: &[u8]) -> Result<Value, DecodeError> {
     decode_at_depth(body, 0)
 }

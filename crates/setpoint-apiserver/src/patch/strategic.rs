@@ -297,7 +297,7 @@ fn merge_object(
             Some("delete") => return Ok(None),
             Some("replace") => {
                 let mut rest = patch.clone();
-                rest.shift_remove(PATCH);
+                rest.remove(PATCH);
                 return merge_object(None, &rest, shape, path);
             }
             Some("merge") => {}
@@ -341,7 +341,7 @@ fn merge_object(
     }
     for &(k, v) in &fields {
         if v.is_null() {
-            out.shift_remove(k);
+            out.remove(k);
             continue;
         }
         let spec = shape.child(k);
@@ -351,7 +351,7 @@ fn merge_object(
                 out.insert(k.to_string(), merged);
             }
             None => {
-                out.shift_remove(k);
+                out.remove(k);
             }
         }
     }
