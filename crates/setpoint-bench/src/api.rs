@@ -22,7 +22,7 @@ use tokio::sync::watch;
 
 use crate::density::{create_namespace, delete_namespace, run_id, Outcome, RUN_LABEL};
 use crate::procstat::Sampler;
-use crate::progress::Progress;
+use crate::progress::{self, Progress};
 use crate::record::{Mark, Record, Recorder};
 use crate::report::{self, ApiReport};
 use crate::timed::once;
@@ -243,9 +243,11 @@ pub async fn run(client: Client, config: ApiConfig) -> Result<Outcome<ApiReport>
     );
     let progress = config.progress.then(|| {
         let (writes, delivered) = (writes.clone(), delivered.clone());
+        let (began, duration) = (std::time::Instant::now(), config.duration);
         Progress::start(move || {
             format!(
-                "writes {}  deliveries {}",
+                "{} writes {}  deliveries {}",
+                progress::time_bar(began, duration),
                 writes.load(Ordering::Relaxed),
                 delivered.load(Ordering::Relaxed)
             )

@@ -17,13 +17,14 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use parking_lot::Mutex;
-use serde_json::json;
+use serde_json::{json, Value};
 use setpoint_runtime::client::{Api, Client, DeleteParams, Patch, PatchParams, PostParams};
 use tokio::sync::Semaphore;
 
 use crate::density::{create_namespace, delete_namespace, run_id, Nodes, Outcome, RUN_LABEL};
+use crate::placement::Placement;
 use crate::procstat::Sampler;
-use crate::progress::Progress;
+use crate::progress::{self, Progress};
 use crate::record::{Mark, Record, Recorder};
 use crate::report::{self, ChurnReport};
 use crate::timed::once;
@@ -72,14 +73,21 @@ struct Live {
     deployments: Mutex<VecDeque<String>>,
 }
 
-fn pod(name: &str, run: &str, image: &str) -> Result<Pod, serde_json::Error> {
+/// The pod spec of every pod of a run: one container of `image`, placed by `placement`.
+fn pod_spec(image: &str, placement: &Placement) -> Value {
+    let mut spec = json!({"containers": [{"name": "app", "image": image}]});
+    placement.apply_to(&mut spec);
+    spec
+}
+
+fn pod(name: &str, run: &str, spec: &Value) -> Result<Pod, serde_json::Error> {
     serde_json::from_value(json!({
         "metadata": {"name": name, "labels": {RUN_LABEL: run}},
-        "spec": {"containers": [{"name": "app", "image": image}]}
+        "spec": spec
     }))
 }
 
-fn deployment(name: &str, run: &str, image: &str) -> Result<Deployment, serde_json::Error> {
+fn deployment(name: &str, run: &str, spec: &Value) -> Result<Deployment, serde_json::Error> {
     serde_json::from_value(json!({
         "metadata": {"name": name, "labels": {RUN_LABEL: run}},
         "spec": {
@@ -87,7 +95,7 @@ fn deployment(name: &str, run: &str, image: &str) -> Result<Deployment, serde_js
             "selector": {"matchLabels": {"app": name}},
             "template": {
                 "metadata": {"labels": {"app": name, RUN_LABEL: run}},
-                "spec": {"containers": [{"name": "app", "image": image}]}
+                "spec": spec
             }
         }
     }))
@@ -101,13 +109,13 @@ async fn operate(
     live: &Live,
     rec: &Recorder,
     run: &str,
-    image: &str,
+    spec: &Value,
 ) {
     let n = i / 6;
     match i % 6 {
         0 => {
             let name = format!("churn-pod-{n}");
-            let Ok(p) = pod(&name, run, image) else {
+            let Ok(p) = pod(&name, run, spec) else {
                 return;
             };
             if once(
@@ -124,7 +132,7 @@ async fn operate(
         }
         1 => {
             let name = format!("churn-deploy-{n}");
-            let Ok(d) = deployment(&name, run, image) else {
+            let Ok(d) = deployment(&name, run, spec) else {
                 return;
             };
             if once(
@@ -201,16 +209,8 @@ pub async fn run(client: Client, config: ChurnConfig) -> Result<Outcome<ChurnRep
     let rec = Recorder::new();
     let id = run_id();
     let ns = format!("bench-{id}");
-    let nodes = (config.nodes > 0).then(|| {
-        Nodes::start(
-            &client,
-            config.nodes,
-            &format!("bench-{id}-"),
-            [(RUN_LABEL.to_string(), id.clone())].into(),
-            110,
-            Default::default(),
-        )
-    });
+    let nodes = (config.nodes > 0)
+        .then(|| Nodes::start(&client, config.nodes, &id, 110, Default::default()));
     rec.record_at(
         0,
         Record::Start {
@@ -234,6 +234,13 @@ pub async fn run(client: Client, config: ChurnConfig) -> Result<Outcome<ChurnRep
     let pods = Api::<Pod>::namespaced(client.clone(), &ns);
     let deps = Api::<Deployment>::namespaced(client.clone(), &ns);
     let live = Arc::new(Live::default());
+    // With hosted nodes the pods go only to them; without, wherever the cluster puts them.
+    let placement = if config.nodes > 0 {
+        Placement::RunNodes(id.clone())
+    } else {
+        Placement::Anywhere
+    };
+    let spec = Arc::new(pod_spec(&config.image, &placement));
     let slots = Arc::new(Semaphore::new(config.max_in_flight.max(1)));
     let (sent, skipped) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let progress = config.progress.then(|| {
@@ -243,9 +250,11 @@ pub async fn run(client: Client, config: ChurnConfig) -> Result<Outcome<ChurnRep
             slots.clone(),
             config.max_in_flight.max(1),
         );
+        let (began, duration) = (std::time::Instant::now(), config.duration);
         Progress::start(move || {
             format!(
-                "operations sent {}  skipped {}  in flight {}",
+                "{} operations sent {}  skipped {}  in flight {}",
+                progress::time_bar(began, duration),
                 sent.load(Ordering::Relaxed),
                 skipped.load(Ordering::Relaxed),
                 max - slots.available_permits()
@@ -267,16 +276,16 @@ pub async fn run(client: Client, config: ChurnConfig) -> Result<Outcome<ChurnRep
         match slots.clone().try_acquire_owned() {
             Ok(permit) => {
                 sent.fetch_add(1, Ordering::Relaxed);
-                let (pods, deps, live, rec, id, image) = (
+                let (pods, deps, live, rec, id, spec) = (
                     pods.clone(),
                     deps.clone(),
                     live.clone(),
                     rec.clone(),
                     id.clone(),
-                    config.image.clone(),
+                    spec.clone(),
                 );
                 tokio::spawn(async move {
-                    operate(i, &pods, &deps, &live, &rec, &id, &image).await;
+                    operate(i, &pods, &deps, &live, &rec, &id, &spec).await;
                     drop(permit);
                 });
             }

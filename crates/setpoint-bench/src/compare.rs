@@ -31,12 +31,32 @@ impl Row {
 }
 
 fn entry_name(v: &Value, i: usize) -> String {
-    let s = |k: &str| v.get(k).and_then(Value::as_str);
-    match (s("verb"), s("resource"), s("name")) {
+    let s = |k: &str| v.get(k).and_then(Value::as_str).filter(|s| !s.is_empty());
+    match (s("verb"), s("resource"), s("role").or(s("name"))) {
         (Some(verb), Some(res), _) => format!("{verb} {res}"),
         (_, _, Some(name)) => name.to_string(),
         _ => i.to_string(),
     }
+}
+
+/// Names of a list's entries; a name that repeats gets ` #2`, ` #3`… from its second use, so
+/// no figure hides another.
+fn entry_names(items: &[Value]) -> Vec<String> {
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let name = entry_name(item, i);
+            let n = seen.entry(name.clone()).or_default();
+            *n += 1;
+            if *n == 1 {
+                name
+            } else {
+                format!("{name} #{n}")
+            }
+        })
+        .collect()
 }
 
 fn flatten(prefix: &str, v: &Value, out: &mut BTreeMap<String, f64>) {
@@ -64,11 +84,24 @@ fn flatten(prefix: &str, v: &Value, out: &mut BTreeMap<String, f64>) {
             }
         }
         Value::Array(items) => {
-            for (i, item) in items.iter().enumerate() {
-                flatten(&join(&entry_name(item, i)), item, out);
+            for (name, item) in entry_names(items).iter().zip(items) {
+                flatten(&join(name), item, out);
             }
         }
         _ => {}
+    }
+}
+
+/// Refuses two reports of different benchmarks (their figures measure different things), or
+/// JSON that is not a report.
+pub fn same_benchmark(a: &Value, b: &Value) -> Result<(), String> {
+    let kind = |v: &Value| v.get("benchmark").and_then(Value::as_str).map(String::from);
+    match (kind(a), kind(b)) {
+        (Some(x), Some(y)) if x == y => Ok(()),
+        (Some(x), Some(y)) => Err(format!(
+            "the reports are of different benchmarks ({x} and {y})"
+        )),
+        _ => Err("not a `setpoint bench` report (no `benchmark` field)".into()),
     }
 }
 
@@ -145,5 +178,40 @@ mod tests {
         assert!(r.iter().all(|x| !x.path.contains("run_id")));
         let text = render(&r, "a.json", "b.json");
         assert!(text.contains("1.50"));
+    }
+
+    #[test]
+    fn processes_line_up_by_role_and_repeats_stay_apart() {
+        let a = json!({"processes": [
+            {"pid": 1, "name": "setpoint up --data-dir /x", "role": "setpoint up", "cpu_seconds": 10.0},
+            {"pid": 2, "name": "setpoint agent --simulate", "role": "setpoint agent", "cpu_seconds": 1.0},
+            {"pid": 3, "name": "setpoint agent --simulate", "role": "setpoint agent", "cpu_seconds": 2.0}
+        ]});
+        let b = json!({"processes": [
+            {"pid": 7, "name": "setpoint up --store etcd", "role": "setpoint up", "cpu_seconds": 20.0}
+        ]});
+        let r = rows(&a, &b);
+        let find = |p: &str| r.iter().find(|x| x.path == p).cloned();
+        assert_eq!(
+            find("processes.setpoint up.cpu_seconds").unwrap().ratio(),
+            Some(2.0)
+        );
+        assert_eq!(
+            find("processes.setpoint agent.cpu_seconds").unwrap().a,
+            Some(1.0)
+        );
+        assert_eq!(
+            find("processes.setpoint agent #2.cpu_seconds").unwrap().a,
+            Some(2.0)
+        );
+    }
+
+    #[test]
+    fn reports_of_different_benchmarks_are_refused() {
+        let d = json!({"benchmark": "density"});
+        assert!(same_benchmark(&d, &d).is_ok());
+        let e = same_benchmark(&d, &json!({"benchmark": "churn"})).unwrap_err();
+        assert!(e.contains("density") && e.contains("churn"), "{e}");
+        assert!(same_benchmark(&d, &json!({"total_seconds": 1})).is_err());
     }
 }

@@ -5,27 +5,29 @@
 //! agent), or with `reuse_nodes` find N simulated nodes the cluster already has (hosted by
 //! `setpoint up --simulate N` or `setpoint agent --simulate N`), and wait until they are
 //! Ready; open the watches ([`crate::observe`]); create the Deployments with C concurrent
-//! requests; wait until every pod is Running and every
+//! requests (optionally started at a fixed rate); wait until every pod is Running and every
 //! Deployment Available (or the timeout); delete the namespaces and wait until they are gone.
+//! The pods go only to the run's nodes (or, reused, to the cluster's simulated nodes): see
+//! [`crate::placement`].
 //! Everything observed goes into the raw log, and the report is computed from it alone.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Node};
+use parking_lot::Mutex;
 use serde_json::json;
-use setpoint_node::simulation::SIMULATED_LABEL;
 use setpoint_node::{Capacity, SimulatedConfig, SimulationConfig};
 use setpoint_runtime::client::{Api, Client, DeleteParams, ListParams, PostParams};
 use tokio::sync::watch;
 
 use crate::observe::Observer;
+use crate::placement::Placement;
 use crate::procstat::Sampler;
-use crate::progress::Progress;
+use crate::progress::{self, Progress};
 use crate::record::{Entry, Mark, Record, Recorder};
 use crate::report::{self, DensityReport};
 use crate::timed::with_retries;
@@ -48,6 +50,9 @@ pub struct DensityConfig {
     pub namespace_per_deployment: bool,
     /// Deployment creates in flight at once.
     pub create_concurrency: usize,
+    /// Deployment creates started per second (`None`: as fast as the cluster answers, with
+    /// `create_concurrency` in flight).
+    pub create_rate: Option<f64>,
     pub image: String,
     /// Leave everything in place at the end.
     pub keep: bool,
@@ -76,6 +81,7 @@ impl Default for DensityConfig {
             replicas: 1,
             namespace_per_deployment: false,
             create_concurrency: 32,
+            create_rate: None,
             image: "nginx:1.25".into(),
             keep: false,
             timeout: Duration::from_secs(600),
@@ -156,7 +162,15 @@ where
     }
 }
 
-fn deployment(name: &str, run: &str, replicas: i32, image: &str) -> Result<Deployment, BenchError> {
+fn deployment(
+    name: &str,
+    run: &str,
+    replicas: i32,
+    image: &str,
+    placement: &Placement,
+) -> Result<Deployment, BenchError> {
+    let mut pod_spec = json!({"containers": [{"name": "app", "image": image}]});
+    placement.apply_to(&mut pod_spec);
     Ok(serde_json::from_value(json!({
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -166,7 +180,7 @@ fn deployment(name: &str, run: &str, replicas: i32, image: &str) -> Result<Deplo
             "selector": {"matchLabels": {"app": name, RUN_LABEL: run}},
             "template": {
                 "metadata": {"labels": {"app": name, RUN_LABEL: run}},
-                "spec": {"containers": [{"name": "app", "image": image}]}
+                "spec": pod_spec
             }
         }
     }))?)
@@ -179,25 +193,26 @@ pub struct Nodes {
 }
 
 impl Nodes {
-    /// Starts `n` simulated nodes named `<prefix><i>`, labelled `labels`.
+    /// Starts `n` simulated nodes of run `run`, named `bench-<run>-<i>`, labelled and tainted
+    /// so that only the run's pods go to them ([`Placement::RunNodes`]).
     pub fn start(
         client: &Client,
         n: usize,
-        prefix: &str,
-        labels: BTreeMap<String, String>,
+        run: &str,
         pods: u32,
         runtime: SimulatedConfig,
     ) -> Self {
         let (stop, mut stopped) = watch::channel(false);
         let config = SimulationConfig {
             nodes: n,
-            name_prefix: prefix.into(),
+            name_prefix: format!("bench-{run}-"),
             capacity: Capacity {
                 cpu: "8".into(),
                 memory: "32Gi".into(),
                 pods,
             },
-            labels,
+            labels: Placement::node_labels(run),
+            taints: Placement::node_taints(run),
             runtime,
             ..Default::default()
         };
@@ -247,6 +262,17 @@ pub async fn delete_nodes(
     Ok(())
 }
 
+/// What the progress line is about.
+#[derive(Clone, Copy, Debug)]
+enum Stage {
+    /// Waiting until `want` nodes are Ready; `ready` were at the last look.
+    Nodes { ready: u64, want: u64 },
+    /// Creating, and waiting for Running and Available.
+    Load,
+    /// Waiting until the run's namespaces are gone; `left` were at the last look.
+    Deleting { left: u64, of: u64 },
+}
+
 /// Runs the density benchmark against the cluster behind `client`.
 pub async fn run(
     client: Client,
@@ -256,13 +282,47 @@ pub async fn run(
     let id = run_id();
     let selector = format!("{RUN_LABEL}={id}");
     let pods = config.deployments as u64 * config.replicas.max(0) as u64;
+    let d = config.deployments as u64;
+    let hosted = config.nodes > 0 && !config.reuse_nodes;
+    let placement = if hosted {
+        Placement::RunNodes(id.clone())
+    } else if config.reuse_nodes {
+        Placement::SimulatedNodes
+    } else {
+        Placement::Anywhere
+    };
 
-    let nodes = (config.nodes > 0 && !config.reuse_nodes).then(|| {
+    let stage = Arc::new(Mutex::new(Stage::Nodes {
+        ready: 0,
+        want: config.nodes as u64,
+    }));
+    let counts: Arc<OnceLock<Arc<crate::observe::Counts>>> = Arc::new(OnceLock::new());
+    let progress = config.progress.then(|| {
+        let (stage, counts) = (stage.clone(), counts.clone());
+        Progress::start(move || match *stage.lock() {
+            Stage::Nodes { ready, want } => {
+                format!("{} nodes Ready {ready}/{want}", progress::bar(ready, want))
+            }
+            Stage::Load => {
+                let (c, s, r, a) = counts.get().map(|c| c.get()).unwrap_or_default();
+                format!(
+                    "{} pods Running {r}/{pods}  created {c}  scheduled {s}  Deployments Available {a}/{d}",
+                    progress::bar(r, pods)
+                )
+            }
+            Stage::Deleting { left, of } => format!(
+                "{} namespaces deleted {}/{of}",
+                progress::bar(of - left, of),
+                of - left
+            ),
+        })
+    });
+
+    let nodes = hosted.then(|| {
         Nodes::start(
             &client,
             config.nodes,
-            &format!("bench-{id}-"),
-            BTreeMap::from([(RUN_LABEL.to_string(), id.clone())]),
+            &id,
             config.node_pods,
             SimulatedConfig {
                 start_delay: config.start_delay,
@@ -271,18 +331,19 @@ pub async fn run(
             },
         )
     });
+    let eligible = placement.node_selector();
     if config.nodes > 0 {
         let want = config.nodes as u64;
-        let ours = if config.reuse_nodes {
-            format!("{SIMULATED_LABEL}=true")
-        } else {
-            selector.clone()
-        };
         let ok = wait_until(config.timeout, Duration::from_millis(250), || async {
-            Ok(ready_nodes(&client, &rec, Some(&ours)).await? >= want)
+            let ready = ready_nodes(&client, &rec, eligible.as_deref()).await?;
+            *stage.lock() = Stage::Nodes { ready, want };
+            Ok(ready >= want)
         })
         .await?;
         if !ok {
+            if let Some(p) = progress {
+                p.stop().await;
+            }
             if let Some(n) = nodes {
                 let _ = n.stop().await;
             }
@@ -292,7 +353,8 @@ pub async fn run(
             )));
         }
     }
-    let cluster_nodes = ready_nodes(&client, &rec, None).await?;
+    // The nodes the run's pods may go to.
+    let usable_nodes = ready_nodes(&client, &rec, eligible.as_deref()).await?;
     rec.record_at(
         0,
         Record::Start {
@@ -300,14 +362,16 @@ pub async fn run(
             run_id: id.clone(),
             unix_ms: chrono::Utc::now().timestamp_millis(),
             params: json!({
-                "nodes": cluster_nodes,
+                "nodes": usable_nodes,
                 // Hosted by this run; reused ones are the cluster's.
-                "simulated_nodes": if config.reuse_nodes { 0 } else { config.nodes },
+                "simulated_nodes": if hosted { config.nodes } else { 0 },
                 "reused_nodes": config.reuse_nodes,
+                "node_selector": eligible,
                 "deployments": config.deployments,
                 "replicas": config.replicas,
                 "namespace_per_deployment": config.namespace_per_deployment,
                 "create_concurrency": config.create_concurrency,
+                "create_rate": config.create_rate,
                 "image": config.image,
                 "start_delay_ms": config.start_delay.as_millis() as u64,
                 "ready_delay_ms": config.ready_delay.as_millis() as u64,
@@ -351,29 +415,30 @@ pub async fn run(
         })
         .collect();
     let deployment_keys: Vec<String> = keys.iter().map(|(ns, n)| format!("{ns}/{n}")).collect();
-    let counts = observer.counts();
-    let progress = config.progress.then(|| {
-        let (counts, d) = (counts.clone(), config.deployments);
-        Progress::start(move || {
-            let (c, s, r, a) = counts.get();
-            format!("pods created {c}/{pods}  scheduled {s}  Running {r}  Deployments Available {a}/{d}")
-        })
-    });
+    let counts = counts.get_or_init(|| observer.counts()).clone();
+    *stage.lock() = Stage::Load;
 
     rec.record(Record::Mark {
         mark: Mark::CreatesStarted,
     });
+    // With a rate, create i is due i/rate after the first; without, as soon as a slot frees.
+    let first = tokio::time::Instant::now();
     let rec2 = rec.clone();
-    futures::stream::iter(keys)
-        .for_each_concurrent(config.create_concurrency.max(1), |(ns, name)| {
-            let (client, rec, id, image) = (
+    futures::stream::iter(keys.into_iter().enumerate())
+        .for_each_concurrent(config.create_concurrency.max(1), |(i, (ns, name))| {
+            let (client, rec, id, image, placement) = (
                 client.clone(),
                 rec2.clone(),
                 id.clone(),
                 config.image.clone(),
+                placement.clone(),
             );
             async move {
-                let Ok(d) = deployment(&name, &id, config.replicas, &image) else {
+                if let Some(rate) = config.create_rate {
+                    tokio::time::sleep_until(first + Duration::from_secs_f64(i as f64 / rate))
+                        .await;
+                }
+                let Ok(d) = deployment(&name, &id, config.replicas, &image, &placement) else {
                     return;
                 };
                 let api = Api::<Deployment>::namespaced(client, &ns);
@@ -387,7 +452,6 @@ pub async fn run(
         mark: Mark::CreatesDone,
     });
 
-    let d = config.deployments as u64;
     let ready = wait_until(config.timeout, Duration::from_millis(20), || {
         let (_, _, r, a) = counts.get();
         async move { Ok(r >= pods && a >= d) }
@@ -405,11 +469,10 @@ pub async fn run(
             rec.record(Record::Missing { what });
         }
     }
-    if let Some(p) = progress {
-        p.stop().await;
-    }
 
     if !config.keep {
+        let of = namespaces.len() as u64;
+        *stage.lock() = Stage::Deleting { left: of, of };
         rec.record(Record::Mark {
             mark: Mark::DeleteStarted,
         });
@@ -424,27 +487,32 @@ pub async fn run(
             })
             .await;
         let ns_selector = ListParams::default().labels(&selector);
-        let left = std::cell::Cell::new(namespaces.len());
         let gone = wait_until(config.timeout, Duration::from_millis(100), || {
-            let (api, rec, lp, left) = (&ns_api, &rec, &ns_selector, &left);
+            let (api, rec, lp, stage) = (&ns_api, &rec, &ns_selector, &stage);
             async move {
                 let (list, _) = with_retries(rec, "list", "namespaces", || api.list(lp)).await;
-                let list = list?;
-                left.set(list.items.len());
-                Ok(list.items.is_empty())
+                let left = list?.items.len() as u64;
+                *stage.lock() = Stage::Deleting { left, of };
+                Ok(left == 0)
             }
         })
         .await?;
-        let left = left.get();
         if gone {
             rec.record(Record::Mark {
                 mark: Mark::Deleted,
             });
         } else {
+            let left = match *stage.lock() {
+                Stage::Deleting { left, .. } => left,
+                _ => of,
+            };
             rec.record(Record::Missing {
                 what: format!("{left} namespaces still there after {:?}", config.timeout),
             });
         }
+    }
+    if let Some(p) = progress {
+        p.stop().await;
     }
     observer.stop().await;
     sampler.stop().await;

@@ -9,6 +9,7 @@
 //!
 //! - [`record`]: the raw event log (one JSON line per observation, microseconds since start);
 //! - [`observe`]: the watch recorder (pods created / scheduled / Running, Deployments Available);
+//! - [`placement`]: which nodes a run's pods may go to, and the taint that keeps others off;
 //! - [`timed`]: API calls timed as the client saw them, with retries;
 //! - [`procstat`]: peak RSS and CPU seconds of local `setpoint` processes;
 //! - [`report`]: the pure computations; [`table`] and [`svg`] render them;
@@ -19,6 +20,7 @@ pub mod churn;
 pub mod compare;
 pub mod density;
 pub mod observe;
+pub mod placement;
 pub mod procstat;
 pub mod progress;
 pub mod record;

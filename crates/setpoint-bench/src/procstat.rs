@@ -10,6 +10,11 @@
 //! so sampling cannot miss a short peak; `utime + stime` of `/proc/<pid>/stat` is cumulative,
 //! so the CPU a run cost is the last sample minus the first. Against a remote cluster only
 //! this process is found, and the report says so by listing just it.
+//!
+//! `VmHWM` is a peak over the process's life, and a reused `setpoint up` may have peaked
+//! before the run. So the sampler first resets it to the current resident set (writing `5`
+//! to `/proc/<pid>/clear_refs`, which only the process's owner or root may do) and logs
+//! whether that worked; the report then says, per process, whether its peak is the run's.
 
 use std::path::Path;
 use std::time::Duration;
@@ -118,6 +123,11 @@ pub fn listening_inodes(tcp: &str, port: u16) -> Vec<u64> {
         .collect()
 }
 
+/// Resets the peak resident set (`VmHWM`) of `pid` to its current size; whether it could.
+pub fn reset_peak(pid: u32) -> bool {
+    std::fs::write(format!("/proc/{pid}/clear_refs"), b"5").is_ok()
+}
+
 /// This process and the `setpoint` processes in `scope`, with names saying which is which
 /// (the first arguments of their command line).
 pub fn setpoint_processes(scope: &Scope) -> Vec<(u32, String)> {
@@ -189,6 +199,12 @@ impl Sampler {
         let (stop, mut stopped) = watch::channel(false);
         let task = tokio::spawn(async move {
             let procs = setpoint_processes(&scope);
+            for (pid, _) in &procs {
+                rec.record(Record::PeakReset {
+                    pid: *pid,
+                    reset: reset_peak(*pid),
+                });
+            }
             loop {
                 for (pid, name) in &procs {
                     if let Some(s) = sample(*pid, name) {
@@ -231,6 +247,31 @@ mod tests {
         // A name with spaces and parentheses must not shift the fields.
         let stat = "42 (set (point) x) S 1 42 42 0 -1 4194560 100 0 0 0 250 30 0 0 20 0 8 0 1000";
         assert_eq!(parse_cpu_ms(stat), Some(2800));
+    }
+
+    #[test]
+    fn resets_the_peak_of_this_process() {
+        // Touch 64 MiB and give it back: the peak stays above the resident set until reset.
+        let big = vec![1u8; 64 << 20];
+        assert_eq!(big.iter().map(|b| *b as u64).sum::<u64>(), 64 << 20);
+        drop(big);
+        let read = || {
+            let status = std::fs::read_to_string("/proc/self/status").unwrap();
+            let rss: u64 = status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse().ok())
+                .unwrap();
+            (parse_hwm_kb(&status).unwrap(), rss)
+        };
+        let (before, _) = read();
+        assert!(reset_peak(std::process::id()));
+        let (after, rss) = read();
+        assert!(after < before, "peak {before} kB -> {after} kB");
+        // Reset to the resident set at that moment (which may have grown a little since).
+        assert!(after <= rss + 1024, "peak {after} kB, resident {rss} kB");
+        assert!(!reset_peak(u32::MAX), "no such process");
     }
 
     #[test]

@@ -7,6 +7,29 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+/// Cells of a [`bar`].
+const BAR_WIDTH: u64 = 24;
+
+/// A bar of `done` out of `total` with its percentage, such as `[######..........]  37%`.
+/// ASCII only, so it reads the same in a terminal and in a CI log; a zero `total` is full.
+pub fn bar(done: u64, total: u64) -> String {
+    let done = done.min(total);
+    let (filled, percent) = match (done * BAR_WIDTH).checked_div(total) {
+        Some(filled) => (filled, done * 100 / total),
+        None => (BAR_WIDTH, 100),
+    };
+    format!(
+        "[{}{}] {percent:3}%",
+        "#".repeat(filled as usize),
+        ".".repeat((BAR_WIDTH - filled) as usize)
+    )
+}
+
+/// A [`bar`] of the time since `since` out of `of`.
+pub fn time_bar(since: Instant, of: Duration) -> String {
+    bar(since.elapsed().as_millis() as u64, of.as_millis() as u64)
+}
+
 /// Prints `line()` until stopped.
 pub struct Progress {
     stop: watch::Sender<bool>,
@@ -50,5 +73,22 @@ impl Progress {
     pub async fn stop(self) {
         let _ = self.stop.send(true);
         let _ = self.task.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bars_fill_in_proportion_and_never_overflow() {
+        assert_eq!(bar(0, 100), format!("[{}]   0%", ".".repeat(24)));
+        assert_eq!(
+            bar(50, 100),
+            format!("[{}{}]  50%", "#".repeat(12), ".".repeat(12))
+        );
+        assert_eq!(bar(150, 100), format!("[{}] 100%", "#".repeat(24)));
+        assert_eq!(bar(0, 0), format!("[{}] 100%", "#".repeat(24)));
+        assert!(time_bar(Instant::now(), Duration::from_secs(3600)).ends_with("   0%"));
     }
 }

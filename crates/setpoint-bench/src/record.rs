@@ -78,6 +78,10 @@ pub enum Record {
         resource: String,
         reason: String,
     },
+    /// The sampler reset the peak resident set of a local process to its current size
+    /// (`reset`), so its later `VmHWM` samples are the run's peak, not the process's; or
+    /// could not (then they are the peak since the process started).
+    PeakReset { pid: u32, reset: bool },
     /// A sample of a local process: peak resident set (`VmHWM`) and CPU time so far.
     Process {
         pid: u32,

@@ -66,8 +66,16 @@ pub struct ApiLatency {
 pub struct ProcessUsage {
     pub pid: u32,
     pub name: String,
+    /// What the process is, without the arguments that differ between clusters
+    /// (`setpoint up`, `setpoint agent`, `benchmark`), so two runs' processes line up.
+    #[serde(default)]
+    pub role: String,
     /// Highest `VmHWM` sampled (the kernel's own peak RSS), MiB.
     pub peak_rss_mib: f64,
+    /// Whether that peak is the run's: the sampler reset the process's peak when the run
+    /// started. If not, it is the peak since the process started.
+    #[serde(default)]
+    pub peak_is_the_runs: bool,
     /// CPU seconds (user + system) between the first and the last sample.
     pub cpu_seconds: f64,
 }
@@ -154,6 +162,13 @@ pub fn api_latencies(entries: &[Entry], keep: impl Fn(u64) -> bool) -> Vec<ApiLa
 /// Peak RSS and CPU seconds per sampled process, by pid.
 pub fn processes(entries: &[Entry]) -> Vec<ProcessUsage> {
     let mut by: BTreeMap<u32, (String, u64, u64, u64)> = BTreeMap::new();
+    let reset: std::collections::HashSet<u32> = entries
+        .iter()
+        .filter_map(|e| match e.record {
+            Record::PeakReset { pid, reset: true } => Some(pid),
+            _ => None,
+        })
+        .collect();
     for e in entries {
         if let Record::Process {
             pid,
@@ -173,11 +188,24 @@ pub fn processes(entries: &[Entry]) -> Vec<ProcessUsage> {
     by.into_iter()
         .map(|(pid, (name, hwm, lo, hi))| ProcessUsage {
             pid,
+            role: role_of(&name),
             name,
             peak_rss_mib: hwm as f64 / 1024.0,
+            peak_is_the_runs: reset.contains(&pid),
             cpu_seconds: (hi - lo) as f64 / 1000.0,
         })
         .collect()
+}
+
+/// The role of a sampled process from its name (see [`crate::procstat::setpoint_processes`]).
+fn role_of(name: &str) -> String {
+    if name.starts_with("this process") {
+        return "benchmark".into();
+    }
+    name.split_whitespace()
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn count_retries(entries: &[Entry]) -> u64 {
@@ -224,6 +252,10 @@ pub struct DensityReport {
     pub replicas: u64,
     /// Pods asked for: deployments × replicas.
     pub pods: u64,
+    /// Deployment creates started per second, when the run paced them (else as fast as the
+    /// cluster answered).
+    #[serde(default)]
+    pub create_rate: Option<f64>,
     pub running_means: String,
     /// Creates started → every pod Running and every Deployment Available (or the last one
     /// seen, when the run timed out).
@@ -318,6 +350,7 @@ pub fn density(entries: &[Entry]) -> Result<DensityReport, BenchError> {
         deployments,
         replicas,
         pods: deployments * replicas,
+        create_rate: h.params.get("create_rate").and_then(|v| v.as_f64()),
         running_means: RUNNING_MEANS.into(),
         total_seconds,
         pods_running_per_second: if total_us > 0 {

@@ -54,9 +54,15 @@ fn process_table(out: &mut String, procs: &[ProcessUsage]) {
         "pid", "peak RSS MiB", "CPU s"
     );
     for p in procs {
+        // A peak that could not be reset at the start may predate the run.
+        let since = if p.peak_is_the_runs {
+            ""
+        } else {
+            " (peak since the process started)"
+        };
         let _ = writeln!(
             out,
-            "  {:>8} {:>14.1} {:>12.2}  {}",
+            "  {:>8} {:>14.1} {:>12.2}  {}{since}",
             p.pid, p.peak_rss_mib, p.cpu_seconds, p.name
         );
     }
@@ -92,8 +98,11 @@ pub fn density(r: &DensityReport) -> String {
     );
     let _ = writeln!(
         out,
-        "  Deployment creates answered after       {}",
-        opt_secs(r.create_seconds)
+        "  Deployment creates answered after       {}{}",
+        opt_secs(r.create_seconds),
+        r.create_rate
+            .map(|c| format!(" (started at {c}/s)"))
+            .unwrap_or_default()
     );
     let _ = writeln!(
         out,

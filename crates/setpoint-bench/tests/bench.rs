@@ -2,13 +2,14 @@
 //! scheduler): each run's report must equal the report recomputed from the raw log it wrote,
 //! and its figures must be consistent with what was asked for.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Namespace, Node};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use setpoint_bench::api::ApiConfig;
 use setpoint_bench::churn::ChurnConfig;
 use setpoint_bench::density::{DensityConfig, RUN_LABEL};
-use setpoint_bench::record::{read_log, Record};
+use setpoint_bench::record::{read_log, Entry, Mark, Record};
 use setpoint_bench::report::{self, Percentiles};
 use setpoint_runtime::client::{Api, ListParams};
 use setpoint_testing::TestCluster;
@@ -51,6 +52,44 @@ fn ordered(p: &Percentiles, count: u64) {
     assert!(p.p50 <= p.p90 && p.p90 <= p.p99 && p.p99 <= p.max, "{p:?}");
 }
 
+/// Time of the first entry of each pod that `pick` matches, by pod.
+fn first_seen(log: &[Entry], pick: impl Fn(&Record) -> Option<&str>) -> HashMap<String, u64> {
+    let mut out = HashMap::new();
+    for e in log {
+        if let Some(pod) = pick(&e.record) {
+            out.entry(pod.to_string()).or_insert(e.t_us);
+        }
+    }
+    out
+}
+
+/// The report's percentiles of `from` → `to`, recomputed here without the report's code:
+/// sort the per-pod durations, take the value at rank ⌈p·n⌉.
+fn recomputed(from: &HashMap<String, u64>, to: &HashMap<String, u64>) -> Percentiles {
+    let mut d: Vec<f64> = to
+        .iter()
+        .map(|(pod, t)| (t - from[pod]) as f64 / 1000.0)
+        .collect();
+    d.sort_by(f64::total_cmp);
+    let at = |p: f64| d[((p * d.len() as f64).ceil() as usize).max(1) - 1];
+    Percentiles {
+        count: d.len() as u64,
+        p50: at(0.5),
+        p90: at(0.9),
+        p99: at(0.99),
+        max: *d.last().unwrap(),
+    }
+}
+
+fn mark_at(log: &[Entry], mark: Mark) -> u64 {
+    log.iter()
+        .find_map(|e| match e.record {
+            Record::Mark { mark: m } if m == mark => Some(e.t_us),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no {mark:?} in the log"))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn density_run_reports_what_its_raw_log_says() {
     let c = cluster().await;
@@ -78,6 +117,39 @@ async fn density_run_reports_what_its_raw_log_says() {
     .unwrap();
     assert_eq!(written, outcome.log);
     assert_eq!(&report::density(&written).unwrap(), r);
+
+    // The figures, recomputed from the written log by this test's own arithmetic.
+    let created = first_seen(&written, |r| match r {
+        Record::PodCreated { pod } => Some(pod),
+        _ => None,
+    });
+    let scheduled = first_seen(&written, |r| match r {
+        Record::PodScheduled { pod, .. } => Some(pod),
+        _ => None,
+    });
+    let running = first_seen(&written, |r| match r {
+        Record::PodRunning { pod } => Some(pod),
+        _ => None,
+    });
+    let l = &r.latency_ms;
+    assert_eq!(l.created_to_scheduled, recomputed(&created, &scheduled));
+    assert_eq!(l.scheduled_to_running, recomputed(&scheduled, &running));
+    assert_eq!(l.created_to_running, recomputed(&created, &running));
+    let total_us = mark_at(&written, Mark::AllReady) - mark_at(&written, Mark::CreatesStarted);
+    assert_eq!(r.total_seconds, total_us as f64 / 1e6);
+    let deployment_creates = written
+        .iter()
+        .filter(|e| {
+            matches!(&e.record, Record::Request { verb, resource, .. }
+                if verb == "create" && resource == "deployments")
+        })
+        .count() as u64;
+    let reported = r
+        .api
+        .iter()
+        .find(|a| a.verb == "create" && a.resource == "deployments")
+        .unwrap();
+    assert_eq!(reported.count, deployment_creates);
 
     assert!(!r.timed_out, "{:?}", r.missing);
     assert_eq!((r.pods, r.deployments, r.replicas), (20, 5, 4));
@@ -140,6 +212,110 @@ async fn density_run_reports_what_its_raw_log_says() {
     assert!(text.contains("pods Running per second"));
     let svg = setpoint_bench::svg::density(r);
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    c.stop().await;
+}
+
+/// With `keep`, what the log says it saw is what the cluster holds at the end: the same pods,
+/// on the same nodes, all Running; and none on the node the cluster had before the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn density_log_matches_the_cluster_it_observed() {
+    let c = cluster().await;
+    let client = c.cluster.client();
+    // A node of the cluster's own, Ready and untainted: the run's pods must not go to it.
+    let (stop_own, own_stopped) = oneshot::channel::<()>();
+    let own = tokio::spawn(setpoint_node::run_simulated(
+        client.clone(),
+        setpoint_node::SimulationConfig {
+            name_prefix: "own-".into(),
+            ..Default::default()
+        },
+        async move {
+            let _ = own_stopped.await;
+        },
+    ));
+    let nodes = Api::<Node>::all(client.clone());
+    setpoint_testing::eventually_within(
+        Duration::from_secs(60),
+        "the cluster's own node is Ready",
+        || async {
+            let n = nodes.get_opt("own-0").await.ok().flatten()?;
+            n.status?
+                .conditions?
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+                .then_some(())
+        },
+    )
+    .await;
+    let outcome = setpoint_bench::density::run(
+        client.clone(),
+        DensityConfig {
+            nodes: 2,
+            deployments: 3,
+            replicas: 3,
+            keep: true,
+            create_rate: Some(50.0),
+            timeout: Duration::from_secs(120),
+            progress: false,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let r = &outcome.report;
+    assert!(!r.timed_out, "{:?}", r.missing);
+    assert_eq!(r.nodes, 2, "only the run's own nodes are usable");
+    assert_eq!(r.create_rate, Some(50.0));
+    let mut logged: Vec<(String, String)> = outcome
+        .log
+        .iter()
+        .filter_map(|e| match &e.record {
+            Record::PodScheduled { pod, node } => Some((pod.clone(), node.clone())),
+            _ => None,
+        })
+        .collect();
+    logged.sort();
+
+    let selector = ListParams::default().labels(&format!("{RUN_LABEL}={}", r.run_id));
+    let pods = Api::<Pod>::all(client.clone())
+        .list(&selector)
+        .await
+        .unwrap()
+        .items;
+    let mut held: Vec<(String, String)> = pods
+        .iter()
+        .map(|p| {
+            let ns = p.metadata.namespace.clone().unwrap();
+            let name = p.metadata.name.clone().unwrap();
+            let node = p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap();
+            (format!("{ns}/{name}"), node)
+        })
+        .collect();
+    held.sort();
+    assert_eq!(logged, held);
+    assert_eq!(held.len(), 9);
+    let prefix = format!("bench-{}-", r.run_id);
+    assert!(
+        held.iter().all(|(_, node)| node.starts_with(&prefix)),
+        "{held:?}"
+    );
+    assert!(pods
+        .iter()
+        .all(|p| { p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") }));
+    // Creates were paced: 3 at 50/s take at least 2/50 s from the first to the last start.
+    let starts: Vec<u64> = outcome
+        .log
+        .iter()
+        .filter(|e| {
+            matches!(&e.record, Record::Request { verb, resource, .. }
+            if verb == "create" && resource == "deployments")
+        })
+        .map(|e| e.t_us)
+        .collect();
+    assert_eq!(starts.len(), 3);
+    assert!(starts[2] - starts[0] >= 40_000, "{starts:?}");
+    let _ = stop_own.send(());
+    let _ = own.await;
     c.stop().await;
 }
 

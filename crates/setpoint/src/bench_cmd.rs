@@ -69,6 +69,10 @@ pub struct DensityArgs {
     /// Deployment creates in flight at once.
     #[arg(long, default_value_t = 32)]
     create_concurrency: usize,
+    /// Deployment creates started per second (`50` or `50/s`); default: as fast as the
+    /// cluster answers, `--create-concurrency` at a time.
+    #[arg(long, value_parser = parse_rate)]
+    create_rate: Option<f64>,
     /// Write an SVG chart (pods Running over time, latency percentiles) here.
     #[arg(long)]
     svg: Option<PathBuf>,
@@ -189,6 +193,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
                     replicas: a.replicas,
                     namespace_per_deployment: a.namespace_per_deployment,
                     create_concurrency: a.create_concurrency.max(1),
+                    create_rate: a.create_rate,
                     image: a.image,
                     keep: a.keep,
                     timeout: Duration::from_secs(c.timeout_seconds.max(1)),
@@ -254,7 +259,9 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
             write_json(&c.json, &outcome.report)?;
         }
         BenchCommand::Compare { a, b } => {
-            let rows = compare::rows(&read_json(&a)?, &read_json(&b)?);
+            let (ja, jb) = (read_json(&a)?, read_json(&b)?);
+            compare::same_benchmark(&ja, &jb).map_err(anyhow::Error::msg)?;
+            let rows = compare::rows(&ja, &jb);
             print!(
                 "{}",
                 compare::render(&rows, &a.display().to_string(), &b.display().to_string())
