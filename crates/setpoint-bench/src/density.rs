@@ -310,11 +310,10 @@ pub async fn run(
                     progress::bar(r, pods)
                 )
             }
-            Stage::Deleting { left, of } => format!(
-                "{} namespaces deleted {}/{of}",
-                progress::bar(of - left, of),
-                of - left
-            ),
+            Stage::Deleting { left, of } => {
+                let gone = of.saturating_sub(left);
+                format!("{} namespaces deleted {gone}/{of}", progress::bar(gone, of))
+            }
         })
     });
 
