@@ -57,12 +57,14 @@ pub struct InformerOptions {
 
 impl InformerOptions {
     /// The options Setpoint's own components use, as Kubernetes' keep their caches: without
-    /// `managedFields`, and with objects idle for 10 to 20 seconds packed
-    /// ([`InformerOptions::compact_idle`]).
+    /// `managedFields`, and with objects idle for 5 to 10 seconds packed
+    /// ([`InformerOptions::compact_idle`]). A pod is busy for the second or two from create
+    /// to Running; a longer period only keeps more finished pods decoded (at 150,000 pods,
+    /// 10 s held about 250 MiB more at the peak for no measurable CPU).
     pub fn lean() -> Self {
         InformerOptions {
             strip_managed_fields: true,
-            compact_idle: Some(Duration::from_secs(10)),
+            compact_idle: Some(Duration::from_secs(5)),
             ..InformerOptions::default()
         }
     }
