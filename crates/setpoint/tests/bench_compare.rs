@@ -34,13 +34,7 @@ fn density(s: &Setpoint, dir: &Path, name: &str) -> (Value, Vec<Value>) {
         .env("SETPOINT_LOG", "warn")
         .output()
         .expect("run setpoint bench");
-    assert!(
-        out.status.success(),
-        "bench against {name} failed: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let table = String::from_utf8_lossy(&out.stdout);
+    let table = support::expect_success(&format!("bench against {name}"), &out);
     assert!(table.contains("pods Running per second"), "{table}");
     let report: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
     let log = std::fs::read_to_string(&raw)
