@@ -7,6 +7,10 @@
 //! builds, made visible instead of hidden in an unbounded queue. The operations cycle through
 //! create pod, create Deployment, patch pod, patch Deployment (replicas 1 ↔ 2), delete pod and
 //! delete Deployment, on the objects this run created.
+//!
+//! Answering the API at the rate is half of keeping up; the controllers, the scheduler and the
+//! nodes must follow. So with nodes to run pods on, the run then waits until what the load
+//! left has settled (see [`unsettled`]) and reports how long that took.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -18,16 +22,20 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use parking_lot::Mutex;
 use serde_json::{json, Value};
-use setpoint_runtime::client::{Api, Client, DeleteParams, Patch, PatchParams, PostParams};
+use setpoint_runtime::client::{
+    Api, Client, DeleteParams, ListParams, Patch, PatchParams, PostParams,
+};
 use tokio::sync::Semaphore;
 
-use crate::density::{create_namespace, delete_namespace, run_id, Nodes, Outcome, RUN_LABEL};
+use crate::density::{
+    create_namespace, delete_namespace, run_id, wait_until, Nodes, Outcome, RUN_LABEL,
+};
 use crate::placement::Placement;
 use crate::procstat::Sampler;
 use crate::progress::{self, Progress};
 use crate::record::{Mark, Record, Recorder};
 use crate::report::{self, ChurnReport};
-use crate::timed::once;
+use crate::timed::{once, with_retries};
 use crate::BenchError;
 
 /// How a churn run goes.
@@ -201,6 +209,48 @@ async fn operate(
     }
 }
 
+/// What keeps the run's namespace from being settled, or `None` when it is: a Deployment not
+/// yet observed at its generation or without all its replicas updated and available, a pod
+/// not Running and ready, or a deleted pod not yet gone.
+pub fn unsettled(pods: &[Pod], deployments: &[Deployment]) -> Option<String> {
+    let mut out = Vec::new();
+    for d in deployments {
+        let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+        let s = d.status.clone().unwrap_or_default();
+        let observed = s.observed_generation >= d.metadata.generation;
+        let at = |n: Option<i32>| n.unwrap_or(0) == want;
+        if !(observed && at(s.replicas) && at(s.updated_replicas) && at(s.available_replicas)) {
+            out.push(format!(
+                "deployment {} ({}/{want} available)",
+                d.metadata.name.as_deref().unwrap_or(""),
+                s.available_replicas.unwrap_or(0)
+            ));
+        }
+    }
+    for p in pods {
+        let name = p.metadata.name.as_deref().unwrap_or("");
+        if p.metadata.deletion_timestamp.is_some() {
+            out.push(format!("pod {name} (terminating)"));
+            continue;
+        }
+        let status = p.status.as_ref();
+        let running = status.and_then(|s| s.phase.as_deref()) == Some("Running");
+        let ready = status
+            .and_then(|s| s.container_statuses.as_ref())
+            .is_some_and(|cs| !cs.is_empty() && cs.iter().all(|c| c.ready));
+        if !(running && ready) {
+            let phase = status.and_then(|s| s.phase.as_deref()).unwrap_or("Pending");
+            out.push(format!("pod {name} ({phase})"));
+        }
+    }
+    if out.is_empty() {
+        return None;
+    }
+    let n = out.len();
+    out.truncate(5);
+    Some(format!("{n} not settled, e.g. {}", out.join(", ")))
+}
+
 /// Runs the churn benchmark against the cluster behind `client`.
 pub async fn run(client: Client, config: ChurnConfig) -> Result<Outcome<ChurnReport>, BenchError> {
     if config.rate <= 0.0 || config.rate.is_nan() {
@@ -316,6 +366,29 @@ pub async fn run(client: Client, config: ChurnConfig) -> Result<Outcome<ChurnRep
     if let Some(p) = progress {
         p.stop().await;
     }
+    if config.nodes > 0 {
+        let lp = ListParams::default();
+        let left = Mutex::new(None);
+        let settled = wait_until(config.timeout, Duration::from_millis(200), || async {
+            let (p, _) = with_retries(&rec, "list", "pods", || pods.list(&lp)).await;
+            let (d, _) = with_retries(&rec, "list", "deployments", || deps.list(&lp)).await;
+            let what = unsettled(&p?.items, &d?.items);
+            let done = what.is_none();
+            *left.lock() = what;
+            Ok(done)
+        })
+        .await?;
+        if settled {
+            rec.record(Record::Mark {
+                mark: Mark::Settled,
+            });
+        } else {
+            let what = left.lock().take().unwrap_or_else(|| "the cluster".into());
+            rec.record(Record::Missing {
+                what: format!("not settled after {:?}: {what}", config.timeout),
+            });
+        }
+    }
     if !delete_namespace(&client, &rec, &ns, config.timeout).await? {
         rec.record(Record::Missing {
             what: format!("namespace {ns} still there after {:?}", config.timeout),
@@ -342,4 +415,57 @@ pub async fn run(client: Client, config: ChurnConfig) -> Result<Outcome<ChurnRep
     }
     let report = report::churn(&log)?;
     Ok(Outcome { report, log })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deployment_at(generation: i64, observed: i64, want: i32, available: i32) -> Deployment {
+        serde_json::from_value(json!({
+            "metadata": {"name": "d", "generation": generation},
+            "spec": {"replicas": want, "selector": {}, "template": {}},
+            "status": {"observedGeneration": observed, "replicas": want,
+                       "updatedReplicas": want, "availableReplicas": available}
+        }))
+        .unwrap()
+    }
+
+    fn pod_in(phase: &str, ready: bool, deleting: bool) -> Pod {
+        let mut metadata = json!({"name": "p"});
+        if deleting {
+            metadata["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        }
+        serde_json::from_value(json!({
+            "metadata": metadata,
+            "status": {"phase": phase, "containerStatuses": [{
+                "name": "app", "image": "i", "imageID": "", "ready": ready, "restartCount": 0
+            }]}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn settled_only_when_every_deployment_and_pod_is_done() {
+        assert_eq!(unsettled(&[], &[]), None);
+        let done = deployment_at(2, 2, 2, 2);
+        assert_eq!(
+            unsettled(
+                &[pod_in("Running", true, false)],
+                &[deployment_at(2, 2, 2, 2)]
+            ),
+            None
+        );
+        // A new generation not yet observed, or replicas not yet available.
+        assert!(unsettled(&[], &[deployment_at(3, 2, 2, 2)]).is_some());
+        let short = unsettled(&[], &[deployment_at(2, 2, 2, 1)]).unwrap();
+        assert!(short.contains("1/2 available"), "{short}");
+        // A pod not ready, Pending, or still terminating.
+        assert!(unsettled(&[pod_in("Running", false, false)], &[]).is_some());
+        let pending = unsettled(&[pod_in("Pending", false, false)], &[done]).unwrap();
+        assert!(pending.starts_with("1 not settled") && pending.contains("Pending"));
+        assert!(unsettled(&[pod_in("Running", true, true)], &[])
+            .unwrap()
+            .contains("terminating"));
+    }
 }

@@ -141,7 +141,7 @@ async fn ready_nodes(
 /// Polls `done` every `every` until it holds (true) or `timeout` passes (false). A failed
 /// check counts as "not yet": a loaded server may refuse a read for a moment, and the failed
 /// request is already in the log.
-async fn wait_until<F, Fut>(
+pub(crate) async fn wait_until<F, Fut>(
     timeout: Duration,
     every: Duration,
     mut done: F,

@@ -41,6 +41,9 @@ pub enum Mark {
     Deleted,
     /// The load phase of churn or api ended.
     LoadDone,
+    /// Churn, after the load: every Deployment it left was Available with its replicas
+    /// updated, every pod it left Running and ready, and every deleted pod gone.
+    Settled,
 }
 
 /// What was observed.

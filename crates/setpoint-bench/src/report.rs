@@ -432,6 +432,13 @@ pub struct ChurnReport {
     pub backlog: u64,
     /// Nothing skipped and at least 95 % of the requested rate succeeded.
     pub kept_up: bool,
+    /// With nodes to run pods on: whether what the load left settled (Deployments Available,
+    /// pods Running, deleted pods gone) before the timeout. `None` without nodes.
+    #[serde(default)]
+    pub settled: Option<bool>,
+    /// End of the load → settled.
+    #[serde(default)]
+    pub settle_seconds: Option<f64>,
     pub api: Vec<ApiLatency>,
     pub windows: Vec<ChurnWindow>,
     pub processes: Vec<ProcessUsage>,
@@ -491,6 +498,8 @@ pub fn churn(entries: &[Entry]) -> Result<ChurnReport, BenchError> {
         achieved_rate,
         backlog: skipped + in_flight,
         kept_up: skipped == 0 && achieved_rate >= 0.95 * rate,
+        settled: (param(&h, "simulated_nodes") > 0).then(|| mark(entries, Mark::Settled).is_some()),
+        settle_seconds: mark(entries, Mark::Settled).map(|t| secs(t.saturating_sub(end))),
         api: api_latencies(entries, in_load),
         windows: windows
             .into_iter()
@@ -849,6 +858,20 @@ mod tests {
         assert!((r.achieved_rate - 1.8).abs() < 1e-9);
         assert_eq!(r.backlog, 2);
         assert!(!r.kept_up);
+        // No nodes in the parameters: settling is not judged.
+        assert_eq!((r.settled, r.settle_seconds), (None, None));
+        let mut with_nodes = log.clone();
+        with_nodes[0] = start("churn", json!({"rate": 2.0, "simulated_nodes": 2}));
+        let r = churn(&with_nodes).unwrap();
+        assert_eq!((r.settled, r.settle_seconds), (Some(false), None));
+        with_nodes.push(e(
+            12_500_000,
+            Record::Mark {
+                mark: Mark::Settled,
+            },
+        ));
+        let r = churn(&with_nodes).unwrap();
+        assert_eq!((r.settled, r.settle_seconds), (Some(true), Some(2.5)));
         assert_eq!(r.windows.len(), 2);
         assert_eq!((r.windows[0].sent, r.windows[0].errors), (10, 1));
         assert_eq!((r.windows[1].sent, r.windows[1].skipped), (9, 1));

@@ -168,6 +168,14 @@ pub fn churn(r: &ChurnReport) -> String {
         r.backlog,
         if r.kept_up { "yes" } else { "NO" }
     );
+    let _ = match (r.settled, r.settle_seconds) {
+        (Some(true), Some(s)) => writeln!(
+            out,
+            "  settled {s:.2} s after the load (Deployments Available, pods Running, deleted pods gone)"
+        ),
+        (Some(_), _) => writeln!(out, "  did NOT settle before the timeout"),
+        (None, _) => writeln!(out, "  settling not checked (no nodes hosted to run pods)"),
+    };
     let _ = writeln!(out, "Latency per 5 s window:");
     let _ = writeln!(
         out,

@@ -302,7 +302,8 @@ async fn density_log_matches_the_cluster_it_observed() {
     assert!(pods
         .iter()
         .all(|p| { p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") }));
-    // Creates were paced: 3 at 50/s take at least 2/50 s from the first to the last start.
+    // Creates were paced: at 50/s the third is due 40 ms after the first was (unpaced, all
+    // three start at once); the first may itself start a little after its due time.
     let starts: Vec<u64> = outcome
         .log
         .iter()
@@ -313,7 +314,7 @@ async fn density_log_matches_the_cluster_it_observed() {
         .map(|e| e.t_us)
         .collect();
     assert_eq!(starts.len(), 3);
-    assert!(starts[2] - starts[0] >= 40_000, "{starts:?}");
+    assert!(starts[2] - starts[0] >= 30_000, "{starts:?}");
     let _ = stop_own.send(());
     let _ = own.await;
     c.stop().await;
@@ -360,6 +361,8 @@ async fn churn_run_keeps_a_modest_rate() {
         ChurnConfig {
             rate: 20.0,
             duration: Duration::from_secs(1),
+            nodes: 2,
+            timeout: Duration::from_secs(60),
             progress: false,
             ..Default::default()
         },
@@ -373,6 +376,9 @@ async fn churn_run_keeps_a_modest_rate() {
     assert_eq!(r.sent + r.skipped, r.due);
     assert_eq!(r.windows.len(), 1);
     assert_eq!(r.windows[0].sent, r.sent);
+    // The controllers, scheduler and nodes caught up with what the load left.
+    assert_eq!(r.settled, Some(true), "{:?}", outcome.log);
+    assert!(r.settle_seconds.is_some());
     assert!(r
         .api
         .iter()
