@@ -30,6 +30,7 @@ use tokio::sync::Semaphore;
 use crate::density::{
     create_namespace, delete_namespace, run_id, wait_until, Nodes, Outcome, RUN_LABEL,
 };
+use crate::observe::pod_running;
 use crate::placement::Placement;
 use crate::procstat::Sampler;
 use crate::progress::{self, Progress};
@@ -79,13 +80,6 @@ impl Default for ChurnConfig {
 struct Live {
     pods: Mutex<VecDeque<String>>,
     deployments: Mutex<VecDeque<String>>,
-}
-
-/// The pod spec of every pod of a run: one container of `image`, placed by `placement`.
-fn pod_spec(image: &str, placement: &Placement) -> Value {
-    let mut spec = json!({"containers": [{"name": "app", "image": image}]});
-    placement.apply_to(&mut spec);
-    spec
 }
 
 fn pod(name: &str, run: &str, spec: &Value) -> Result<Pod, serde_json::Error> {
@@ -233,13 +227,12 @@ pub fn unsettled(pods: &[Pod], deployments: &[Deployment]) -> Option<String> {
             out.push(format!("pod {name} (terminating)"));
             continue;
         }
-        let status = p.status.as_ref();
-        let running = status.and_then(|s| s.phase.as_deref()) == Some("Running");
-        let ready = status
-            .and_then(|s| s.container_statuses.as_ref())
-            .is_some_and(|cs| !cs.is_empty() && cs.iter().all(|c| c.ready));
-        if !(running && ready) {
-            let phase = status.and_then(|s| s.phase.as_deref()).unwrap_or("Pending");
+        if !pod_running(p) {
+            let phase = p
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.as_deref())
+                .unwrap_or("Pending");
             out.push(format!("pod {name} ({phase})"));
         }
     }
@@ -290,7 +283,7 @@ pub async fn run(client: Client, config: ChurnConfig) -> Result<Outcome<ChurnRep
     } else {
         Placement::Anywhere
     };
-    let spec = Arc::new(pod_spec(&config.image, &placement));
+    let spec = Arc::new(placement.pod_spec(&config.image));
     let slots = Arc::new(Semaphore::new(config.max_in_flight.max(1)));
     let (sent, skipped) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let progress = config.progress.then(|| {

@@ -169,8 +169,7 @@ fn deployment(
     image: &str,
     placement: &Placement,
 ) -> Result<Deployment, BenchError> {
-    let mut pod_spec = json!({"containers": [{"name": "app", "image": image}]});
-    placement.apply_to(&mut pod_spec);
+    let pod_spec = placement.pod_spec(image);
     Ok(serde_json::from_value(json!({
         "apiVersion": "apps/v1",
         "kind": "Deployment",

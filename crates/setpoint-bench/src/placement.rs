@@ -51,6 +51,13 @@ impl Placement {
         }
     }
 
+    /// The pod spec of every pod a run creates: one container of `image`, placed here.
+    pub fn pod_spec(&self, image: &str) -> Value {
+        let mut spec = json!({"containers": [{"name": "app", "image": image}]});
+        self.apply_to(&mut spec);
+        spec
+    }
+
     /// Adds `nodeSelector` and `tolerations` to the pod spec `spec` (a JSON object).
     pub fn apply_to(&self, spec: &mut Value) {
         let Some(spec) = spec.as_object_mut() else {
