@@ -26,6 +26,7 @@ pub mod server;
 pub mod strategy;
 pub mod table;
 pub mod tls;
+pub mod typemeta;
 pub mod watchcache;
 
 pub use server::{ApiServer, ServerConfig, StoreConfig, COMPACTION_GUARD_KEY};

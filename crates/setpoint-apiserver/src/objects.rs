@@ -203,6 +203,34 @@ fn with_rv(mut obj: Value, rv: Revision) -> Value {
     obj
 }
 
+/// Upstream's `checkName` for the object an update or patch produced: its name must be the
+/// URL's, and its namespace the request's (an emptied namespace is the request's again).
+fn check_name(
+    res: &ResourceDef,
+    obj: &mut Value,
+    name: &str,
+    namespace: &str,
+) -> Result<(), ApiError> {
+    let obj_name = meta::name(obj);
+    if obj_name != name {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({obj_name}) does not match the name on the URL ({name})"
+        )));
+    }
+    if res.namespaced {
+        match meta::namespace(obj) {
+            "" => meta::set_meta(obj, "namespace", json!(namespace)),
+            ns if ns != namespace => {
+                return Err(ApiError::bad_request(format!(
+                    "the namespace of the object ({ns}) does not match the namespace on the request ({namespace})"
+                )))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 fn same_ignoring_rv(a: &Value, b: &Value) -> bool {
     meta::eq_ignoring_meta(a, b, &["resourceVersion"])
 }
@@ -444,33 +472,7 @@ impl ApiServer {
         namespace: &str,
         obj: &mut Value,
     ) -> Result<(), ApiError> {
-        let want_av = res.api_version();
-        let map = obj
-            .as_object_mut()
-            .ok_or_else(|| ApiError::bad_request("the request body must be a JSON object"))?;
-        match map.get("apiVersion").and_then(Value::as_str) {
-            None | Some("") => {
-                map.insert("apiVersion".into(), json!(want_av));
-            }
-            Some(av) if av != want_av => {
-                return Err(ApiError::bad_request(format!(
-                    "the API version in the data ({av}) does not match the expected API version ({want_av})"
-                )))
-            }
-            _ => {}
-        }
-        match map.get("kind").and_then(Value::as_str) {
-            None | Some("") => {
-                map.insert("kind".into(), json!(res.kind));
-            }
-            Some(k) if k != res.kind => {
-                return Err(ApiError::bad_request(format!(
-                    "the kind in the data ({k}) does not match the expected kind ({})",
-                    res.kind
-                )))
-            }
-            _ => {}
-        }
+        crate::typemeta::check_body(res, obj)?;
         if res.namespaced {
             let body_ns = meta::namespace(obj).to_string();
             if body_ns.is_empty() {
@@ -752,8 +754,11 @@ impl ApiServer {
         let mut warnings = Vec::new();
         let written = self
             .guaranteed_update(res, namespace, name, view, opts, true, |cur| {
-                let patched = patch.apply(cur)?;
-                if !patched.is_object() {
+                let mut patched = patch.apply(cur)?;
+                // The Scale view is another type, of which only spec.replicas is taken.
+                if view != View::Scale {
+                    crate::typemeta::check_patched(res, patch, &mut patched)?;
+                } else if !patched.is_object() {
                     return Err(ApiError::bad_request(
                         "the patched object is not a JSON object",
                     ));
@@ -885,13 +890,7 @@ impl ApiServer {
             let mut new = match view {
                 View::Main => {
                     let mut new = desired.into_owned();
-                    if meta::namespace(&new) != meta::namespace(&cur)
-                        || meta::name(&new) != meta::name(&cur)
-                    {
-                        return Err(ApiError::bad_request(
-                            "metadata.name and metadata.namespace cannot be changed",
-                        ));
-                    }
+                    check_name(res, &mut new, name, namespace)?;
                     strategy::prepare_for_update(res, &mut new, &cur);
                     setpoint_kinds::defaults::apply(&res.group, &res.kind, &mut new);
                     new
@@ -912,6 +911,7 @@ impl ApiServer {
                 meta::set_meta(&mut new, "managedFields", mf);
             }
             crate::apply::keep_times_if_unchanged(&cur, &mut new);
+            crate::typemeta::own(res, &mut new);
             meta::set_meta(&mut new, "resourceVersion", json!(cur_rv));
             self.validate_update(res, &mut new, Some(&cur), view == View::Status)?;
             let respond = |obj: Value| {

@@ -399,3 +399,83 @@ fn kubectl_patch_and_client_side_apply() {
     assert!(err.contains("merge key"), "{err}");
     assert_eq!(get(&c, "envs")["metadata"]["resourceVersion"], rv_before);
 }
+
+/// The issue's reproduction: a patch that names another kind used to be stored, and every
+/// Deployment informer then failed to decode its list, so no Deployment anywhere was
+/// reconciled again. Each patch type is tried; none may store another type, and the
+/// controllers go on reconciling.
+#[test]
+fn kubectl_patch_cannot_change_the_stored_kind() {
+    if !support::kubectl_available() {
+        return;
+    }
+    let data = tempfile::tempdir().unwrap();
+    let c = Setpoint::start(&["up", "--no-node"], data.path());
+    c.ok(&["create", "deployment", "a", "--image=nginx"]);
+
+    let refused = [
+        ("merge", r#"{"kind":"Pod"}"#),
+        ("merge", r#"{"kind":5}"#),
+        ("merge", r#"{"apiVersion":"v1"}"#),
+        ("merge", r#"{"metadata":5}"#),
+        ("json", r#"[{"op":"replace","path":"/kind","value":"Pod"}]"#),
+        (
+            "json",
+            r#"[{"op":"replace","path":"/apiVersion","value":"v1"}]"#,
+        ),
+    ];
+    for (ty, patch) in refused {
+        let err = c.fails(&["patch", "deployment", "a", "--type", ty, "-p", patch]);
+        assert!(
+            err.contains("is invalid: patch: Invalid value"),
+            "{ty} {patch}: {err}"
+        );
+    }
+    // Removing the type gets it back; a strategic merge patch decodes into the kind's type.
+    for (ty, patch) in [
+        ("merge", r#"{"kind":null,"apiVersion":null}"#),
+        ("json", r#"[{"op":"remove","path":"/kind"}]"#),
+        ("strategic", r#"{"kind":"Pod","apiVersion":"v1"}"#),
+    ] {
+        c.ok(&["patch", "deployment", "a", "--type", ty, "-p", patch]);
+    }
+    assert_eq!(
+        c.ok(&[
+            "get",
+            "deployment",
+            "a",
+            "-o",
+            "jsonpath={.kind} {.apiVersion}"
+        ]),
+        "Deployment apps/v1"
+    );
+    // A PUT of another kind is refused with upstream's 400.
+    let mut body: Value =
+        serde_json::from_str(&c.ok(&["get", "deployment", "a", "-o", "json"])).unwrap();
+    body["kind"] = json!("Pod");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a.json");
+    std::fs::write(&file, body.to_string()).unwrap();
+    let err = c.fails(&[
+        "replace",
+        "--raw",
+        "/apis/apps/v1/namespaces/default/deployments/a",
+        "-f",
+        file.to_str().unwrap(),
+    ]);
+    assert!(
+        err.contains("the kind in the data (Pod) does not match the expected kind (Deployment)"),
+        "{err}"
+    );
+
+    // The controllers still reconcile Deployments: a new one gets its ReplicaSet.
+    c.ok(&["create", "deployment", "b", "--image=nginx", "--replicas=2"]);
+    support::eventually(
+        "deployment b's ReplicaSet",
+        std::time::Duration::from_secs(30),
+        || {
+            let out = c.ok(&["get", "rs", "-l", "app=b", "-o", "name"]);
+            (!out.trim().is_empty()).then_some(())
+        },
+    );
+}
