@@ -40,14 +40,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use etcd_client::{
-    Certificate, Client, Compare, CompareOp, ConnectOptions, DeleteOptions, EventType, GetOptions,
-    Identity, KvClient, PutOptions, TlsOptions, Txn, TxnOp, TxnOpResponse, WatchClient,
-    WatchOptions, WatchRequestSender, WatchResponseStream,
-};
 use futures::Stream;
+use setpoint_etcd_proto as pb;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::Streaming;
 
 use crate::{
     Event, KeyValue, Precondition, RangeRequest, RangeResponse, Result, Revision, Store,
@@ -139,6 +137,9 @@ pub struct EtcdStore {
     inner: Arc<Inner>,
 }
 
+type KvClient = pb::kv_client::KvClient<Channel>;
+type WatchClient = pb::watch_client::WatchClient<Channel>;
+
 struct Inner {
     kv: KvClient,
     watch: WatchClient,
@@ -173,11 +174,8 @@ enum Failure {
     Other(String),
 }
 
-fn classify(e: &etcd_client::Error) -> Failure {
-    let text = match e {
-        etcd_client::Error::GRpcStatus(s) => s.message().to_owned(),
-        other => other.to_string(),
-    };
+fn classify(e: &tonic::Status) -> Failure {
+    let text = e.message();
     if text.contains(ERR_COMPACTED) {
         Failure::Compacted
     } else if text.contains(ERR_FUTURE) {
@@ -191,13 +189,13 @@ fn classify(e: &etcd_client::Error) -> Failure {
     }
 }
 
-fn backend(e: etcd_client::Error) -> StoreError {
+fn backend(e: tonic::Status) -> StoreError {
     StoreError::Backend(format!("etcd: {e}"))
 }
 
-fn header_revision(header: Option<&etcd_client::ResponseHeader>) -> Result<Revision> {
+fn header_revision(header: Option<&pb::ResponseHeader>) -> Result<Revision> {
     header
-        .map(|h| h.revision())
+        .map(|h| h.revision)
         .ok_or_else(|| StoreError::Backend("etcd response without a header".to_owned()))
 }
 
@@ -212,6 +210,39 @@ fn prefix_end(prefix: &[u8]) -> Vec<u8> {
         }
     }
     vec![0]
+}
+
+use pb::compare::{CompareResult, CompareTarget, TargetUnion as Target};
+
+/// A transaction guard on `key`.
+fn compare(key: &[u8], result: CompareResult, target: Target) -> pb::Compare {
+    let on = match target {
+        Target::Version(_) => CompareTarget::Version,
+        Target::CreateRevision(_) => CompareTarget::Create,
+        Target::ModRevision(_) => CompareTarget::Mod,
+        Target::Value(_) => CompareTarget::Value,
+    };
+    pb::Compare {
+        result: result as i32,
+        target: on as i32,
+        key: key.to_vec(),
+        target_union: Some(target),
+    }
+}
+
+/// A transaction step.
+fn op(request: pb::request_op::Request) -> pb::RequestOp {
+    pb::RequestOp {
+        request: Some(request),
+    }
+}
+
+/// A read of `key` (in a transaction's failure branch: the value that won).
+fn get_op(key: &[u8]) -> pb::RequestOp {
+    op(pb::request_op::Request::RequestRange(pb::RangeRequest {
+        key: key.to_vec(),
+        ..Default::default()
+    }))
 }
 
 /// Whether an etcd version sends requested progress notifications in order with events.
@@ -241,37 +272,10 @@ impl EtcdStore {
         if options.endpoints.is_empty() {
             return Err(StoreError::Backend("no etcd endpoints given".to_owned()));
         }
-        let mut connect = ConnectOptions::new()
-            .with_connect_timeout(options.dial_timeout)
-            // HTTP/2 pings notice a dead server on idle watch streams.
-            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
-            .with_keep_alive_while_idle(true);
-        if let Some(tls) = &options.tls {
-            let mut config = TlsOptions::new().ca_certificate(Certificate::from_pem(&tls.ca_pem));
-            match (&tls.cert_pem, &tls.key_pem) {
-                (Some(cert), Some(key)) => config = config.identity(Identity::from_pem(cert, key)),
-                (None, None) => {}
-                _ => {
-                    return Err(StoreError::Backend(
-                        "an etcd client certificate needs its key, and a key its certificate"
-                            .to_owned(),
-                    ))
-                }
-            }
-            connect = connect.with_tls(config);
-        }
+        let channel = channel(&options)?;
         let deadline = options.dial_timeout;
-        let endpoints = options.endpoints.clone();
-        let client = tokio::time::timeout(deadline, Client::connect(endpoints, Some(connect)))
-            .await
-            .map_err(|_| unreachable_error(&options))?
-            .map_err(|e| {
-                StoreError::Backend(format!(
-                    "connecting to etcd at {}: {e}",
-                    options.endpoints.join(",")
-                ))
-            })?;
-        let status = tokio::time::timeout(deadline, client.maintenance_client().status())
+        let mut maintenance = pb::maintenance_client::MaintenanceClient::new(channel.clone());
+        let status = tokio::time::timeout(deadline, maintenance.status(pb::StatusRequest {}))
             .await
             .map_err(|_| unreachable_error(&options))?
             .map_err(|e| {
@@ -279,8 +283,9 @@ impl EtcdStore {
                     "etcd at {} did not answer: {e}",
                     options.endpoints.join(",")
                 ))
-            })?;
-        let server_version = status.version().to_owned();
+            })?
+            .into_inner();
+        let server_version = status.version;
         let ordered_progress = progress_is_ordered(&server_version);
         tracing::info!(
             endpoints = %options.endpoints.join(","),
@@ -295,12 +300,8 @@ impl EtcdStore {
         let (closed, _) = watch::channel(false);
         Ok(EtcdStore {
             inner: Arc::new(Inner {
-                kv: client
-                    .kv_client()
-                    .max_decoding_message_size(MAX_RESPONSE_BYTES),
-                watch: client
-                    .watch_client()
-                    .max_decoding_message_size(MAX_RESPONSE_BYTES),
+                kv: KvClient::new(channel.clone()).max_decoding_message_size(MAX_RESPONSE_BYTES),
+                watch: WatchClient::new(channel).max_decoding_message_size(MAX_RESPONSE_BYTES),
                 prefix,
                 probe_key,
                 max_value_size: options.max_value_size,
@@ -318,6 +319,58 @@ impl EtcdStore {
     pub fn server_version(&self) -> &str {
         &self.inner.server_version
     }
+}
+
+/// One gRPC channel balanced over every endpoint, with TLS when configured and HTTP/2 pings
+/// that notice a dead server on idle watch streams.
+fn channel(options: &EtcdOptions) -> Result<Channel> {
+    let tls = match &options.tls {
+        None => None,
+        Some(tls) => {
+            let mut config =
+                ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&tls.ca_pem));
+            match (&tls.cert_pem, &tls.key_pem) {
+                (Some(cert), Some(key)) => config = config.identity(Identity::from_pem(cert, key)),
+                (None, None) => {}
+                _ => {
+                    return Err(StoreError::Backend(
+                        "an etcd client certificate needs its key, and a key its certificate"
+                            .to_owned(),
+                    ))
+                }
+            }
+            Some(config)
+        }
+    };
+    let mut endpoints = Vec::with_capacity(options.endpoints.len());
+    for url in &options.endpoints {
+        let bad = |e: &dyn std::fmt::Display| {
+            StoreError::Backend(format!("invalid etcd endpoint {url:?}: {e}"))
+        };
+        let url = if url.contains("://") {
+            url.clone()
+        } else if tls.is_some() {
+            format!("https://{url}")
+        } else {
+            format!("http://{url}")
+        };
+        if tls.is_some() != url.starts_with("https://") {
+            return Err(bad(
+                &"TLS options go with https:// endpoints, and only with them",
+            ));
+        }
+        let mut endpoint = Endpoint::from_shared(url.clone())
+            .map_err(|e| bad(&e))?
+            .connect_timeout(options.dial_timeout)
+            .http2_keep_alive_interval(Duration::from_secs(10))
+            .keep_alive_timeout(Duration::from_secs(5))
+            .keep_alive_while_idle(true);
+        if let Some(tls) = &tls {
+            endpoint = endpoint.tls_config(tls.clone()).map_err(|e| bad(&e))?;
+        }
+        endpoints.push(endpoint);
+    }
+    Ok(Channel::balance_list(endpoints.into_iter()))
 }
 
 fn unreachable_error(options: &EtcdOptions) -> StoreError {
@@ -366,13 +419,13 @@ impl Inner {
         })
     }
 
-    fn key_value(&self, kv: &etcd_client::KeyValue) -> Result<KeyValue> {
+    fn key_value(&self, kv: &pb::KeyValue) -> Result<KeyValue> {
         Ok(KeyValue {
-            key: self.store_key(kv.key())?.into(),
-            value: Bytes::copy_from_slice(kv.value()),
-            create_revision: kv.create_revision(),
-            mod_revision: kv.mod_revision(),
-            version: kv.version(),
+            key: self.store_key(&kv.key)?.into(),
+            value: Bytes::copy_from_slice(&kv.value),
+            create_revision: kv.create_revision,
+            mod_revision: kv.mod_revision,
+            version: kv.version,
         })
     }
 
@@ -386,13 +439,18 @@ impl Inner {
     }
 
     /// A read of the probe key at `revision` (0 = latest); returns the header revision.
-    async fn probe(&self, revision: Revision) -> Result<Revision, etcd_client::Error> {
-        let mut opts = GetOptions::new().with_count_only();
-        if revision > 0 {
-            opts = opts.with_revision(revision);
-        }
-        let resp = self.kv().get(self.probe_key.clone(), Some(opts)).await?;
-        Ok(resp.header().map(|h| h.revision()).unwrap_or(0))
+    async fn probe(&self, revision: Revision) -> Result<Revision, tonic::Status> {
+        let resp = self
+            .kv()
+            .range(pb::RangeRequest {
+                key: self.probe_key.clone(),
+                revision: revision.max(0),
+                count_only: true,
+                ..Default::default()
+            })
+            .await?
+            .into_inner();
+        Ok(resp.header.map(|h| h.revision).unwrap_or(0))
     }
 
     async fn current_revision(&self) -> Result<Revision> {
@@ -437,7 +495,7 @@ impl Inner {
     }
 
     /// Maps a failed read at `requested` (None = latest) onto the trait's errors.
-    async fn read_error(&self, e: etcd_client::Error, requested: Option<Revision>) -> StoreError {
+    async fn read_error(&self, e: tonic::Status, requested: Option<Revision>) -> StoreError {
         let requested = requested.unwrap_or(0);
         match classify(&e) {
             Failure::Compacted => match self.compacted_revision().await {
@@ -457,7 +515,7 @@ impl Inner {
     }
 
     /// Maps a failed write of a `size`-byte value onto the trait's errors.
-    fn write_error(&self, e: etcd_client::Error, size: usize) -> StoreError {
+    fn write_error(&self, e: tonic::Status, size: usize) -> StoreError {
         match classify(&e) {
             // etcd's request limit also counts the key and framing, so it can refuse a value
             // that passed `max_value_size`; the limit reported is then "less than this value".
@@ -476,12 +534,12 @@ impl Inner {
         key: &str,
         value: Bytes,
         revision: Revision,
-        prev: Option<&etcd_client::KeyValue>,
+        prev: Option<&pb::KeyValue>,
     ) -> KeyValue {
         // etcd's rule: a put keeps the create revision and bumps the version; a put to an
         // absent key starts a new incarnation at version 1.
         let (create_revision, version) =
-            prev.map_or((revision, 1), |p| (p.create_revision(), p.version() + 1));
+            prev.map_or((revision, 1), |p| (p.create_revision, p.version + 1));
         KeyValue {
             key: key.into(),
             value,
@@ -492,10 +550,10 @@ impl Inner {
     }
 
     /// The current value read in a failed transaction's `else` branch.
-    fn failed_txn_current(&self, resp: &etcd_client::TxnResponse) -> Result<Option<KeyValue>> {
-        for op in resp.op_responses() {
-            if let TxnOpResponse::Get(get) = op {
-                return get.kvs().first().map(|kv| self.key_value(kv)).transpose();
+    fn failed_txn_current(&self, resp: &pb::TxnResponse) -> Result<Option<KeyValue>> {
+        for op in &resp.responses {
+            if let Some(pb::response_op::Response::ResponseRange(get)) = &op.response {
+                return get.kvs.first().map(|kv| self.key_value(kv)).transpose();
             }
         }
         Ok(None)
@@ -503,10 +561,10 @@ impl Inner {
 
     /// The guard "the key exists with exactly this `mod_revision`". etcd compares a missing
     /// key as revision 0, so existence is checked too.
-    fn exists_at(key: &[u8], revision: Revision) -> Vec<Compare> {
+    fn exists_at(key: &[u8], revision: Revision) -> Vec<pb::Compare> {
         vec![
-            Compare::mod_revision(key.to_vec(), CompareOp::Equal, revision),
-            Compare::create_revision(key.to_vec(), CompareOp::Greater, 0),
+            compare(key, CompareResult::Equal, Target::ModRevision(revision)),
+            compare(key, CompareResult::Greater, Target::CreateRevision(0)),
         ]
     }
 }
@@ -526,10 +584,14 @@ impl Store for EtcdStore {
         inner.check_open()?;
         let resp = inner
             .kv()
-            .get(inner.etcd_key(key), None)
+            .range(pb::RangeRequest {
+                key: inner.etcd_key(key),
+                ..Default::default()
+            })
             .await
-            .map_err(backend)?;
-        resp.kvs().first().map(|kv| inner.key_value(kv)).transpose()
+            .map_err(backend)?
+            .into_inner();
+        resp.kvs.first().map(|kv| inner.key_value(kv)).transpose()
     }
 
     /// Reads one page. A page whose response would exceed the client's message limit is
@@ -561,32 +623,38 @@ impl Store for EtcdStore {
         }
         let mut limit = req.limit;
         loop {
-            let mut opts = GetOptions::new().with_range(end.clone());
-            if let Some(r) = etcd_revision {
-                opts = opts.with_revision(r);
-            }
-            match limit {
+            let request = pb::RangeRequest {
+                key: start.clone(),
+                range_end: end.clone(),
+                revision: etcd_revision.unwrap_or(0),
                 // etcd reads limit 0 as "unlimited".
-                Some(0) => opts = opts.with_count_only(),
-                Some(n) => opts = opts.with_limit(n as i64),
-                None => {}
-            }
-            match inner.kv().get(start.clone(), Some(opts)).await {
+                count_only: limit == Some(0),
+                limit: match limit {
+                    Some(n) if n > 0 => n as i64,
+                    _ => 0,
+                },
+            };
+            match inner
+                .kv()
+                .range(request)
+                .await
+                .map(tonic::Response::into_inner)
+            {
                 Ok(resp) => {
                     let kvs = resp
-                        .kvs()
+                        .kvs
                         .iter()
                         .map(|kv| inner.key_value(kv))
                         .collect::<Result<Vec<_>>>()?;
-                    let count = resp.count().max(0) as usize;
+                    let count = resp.count.max(0) as usize;
                     let more = if limit == Some(0) {
                         count > 0
                     } else {
-                        resp.more()
+                        resp.more
                     };
                     let revision = match req.revision {
                         Some(r) => r,
-                        None => header_revision(resp.header())?,
+                        None => header_revision(resp.header.as_ref())?,
                     };
                     return Ok(RangeResponse {
                         kvs,
@@ -616,70 +684,67 @@ impl Store for EtcdStore {
             });
         }
         let ekey = inner.etcd_key(key);
-        let put = || {
-            TxnOp::put(
-                ekey.clone(),
-                value.to_vec(),
-                Some(PutOptions::new().with_prev_key()),
-            )
+        let put = || pb::PutRequest {
+            key: ekey.clone(),
+            value: value.to_vec(),
+            prev_kv: true,
+            ..Default::default()
+        };
+        let txn = |guard: Vec<pb::Compare>, failure: Vec<pb::RequestOp>| pb::TxnRequest {
+            compare: guard,
+            success: vec![op(pb::request_op::Request::RequestPut(put()))],
+            failure,
         };
         match precondition {
             Precondition::None => {
                 let resp = inner
                     .kv()
-                    .put(
-                        ekey.clone(),
-                        value.to_vec(),
-                        Some(PutOptions::new().with_prev_key()),
-                    )
+                    .put(put())
                     .await
-                    .map_err(|e| inner.write_error(e, size))?;
-                let revision = header_revision(resp.header())?;
-                Ok(inner.written(key, value, revision, resp.prev_key()))
+                    .map_err(|e| inner.write_error(e, size))?
+                    .into_inner();
+                let revision = header_revision(resp.header.as_ref())?;
+                Ok(inner.written(key, value, revision, resp.prev_kv.as_ref()))
             }
             Precondition::NotExists => {
-                let txn = Txn::new()
-                    .when(vec![Compare::create_revision(
-                        ekey.clone(),
-                        CompareOp::Equal,
-                        0,
-                    )])
-                    .and_then(vec![put()]);
+                let guard = vec![compare(
+                    &ekey,
+                    CompareResult::Equal,
+                    Target::CreateRevision(0),
+                )];
                 let resp = inner
                     .kv()
-                    .txn(txn)
+                    .txn(txn(guard, vec![]))
                     .await
-                    .map_err(|e| inner.write_error(e, size))?;
-                if !resp.succeeded() {
+                    .map_err(|e| inner.write_error(e, size))?
+                    .into_inner();
+                if !resp.succeeded {
                     return Err(StoreError::AlreadyExists {
                         key: key.to_owned(),
                     });
                 }
-                let revision = header_revision(resp.header())?;
+                let revision = header_revision(resp.header.as_ref())?;
                 Ok(inner.written(key, value, revision, None))
             }
             Precondition::ModRevision(r) => {
-                let txn = Txn::new()
-                    .when(Inner::exists_at(&ekey, r))
-                    .and_then(vec![put()])
-                    .or_else(vec![TxnOp::get(ekey.clone(), None)]);
                 let resp = inner
                     .kv()
-                    .txn(txn)
+                    .txn(txn(Inner::exists_at(&ekey, r), vec![get_op(&ekey)]))
                     .await
-                    .map_err(|e| inner.write_error(e, size))?;
-                if !resp.succeeded() {
+                    .map_err(|e| inner.write_error(e, size))?
+                    .into_inner();
+                if !resp.succeeded {
                     return Err(StoreError::Conflict {
                         key: key.to_owned(),
                         current: inner.failed_txn_current(&resp)?.map(Box::new),
                     });
                 }
-                let revision = header_revision(resp.header())?;
-                let prev = resp.op_responses().into_iter().find_map(|op| match op {
-                    TxnOpResponse::Put(p) => p.prev_key().cloned(),
+                let revision = header_revision(resp.header.as_ref())?;
+                let prev = resp.responses.iter().find_map(|op| match &op.response {
+                    Some(pb::response_op::Response::ResponsePut(p)) => p.prev_kv.as_ref(),
                     _ => None,
                 });
-                Ok(inner.written(key, value, revision, prev.as_ref()))
+                Ok(inner.written(key, value, revision, prev))
             }
         }
     }
@@ -691,26 +756,33 @@ impl Store for EtcdStore {
         let not_found = || StoreError::NotFound {
             key: key.to_owned(),
         };
+        let delete = || pb::DeleteRangeRequest {
+            key: ekey.clone(),
+            prev_kv: true,
+            ..Default::default()
+        };
         match precondition {
             Precondition::None => {
                 let resp = inner
                     .kv()
-                    .delete(ekey, Some(DeleteOptions::new().with_prev_key()))
+                    .delete_range(delete())
                     .await
-                    .map_err(backend)?;
-                let prev = resp.prev_kvs().first().ok_or_else(not_found)?;
-                Ok((inner.key_value(prev)?, header_revision(resp.header())?))
+                    .map_err(backend)?
+                    .into_inner();
+                let prev = resp.prev_kvs.first().ok_or_else(not_found)?;
+                Ok((
+                    inner.key_value(prev)?,
+                    header_revision(resp.header.as_ref())?,
+                ))
             }
             Precondition::ModRevision(r) => {
-                let txn = Txn::new()
-                    .when(Inner::exists_at(&ekey, r))
-                    .and_then(vec![TxnOp::delete(
-                        ekey.clone(),
-                        Some(DeleteOptions::new().with_prev_key()),
-                    )])
-                    .or_else(vec![TxnOp::get(ekey.clone(), None)]);
-                let resp = inner.kv().txn(txn).await.map_err(backend)?;
-                if !resp.succeeded() {
+                let txn = pb::TxnRequest {
+                    compare: Inner::exists_at(&ekey, r),
+                    success: vec![op(pb::request_op::Request::RequestDeleteRange(delete()))],
+                    failure: vec![get_op(&ekey)],
+                };
+                let resp = inner.kv().txn(txn).await.map_err(backend)?.into_inner();
+                if !resp.succeeded {
                     return match inner.failed_txn_current(&resp)? {
                         None => Err(not_found()),
                         Some(cur) => Err(StoreError::Conflict {
@@ -720,14 +792,19 @@ impl Store for EtcdStore {
                     };
                 }
                 let prev = resp
-                    .op_responses()
-                    .into_iter()
-                    .find_map(|op| match op {
-                        TxnOpResponse::Delete(d) => d.prev_kvs().first().cloned(),
+                    .responses
+                    .iter()
+                    .find_map(|op| match &op.response {
+                        Some(pb::response_op::Response::ResponseDeleteRange(d)) => {
+                            d.prev_kvs.first()
+                        }
                         _ => None,
                     })
                     .ok_or_else(not_found)?;
-                Ok((inner.key_value(&prev)?, header_revision(resp.header())?))
+                Ok((
+                    inner.key_value(prev)?,
+                    header_revision(resp.header.as_ref())?,
+                ))
             }
             Precondition::NotExists => match self.get(key).await? {
                 None => Err(not_found()),
@@ -752,39 +829,47 @@ impl Store for EtcdStore {
             });
         }
         let (start, end) = inner.prefix_range(prefix);
-        let opts = WatchOptions::new()
-            .with_range(end)
-            .with_start_revision(after_revision + 1)
-            .with_prev_key()
-            .with_progress_notify()
-            .with_fragment();
-        let stream = inner
+        let create = pb::WatchCreateRequest {
+            key: start,
+            range_end: end,
+            start_revision: after_revision + 1,
+            prev_kv: true,
+            progress_notify: true,
+            fragment: true,
+            ..Default::default()
+        };
+        // One watch per gRPC stream: requests go in through a channel (the create request
+        // first, then progress requests), responses come out of the stream.
+        let (requests, outgoing) = mpsc::channel(4);
+        requests
+            .try_send(pb::WatchRequest {
+                request_union: Some(pb::watch_request::RequestUnion::CreateRequest(create)),
+            })
+            .expect("a new channel has room");
+        let mut responses = inner
             .watch
             .clone()
-            .watch(start, Some(opts))
+            .watch(tokio_stream::wrappers::ReceiverStream::new(outgoing))
             .await
-            .map_err(backend)?;
-        let (requests, mut responses) = stream.split();
+            .map_err(backend)?
+            .into_inner();
         // The first response confirms the watcher and tells the revision it was created at.
         let created = tokio::time::timeout(inner.dial_timeout, responses.message())
             .await
             .map_err(|_| StoreError::Backend("etcd did not confirm the watch".to_owned()))?
             .map_err(backend)?
             .ok_or_else(|| StoreError::Backend("etcd closed the watch at once".to_owned()))?;
-        if created.canceled() {
-            return Err(if created.compact_revision() > 0 {
+        if created.canceled {
+            return Err(if created.compact_revision > 0 {
                 StoreError::Compacted {
                     requested: after_revision,
-                    compacted: created.compact_revision(),
+                    compacted: created.compact_revision,
                 }
             } else {
-                StoreError::Backend(format!(
-                    "etcd refused the watch: {}",
-                    created.cancel_reason()
-                ))
+                StoreError::Backend(format!("etcd refused the watch: {}", created.cancel_reason))
             });
         }
-        let created_revision = header_revision(created.header())?;
+        let created_revision = header_revision(created.header.as_ref())?;
         let (out, mut rx) = mpsc::channel(WATCH_QUEUE);
         let (progress_tx, progress_rx) = mpsc::unbounded_channel();
         let task = WatchTask {
@@ -796,7 +881,7 @@ impl Store for EtcdStore {
             progress_rx,
             closed: inner.closed.subscribe(),
             after: after_revision,
-            watch_id: created.watch_id(),
+            watch_id: created.watch_id,
             created_revision,
             last_sent: after_revision,
             synced: after_revision >= created_revision,
@@ -822,7 +907,11 @@ impl Store for EtcdStore {
         if revision <= 0 {
             return Ok(());
         }
-        match inner.kv().compact(revision, None).await {
+        let request = pb::CompactionRequest {
+            revision,
+            physical: false,
+        };
+        match inner.kv().compact(request).await {
             Ok(_) => {
                 inner.compacted_floor.fetch_max(revision, Ordering::SeqCst);
                 Ok(())
@@ -866,8 +955,9 @@ enum Round {
 struct WatchTask {
     inner: Weak<Inner>,
     ordered_progress: bool,
-    responses: WatchResponseStream,
-    requests: WatchRequestSender,
+    responses: Streaming<pb::WatchResponse>,
+    /// Requests to etcd on this watch's stream (progress requests, after the create).
+    requests: mpsc::Sender<pb::WatchRequest>,
     out: mpsc::Sender<Result<WatchResponse>>,
     progress_rx: mpsc::UnboundedReceiver<()>,
     closed: watch::Receiver<bool>,
@@ -904,7 +994,7 @@ impl WatchTask {
             if self.wanted && self.round == Round::Idle && (self.ordered_progress || self.synced) {
                 self.wanted = false;
                 self.round = Round::First;
-                if self.requests.request_progress().await.is_err() {
+                if self.request_progress().await.is_err() {
                     self.fail(StoreError::Backend("etcd watch stream closed".to_owned()))
                         .await;
                     return;
@@ -948,6 +1038,17 @@ impl WatchTask {
         }
     }
 
+    /// Asks etcd for a progress notification on this watch's stream.
+    async fn request_progress(&self) -> Result<(), mpsc::error::SendError<pb::WatchRequest>> {
+        let progress =
+            pb::watch_request::RequestUnion::ProgressRequest(pb::WatchProgressRequest {});
+        self.requests
+            .send(pb::WatchRequest {
+                request_union: Some(progress),
+            })
+            .await
+    }
+
     /// Sends one item to the reader, unless the store closes first.
     async fn send(&mut self, item: Result<WatchResponse>) -> Flow {
         tokio::select! {
@@ -980,25 +1081,25 @@ impl WatchTask {
         self.progress(revision).await
     }
 
-    async fn on_response(&mut self, resp: etcd_client::WatchResponse) -> Flow {
-        if resp.canceled() {
-            let e = if resp.compact_revision() > 0 {
+    async fn on_response(&mut self, resp: pb::WatchResponse) -> Flow {
+        if resp.canceled {
+            let e = if resp.compact_revision > 0 {
                 StoreError::Compacted {
                     requested: self.last_sent.max(self.after),
-                    compacted: resp.compact_revision(),
+                    compacted: resp.compact_revision,
                 }
             } else {
-                StoreError::Backend(format!("etcd canceled the watch: {}", resp.cancel_reason()))
+                StoreError::Backend(format!("etcd canceled the watch: {}", resp.cancel_reason))
             };
             self.fail(e).await;
             return Flow::Stop;
         }
-        if resp.created() {
+        if resp.created {
             return Flow::Continue;
         }
-        let header = resp.header().map(|h| h.revision()).unwrap_or(0);
-        if resp.events().is_empty() {
-            if resp.watch_id() == self.watch_id {
+        let header = resp.header.as_ref().map(|h| h.revision).unwrap_or(0);
+        if resp.events.is_empty() {
+            if resp.watch_id == self.watch_id {
                 // etcd's periodic notification for this watcher: sent through the same queue
                 // as its events and only once it is live, so it is always in order.
                 self.synced = true;
@@ -1009,7 +1110,7 @@ impl WatchTask {
                 Round::First if self.ordered_progress => self.finish_round(header).await,
                 Round::First => {
                     self.round = Round::Second(header);
-                    if self.requests.request_progress().await.is_err() {
+                    if self.request_progress().await.is_err() {
                         self.fail(StoreError::Backend("etcd watch stream closed".to_owned()))
                             .await;
                         return Flow::Stop;
@@ -1019,12 +1120,12 @@ impl WatchTask {
                 Round::Second(first) => self.finish_round(first).await,
             };
         }
-        let mut events = Vec::with_capacity(resp.events().len());
-        for ev in resp.events() {
+        let mut events = Vec::with_capacity(resp.events.len());
+        for ev in &resp.events {
             match self.event(ev) {
                 Ok(Some(e)) => events.push(e),
                 Ok(None) => {
-                    let revision = ev.kv().map(|kv| kv.mod_revision()).unwrap_or(0);
+                    let revision = ev.kv.as_ref().map(|kv| kv.mod_revision).unwrap_or(0);
                     let e = self.lost_previous_value(revision).await;
                     self.fail(e).await;
                     return Flow::Stop;
@@ -1052,17 +1153,25 @@ impl WatchTask {
     }
 
     /// Maps one etcd event; `None` when etcd could not attach the previous value.
-    fn event(&self, ev: &etcd_client::Event) -> Result<Option<Event>> {
+    fn event(&self, ev: &pb::Event) -> Result<Option<Event>> {
         let inner = self.inner.upgrade().ok_or(StoreError::Closed)?;
         let kv = ev
-            .kv()
+            .kv
+            .as_ref()
             .ok_or_else(|| StoreError::Backend("etcd watch event without a key".to_owned()))?;
-        let prev = ev.prev_kv().map(|p| inner.key_value(p)).transpose()?;
-        Ok(match ev.event_type() {
-            EventType::Put => {
+        let prev = ev
+            .prev_kv
+            .as_ref()
+            .map(|p| inner.key_value(p))
+            .transpose()?;
+        let kind = pb::event::EventType::try_from(ev.r#type).map_err(|_| {
+            StoreError::Backend(format!("etcd watch event of unknown type {}", ev.r#type))
+        })?;
+        Ok(match kind {
+            pb::event::EventType::Put => {
                 // A create (version 1) has no previous value; an update must have one, or the
                 // reader would take it for a create.
-                if kv.version() > 1 && prev.is_none() {
+                if kv.version > 1 && prev.is_none() {
                     return Ok(None);
                 }
                 Some(Event::Put {
@@ -1070,10 +1179,10 @@ impl WatchTask {
                     prev,
                 })
             }
-            EventType::Delete => match prev {
+            pb::event::EventType::Delete => match prev {
                 Some(prev) => Some(Event::Delete {
-                    key: inner.store_key(kv.key())?.into(),
-                    revision: kv.mod_revision(),
+                    key: inner.store_key(&kv.key)?.into(),
+                    revision: kv.mod_revision,
                     prev,
                 }),
                 None => None,

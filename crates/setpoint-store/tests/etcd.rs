@@ -222,16 +222,23 @@ async fn prefixes_isolate_clusters() {
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(events[0].key(), "/registry/x");
 
-    let mut raw = etcd_client::Client::connect([etcd.url.as_str()], None)
+    // The raw etcd key carries the prefix.
+    let channel = tonic::transport::Endpoint::from_shared(etcd.url.clone())
+        .unwrap()
+        .connect()
         .await
         .unwrap();
-    let stored = raw
-        .get("/cluster-a/registry/x", None)
+    let stored = setpoint_etcd_proto::kv_client::KvClient::new(channel)
+        .range(setpoint_etcd_proto::RangeRequest {
+            key: b"/cluster-a/registry/x".to_vec(),
+            ..Default::default()
+        })
         .await
         .unwrap()
-        .kvs()
+        .into_inner()
+        .kvs
         .first()
-        .map(|kv| kv.value().to_vec());
+        .map(|kv| kv.value.clone());
     assert_eq!(stored, Some(b"a".to_vec()));
 }
 
