@@ -1,11 +1,15 @@
 //! Setpoint's shared vocabulary, with no I/O: which resource a request names, helpers to read
 //! object metadata out of JSON, Kubernetes `Status` errors, label and field selectors, names
-//! and time formatting, and the packed string lists caches keep per object.
+//! and time formatting, resource quantities and the pod QoS rule, and the packed string lists
+//! caches keep per object.
 
 pub mod jsonkey;
 pub mod meta;
 pub mod names;
 pub mod packed;
+pub mod qos;
+pub mod quantity;
+pub mod replicas;
 pub mod resource;
 pub mod selector;
 pub mod status;

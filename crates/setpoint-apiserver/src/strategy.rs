@@ -82,37 +82,25 @@ fn pod_initial_status(pod: &Value) -> Value {
     json!({"phase": "Pending", "qosClass": qos_class(pod)})
 }
 
-/// The pod's QoS class: Guaranteed when every container's requests equal its cpu and memory
-/// limits, BestEffort when nothing is requested or limited, Burstable otherwise.
+/// The pod's QoS class ([`setpoint_api::qos`]).
 pub fn qos_class(pod: &Value) -> &'static str {
-    let containers: Vec<&Value> = ["containers", "initContainers"]
+    fn pairs<'a>(c: &'a Value, field: &str) -> Vec<(&'a str, &'a str)> {
+        c.pointer(&format!("/resources/{field}"))
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, v)| Some((k.as_str(), v.as_str()?)))
+            .collect()
+    }
+    let containers = ["containers", "initContainers"]
         .iter()
         .filter_map(|f| pod.pointer(&format!("/spec/{f}")).and_then(Value::as_array))
         .flatten()
-        .collect();
-    let mut any = false;
-    let mut guaranteed = !containers.is_empty();
-    for c in containers {
-        let req = c.pointer("/resources/requests").and_then(Value::as_object);
-        let lim = c.pointer("/resources/limits").and_then(Value::as_object);
-        if req.is_some_and(|r| !r.is_empty()) || lim.is_some_and(|l| !l.is_empty()) {
-            any = true;
-        }
-        for r in ["cpu", "memory"] {
-            let l = lim.and_then(|l| l.get(r));
-            let q = req.and_then(|q| q.get(r)).or(l);
-            if l.is_none() || q != l {
-                guaranteed = false;
-            }
-        }
-    }
-    if !any {
-        "BestEffort"
-    } else if guaranteed {
-        "Guaranteed"
-    } else {
-        "Burstable"
-    }
+        .map(|c| setpoint_api::qos::Resources {
+            requests: pairs(c, "requests"),
+            limits: pairs(c, "limits"),
+        });
+    setpoint_api::qos::class(containers)
 }
 
 /// Keeps the server-owned fields of `old` in an update through the main resource, ignores
@@ -433,6 +421,13 @@ mod tests {
                 &json!({"spec": {"containers": [{"resources": {"requests": {"cpu": "1"}}}]}})
             ),
             "Burstable"
+        );
+        // Only CPU and memory count: the node agent reports the same class (same rule).
+        assert_eq!(
+            qos_class(
+                &json!({"spec": {"containers": [{"resources": {"requests": {"ephemeral-storage": "1Gi"}}}]}})
+            ),
+            "BestEffort"
         );
     }
 

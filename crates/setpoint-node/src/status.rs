@@ -9,6 +9,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
@@ -67,45 +68,29 @@ pub fn is_terminal(pod: &Pod) -> bool {
     )
 }
 
-/// The pod's QoS class: `Guaranteed` when every container has CPU and memory limits and its
-/// requests (defaulting to the limits) equal them, `BestEffort` when no container requests or
-/// limits anything, otherwise `Burstable`.
+/// The pod's QoS class ([`setpoint_api::qos`]).
 pub fn qos_class(pod: &Pod) -> &'static str {
     let Some(spec) = &pod.spec else {
         return "BestEffort";
     };
-    let containers: Vec<_> = spec
+    fn pairs(m: Option<&std::collections::BTreeMap<String, Quantity>>) -> Vec<(&str, &str)> {
+        m.into_iter()
+            .flatten()
+            .map(|(k, v)| (k.as_str(), v.0.as_str()))
+            .collect()
+    }
+    let containers = spec
         .containers
         .iter()
         .chain(spec.init_containers.iter().flatten())
-        .collect();
-    let mut any = false;
-    let mut guaranteed = true;
-    for c in containers {
-        let res = c.resources.as_ref();
-        let limits = res.and_then(|r| r.limits.as_ref());
-        let requests = res.and_then(|r| r.requests.as_ref());
-        let relevant = |m: Option<&std::collections::BTreeMap<String, _>>| {
-            m.is_some_and(|m| m.contains_key("cpu") || m.contains_key("memory"))
-        };
-        if relevant(limits) || relevant(requests) {
-            any = true;
-        }
-        for r in ["cpu", "memory"] {
-            let limit = limits.and_then(|l| l.get(r));
-            let request = requests.and_then(|q| q.get(r)).or(limit);
-            if limit.is_none() || request != limit {
-                guaranteed = false;
+        .map(|c| {
+            let res = c.resources.as_ref();
+            setpoint_api::qos::Resources {
+                requests: pairs(res.and_then(|r| r.requests.as_ref())),
+                limits: pairs(res.and_then(|r| r.limits.as_ref())),
             }
-        }
-    }
-    if !any {
-        "BestEffort"
-    } else if guaranteed {
-        "Guaranteed"
-    } else {
-        "Burstable"
-    }
+        });
+    setpoint_api::qos::class(containers)
 }
 
 fn truncate_state(state: &mut Option<ContainerState>) {
@@ -637,6 +622,11 @@ mod tests {
         cs[0].resources = None;
         cs[1].resources = resources(&[("memory", "1Gi")], &[]);
         assert_eq!(qos_class(&p), "Burstable");
+        // Only CPU and memory count, as when the API server set the class at create.
+        let cs = &mut p.spec.as_mut().unwrap().containers;
+        cs[0].resources = resources(&[("ephemeral-storage", "1Gi")], &[]);
+        cs[1].resources = None;
+        assert_eq!(qos_class(&p), "BestEffort");
     }
 
     #[test]

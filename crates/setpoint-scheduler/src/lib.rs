@@ -22,7 +22,8 @@
 
 pub mod cache;
 pub mod decision;
-pub mod quantity;
+/// Resource quantities, shared with the API server and the node agent.
+pub use setpoint_api::quantity;
 pub mod queue;
 pub mod resources;
 pub mod scheduler;

@@ -1,8 +1,9 @@
-//! Resource quantities (`100m`, `1`, `1.5`, `2Gi`, `512Mi`, `1e3`) as integers.
+//! Resource quantities (`100m`, `1`, `1.5`, `2Gi`, `512Mi`, `1e3`), exactly.
 //!
 //! The scheduler compares requests with allocatable amounts, so it needs exact integers:
 //! CPU in millicores and everything else in units. Like Kubernetes' `MilliValue()` and
 //! `Value()`, fractions round up, so `0.5m` of CPU is `1` millicore and never rounds to free.
+//! Quantities compare by value, as Kubernetes' `Cmp` does: `1` equals `1000m`.
 
 /// Why a quantity did not parse.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -16,7 +17,7 @@ pub enum QuantityError {
 }
 
 /// A parsed quantity: `mantissa × 10^exponent` (binary suffixes are already multiplied in).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug)]
 pub struct Quantity {
     mantissa: i128,
     exponent: i32,
@@ -121,6 +122,11 @@ impl Quantity {
         i64::try_from(v).ok()
     }
 
+    /// Whether the quantity is above zero.
+    pub fn is_positive(&self) -> bool {
+        self.mantissa > 0
+    }
+
     /// Whole units, rounded up (Kubernetes' `Value()`): bytes of memory, pods.
     pub fn value(&self) -> Option<i64> {
         self.scaled(0)
@@ -129,6 +135,63 @@ impl Quantity {
     /// Thousandths, rounded up (Kubernetes' `MilliValue()`): millicores of CPU.
     pub fn milli_value(&self) -> Option<i64> {
         self.scaled(3)
+    }
+}
+
+impl PartialOrd for Quantity {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// By value, whatever the notation: both sides are brought to the smaller exponent; a side
+/// that cannot be (its value is beyond `i128` at that exponent) is the larger in magnitude.
+impl Ord for Quantity {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        use std::cmp::Ordering;
+        let sign = |m: i128| m.signum();
+        if sign(self.mantissa) != sign(other.mantissa) || self.mantissa == 0 {
+            return sign(self.mantissa).cmp(&sign(other.mantissa));
+        }
+        let e = self.exponent.min(other.exponent);
+        let at = |q: &Quantity| {
+            10i128
+                .checked_pow((q.exponent - e).unsigned_abs())
+                .and_then(|f| q.mantissa.checked_mul(f))
+        };
+        match (at(self), at(other)) {
+            (Some(a), Some(b)) => a.cmp(&b),
+            // Only the one with the larger exponent can overflow: it is larger in magnitude.
+            (None, _) if self.mantissa > 0 => Ordering::Greater,
+            (None, _) => Ordering::Less,
+            (_, None) if other.mantissa > 0 => Ordering::Less,
+            (_, None) => Ordering::Greater,
+        }
+    }
+}
+
+impl PartialEq for Quantity {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == std::cmp::Ordering::Equal
+    }
+}
+
+impl Eq for Quantity {}
+
+impl std::ops::Add for Quantity {
+    type Output = Option<Quantity>;
+    /// The sum, or `None` when it is beyond `i128` at the smaller exponent.
+    fn add(self, other: Quantity) -> Option<Quantity> {
+        let e = self.exponent.min(other.exponent);
+        let at = |q: &Quantity| {
+            10i128
+                .checked_pow((q.exponent - e).unsigned_abs())
+                .and_then(|f| q.mantissa.checked_mul(f))
+        };
+        Some(Quantity {
+            mantissa: at(&self)?.checked_add(at(&other)?)?,
+            exponent: e,
+        })
     }
 }
 
@@ -149,6 +212,20 @@ pub fn units(s: &str) -> Result<i64, QuantityError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compares_by_value() {
+        let q = |s| Quantity::parse(s).unwrap();
+        assert_eq!(q("1"), q("1000m"));
+        assert_eq!(q("1Ki"), q("1024"));
+        assert_eq!(q("1e3"), q("1k"));
+        assert!(q("999m") < q("1"));
+        assert!(q("-1") < q("0"));
+        assert!(q("1E18") > q("1n"));
+        assert!(q("0") == q("0Ki"));
+        assert_eq!((q("500m") + q("0.5")).unwrap(), q("1"));
+        assert!(!q("0").is_positive() && q("1n").is_positive());
+    }
 
     #[test]
     fn cpu_in_millicores() {
