@@ -209,7 +209,7 @@ async fn operate(
 pub fn unsettled(pods: &[Pod], deployments: &[Deployment]) -> Option<String> {
     let mut out = Vec::new();
     for d in deployments {
-        let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+        let want = setpoint_api::replicas::or_default(d.spec.as_ref().and_then(|s| s.replicas));
         let s = d.status.clone().unwrap_or_default();
         let observed = s.observed_generation >= d.metadata.generation;
         let at = |n: Option<i32>| n.unwrap_or(0) == want;

@@ -72,7 +72,7 @@ pub fn pod_running(pod: &Pod) -> bool {
 
 /// Whether a Deployment has all its replicas available.
 pub fn deployment_available(d: &Deployment) -> bool {
-    let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let want = setpoint_api::replicas::or_default(d.spec.as_ref().and_then(|s| s.replicas));
     d.status
         .as_ref()
         .and_then(|s| s.available_replicas)

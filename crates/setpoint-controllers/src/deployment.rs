@@ -17,6 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference,
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::Resource as _;
 use serde_json::json;
+use setpoint_api::replicas;
 use setpoint_runtime::client::{Api, Client, DeleteParams, Patch, PatchParams, PostParams};
 use setpoint_runtime::controller::{Action, Context, Controller, ReconcileError, Reconciler};
 use setpoint_runtime::events::{EventRecorder, EventType, Reporter, ToObjectReference};
@@ -153,11 +154,11 @@ fn is_recreate(d: &Deployment) -> bool {
 }
 
 fn desired(d: &Deployment) -> i32 {
-    d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1)
+    replicas::or_default(d.spec.as_ref().and_then(|s| s.replicas))
 }
 
 fn spec_replicas(rs: &ReplicaSet) -> i32 {
-    rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0)
+    replicas::or_default(rs.spec.as_ref().and_then(|s| s.replicas))
 }
 
 fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
@@ -1095,6 +1096,16 @@ mod tests {
             .containers[0]
             .image = Some(image.into());
         d.metadata.generation = Some(d.metadata.generation.unwrap() + 1);
+    }
+
+    #[test]
+    fn a_replica_set_without_replicas_has_one_as_in_its_own_controller() {
+        let rs = ReplicaSet {
+            spec: Some(Default::default()),
+            ..Default::default()
+        };
+        assert_eq!(spec_replicas(&rs), 1);
+        assert_eq!(spec_replicas(&ReplicaSet::default()), 1);
     }
 
     #[test]

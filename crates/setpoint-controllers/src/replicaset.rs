@@ -179,7 +179,7 @@ pub fn plan(rs: &ReplicaSet, pods: &[Arc<Pod>], now: Timestamp) -> Plan {
         }
     }
     let mut active: Vec<&Pod> = owned.iter().copied().filter(|p| is_active(p)).collect();
-    let want = spec.and_then(|s| s.replicas).unwrap_or(1).max(0) as usize;
+    let want = setpoint_api::replicas::or_default(spec.and_then(|s| s.replicas)).max(0) as usize;
 
     let (mut create, mut delete) = (0, Vec::new());
     if !deleting && usable {

@@ -66,7 +66,7 @@ pub fn apply(group: &str, kind: &str, obj: &mut Value) {
         ("apps", "Deployment") => deployment(root),
         ("apps", "ReplicaSet") => {
             if let Some(spec) = child(root, "spec") {
-                default_value(spec, "replicas", json!(1));
+                default_value(spec, "replicas", json!(setpoint_api::replicas::DEFAULT));
                 template_in(spec);
             }
         }
@@ -468,7 +468,7 @@ fn replication_controller(root: &mut Obj) {
         }
     }
     if let Some(spec) = child(root, "spec") {
-        default_value(spec, "replicas", json!(1));
+        default_value(spec, "replicas", json!(setpoint_api::replicas::DEFAULT));
         template_in(spec);
     }
 }
@@ -639,7 +639,7 @@ fn deployment(root: &mut Obj) {
     let Some(spec) = child(root, "spec") else {
         return;
     };
-    default_value(spec, "replicas", json!(1));
+    default_value(spec, "replicas", json!(setpoint_api::replicas::DEFAULT));
     if let Some(strategy) = child_or_insert(spec, "strategy") {
         default_string(strategy, "type", "RollingUpdate");
         if strategy.get("type").and_then(Value::as_str) == Some("RollingUpdate") {
@@ -677,7 +677,7 @@ fn stateful_set(root: &mut Obj) {
         default_string(p, "whenDeleted", "Retain");
         default_string(p, "whenScaled", "Retain");
     }
-    default_value(spec, "replicas", json!(1));
+    default_value(spec, "replicas", json!(setpoint_api::replicas::DEFAULT));
     default_value(spec, "revisionHistoryLimit", json!(10));
     for pvc in items(spec, "volumeClaimTemplates") {
         if let Some(s) = child(pvc, "spec") {
