@@ -14,6 +14,7 @@ pub mod resource;
 pub mod selector;
 pub mod status;
 pub mod time;
+pub mod tls;
 
 pub use resource::{GroupResource, GroupVersionKind, GroupVersionResource};
 pub use status::{ApiError, Cause};

@@ -15,9 +15,7 @@ use axum::body::Body;
 use axum::response::Response;
 use http::StatusCode;
 use http_body_util::BodyExt;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{DigitallySignedStruct, SignatureScheme};
+use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::Value;
 use setpoint_api::status::ApiError;
 
@@ -36,56 +34,6 @@ const FORWARDED: &[&str] = &[
     "limitBytes",
 ];
 
-/// Accepts any serving certificate while still checking the handshake signatures (see the
-/// module docs for why agents' certificates are not verified).
-#[derive(Debug)]
-struct AnyServerCert(Arc<rustls::crypto::CryptoProvider>);
-
-impl ServerCertVerifier for AnyServerCert {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
 /// The TLS client configuration for talking to node agents: the given client certificate
 /// (signed by the cluster CA) and no verification of the agents' serving certificates.
 pub fn agent_client_config(
@@ -103,7 +51,7 @@ pub fn agent_client_config(
     let cfg = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()?
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyServerCert(provider)))
+        .with_custom_certificate_verifier(setpoint_api::tls::AnyServerCert::new(provider))
         .with_client_auth_cert(certs, key)?;
     Ok(Arc::new(cfg))
 }

@@ -88,13 +88,13 @@ impl HttpsTransport {
                     .map_err(|e| ClientError::Config(format!("CA certificate: {e}")))?;
             }
         }
-        let builder = rustls::ClientConfig::builder_with_provider(provider)
+        let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(|e| ClientError::Config(e.to_string()))?;
         let builder = if kc.insecure_skip_tls_verify {
             builder
                 .dangerous()
-                .with_custom_certificate_verifier(Arc::new(NoVerify))
+                .with_custom_certificate_verifier(setpoint_api::tls::AnyServerCert::new(provider))
         } else {
             builder.with_root_certificates(roots)
         };
@@ -157,43 +157,5 @@ impl Transport for HttpsTransport {
             .await
             .map_err(|e| ClientError::Transport(format!("{e:?}")))?;
         Ok(resp.map(|b| b.map_err(|e| Box::new(e) as BoxError).boxed_unsync()))
-    }
-}
-
-/// `insecure-skip-tls-verify: true` in a kubeconfig.
-#[derive(Debug)]
-struct NoVerify;
-
-impl rustls::client::danger::ServerCertVerifier for NoVerify {
-    fn verify_server_cert(
-        &self,
-        _: &rustls_pki_types::CertificateDer<'_>,
-        _: &[rustls_pki_types::CertificateDer<'_>],
-        _: &rustls_pki_types::ServerName<'_>,
-        _: &[u8],
-        _: rustls_pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-    fn verify_tls12_signature(
-        &self,
-        _: &[u8],
-        _: &rustls_pki_types::CertificateDer<'_>,
-        _: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
-    }
-    fn verify_tls13_signature(
-        &self,
-        _: &[u8],
-        _: &rustls_pki_types::CertificateDer<'_>,
-        _: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
-    }
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        rustls::crypto::ring::default_provider()
-            .signature_verification_algorithms
-            .supported_schemes()
     }
 }
