@@ -23,7 +23,7 @@ use setpoint_runtime::events::{EventRecorder, EventType, Reporter, ToObjectRefer
 use setpoint_runtime::informer::{Scope, SharedInformers, Store};
 use setpoint_runtime::{Object, ObjectKey};
 
-use crate::cron::Schedule;
+use setpoint_api::cron::Schedule;
 
 /// The controller's name (work queue, metrics, logs).
 pub const NAME: &str = "cronjob";
@@ -103,20 +103,15 @@ pub fn job_name(cronjob: &str, t: DateTime<Utc>) -> String {
 /// The pure decision: given a CronJob, the Jobs it owns and the time.
 pub fn plan(cj: &CronJob, jobs: &[Arc<Job>], now: DateTime<Utc>) -> Result<Plan, String> {
     let spec = cj.spec.clone().unwrap_or_default();
-    if spec
-        .time_zone
-        .as_deref()
-        .is_some_and(|z| !matches!(z, "UTC" | "Etc/UTC"))
-    {
-        return Err(format!(
-            "time zone {:?} is not supported; use UTC",
-            spec.time_zone.unwrap_or_default()
-        ));
+    let schedule = Schedule::parse(&spec.schedule)
+        .map_err(|e| format!("unparseable schedule: {:?} : {e}", spec.schedule))?;
+    // Times are computed in UTC; another zone, in spec.timeZone or a TZ= prefix, is refused
+    // rather than run at the wrong hour.
+    if let Some(zone) = spec.time_zone.as_deref().or(schedule.zone.as_deref()) {
+        if !matches!(zone, "UTC" | "Etc/UTC") {
+            return Err(format!("time zone {zone:?} is not supported; use UTC"));
+        }
     }
-    let schedule: Schedule = spec
-        .schedule
-        .parse()
-        .map_err(|e: crate::cron::CronError| e.to_string())?;
     let name = cj.name();
     let mut active: Vec<&Arc<Job>> = Vec::new();
     let mut succeeded: Vec<(&Arc<Job>, DateTime<Utc>)> = Vec::new();
@@ -471,6 +466,31 @@ mod tests {
         let again = plan(&cj, &existing, t("2026-01-01T10:01:40Z")).unwrap();
         assert_eq!(again.create, None);
         assert_eq!(again.active, vec![name]);
+    }
+
+    #[test]
+    fn every_schedules_that_validation_accepts() {
+        // Validation and this controller share `setpoint_api::cron`: what one accepts runs.
+        let cj = cronjob("@every 5m", "Allow", Some("2026-01-01T10:00:00Z"));
+        let p = plan(&cj, &[], t("2026-01-01T10:06:00Z")).unwrap();
+        assert_eq!(p.create.unwrap().1, t("2026-01-01T10:05:00Z"));
+        // A constant delay counts from now, as robfig's `Next` does upstream.
+        assert_eq!(p.next, Some(t("2026-01-01T10:11:00Z")));
+        let utc = cronjob("TZ=UTC @hourly", "Allow", Some("2026-01-01T10:00:00Z"));
+        assert!(plan(&utc, &[], t("2026-01-01T11:00:30Z"))
+            .unwrap()
+            .create
+            .is_some());
+        let paris = cronjob("TZ=Europe/Paris @hourly", "Allow", None);
+        assert_eq!(
+            plan(&paris, &[], t("2026-01-01T11:00:30Z")).unwrap_err(),
+            "time zone \"Europe/Paris\" is not supported; use UTC"
+        );
+        let bad = cronjob("61 * * * *", "Allow", None);
+        assert_eq!(
+            plan(&bad, &[], t("2026-01-01T11:00:30Z")).unwrap_err(),
+            "unparseable schedule: \"61 * * * *\" : end of range (61) above maximum (59): 61"
+        );
     }
 
     #[test]

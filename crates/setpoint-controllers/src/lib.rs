@@ -20,7 +20,6 @@
 //! Every controller separates a pure decision (unit-tested without a server) from the I/O
 //! that carries it out.
 
-pub mod cron;
 pub mod cronjob;
 pub mod deployment;
 pub mod discovery;

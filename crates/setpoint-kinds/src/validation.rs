@@ -1753,7 +1753,7 @@ fn cron_job(e: &mut Vec<Cause>, obj: &Value, old: Option<&Value>) {
     if schedule.is_empty() {
         e.push(Cause::required("spec.schedule", ""));
     } else {
-        if let Err(msg) = cron::parse_standard(schedule) {
+        if let Err(msg) = setpoint_api::cron::Schedule::parse(schedule) {
             e.push(Cause::invalid("spec.schedule", &json!(schedule), &msg));
         }
         let allow_tz = old_schedule.contains("TZ");
@@ -1837,15 +1837,7 @@ fn time_zone(e: &mut Vec<Cause>, tz: &str) {
         ));
         return;
     }
-    let part_ok = |p: &str| {
-        p != "."
-            && p != ".."
-            && !p.starts_with('-')
-            && (1..=14).contains(&p.len())
-            && p.bytes()
-                .all(|c| c.is_ascii_alphanumeric() || b".-_+".contains(&c))
-    };
-    if !tz.split('/').all(part_ok) {
+    if !setpoint_api::cron::plausible_zone(tz) {
         e.push(Cause::invalid(
             path,
             &json!(tz),
@@ -1857,198 +1849,6 @@ fn time_zone(e: &mut Vec<Cause>, tz: &str) {
             &json!(tz),
             "timeZone must be an explicit time zone as defined in https://www.iana.org/time-zones",
         ));
-    }
-}
-
-/// Cron schedules as `robfig/cron`'s standard parser (which Kubernetes uses) reads them: five
-/// fields or a `@descriptor`, with the same error texts.
-pub mod cron {
-    struct Bounds {
-        min: u32,
-        max: u32,
-        names: &'static [&'static str],
-    }
-
-    const MINUTES: Bounds = Bounds {
-        min: 0,
-        max: 59,
-        names: &[],
-    };
-    const HOURS: Bounds = Bounds {
-        min: 0,
-        max: 23,
-        names: &[],
-    };
-    const DOM: Bounds = Bounds {
-        min: 1,
-        max: 31,
-        names: &[],
-    };
-    // Names index from the minimum: jan = 1, sun = 0.
-    const MONTHS: Bounds = Bounds {
-        min: 1,
-        max: 12,
-        names: &[
-            "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
-        ],
-    };
-    const DOW: Bounds = Bounds {
-        min: 0,
-        max: 6,
-        names: &["sun", "mon", "tue", "wed", "thu", "fri", "sat"],
-    };
-
-    /// Checks a schedule; `Err` holds the parser's message.
-    pub fn parse_standard(spec: &str) -> Result<(), String> {
-        let mut spec = spec.trim();
-        if spec.is_empty() {
-            return Err("empty spec string".into());
-        }
-        // An optional `TZ=…` / `CRON_TZ=…` prefix (validation forbids it separately).
-        if spec.starts_with("TZ=") || spec.starts_with("CRON_TZ=") {
-            match spec.find(' ') {
-                Some(i) => spec = spec[i..].trim(),
-                None => return Err(format!("provided bad location {spec}: unknown time zone")),
-            }
-        }
-        if let Some(descriptor) = spec.strip_prefix('@') {
-            return parse_descriptor(descriptor, spec);
-        }
-        let fields: Vec<&str> = spec.split_whitespace().collect();
-        if fields.len() != 5 {
-            return Err(format!(
-                "expected exactly 5 fields, found {}: [{}]",
-                fields.len(),
-                fields.join(" ")
-            ));
-        }
-        for (field, bounds) in fields.iter().zip([&MINUTES, &HOURS, &DOM, &MONTHS, &DOW]) {
-            for expr in field.split(',') {
-                range(expr, bounds)?;
-            }
-        }
-        Ok(())
-    }
-
-    fn parse_descriptor(d: &str, spec: &str) -> Result<(), String> {
-        match d {
-            "yearly" | "annually" | "monthly" | "weekly" | "daily" | "midnight" | "hourly" => {
-                Ok(())
-            }
-            _ => match d.strip_prefix("every ") {
-                Some(dur) => {
-                    if go_duration(dur.trim()) {
-                        Ok(())
-                    } else {
-                        Err(format!(
-                            "failed to parse duration {spec}: time: invalid duration {:?}",
-                            dur.trim()
-                        ))
-                    }
-                }
-                None => Err(format!("unrecognized descriptor: {spec}")),
-            },
-        }
-    }
-
-    /// Go's `time.ParseDuration` syntax: signed sequence of decimal numbers with units.
-    fn go_duration(s: &str) -> bool {
-        let s = s.strip_prefix(['+', '-']).unwrap_or(s);
-        if s == "0" {
-            return true;
-        }
-        let mut rest = s;
-        if rest.is_empty() {
-            return false;
-        }
-        while !rest.is_empty() {
-            let n = rest
-                .bytes()
-                .take_while(|c| c.is_ascii_digit() || *c == b'.')
-                .count();
-            let num = &rest[..n];
-            if num.is_empty() || num == "." {
-                return false;
-            }
-            rest = &rest[n..];
-            let unit = ["ns", "us", "µs", "μs", "ms", "s", "m", "h"]
-                .iter()
-                .find(|u| rest.starts_with(**u));
-            match unit {
-                Some(u) => rest = &rest[u.len()..],
-                None => return false,
-            }
-        }
-        true
-    }
-
-    fn range(expr: &str, b: &Bounds) -> Result<(), String> {
-        let range_and_step: Vec<&str> = expr.split('/').collect();
-        let low_high: Vec<&str> = range_and_step[0].split('-').collect();
-        let single = low_high.len() == 1;
-        let (start, mut end) = if low_high[0] == "*" || low_high[0] == "?" {
-            (b.min, b.max)
-        } else {
-            let start = int_or_name(low_high[0], b)?;
-            match low_high.len() {
-                1 => (start, start),
-                2 => (start, int_or_name(low_high[1], b)?),
-                _ => return Err(format!("too many hyphens: {expr}")),
-            }
-        };
-        let step = match range_and_step.len() {
-            1 => 1,
-            2 => {
-                let step = must_int(range_and_step[1])?;
-                // `N/step` means `N-max/step`.
-                if single {
-                    end = b.max;
-                }
-                step
-            }
-            _ => return Err(format!("too many slashes: {expr}")),
-        };
-        if start < b.min {
-            return Err(format!(
-                "beginning of range ({start}) below minimum ({}): {expr}",
-                b.min
-            ));
-        }
-        if end > b.max {
-            return Err(format!(
-                "end of range ({end}) above maximum ({}): {expr}",
-                b.max
-            ));
-        }
-        if start > end {
-            return Err(format!(
-                "beginning of range ({start}) beyond end of range ({end}): {expr}"
-            ));
-        }
-        if step == 0 {
-            return Err(format!("step of range should be a positive number: {expr}"));
-        }
-        Ok(())
-    }
-
-    fn int_or_name(s: &str, b: &Bounds) -> Result<u32, String> {
-        let lower = s.to_ascii_lowercase();
-        if let Some(i) = b.names.iter().position(|n| *n == lower) {
-            return Ok(b.min + i as u32);
-        }
-        must_int(s)
-    }
-
-    fn must_int(s: &str) -> Result<u32, String> {
-        let n: i64 = s.parse().map_err(|_| {
-            format!("failed to parse int from {s}: strconv.Atoi: parsing {s:?}: invalid syntax")
-        })?;
-        if n < 0 {
-            return Err(format!("negative number ({n}) not allowed: {s}"));
-        }
-        u32::try_from(n).map_err(|_| {
-            format!("failed to parse int from {s}: strconv.Atoi: parsing {s:?}: value out of range")
-        })
     }
 }
 
