@@ -182,17 +182,13 @@ pub async fn handle(State(server): State<Arc<ApiServer>>, req: http::Request<Bod
     let path = parts.uri.path().to_string();
     let span = tracing::debug_span!("request", method = %parts.method, path = %path);
     let _enter = span.enter();
-    match path.as_str() {
-        "/healthz" | "/livez" => return text_response(StatusCode::OK, "ok"),
-        "/readyz" => {
-            return if server.is_ready() {
-                text_response(StatusCode::OK, "ok")
-            } else {
-                text_response(StatusCode::SERVICE_UNAVAILABLE, "not ready")
-            }
-        }
-        "/version" => return value_response(StatusCode::OK, &crate::discovery::version()),
-        _ => {}
+    if let Some((code, text)) =
+        crate::health::answer(&server, &path, parts.uri.query().unwrap_or("")).await
+    {
+        return text_response(code, text);
+    }
+    if path == "/version" {
+        return value_response(StatusCode::OK, &crate::discovery::version());
     }
     if identity == Identity::Anonymous {
         return error_response(&ApiError::unauthorized());

@@ -12,6 +12,7 @@ pub mod apply;
 pub mod convert;
 pub mod crd;
 pub mod discovery;
+pub mod health;
 pub mod dupfields;
 pub mod http;
 pub mod metrics;

@@ -215,6 +215,11 @@ impl ApiServer {
         self.ready.load(Ordering::SeqCst)
     }
 
+    /// Whether the server has begun to stop.
+    pub fn is_stopping(&self) -> bool {
+        *self.stopping.borrow()
+    }
+
     /// The registry of served resources.
     pub fn registry(&self) -> Arc<Registry> {
         self.registry.read().clone()
