@@ -22,6 +22,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// that cost the server about a sixth of its CPU time. Memory not reused within the second is
 /// still returned.
 #[cfg(feature = "mimalloc")]
+// mimalloc's options are set through its C interface.
+#[allow(unsafe_code)]
 fn tune_allocator() {
     /// `mi_option_purge_delay` in the `mi_option_e` enum of mimalloc v3's `mimalloc.h` (the
     /// bindings do not name it; the bindings crate is pinned so that this index stays right).
@@ -133,6 +135,8 @@ fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| default_log.into()),
         )
         .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal, not in files or CI logs.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
