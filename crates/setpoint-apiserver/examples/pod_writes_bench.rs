@@ -21,6 +21,9 @@
 //! the machine; compare builds by alternating runs. Run it with `MIMALLOC_PURGE_DELAY=1000`,
 //! the setting `setpoint` starts with, for figures comparable to the server's.
 
+// CPU time comes from `getrusage`, a system call.
+#![allow(unsafe_code)]
+
 use std::sync::Arc;
 
 use axum::body::Body;

@@ -1,5 +1,8 @@
 //! The process runtime driven directly: real processes, no API server.
 
+// The tests kill processes with `kill`, a system call.
+#![allow(unsafe_code)]
+
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -19,6 +19,9 @@
 //! would inherit and `sh` could not undo) does it fork and reset the dispositions in the
 //! child, in a new session.
 
+// Starting a process in its own group and signalling it are system calls (`pre_exec`, `kill`).
+#![allow(unsafe_code)]
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

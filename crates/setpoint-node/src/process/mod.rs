@@ -148,6 +148,8 @@ fn notify_all(subscribers: &Subscribers, uid: &str) {
 }
 
 /// Takes the exclusive lock of a state directory, failing if another runtime holds it.
+// The state lock is `flock`, a system call.
+#[allow(unsafe_code)]
 fn lock_dir(root: &Path) -> Result<std::fs::File, RuntimeError> {
     use std::os::fd::AsRawFd;
     let file = std::fs::OpenOptions::new()
