@@ -283,6 +283,25 @@ impl ApiError {
     pub fn timeout(message: impl Into<String>) -> Self {
         ApiError::new(504, "Timeout", message)
     }
+    /// 504 for a read that names a `resourceVersion` the server has not reached within its
+    /// wait: upstream's `NewTooLargeResourceVersionError` (a `NewTimeoutError`, hence the
+    /// `Timeout: ` prefix), with the `ResourceVersionTooLarge` cause client-go's reflector
+    /// recognises and `retryAfterSeconds` 1, as the watch cache answers.
+    pub fn too_large_resource_version(requested: u64, current: i64) -> Self {
+        let mut e = ApiError::timeout(format!(
+            "Timeout: Too large resource version: {requested}, current: {current}"
+        ));
+        e.details = Some(Box::new(Details {
+            causes: vec![Cause::new(
+                "ResourceVersionTooLarge",
+                "",
+                "Too large resource version",
+            )],
+            retry_after_seconds: Some(1),
+            ..Default::default()
+        }));
+        e
+    }
 
     /// The `metav1.Status` JSON object.
     pub fn to_status(&self) -> Value {

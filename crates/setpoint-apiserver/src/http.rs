@@ -1,7 +1,6 @@
 //! The HTTP front: authentication, routing, content negotiation, bounded body decoding, and the
 //! LIST/WATCH protocol details (pagination tokens, resourceVersion semantics, streaming).
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,7 +23,10 @@ use crate::objects::{
 };
 use crate::patch::Patch;
 use crate::registry::ResourceDef;
-use crate::request::{parse_path, PathTarget};
+use crate::request::{
+    bool_param, field_manager_causes, go_quote, int_param, opt_bool_param, parse_path, rv_param,
+    ListParams, PathTarget, Query, RvParam,
+};
 use crate::server::ApiServer;
 use crate::strategy::View;
 use crate::tls::Identity;
@@ -35,16 +37,8 @@ pub fn router(server: Arc<ApiServer>) -> Router {
     Router::new().fallback(handle).with_state(server)
 }
 
-type Query = HashMap<String, String>;
-
 fn parse_query(uri: &Uri) -> Query {
-    uri.query()
-        .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
-        .unwrap_or_default()
-}
-
-fn flag(q: &Query, k: &str) -> bool {
-    matches!(q.get(k).map(String::as_str), Some("true") | Some("1"))
+    crate::request::parse_query(uri.query())
 }
 
 /// A JSON response.
@@ -144,7 +138,7 @@ fn with_warnings(mut r: Response, warnings: &[String]) -> Response {
 /// The verb for metrics and logs.
 fn verb_of(method: &Method, target: &Result<PathTarget, ApiError>, q: &Query) -> &'static str {
     match (method, target) {
-        (&Method::GET, Ok(PathTarget::Collection { .. })) if flag(q, "watch") => "WATCH",
+        (&Method::GET, Ok(PathTarget::Collection { .. })) if bool_param(q, "watch") => "WATCH",
         (&Method::GET, Ok(PathTarget::Collection { .. })) => "LIST",
         (&Method::GET, _) => "GET",
         (&Method::POST, _) => "POST",
@@ -327,14 +321,17 @@ fn decode_object_body(
     Ok((v, scan))
 }
 
-fn write_options(q: &Query) -> Result<WriteOptions, ApiError> {
-    let dry_run = match q.get("dryRun").map(String::as_str) {
-        None | Some("") => false,
-        Some("All") => true,
-        Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "unsupported dryRun value {other:?}: only \"All\" is supported"
-            )))
+/// The options of a write from the query, validated as upstream validates them (`kind` is
+/// `CreateOptions`, `UpdateOptions` or `PatchOptions`): a bad `fieldManager`, `dryRun` or
+/// `fieldValidation` is a 422 Invalid on `<kind>.meta.k8s.io` with a cause each.
+fn write_options(q: &Query, kind: &str) -> Result<WriteOptions, ApiError> {
+    let manager = q.get("fieldManager").cloned();
+    let mut causes = field_manager_causes(manager.as_deref().unwrap_or(""));
+    let dry_run = match dry_run_param(q) {
+        Ok(d) => d,
+        Err(c) => {
+            causes.push(c);
+            false
         }
     };
     let field_validation = match q.get("fieldValidation").map(String::as_str) {
@@ -342,16 +339,42 @@ fn write_options(q: &Query) -> Result<WriteOptions, ApiError> {
         Some("Strict") => FieldValidation::Strict,
         Some("Ignore") => FieldValidation::Ignore,
         Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "fieldValidation {other:?} is invalid: valid values are Ignore, Warn and Strict"
-            )))
+            causes.push(setpoint_api::Cause::new(
+                "FieldValueNotSupported",
+                "fieldValidation",
+                format!(
+                    "Unsupported value: {}: supported values: \"\", \"Ignore\", \"Strict\", \"Warn\"",
+                    go_quote(other)
+                ),
+            ));
+            FieldValidation::Warn
         }
     };
+    if !causes.is_empty() {
+        return Err(ApiError::invalid("meta.k8s.io", kind, "", causes));
+    }
     Ok(WriteOptions {
         dry_run,
         field_validation,
-        field_manager: q.get("fieldManager").cloned(),
+        field_manager: manager,
     })
+}
+
+/// The `dryRun` parameter: absent is false, `All` is true; anything else is upstream's
+/// `dryRun: Unsupported value: []string{"x"}: supported values: "All"`.
+fn dry_run_param(q: &Query) -> Result<bool, setpoint_api::Cause> {
+    match q.get("dryRun").map(String::as_str) {
+        None => Ok(false),
+        Some("All") => Ok(true),
+        Some(other) => Err(setpoint_api::Cause::new(
+            "FieldValueNotSupported",
+            "dryRun",
+            format!(
+                "Unsupported value: []string{{{}}}: supported values: \"All\"",
+                go_quote(other)
+            ),
+        )),
+    }
 }
 
 /// Fills in the field manager of a write that names none from the User-Agent's product name
@@ -520,7 +543,7 @@ async fn serve(
                 return Err(ApiError::not_found_path());
             }
             match *method {
-                Method::GET if flag(q, "watch") => {
+                Method::GET if bool_param(q, "watch") => {
                     watch(server, &res, namespace.as_deref(), q, headers).await
                 }
                 Method::GET => list(server, &res, namespace.as_deref(), q, headers).await,
@@ -530,7 +553,7 @@ async fn serve(
                         (None, true) => return Err(ApiError::method_not_allowed()),
                         _ => String::new(),
                     };
-                    let opts = with_default_manager(write_options(q)?, headers);
+                    let opts = with_default_manager(write_options(q, "CreateOptions")?, headers);
                     let bytes = read_body(server, body).await?;
                     let (obj, syntax) = decode_object_body(&res, headers, &bytes)?;
                     let dups = server.check_duplicate_fields(&res, syntax, &bytes, &opts)?;
@@ -596,6 +619,11 @@ async fn serve(
                     if view == View::Finalize {
                         return Err(ApiError::method_not_allowed());
                     }
+                    // A GET is served from the store, which is always current: a revision
+                    // it names only has to be one the server has reached.
+                    if let rv @ RvParam::At(_) = rv_param(q)? {
+                        wait_fresh(server, rv.revision()).await?;
+                    }
                     let obj = to_api(&res, server.get_object(&sres, &ns, &name).await?);
                     let obj = if view == View::Scale {
                         crate::strategy::scale_of(&res, &obj)
@@ -614,7 +642,7 @@ async fn serve(
                     Ok(value_response(StatusCode::OK, &obj))
                 }
                 Method::PUT => {
-                    let opts = with_default_manager(write_options(q)?, headers);
+                    let opts = with_default_manager(write_options(q, "UpdateOptions")?, headers);
                     let bytes = read_body(server, body).await?;
                     let (obj, syntax) = if view == View::Scale {
                         let obj = serde_json::from_slice(&bytes).map_err(|e| {
@@ -639,16 +667,23 @@ async fn serve(
                     if view == View::Finalize {
                         return Err(ApiError::method_not_allowed());
                     }
-                    let opts = with_default_manager(write_options(q)?, headers);
+                    let opts = with_default_manager(write_options(q, "PatchOptions")?, headers);
                     let bytes = read_body(server, body).await?;
                     let ct = content_type(headers);
-                    let force = flag(q, "force");
                     let is_apply = ct == crate::patch::APPLY_PATCH;
+                    // `force` is a pointer upstream: on a non-apply patch, giving it at all is
+                    // forbidden, whatever its value.
+                    let force = opt_bool_param(q, "force");
                     crate::apply::check_patch_options(
                         is_apply,
                         q.get("fieldManager").map(String::as_str),
-                        force,
+                        if is_apply {
+                            force == Some(true)
+                        } else {
+                            force.is_some()
+                        },
                     )?;
+                    let force = force == Some(true);
                     if is_apply {
                         let (config, syntax) = decode_apply_body(&bytes)?;
                         if res.is_converted() {
@@ -754,20 +789,55 @@ fn delete_options(q: &Query, body: &[u8]) -> Result<DeleteOptions, ApiError> {
             .and_then(Value::as_array)
             .is_some_and(|a| a.iter().any(|x| x == "All"));
     }
-    if let Some(g) = q.get("gracePeriodSeconds") {
-        o.grace_period_seconds = Some(
-            g.parse()
-                .map_err(|_| ApiError::bad_request(format!("invalid gracePeriodSeconds {g:?}")))?,
-        );
+    if let Some(g) = int_param(q, "gracePeriodSeconds")? {
+        o.grace_period_seconds = Some(g);
     }
+    let mut causes = Vec::new();
     if let Some(p) = q.get("propagationPolicy") {
+        if !matches!(p.as_str(), "Foreground" | "Background" | "Orphan") {
+            causes.push(setpoint_api::Cause::new(
+                "FieldValueNotSupported",
+                "propagationPolicy",
+                format!(
+                    "Unsupported value: {}: supported values: \"Foreground\", \"Background\", \"Orphan\", \"nil\"",
+                    go_quote(p)
+                ),
+            ));
+        }
         o.propagation_policy = Some(p.clone());
     }
-    if flag(q, "orphanDependents") && o.propagation_policy.is_none() {
-        o.propagation_policy = Some("Orphan".into());
+    match opt_bool_param(q, "orphanDependents") {
+        Some(_) if q.contains_key("propagationPolicy") => {
+            let p = q.get("propagationPolicy").map_or("", String::as_str);
+            causes.insert(
+                0,
+                setpoint_api::Cause::new(
+                    "FieldValueInvalid",
+                    "propagationPolicy",
+                    format!(
+                        "Invalid value: {}: orphanDependents and deletionPropagation cannot be both set",
+                        go_quote(p)
+                    ),
+                ),
+            );
+        }
+        Some(true) if o.propagation_policy.is_none() => {
+            o.propagation_policy = Some("Orphan".into());
+        }
+        _ => {}
     }
-    if q.get("dryRun").map(String::as_str) == Some("All") {
-        o.dry_run = true;
+    match dry_run_param(q) {
+        Ok(true) => o.dry_run = true,
+        Ok(false) => {}
+        Err(c) => causes.push(c),
+    }
+    if !causes.is_empty() {
+        return Err(ApiError::invalid(
+            "meta.k8s.io",
+            "DeleteOptions",
+            "",
+            causes,
+        ));
     }
     Ok(o)
 }
@@ -865,15 +935,10 @@ fn decode_continue(token: &str) -> Result<(Revision, String), ApiError> {
     Ok((rev, key))
 }
 
-fn parse_rv(s: &str) -> Result<Revision, ApiError> {
-    s.parse::<Revision>()
-        .ok()
-        .filter(|r| *r >= 0)
-        .ok_or_else(|| ApiError::bad_request(format!("invalid resource version {s:?}")))
-}
-
 /// Waits until the watch cache has caught up with the store (a consistent read), or with a
-/// client-named revision.
+/// client-named revision: the one wait every read that names a revision goes through (LIST,
+/// WATCH, GET). A revision the cache does not reach within [`CACHE_WAIT`] is upstream's 504
+/// `Too large resource version`.
 async fn wait_fresh(server: &ApiServer, at_least: Option<Revision>) -> Result<(), ApiError> {
     let target = match at_least {
         Some(r) => r,
@@ -886,10 +951,10 @@ async fn wait_fresh(server: &ApiServer, at_least: Option<Revision>) -> Result<()
     if server.caches.wait_for(target, CACHE_WAIT).await {
         Ok(())
     } else {
-        Err(ApiError::timeout(format!(
-            "Too large resource version: {target}, current: {}",
-            server.caches.revision()
-        )))
+        Err(ApiError::too_large_resource_version(
+            target.max(0).unsigned_abs(),
+            server.caches.revision(),
+        ))
     }
 }
 
@@ -900,27 +965,26 @@ async fn list(
     q: &Query,
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
+    let params = ListParams::parse(q)?;
     let filter = filter_for(server, res, namespace, q)?;
-    let limit = q
-        .get("limit")
-        .and_then(|l| l.parse::<usize>().ok())
-        .filter(|l| *l > 0);
-    let rv = q.get("resourceVersion").map(String::as_str).unwrap_or("");
-    let rv_match = q
-        .get("resourceVersionMatch")
-        .map(String::as_str)
-        .unwrap_or("");
+    let limit = params
+        .limit
+        .filter(|l| *l > 0)
+        .map(|l| usize::try_from(l).unwrap_or(usize::MAX));
+    let rv = params.resource_version;
+    let rv_match = params.resource_version_match.as_str();
     let sres = storage_def(server, res);
     let prefix = sres.namespace_prefix(filter.namespace.as_deref());
     let table = wants_table(headers);
     let metadata_as = wants_metadata(headers).filter(|_| !table);
 
     // Continuation pages and exact-revision reads come from the store at that revision.
-    let from_store = if let Some(token) = q.get("continue").filter(|t| !t.is_empty()) {
+    let from_store = if let Some(token) = &params.continue_token {
         let (rev, key) = decode_continue(token)?;
         Some((Some(key), Some(rev)))
     } else if rv_match == "Exact" {
-        Some((None, Some(parse_rv(rv)?)))
+        // Validation has made sure an exact read names a revision.
+        Some((None, rv.revision()))
     } else {
         None
     };
@@ -949,14 +1013,14 @@ async fn list(
         )
     } else {
         match rv {
-            "0" => {}
-            "" => wait_fresh(server, None).await?,
-            n => wait_fresh(server, Some(parse_rv(n)?)).await?,
+            RvParam::Any => {}
+            RvParam::Unset => wait_fresh(server, None).await?,
+            RvParam::At(_) => wait_fresh(server, rv.revision()).await?,
         }
         let cache = server.caches.get(&sres.storage_prefix());
         let (objs, revision) = cache.list(&prefix, &filter);
         match limit {
-            Some(l) if objs.len() > l && rv != "0" => {
+            Some(l) if objs.len() > l && rv != RvParam::Any => {
                 let last = objs[l - 1].key.clone();
                 let remaining = filter.predicate.is_none().then(|| objs.len() - l);
                 let page: Vec<Arc<Value>> =
@@ -1138,7 +1202,7 @@ async fn bind_pod(
             vec![setpoint_api::Cause::required("target.name", "")],
         ));
     }
-    let opts = write_options(q)?;
+    let opts = write_options(q, "CreateOptions")?;
     server.bind(res, ns, name, &node, &opts).await?;
     Ok(value_response(
         StatusCode::CREATED,
@@ -1162,6 +1226,17 @@ fn event_line_into(b: &mut BytesMut, kind: &str, write_object: impl FnOnce(&mut 
     b.extend_from_slice(b"}\n");
 }
 
+/// A 200 whose body is one watch ERROR event carrying `e`'s `Status`: how a watch reports a
+/// problem found after its parameters were accepted (upstream: "once we have ... successfully
+/// parsed a resource version, other errors must fail with a watch event of type ERROR").
+fn watch_error(e: &ApiError) -> Response {
+    let line = event_line(
+        "ERROR",
+        &serde_json::to_vec(&e.to_status()).unwrap_or_default(),
+    );
+    json_response(StatusCode::OK, line)
+}
+
 async fn watch(
     server: &Arc<ApiServer>,
     res: &Arc<ResourceDef>,
@@ -1169,42 +1244,43 @@ async fn watch(
     q: &Query,
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
+    let params = ListParams::parse(q)?;
     let filter = filter_for(server, res, namespace, q)?;
     let sres = storage_def(server, res);
-    let rv = q.get("resourceVersion").map(String::as_str).unwrap_or("");
-    let send_initial = q.get("sendInitialEvents").map(String::as_str);
-    let bookmarks = flag(q, "allowWatchBookmarks");
-    let start = match (rv, send_initial) {
-        (_, Some("true")) => {
-            if !rv.is_empty() && rv != "0" {
-                wait_fresh(server, Some(parse_rv(rv)?)).await?;
-            } else if rv.is_empty() {
-                wait_fresh(server, None).await?;
-            }
-            WatchStart::CurrentState
-        }
-        ("", _) | ("0", _) => WatchStart::CurrentState,
-        (n, _) => WatchStart::After(parse_rv(n)?),
+    let rv = params.resource_version;
+    let send_initial = params.send_initial_events;
+    let bookmarks = params.allow_watch_bookmarks;
+    let fresh = match (rv, send_initial) {
+        // A consistent initial state: the cache catches up with the store first.
+        (RvParam::Unset, Some(true)) => wait_fresh(server, None).await,
+        // Any other named revision must be one the cache reaches.
+        (RvParam::At(_), _) => wait_fresh(server, rv.revision()).await,
+        _ => Ok(()),
     };
-    let initial_end_bookmark = send_initial == Some("true") && bookmarks;
-    let timeout = match q.get("timeoutSeconds").and_then(|t| t.parse::<u64>().ok()) {
-        Some(t) => Duration::from_secs(t),
+    if let Err(e) = fresh {
+        return Ok(watch_error(&e));
+    }
+    let start = match (rv, send_initial) {
+        (_, Some(true)) | (RvParam::Unset | RvParam::Any, None) => WatchStart::CurrentState,
+        // No initial events: changes from the newest revision on.
+        (RvParam::Unset | RvParam::Any, Some(false)) => WatchStart::After(server.caches.revision()),
+        (RvParam::At(_), _) => WatchStart::After(rv.revision().unwrap_or(0)),
+    };
+    let initial_end_bookmark = send_initial == Some(true) && bookmarks;
+    let timeout = match params.timeout_seconds {
+        // Upstream's watch runs under a context whose deadline is already past: it ends at once.
+        Some(t) if t < 0 => return Ok(json_response(StatusCode::OK, Bytes::new())),
+        Some(t) if t > 0 => Duration::from_secs(t.unsigned_abs()),
         // Kubernetes spreads long watches over 30–60 minutes so reconnects don't bunch up.
-        None => Duration::from_secs(1800 + rand::random::<u64>() % 1800),
+        _ => Duration::from_secs(1800 + rand::random::<u64>() % 1800),
     };
     let cache = server.caches.get(&sres.storage_prefix());
     let table = wants_table(headers);
     let metadata_as = wants_metadata(headers).filter(|_| !table);
     let handle = match cache.watch(start, filter, bookmarks) {
         Ok(h) => h,
-        Err(e) => {
-            // Clients expect a 200 with an ERROR event for an expired resourceVersion.
-            let line = event_line(
-                "ERROR",
-                &serde_json::to_vec(&e.to_status()).unwrap_or_default(),
-            );
-            return Ok(json_response(StatusCode::OK, line));
-        }
+        // Clients expect a 200 with an ERROR event for an expired resourceVersion.
+        Err(e) => return Ok(watch_error(&e)),
     };
     let res = res.clone();
     let q = q.clone();
@@ -1216,28 +1292,25 @@ async fn watch(
         q,
     };
     let revision = handle.revision;
-    let initial: Vec<WatchItem> = handle.initial.clone();
-    let deadline = tokio::time::Instant::now() + timeout;
+    // A deadline far past any real one still fits the clock.
+    let deadline =
+        tokio::time::Instant::now() + timeout.min(Duration::from_secs(10 * 365 * 24 * 3600));
     let stream = futures::stream::unfold(
-        (
-            state,
-            handle,
-            initial.into_iter(),
-            initial_end_bookmark,
-            revision,
-        ),
-        move |(mut state, mut handle, mut initial, mut end_bookmark, revision)| async move {
-            let item = if let Some(i) = initial.next() {
+        (state, handle, initial_end_bookmark, revision),
+        move |(mut state, mut handle, mut end_bookmark, revision)| async move {
+            // Initial events are taken one at a time, as the connection asks for more, so
+            // only what the connection has room for is ever serialized.
+            let item = if let Some(i) = handle.next_initial() {
                 Some(i)
             } else if end_bookmark {
                 end_bookmark = false;
                 let line = state.bookmark(revision, true);
                 return Some((
                     Ok::<Bytes, Infallible>(line),
-                    (state, handle, initial, end_bookmark, revision),
+                    (state, handle, end_bookmark, revision),
                 ));
             } else {
-                match tokio::time::timeout_at(deadline, handle.live.recv()).await {
+                match tokio::time::timeout_at(deadline, handle.next_live()).await {
                     Ok(Some(i)) => Some(i),
                     _ => None,
                 }
@@ -1247,7 +1320,7 @@ async fn watch(
                 WatchItem::Event(t, obj) => state.event(t, &obj),
                 WatchItem::Bookmark(rv) => state.bookmark(rv, false),
             };
-            Some((Ok(line), (state, handle, initial, end_bookmark, revision)))
+            Some((Ok(line), (state, handle, end_bookmark, revision)))
         },
     );
     Ok(Response::builder()
