@@ -248,10 +248,12 @@ pub async fn handle(State(server): State<Arc<ApiServer>>, req: http::Request<Bod
 }
 
 async fn read_body(server: &ApiServer, body: Body) -> Result<Bytes, ApiError> {
-    let limit = server.config.max_body_bytes;
-    axum::body::to_bytes(body, limit)
-        .await
-        .map_err(|_| ApiError::too_large(format!("Request entity too large: limit is {limit}")))
+    crate::server::connection::read_body(
+        body,
+        server.config.max_body_bytes,
+        server.config.connection.body_read_timeout,
+    )
+    .await
 }
 
 fn content_type(headers: &HeaderMap) -> String {
