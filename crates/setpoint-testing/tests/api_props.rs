@@ -755,6 +755,8 @@ struct Sequence {
     ns: String,
     /// Name → resourceVersion of every object that exists, per resource.
     model: [BTreeMap<String, u64>; 3],
+    /// Name → the server-owned identity (`uid`, `creationTimestamp`) it gave each object.
+    identity: [BTreeMap<String, (String, String)>; 3],
     expected: [Vec<Change>; 3],
     seen: [Arc<Mutex<Seen>>; 3],
     watches: Vec<tokio::task::JoinHandle<()>>,
@@ -929,6 +931,7 @@ impl Sequence {
             client,
             ns,
             model: Default::default(),
+            identity: Default::default(),
             expected: Default::default(),
             seen,
             watches,
@@ -1075,6 +1078,7 @@ impl Sequence {
                 res.decode(&answer)
                     .map_err(|e| format!("DELETE {path}: the answer does not decode: {e}"))?;
             }
+            self.identity[res.index()].remove(step.name);
             if self.model[res.index()].remove(step.name).is_none() {
                 return Err(format!(
                     "DELETE {path} → {code}, but no such object was written"
@@ -1100,6 +1104,17 @@ impl Sequence {
             .ok_or("a success without metadata.name")?
             .to_string();
         let rv = rv_of(&answer)?;
+        let identity = server_owned(&answer, &self.ns)
+            .map_err(|e| format!("{method} {path} → {code}: {e}: {}", short(&answer)))?;
+        match self.identity[res.index()].get(&name) {
+            Some(known) if *known != identity => {
+                return Err(format!(
+                    "{method} {path} → {code}: uid and creationTimestamp were {known:?}, now \
+                     {identity:?}; only the server sets them, once"
+                ))
+            }
+            _ => self.identity[res.index()].insert(name.clone(), identity),
+        };
         let before = self.model[res.index()].get(&name).copied();
         if before == Some(rv) {
             // Upstream writes nothing when a write changes nothing, and answers with the
@@ -1163,6 +1178,14 @@ impl Sequence {
                             ));
                         }
                     }
+                }
+                // Nothing here writes `deployments/status` (no controller runs), and main
+                // writes ignore `.status`: whatever a body said, it stays empty.
+                if res == Res::Deployment && item.get("status").is_some_and(|st| st != &json!({})) {
+                    return Err(format!(
+                        "LIST {path}: a Deployment has a status no status write gave it: {}",
+                        short(&item["status"])
+                    ));
                 }
                 let mut typed = item.clone();
                 typed["kind"] = json!(res.kind());
@@ -1326,6 +1349,33 @@ impl Sequence {
             }
         }
     }
+}
+
+/// The server-owned `uid` and `creationTimestamp` of a written object, checked against
+/// what the test's bodies try to set (a made-up uid, a timestamp in 2001, a deletion
+/// timestamp, another namespace): none of it may stick.
+fn server_owned(obj: &Value, ns: &str) -> Result<(String, String), String> {
+    let meta = |f: &str| {
+        obj.pointer(&format!("/metadata/{f}"))
+            .and_then(Value::as_str)
+    };
+    let uid = meta("uid").unwrap_or_default();
+    let created = meta("creationTimestamp").unwrap_or_default();
+    if uid.is_empty() || uid == "not-a-uid" {
+        return Err(format!("uid {uid:?} was not set by the server"));
+    }
+    if created.is_empty() || created.starts_with("2001-") {
+        return Err(format!(
+            "creationTimestamp {created:?} was not set by the server"
+        ));
+    }
+    if obj.pointer("/metadata/deletionTimestamp").is_some() {
+        return Err("a client set deletionTimestamp".into());
+    }
+    if meta("namespace") != Some(ns) {
+        return Err(format!("namespace {:?}, not {ns:?}", meta("namespace")));
+    }
+    Ok((uid.to_string(), created.to_string()))
 }
 
 /// A `Status` answer with `code`: kind, status, code, reason and message all present.
