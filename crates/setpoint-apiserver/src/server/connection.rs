@@ -346,15 +346,25 @@ impl<I> Guarded<I> {
         sleep.as_mut().poll(cx).is_ready().then_some(*kind)
     }
 
-    /// Starts the timer that applies while waiting for bytes of a head: the header timeout
-    /// once a head has begun (and for a connection's first request, as Go does), else the
-    /// idle timeout while no request is in progress, else none.
+    /// Starts the timer that applies while waiting for bytes of a head. As in Go, a head is
+    /// timed only once the server is ready to read it: from the connection's start for the
+    /// first, after the response before it for the others (a client may send the next head
+    /// early, behind a long watch, without being cut off). A head that has begun gets the
+    /// header timeout; an idle connection the idle timeout.
     fn arm_for_head(&mut self, cx: &mut Context<'_>) {
-        if !self.pending.is_empty() || self.heads == 0 {
+        if self.heads == 0 {
             self.arm(Timer::Header);
             return;
         }
-        self.arm_idle(cx);
+        // Registered before looking, so a response that finishes in between still wakes us.
+        self.shared.idle.register(cx.waker());
+        if self.shared.active.load(Ordering::SeqCst) > 0 {
+            self.timer = None;
+        } else if self.pending.is_empty() {
+            self.arm(Timer::Idle);
+        } else {
+            self.arm(Timer::Header);
+        }
     }
 
     /// The idle timer runs only while no request is in progress.
