@@ -47,7 +47,7 @@ use crate::tls::Identity;
 /// | `max_header_bytes` | 1 MiB | `MaxHeaderBytes: 1 << 20` (the request line and headers; Go allows 4 KiB of read-buffer slack on top); more is answered 431 |
 /// | `max_headers` | 256 | Go counts only bytes; hyper needs a count and defaults to 100. Clients send about ten, impersonation and tracing add a few more; more is answered 431 |
 /// | `max_uri_bytes` | 65,534 | Go has no limit of its own beyond `max_header_bytes`; this is the longest URI hyper can hold, so it is also the most this may be set to; more is answered 414 |
-/// | `http2_max_concurrent_streams` | 250 | `--http2-max-streams-per-connection` (0 means kube-apiserver's explicit default, 250) |
+/// | `http2_max_concurrent_streams` | 250 | `--http2-max-streams-per-connection`, default 0, which kube-apiserver serves as "the default of 250" made explicit (aggregated API servers raise it to 1000) |
 ///
 /// Request body size is `ServerConfig::max_body_bytes` (3 MiB, kube-apiserver's
 /// `MaxRequestBodyBytes`), answered 413.
@@ -171,7 +171,7 @@ pub(crate) async fn serve_connection<I>(
         .http1()
         // The guard has already checked every head against the limits; hyper's own must only
         // be wide enough to let those heads through.
-        .max_headers(config.max_headers)
+        .max_headers(config.max_headers.max(1))
         .max_buf_size(config.max_header_bytes.max(8192) + 8192);
     builder
         .http2()
