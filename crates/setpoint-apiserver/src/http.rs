@@ -298,8 +298,7 @@ fn decode_object_body(
         }
         "application/yaml" | "application/x-yaml" | "text/yaml" => {
             let text = std::str::from_utf8(body).map_err(|e| cannot(e.to_string()))?;
-            let v = serde_saphyr::from_str_with_options(text, crate::dupfields::yaml_options())
-                .map_err(|e| cannot(e.to_string()))?;
+            let v = crate::yamlbody::decode(text).map_err(cannot)?;
             (v, BodySyntax::Yaml)
         }
         "application/vnd.kubernetes.protobuf" => {
@@ -405,7 +404,7 @@ fn decode_apply_body(body: &[u8]) -> Result<(Value, BodySyntax), ApiError> {
     }
     let text = std::str::from_utf8(body)
         .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
-    let v: Value = serde_saphyr::from_str_with_options(text, crate::dupfields::yaml_options())
+    let v: Value = crate::yamlbody::decode(text)
         .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
     if !v.is_object() {
         return Err(ApiError::bad_request(

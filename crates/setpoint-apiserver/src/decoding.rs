@@ -1,0 +1,270 @@
+//! Decode errors of built-in kinds in Kubernetes' words.
+//!
+//! Kubernetes decodes a request body into the kind's Go type before anything else, so a value
+//! of the wrong JSON type (a number for `metadata.name`) is a 400 from its JSON decoder, not a
+//! validation error: `Pod in version "v1" cannot be handled as a Pod: json: cannot unmarshal
+//! number into Go struct field ObjectMeta.metadata.name of type string`. The type checks in
+//! `setpoint_kinds::validation` find the field and the value; this module names them as Go's
+//! decoder does, from the type graph (`setpoint_protobuf::types`): the struct that holds the
+//! field, the field's path from the top (array indices left out), the Go type it has.
+
+use serde_json::Value;
+use setpoint_api::{ApiError, Cause};
+use setpoint_protobuf::types::{self, FieldRef, Form, TypeRef};
+
+use crate::registry::ResourceDef;
+
+/// The 400 Kubernetes answers for a body it cannot decode as `res`'s kind: `{Kind} in version
+/// "{version}" cannot be handled as a {Kind}: {detail}`.
+pub fn cannot_be_handled(res: &ResourceDef, detail: &str) -> ApiError {
+    ApiError::bad_request(format!(
+        "{} in version \"{}\" cannot be handled as a {}: {detail}",
+        res.kind, res.version, res.kind
+    ))
+}
+
+/// The 400 for the first value of the wrong type in `obj`, a write of `res` (`type_errors` as
+/// the kind's type check reports them, in document order), or `None` when there is none. The
+/// message is Go's JSON decoder's when the type graph knows the field, else the check's own.
+pub fn type_error(res: &ResourceDef, obj: &Value, type_errors: &[Cause]) -> Option<ApiError> {
+    // Base64 byte fields are reported by the kind's own rules (a 422 naming `data[key]`).
+    let first = type_errors
+        .iter()
+        .find(|c| !setpoint_kinds::validation::checked_by_rules(&res.group, &res.kind, c))?;
+    let ty = types::for_kind(&res.group, &res.version, &res.kind);
+    let value = lookup(obj, &split_path(&first.field));
+    let detail = ty
+        .and_then(|ty| go_unmarshal_error(ty, &first.field, value))
+        .unwrap_or_else(|| format!("{}: {}", first.field, first.message));
+    Some(cannot_be_handled(res, &detail))
+}
+
+/// The value at a path, if there is one.
+fn lookup<'a>(obj: &'a Value, path: &[Segment<'_>]) -> Option<&'a Value> {
+    path.iter().try_fold(obj, |cur, seg| match seg {
+        Segment::Key(k) => cur.get(*k),
+        Segment::Index(i) => cur.get(*i),
+    })
+}
+
+/// What a decode target is, as far as the error message needs: the Go type's name, and whether
+/// it is an integer (Go quotes the number it could not fit).
+struct Target {
+    go_type: String,
+    integer: bool,
+}
+
+/// `json: cannot unmarshal <what> into Go struct field <Struct>.<path> of type <type>` for the
+/// value at `path` (`spec.containers[0].image`) of an object of type `top`; `None` when the path
+/// leaves the typed graph (a free-form part, or a path the graph does not know).
+fn go_unmarshal_error(top: TypeRef, path: &str, value: Option<&Value>) -> Option<String> {
+    let segments = split_path(path);
+    let mut ty = top;
+    let mut field: Option<FieldRef> = None;
+    let mut names: Vec<&str> = Vec::new();
+    // Whether the value is an item of the current field (a list element or a map value),
+    // rather than the field's own value.
+    let mut item = false;
+    let mut i = 0;
+    while i < segments.len() {
+        match segments[i] {
+            Segment::Index(_) => {
+                if !field.is_some_and(FieldRef::is_list) || item {
+                    return None;
+                }
+                item = true;
+            }
+            Segment::Key(key) => {
+                if field.is_some_and(FieldRef::is_map) && !item {
+                    // A map key: what follows is in the map's value.
+                    item = true;
+                    i += 1;
+                    continue;
+                }
+                if let Some(f) = field {
+                    // Into the field's (or its item's) struct.
+                    ty = match f.form() {
+                        Form::Object(t) if !f.is_list() && !f.is_map() || item => t,
+                        _ => return None,
+                    };
+                }
+                let f = ty.field(key)?;
+                names.push(f.name());
+                field = Some(f);
+                item = false;
+            }
+        }
+        i += 1;
+    }
+    let field = field?;
+    let target = target_of(field, item);
+    let what = match value {
+        Some(Value::String(_)) => "string".to_string(),
+        Some(Value::Bool(_)) => "bool".to_string(),
+        Some(Value::Array(_)) => "array".to_string(),
+        Some(Value::Object(_)) => "object".to_string(),
+        // Go names a number it could not fit into an integer, and only the kind otherwise.
+        Some(Value::Number(n)) if target.integer => format!("number {n}"),
+        Some(Value::Number(_)) => "number".to_string(),
+        Some(Value::Null) | None => return None,
+    };
+    Some(format!(
+        "json: cannot unmarshal {what} into Go struct field {}.{} of type {}",
+        field.owner().short_name(),
+        names.join("."),
+        target.go_type
+    ))
+}
+
+/// The Go type a value of `field` decodes into: the field's own type, or (for `item`) that of
+/// one list element or map value.
+fn target_of(field: FieldRef, item: bool) -> Target {
+    let elem = go_name(field.form(), field.type_name());
+    let integer = matches!(field.form(), Form::Int32 | Form::Int64);
+    if item || !(field.is_list() || field.is_map()) {
+        return Target {
+            go_type: elem,
+            integer,
+        };
+    }
+    let go_type = if field.is_map() {
+        format!("map[string]{elem}")
+    } else {
+        format!("[]{elem}")
+    };
+    Target {
+        go_type,
+        integer: false,
+    }
+}
+
+/// The Go name of a value's type: a scalar's, or `package.Type` for a message (the package is
+/// the protobuf package's last part, as Go's `reflect.Type` prints it).
+fn go_name(form: Form, message: Option<&str>) -> String {
+    match form {
+        Form::String => "string".into(),
+        Form::Bytes => "[]uint8".into(),
+        Form::Boolean => "bool".into(),
+        Form::Int32 => "int32".into(),
+        Form::Int64 => "int64".into(),
+        Form::Double => "float64".into(),
+        Form::StringList => "[]string".into(),
+        _ => {
+            let name = message.unwrap_or_default();
+            let mut parts = name.rsplit('.');
+            match (parts.next(), parts.next()) {
+                (Some(short), Some(package)) => format!("{package}.{short}"),
+                (Some(short), None) => short.to_string(),
+                _ => "interface {}".into(),
+            }
+        }
+    }
+}
+
+#[derive(Debug, PartialEq)]
+enum Segment<'a> {
+    Key(&'a str),
+    Index(usize),
+}
+
+/// Splits `a.b[0].c` into keys and indices (map keys with dots are not told apart here: such a
+/// path simply leaves the typed graph and gets the check's own message).
+fn split_path(path: &str) -> Vec<Segment<'_>> {
+    let mut out = Vec::new();
+    for part in path.split('.').filter(|p| !p.is_empty()) {
+        let (key, mut rest) = match part.find('[') {
+            Some(i) => (&part[..i], &part[i..]),
+            None => (part, ""),
+        };
+        if !key.is_empty() {
+            out.push(Segment::Key(key));
+        }
+        while let (Some(start), Some(end)) = (rest.find('['), rest.find(']')) {
+            match rest.get(start + 1..end).and_then(|n| n.parse().ok()) {
+                Some(n) => out.push(Segment::Index(n)),
+                // Not an index: a path the typed graph cannot follow.
+                None => out.push(Segment::Key(rest)),
+            }
+            rest = rest.get(end + 1..).unwrap_or("");
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn message(group: &str, version: &str, kind: &str, path: &str, value: Value) -> String {
+        let ty = types::for_kind(group, version, kind).unwrap();
+        go_unmarshal_error(ty, path, Some(&value)).unwrap()
+    }
+
+    #[test]
+    fn names_the_struct_the_path_and_the_go_type() {
+        assert_eq!(
+            message("", "v1", "Pod", "metadata.name", json!(5)),
+            "json: cannot unmarshal number into Go struct field ObjectMeta.metadata.name of type string"
+        );
+        assert_eq!(
+            message("apps", "v1", "Deployment", "spec.replicas", json!("3")),
+            "json: cannot unmarshal string into Go struct field DeploymentSpec.spec.replicas of type int32"
+        );
+        assert_eq!(
+            message("apps", "v1", "Deployment", "spec.replicas", json!(1.5)),
+            "json: cannot unmarshal number 1.5 into Go struct field DeploymentSpec.spec.replicas of type int32"
+        );
+        assert_eq!(
+            message(
+                "apps",
+                "v1",
+                "Deployment",
+                "spec.template.spec.containers[0].image",
+                json!(["x"])
+            ),
+            "json: cannot unmarshal array into Go struct field Container.spec.template.spec.containers.image of type string"
+        );
+    }
+
+    #[test]
+    fn lists_maps_and_their_items() {
+        assert_eq!(
+            message("", "v1", "Pod", "spec.containers", json!("x")),
+            "json: cannot unmarshal string into Go struct field PodSpec.spec.containers of type []v1.Container"
+        );
+        assert_eq!(
+            message("", "v1", "Pod", "spec.containers[1]", json!(7)),
+            "json: cannot unmarshal number into Go struct field PodSpec.spec.containers of type v1.Container"
+        );
+        assert_eq!(
+            message("", "v1", "Pod", "metadata.labels", json!([])),
+            "json: cannot unmarshal array into Go struct field ObjectMeta.metadata.labels of type map[string]string"
+        );
+        assert_eq!(
+            message("", "v1", "Pod", "metadata.labels.app", json!(true)),
+            "json: cannot unmarshal bool into Go struct field ObjectMeta.metadata.labels of type string"
+        );
+        assert_eq!(
+            message("", "v1", "Pod", "metadata", json!("m")),
+            "json: cannot unmarshal string into Go struct field Pod.metadata of type v1.ObjectMeta"
+        );
+    }
+
+    #[test]
+    fn paths_outside_the_graph_have_no_go_message() {
+        let ty = types::for_kind("", "v1", "Pod").unwrap();
+        assert!(go_unmarshal_error(ty, "spec.nope", Some(&json!(1))).is_none());
+        assert!(go_unmarshal_error(ty, "metadata.name[0]", Some(&json!(1))).is_none());
+        assert_eq!(
+            split_path("a.b[0][1].c"),
+            vec![
+                Segment::Key("a"),
+                Segment::Key("b"),
+                Segment::Index(0),
+                Segment::Index(1),
+                Segment::Key("c")
+            ]
+        );
+    }
+}
