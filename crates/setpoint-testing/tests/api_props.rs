@@ -271,6 +271,31 @@ struct Step {
     fault: Fault,
     /// Varies the values of a valid body.
     v: u8,
+    /// Query parameters of a write.
+    query: Query,
+}
+
+/// What a write asks for beyond the defaults.
+#[derive(Clone, Copy, Debug)]
+enum Query {
+    None,
+    /// `dryRun=All`: a success changes nothing, so no event and no new `resourceVersion`.
+    DryRun,
+    /// `fieldValidation=Strict`: unknown and duplicate fields are errors.
+    Strict,
+    /// `fieldValidation=Ignore`: unknown fields are dropped silently.
+    Ignore,
+}
+
+impl Query {
+    fn param(self) -> Option<&'static str> {
+        match self {
+            Query::None => None,
+            Query::DryRun => Some("dryRun=All"),
+            Query::Strict => Some("fieldValidation=Strict"),
+            Query::Ignore => Some("fieldValidation=Ignore"),
+        }
+    }
 }
 
 /// A name that is not a DNS subdomain (upstream allows at most 253 characters).
@@ -353,14 +378,26 @@ fn fault() -> impl Strategy<Value = Fault> {
     ]
 }
 
+fn query() -> impl Strategy<Value = Query> {
+    prop_oneof![
+        12 => Just(Query::None),
+        2 => Just(Query::DryRun),
+        1 => Just(Query::Strict),
+        1 => Just(Query::Ignore),
+    ]
+}
+
 fn step() -> impl Strategy<Value = Step> {
-    (res(), verb(), name(), fault(), any::<u8>()).prop_map(|(res, verb, name, fault, v)| Step {
-        res,
-        verb,
-        name,
-        fault,
-        v,
-    })
+    (res(), verb(), name(), fault(), any::<u8>(), query()).prop_map(
+        |(res, verb, name, fault, v, query)| Step {
+            res,
+            verb,
+            name,
+            fault,
+            v,
+            query,
+        },
+    )
 }
 
 fn steps() -> impl Strategy<Value = Vec<Step>> {
@@ -1032,6 +1069,11 @@ impl Sequence {
                 (http::Method::DELETE, item, "application/json", body)
             }
         };
+        let path = match step.query.param() {
+            Some(q) if path.contains('?') => format!("{path}&{q}"),
+            Some(q) => format!("{path}?{q}"),
+            None => path,
+        };
         let bytes = body.bytes();
         let (code, answer) = call(&self.client, method.clone(), &path, Some(ctype), bytes).await?;
         let verb_name = match step.verb {
@@ -1054,11 +1096,12 @@ impl Sequence {
             Err(_) => "<not JSON>".into(),
         };
         self.log.push(format!(
-            "{:?} {:?} {:?} {:?} (v {}) → {code} {}",
+            "{:?} {:?} {:?} {:?} {:?} (v {}) → {code} {}",
             res,
             step.verb,
             step.name,
             step.fault,
+            step.query,
             step.v,
             short(&Value::String(shown.chars().take(200).collect()))
         ));
@@ -1073,6 +1116,15 @@ impl Sequence {
             return check_status(&answer, code).map_err(|e| format!("{method} {path}: {e}"));
         }
         // A success.
+        if matches!(step.query, Query::DryRun) {
+            // Nothing may change: the LIST after this step and the watch check that.
+            if answer.get("kind").and_then(Value::as_str) != Some("Status") {
+                res.decode(&answer).map_err(|e| {
+                    format!("{method} {path} → {code}: the answer does not decode: {e}")
+                })?;
+            }
+            return Ok(());
+        }
         if matches!(step.verb, Verb::Delete) {
             if answer.get("kind").and_then(Value::as_str) != Some("Status") {
                 res.decode(&answer)
@@ -1305,6 +1357,7 @@ impl Sequence {
                 name: "zz-last",
                 fault: Fault::None,
                 v: 0,
+                query: Query::None,
             };
             self.run(&step).await?;
             if !self.model[res.index()].contains_key("zz-last") {
@@ -1593,6 +1646,7 @@ async fn run_steps(seq: &mut Sequence, steps: &[Step]) -> Result<(), String> {
             name: "a",
             fault: Fault::None,
             v: 1,
+            query: Query::None,
         };
         seq.run(&first).await?;
     }
