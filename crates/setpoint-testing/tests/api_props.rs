@@ -8,7 +8,11 @@
 //!   names the resource's `kind` and `apiVersion`, carries no field its type does not have, and
 //!   the names and `resourceVersion`s are exactly those of the successful writes;
 //! - `resourceVersion` increases strictly across the writes that changed something (a write
-//!   that changed nothing keeps the object's `resourceVersion`, as upstream's do).
+//!   that changed nothing keeps the object's `resourceVersion`, as upstream's do), and a
+//!   `dryRun=All` write changes nothing;
+//! - the server-owned fields keep the server's values whatever a body says: `uid` and
+//!   `creationTimestamp` are set once, `namespace` is the request's, no `deletionTimestamp`
+//!   appears, and a Deployment's `.status` stays empty (nothing here writes `/status`).
 //!
 //! At checkpoints and at the end, a watch opened before the first step has seen exactly the
 //! changes made, in order, with their `resourceVersion`s, and an informer's cache equals a
