@@ -23,6 +23,66 @@ pub fn cannot_be_handled(res: &ResourceDef, detail: &str) -> ApiError {
     ))
 }
 
+/// A JSON syntax error in the words of Go's decoder, which Kubernetes passes on: `invalid
+/// character 'x' looking for beginning of value`, `unexpected end of JSON input`. serde_json
+/// says where the error is; the character there and what the parser expected name it. Errors
+/// Go words differently in ways not worth guessing keep serde_json's text, without its
+/// position suffix.
+pub fn json_syntax_error(body: &[u8], e: &serde_json::Error) -> String {
+    use serde_json::error::Category;
+    let text = e.to_string();
+    let what = match text.rfind(" at line ") {
+        Some(i) => &text[..i],
+        None => text.as_str(),
+    };
+    match e.classify() {
+        Category::Eof => return "unexpected end of JSON input".into(),
+        Category::Syntax => {}
+        Category::Io | Category::Data => return what.to_string(),
+    }
+    let context = if what == "expected value" || what == "trailing comma" {
+        "looking for beginning of value"
+    } else if what == "key must be a string" {
+        "looking for beginning of object key string"
+    } else if what == "expected `:`" {
+        "after object key"
+    } else if what == "expected `,` or `}`" {
+        "after object key:value pair"
+    } else if what == "expected `,` or `]`" {
+        "after array element"
+    } else if what == "trailing characters" {
+        "after top-level value"
+    } else if what == "invalid escape" {
+        "in string escape code"
+    } else if what.starts_with("control character") {
+        "in string literal"
+    } else if what == "expected ident" {
+        "in literal"
+    } else {
+        return what.to_string();
+    };
+    match char_at(body, e.line(), e.column()) {
+        Some(c) => format!("invalid character {} {context}", go_quote(c)),
+        None => "unexpected end of JSON input".into(),
+    }
+}
+
+/// The character at a 1-based line and column (serde_json's position of an error).
+fn char_at(body: &[u8], line: usize, column: usize) -> Option<char> {
+    let text = String::from_utf8_lossy(body);
+    let line_text = text.split('\n').nth(line.checked_sub(1)?)?;
+    line_text.chars().nth(column.saturating_sub(1))
+}
+
+/// A character quoted as Go's JSON decoder quotes it in its messages.
+fn go_quote(c: char) -> String {
+    match c {
+        '\'' => r"'\''".to_string(),
+        '"' => "'\"'".to_string(),
+        c => format!("'{}'", c.escape_default()),
+    }
+}
+
 /// The 400 for the first value of the wrong type in `obj`, a write of `res` (`type_errors` as
 /// the kind's type check reports them, in document order), or `None` when there is none. The
 /// message is Go's JSON decoder's when the type graph knows the field, else the check's own.
@@ -249,6 +309,38 @@ mod tests {
             message("", "v1", "Pod", "metadata", json!("m")),
             "json: cannot unmarshal string into Go struct field Pod.metadata of type v1.ObjectMeta"
         );
+    }
+
+    fn syntax(body: &str) -> String {
+        let e = serde_json::from_str::<Value>(body).unwrap_err();
+        json_syntax_error(body.as_bytes(), &e)
+    }
+
+    #[test]
+    fn syntax_errors_read_as_gos() {
+        assert_eq!(
+            syntax("x"),
+            "invalid character 'x' looking for beginning of value"
+        );
+        assert_eq!(
+            syntax("{bad}"),
+            "invalid character 'b' looking for beginning of object key string"
+        );
+        assert_eq!(
+            syntax(r#"{"a" 1}"#),
+            "invalid character '1' after object key"
+        );
+        assert_eq!(
+            syntax("{\"a\": 1\n \"b\": 2}"),
+            "invalid character '\"' after object key:value pair"
+        );
+        assert_eq!(syntax("[1 2]"), "invalid character '2' after array element");
+        assert_eq!(
+            syntax("{} x"),
+            "invalid character 'x' after top-level value"
+        );
+        assert_eq!(syntax(r#"{"a": "#), "unexpected end of JSON input");
+        assert_eq!(syntax(""), "unexpected end of JSON input");
     }
 
     #[test]

@@ -363,6 +363,38 @@ async fn values_of_the_wrong_type_get_the_decoders_400() {
         r#"Deployment in version "v1" cannot be handled as a Deployment: json: cannot unmarshal string into Go struct field DeploymentSpec.spec.replicas of type int32"#
     );
 
+    // Bodies that are not JSON get Go's decoder's words.
+    let resp = call(
+        &r,
+        "POST",
+        CMS,
+        Some("application/json"),
+        Some(b"{bad".to_vec()),
+    )
+    .await;
+    assert_eq!(resp.status, 400, "{}", resp.body);
+    assert!(
+        message(&resp)
+            .ends_with("invalid character 'b' looking for beginning of object key string"),
+        "{}",
+        message(&resp)
+    );
+    for ct in [MERGE, STRATEGIC, JSON_PATCH] {
+        let resp = call(
+            &r,
+            "PATCH",
+            &format!("{DEPLOYS}/typed"),
+            Some(ct),
+            Some(b"[1 2]".to_vec()),
+        )
+        .await;
+        assert_eq!(resp.status, 400, "{ct}: {}", resp.body);
+        assert_eq!(
+            message(&resp),
+            "error decoding patch: invalid character '2' after array element"
+        );
+    }
+
     // No parser hint for Rust programmers reaches a client.
     let resp = call(
         &r,

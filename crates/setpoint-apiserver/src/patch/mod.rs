@@ -53,16 +53,14 @@ impl Patch {
     ) -> Result<Patch, ApiError> {
         match (content_type, strategic) {
             (MERGE_PATCH, _) => {
-                let v: Value = serde_json::from_slice(body)
-                    .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+                let v: Value = serde_json::from_slice(body).map_err(|e| undecodable(body, &e))?;
                 if !v.is_object() {
                     return Err(ApiError::bad_request("a merge patch must be a JSON object"));
                 }
                 Ok(Patch::Merge(v))
             }
             (JSON_PATCH, _) => {
-                let v: Value = serde_json::from_slice(body)
-                    .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+                let v: Value = serde_json::from_slice(body).map_err(|e| undecodable(body, &e))?;
                 match v {
                     Value::Array(ops) => {
                         check_operation_count(ops.len())?;
@@ -74,8 +72,7 @@ impl Patch {
                 }
             }
             (STRATEGIC_MERGE_PATCH, Some(ty)) => {
-                let v: Value = serde_json::from_slice(body)
-                    .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+                let v: Value = serde_json::from_slice(body).map_err(|e| undecodable(body, &e))?;
                 if !v.is_object() {
                     return Err(ApiError::bad_request(
                         "a strategic merge patch must be a JSON object",
@@ -136,6 +133,14 @@ pub fn merge_patch(target: &Value, patch: &Value) -> Value {
     }
 }
 
+/// 400 for a patch body that is not JSON, in Go's decoder's words as Kubernetes gives them.
+fn undecodable(body: &[u8], e: &serde_json::Error) -> ApiError {
+    ApiError::bad_request(format!(
+        "error decoding patch: {}",
+        crate::decoding::json_syntax_error(body, e)
+    ))
+}
+
 /// The most operations a JSON patch may have: Kubernetes' `maxJSONPatchOperations`.
 pub const MAX_JSON_PATCH_OPERATIONS: usize = 10_000;
 
@@ -191,6 +196,15 @@ pub fn json_len(v: &Value) -> usize {
 /// with the json-patch library's message Kubernetes passes on) before it copies.
 pub fn json_patch(target: &Value, ops: &[Value]) -> Result<Value, ApiError> {
     check_operation_count(ops.len())?;
+    // An operation the RFC does not define is json-patch's "Unexpected kind" (422), as in
+    // Kubernetes, rather than a decoding error listing Rust's variants.
+    if let Some(kind) = ops.iter().find_map(|op| {
+        op.get("op")
+            .and_then(Value::as_str)
+            .filter(|k| !["add", "remove", "replace", "move", "copy", "test"].contains(k))
+    }) {
+        return Err(unprocessable(format!("Unexpected kind: {kind}")));
+    }
     let ops: Vec<json_patch::PatchOperation> = ops
         .iter()
         .map(json_patch::PatchOperation::deserialize)
