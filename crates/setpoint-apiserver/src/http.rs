@@ -287,9 +287,8 @@ fn decode_object_body(
     };
     let (v, scan): (Value, BodySyntax) = match ct.as_str() {
         "" | "application/json" | "*/*" => {
-            let (v, repeated) =
-                crate::dupfields::decode_json(body)
-                    .map_err(|e| cannot(crate::decoding::json_syntax_error(body, &e)))?;
+            let (v, repeated) = crate::dupfields::decode_json(body)
+                .map_err(|e| cannot(crate::decoding::json_syntax_error(body, &e)))?;
             let scan = if repeated {
                 BodySyntax::Json
             } else {
