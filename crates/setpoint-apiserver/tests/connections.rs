@@ -537,3 +537,49 @@ async fn http2_over_tls_and_with_prior_knowledge_is_served_and_closed_when_idle(
     assert!(closed - began >= SHORT * 9 / 10);
     running.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_head_sent_early_behind_a_watch_does_not_cut_it() {
+    let running = start(
+        ConnectionConfig {
+            header_read_timeout: SHORT,
+            idle_timeout: SHORT,
+            ..long_timeouts()
+        },
+        false,
+    )
+    .await;
+    let mut watch = TcpStream::connect(running.addr).await.unwrap();
+    watch
+        .write_all(
+            b"GET /api/v1/namespaces/default/configmaps?watch=true HTTP/1.1\r\n\
+              host: localhost\r\n\r\nGET /version HTTP/1.1\r\n",
+        )
+        .await
+        .unwrap();
+    // The next head has begun but the server is still answering the watch: Go would not read
+    // it yet, and neither times it. A witness shows the header timeout has passed.
+    let mut slow = TcpStream::connect(running.addr).await.unwrap();
+    slow.write_all(b"GET /version HTTP/1.1\r\n").await.unwrap();
+    read_until_closed(&mut slow).await;
+    let created = common::post(
+        &running,
+        "/api/v1/namespaces/default/configmaps",
+        &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "behind"}}),
+    )
+    .await;
+    assert_eq!(created.status, 201);
+    let mut seen = Vec::new();
+    let found = async {
+        let mut buf = [0u8; 4096];
+        while !String::from_utf8_lossy(&seen).contains(r#""name":"behind""#) {
+            let n = watch.read(&mut buf).await.unwrap();
+            assert!(n > 0, "the watch was closed");
+            seen.extend_from_slice(&buf[..n]);
+        }
+    };
+    tokio::time::timeout(DEADLINE, found)
+        .await
+        .expect("the event arrives on the watch");
+    running.shutdown().await;
+}
