@@ -12,7 +12,9 @@
 //!   `dryRun=All` write changes nothing;
 //! - the server-owned fields keep the server's values whatever a body says: `uid` and
 //!   `creationTimestamp` are set once, `namespace` is the request's, no `deletionTimestamp`
-//!   appears, and a Deployment's `.status` stays empty (nothing here writes `/status`).
+//!   appears; a created Deployment has an empty `.status`, writes of the object leave its
+//!   status alone, and `/status` writes change neither spec, labels, annotations nor
+//!   generation.
 //!
 //! At checkpoints and at the end, a watch opened before the first step has seen exactly the
 //! changes made, in order, with their `resourceVersion`s, and an informer's cache equals a
@@ -230,6 +232,11 @@ enum Verb {
         force: bool,
     },
     Delete,
+    /// PUT to the `status` subresource (only Deployments have one here), with a changed spec
+    /// and labels that must be ignored.
+    UpdateStatus,
+    /// A merge patch of the `status` subresource that also tries to change the spec.
+    PatchStatus,
 }
 
 /// How a body is spoiled (or not).
@@ -322,6 +329,8 @@ fn verb() -> impl Strategy<Value = Verb> {
         2 => Just(Verb::Strategic),
         3 => any::<bool>().prop_map(|force| Verb::Apply { force }),
         2 => Just(Verb::Delete),
+        1 => Just(Verb::UpdateStatus),
+        1 => Just(Verb::PatchStatus),
     ]
 }
 
@@ -655,6 +664,11 @@ fn spoil(res: Res, name: &str, body: &mut Value, fault: &Fault, v: u8) -> Option
     None
 }
 
+/// A Deployment status a status write sets.
+fn status_of(v: u8) -> Value {
+    json!({"observedGeneration": 1, "replicas": v % 5, "updatedReplicas": v % 3})
+}
+
 /// The JSON patch of a step.
 fn json_patch(res: Res, fault: &Fault, v: u8) -> Body {
     let valid = match res {
@@ -798,6 +812,8 @@ struct Sequence {
     model: [BTreeMap<String, u64>; 3],
     /// Name → the server-owned identity (`uid`, `creationTimestamp`) it gave each object.
     identity: [BTreeMap<String, (String, String)>; 3],
+    /// Name → the object as the last successful write answered it.
+    last: [BTreeMap<String, Value>; 3],
     expected: [Vec<Change>; 3],
     seen: [Arc<Mutex<Seen>>; 3],
     watches: Vec<tokio::task::JoinHandle<()>>,
@@ -973,6 +989,7 @@ impl Sequence {
             ns,
             model: Default::default(),
             identity: Default::default(),
+            last: Default::default(),
             expected: Default::default(),
             seen,
             watches,
@@ -1057,6 +1074,32 @@ impl Sequence {
                     body,
                 )
             }
+            Verb::UpdateStatus => {
+                let mut b = valid_object(res, step.name, step.v.wrapping_add(1));
+                b["metadata"]["labels"] = json!({"from-status": "ignored"});
+                b["status"] = status_of(step.v);
+                let body =
+                    spoil(res, step.name, &mut b, &step.fault, step.v).unwrap_or(Body::Json(b));
+                (
+                    http::Method::PUT,
+                    format!("{item}/status"),
+                    "application/json",
+                    body,
+                )
+            }
+            Verb::PatchStatus => {
+                let mut b = json!({"spec": {"replicas": 7},
+                    "metadata": {"labels": {"from-status": "ignored"}},
+                    "status": status_of(step.v)});
+                let body =
+                    spoil(res, step.name, &mut b, &step.fault, step.v).unwrap_or(Body::Json(b));
+                (
+                    http::Method::PATCH,
+                    format!("{item}/status"),
+                    "application/merge-patch+json",
+                    body,
+                )
+            }
             Verb::Delete => {
                 let body = match &step.fault {
                     Fault::StaleRv => Body::Json(json!({"kind": "DeleteOptions",
@@ -1088,6 +1131,8 @@ impl Sequence {
             Verb::Strategic => "strategic",
             Verb::Apply { .. } => "apply",
             Verb::Delete => "delete",
+            Verb::UpdateStatus => "update-status",
+            Verb::PatchStatus => "patch-status",
         };
         *ANSWERS
             .lock()
@@ -1135,6 +1180,7 @@ impl Sequence {
                     .map_err(|e| format!("DELETE {path}: the answer does not decode: {e}"))?;
             }
             self.identity[res.index()].remove(step.name);
+            self.last[res.index()].remove(step.name);
             if self.model[res.index()].remove(step.name).is_none() {
                 return Err(format!(
                     "DELETE {path} → {code}, but no such object was written"
@@ -1171,6 +1217,14 @@ impl Sequence {
             }
             _ => self.identity[res.index()].insert(name.clone(), identity),
         };
+        match self.last[res.index()].get(&name) {
+            Some(old) => subresource_rules(&step.verb, old, &answer),
+            None if res == Res::Deployment => empty_status(&answer)
+                .map_err(|e| format!("a Deployment was created with a status: {e}")),
+            None => Ok(()),
+        }
+        .map_err(|e| format!("{method} {path} → {code}: {e}"))?;
+        self.last[res.index()].insert(name.clone(), answer.clone());
         let before = self.model[res.index()].get(&name).copied();
         if before == Some(rv) {
             // Upstream writes nothing when a write changes nothing, and answers with the
@@ -1234,14 +1288,6 @@ impl Sequence {
                             ));
                         }
                     }
-                }
-                // Nothing here writes `deployments/status` (no controller runs), and main
-                // writes ignore `.status`: whatever a body said, it stays empty.
-                if res == Res::Deployment && item.get("status").is_some_and(|st| st != &json!({})) {
-                    return Err(format!(
-                        "LIST {path}: a Deployment has a status no status write gave it: {}",
-                        short(&item["status"])
-                    ));
                 }
                 let mut typed = item.clone();
                 typed["kind"] = json!(res.kind());
@@ -1433,6 +1479,45 @@ fn server_owned(obj: &Value, ns: &str) -> Result<(String, String), String> {
         return Err(format!("namespace {:?}, not {ns:?}", meta("namespace")));
     }
     Ok((uid.to_string(), created.to_string()))
+}
+
+/// What upstream's strategies keep apart: a write to the `status` subresource changes
+/// neither the spec nor labels, annotations or generation; a write to the object itself
+/// leaves the status as it was.
+fn subresource_rules(verb: &Verb, old: &Value, new: &Value) -> Result<(), String> {
+    let field = |v: &Value, p: &str| v.pointer(p).cloned().filter(|f| f != &json!({}));
+    let same = |p: &str, why: &str| {
+        let (before, after) = (field(old, p), field(new, p));
+        if before == after {
+            Ok(())
+        } else {
+            Err(format!(
+                "{why}: {p} was {}, now {}",
+                short(&before.unwrap_or_default()),
+                short(&after.unwrap_or_default())
+            ))
+        }
+    };
+    match verb {
+        Verb::UpdateStatus | Verb::PatchStatus => {
+            let why = "a status write changed more than the status";
+            same("/spec", why)?;
+            same("/metadata/labels", why)?;
+            same("/metadata/annotations", why)?;
+            same("/metadata/generation", why)
+        }
+        Verb::Create | Verb::Delete => Ok(()),
+        _ => same("/status", "a write of the object changed its status"),
+    }
+}
+
+/// A created Deployment's status is empty whatever the body said.
+fn empty_status(obj: &Value) -> Result<(), String> {
+    match obj.get("status") {
+        None => Ok(()),
+        Some(st) if st == &json!({}) => Ok(()),
+        Some(st) => Err(short(st)),
+    }
 }
 
 /// A `Status` answer with `code`: kind, status, code, reason and message all present.
