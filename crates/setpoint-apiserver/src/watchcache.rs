@@ -1675,4 +1675,109 @@ mod tests {
         assert!(served_json(&stored, 3).is_none());
         assert!(decode_object(&stored, 3).is_none());
     }
+
+    /// A cache of configmaps whose watchers may queue `budget` bytes, holding `window` events.
+    fn bounded_cache(budget: usize, window: usize) -> Arc<WatchCache> {
+        let c = WatchCache::new(
+            "/registry/core/configmaps/".into(),
+            window,
+            budget,
+            Metrics::default(),
+        );
+        c.reset(Vec::new(), 1);
+        Arc::new(c)
+    }
+
+    /// An ADDED event of a configmap `name` whose data is `size` bytes, at `revision`.
+    fn added(name: &str, size: usize, revision: Revision) -> CacheEvent {
+        let value = serde_json::to_vec(&json!({
+            "metadata": {"name": name, "namespace": "d"},
+            "data": {"k": "x".repeat(size)},
+        }))
+        .unwrap();
+        let key: Arc<str> = format!("/registry/core/configmaps/d/{name}").into();
+        let object = CachedObject::decode(key, &Bytes::from(value), revision, None).unwrap();
+        CacheEvent {
+            kind: EventType::Added,
+            object: Arc::new(object),
+            prev: None,
+            revision,
+        }
+    }
+
+    #[test]
+    fn a_watcher_is_dropped_when_its_queue_would_pass_the_byte_budget() {
+        let budget = 10_000;
+        let cache = bounded_cache(budget, 1000);
+        let mut reader = cache
+            .watch(WatchStart::CurrentState, Filter::all(), false)
+            .unwrap();
+        let mut stalled = cache
+            .watch(WatchStart::CurrentState, Filter::all(), false)
+            .unwrap();
+        let one = charge(&WatchItem::Event(
+            EventType::Added,
+            added("probe", 1000, 2).object,
+        ));
+        let fit = budget / one;
+        assert!(fit >= 2);
+        for i in 0..fit {
+            let rev = 2 + i as Revision;
+            cache.apply(vec![added(&format!("o{i}"), 1000, rev)], rev);
+            // The reader takes each event as it comes.
+            assert!(reader.try_next_live().is_some());
+            assert!(stalled.queued.load(Ordering::SeqCst) <= budget);
+        }
+        assert_eq!(cache.watcher_count(), 2, "everything so far fits");
+        let rev = 2 + fit as Revision;
+        cache.apply(vec![added("over", 1000, rev)], rev);
+        assert_eq!(cache.watcher_count(), 1, "the stalled watcher is dropped");
+        assert!(reader.try_next_live().is_some());
+        // The dropped watcher still gets what was queued before, in order, then its end.
+        let mut got = 0;
+        while let Some(WatchItem::Event(_, o)) = stalled.try_next_live() {
+            assert_eq!(o.attrs.name(), format!("o{got}"));
+            got += 1;
+        }
+        assert_eq!(got, fit);
+        assert!(futures::executor::block_on(stalled.next_live()).is_none());
+        assert_eq!(stalled.queued.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn a_replay_that_falls_out_of_the_window_ends_and_a_snapshot_does_not() {
+        let cache = bounded_cache(usize::MAX, 4);
+        for rev in 2..=5 {
+            cache.apply(vec![added(&format!("o{rev}"), 10, rev)], rev);
+        }
+        let mut replay = cache
+            .watch(WatchStart::After(1), Filter::all(), false)
+            .unwrap();
+        let mut snapshot = cache
+            .watch(WatchStart::CurrentState, Filter::all(), false)
+            .unwrap();
+        assert_eq!((replay.initial_len(), snapshot.initial_len()), (4, 4));
+        // The replay takes two events; the window then moves past the third.
+        assert!(replay.next_initial().is_some());
+        assert!(replay.next_initial().is_some());
+        cache.apply(vec![added("o6", 10, 6)], 6);
+        assert_eq!(
+            cache.watcher_count(),
+            2,
+            "the replay's next event is still held"
+        );
+        cache.apply(vec![added("o7", 10, 7)], 7);
+        cache.apply(vec![added("o8", 10, 8)], 8);
+        assert_eq!(
+            cache.watcher_count(),
+            1,
+            "the replay fell behind the window"
+        );
+        // A snapshot's objects are the cache's own; the window does not end it.
+        for _ in 0..4 {
+            assert!(snapshot.next_initial().is_some());
+        }
+        let live: Vec<_> = std::iter::from_fn(|| snapshot.try_next_live()).collect();
+        assert_eq!(live.len(), 3);
+    }
 }
