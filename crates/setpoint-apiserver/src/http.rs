@@ -428,6 +428,22 @@ fn wants_table(headers: &HeaderMap) -> bool {
     accept_ranges(headers).any(|p| p.contains(&"as=Table") && p.contains(&"g=meta.k8s.io"))
 }
 
+/// Whether the response is a Table, with its `TableOptions` checked as upstream checks them
+/// before converting: an `includeObject` other than `Metadata`, `Object`, `None` or empty is a
+/// 400.
+fn table_requested(headers: &HeaderMap, q: &Query) -> Result<bool, ApiError> {
+    if !wants_table(headers) {
+        return Ok(false);
+    }
+    match q.get("includeObject").map(String::as_str) {
+        None | Some("" | "Metadata" | "Object" | "None") => Ok(true),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "Unable to convert to Table as requested: includeObject: Invalid value: {}: must be 'Metadata', 'Object', 'None', or empty",
+            go_quote(other)
+        ))),
+    }
+}
+
 /// The `meta.k8s.io` version the client asked to receive objects in as
 /// `PartialObjectMetadata` (`Accept: application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1`,
 /// `as=PartialObjectMetadataList` for lists), as metadata-only informers do; `None` otherwise.
@@ -631,7 +647,7 @@ async fn serve(
                     } else {
                         obj
                     };
-                    if wants_table(headers) && view == View::Main {
+                    if view == View::Main && table_requested(headers, q)? {
                         let rv = meta::resource_version(&obj).to_string();
                         let t = crate::table::table(&res, &[Arc::new(obj)], &rv, None, q, true);
                         return Ok(value_response(StatusCode::OK, &t));
@@ -976,7 +992,7 @@ async fn list(
     let rv_match = params.resource_version_match.as_str();
     let sres = storage_def(server, res);
     let prefix = sres.namespace_prefix(filter.namespace.as_deref());
-    let table = wants_table(headers);
+    let table = table_requested(headers, q)?;
     let metadata_as = wants_metadata(headers).filter(|_| !table);
 
     // Continuation pages and exact-revision reads come from the store at that revision.
@@ -1276,7 +1292,7 @@ async fn watch(
         _ => Duration::from_secs(1800 + rand::random::<u64>() % 1800),
     };
     let cache = server.caches.get(&sres.storage_prefix());
-    let table = wants_table(headers);
+    let table = table_requested(headers, q)?;
     let metadata_as = wants_metadata(headers).filter(|_| !table);
     let handle = match cache.watch(start, filter, bookmarks) {
         Ok(h) => h,

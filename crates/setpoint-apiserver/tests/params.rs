@@ -122,6 +122,35 @@ async fn bad_numbers_and_enumerations_are_upstreams_errors() {
         "resourceVersion: Invalid value: \"x1\": strconv.ParseUint: parsing \"x1\": invalid syntax",
     );
 
+    // Table options.
+    let table = [("accept", "application/json;as=Table;v=v1;g=meta.k8s.io")];
+    let resp = call_with(
+        &r,
+        "GET",
+        &format!("{CMS}?includeObject=Bogus"),
+        None,
+        None,
+        &table,
+    )
+    .await;
+    assert_status(
+        &resp,
+        400,
+        "BadRequest",
+        "Unable to convert to Table as requested: includeObject: Invalid value: \"Bogus\": must be 'Metadata', 'Object', 'None', or empty",
+    );
+    let resp = call_with(
+        &r,
+        "GET",
+        &format!("{CMS}?includeObject=Object"),
+        None,
+        None,
+        &table,
+    )
+    .await;
+    assert_eq!(resp.body["kind"], "Table", "{}", resp.body);
+    assert_eq!(resp.body["rows"][0]["object"]["kind"], "ConfigMap");
+
     // Write options.
     let resp = call(
         &r,
