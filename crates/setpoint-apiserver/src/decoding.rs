@@ -99,6 +99,103 @@ pub fn type_error(res: &ResourceDef, obj: &Value, type_errors: &[Cause]) -> Opti
     Some(cannot_be_handled(res, &detail))
 }
 
+/// The 400 for a custom resource whose `metadata` does not decode as an `ObjectMeta`, or `None`.
+/// Kubernetes decodes a custom resource's metadata on its own (the rest is checked against the
+/// CRD's schema), so its decoder names the field from `metadata` down:
+/// `json: cannot unmarshal string into Go struct field ObjectMeta.labels of type
+/// map[string]string`.
+pub fn custom_metadata_error(res: &ResourceDef, obj: &Value) -> Option<ApiError> {
+    res.custom.as_ref()?;
+    let object_meta = TypeRef::by_name("k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta")?;
+    let detail = match obj.get("metadata")? {
+        Value::Null => return None,
+        Value::Object(_) => {
+            let (path, value) = first_mismatch(object_meta, obj.get("metadata")?, String::new())?;
+            go_unmarshal_error(object_meta, &path, Some(value))?
+        }
+        other => format!(
+            "json: cannot unmarshal {} into Go value of type v1.ObjectMeta",
+            json_kind(other)
+        ),
+    };
+    Some(cannot_be_handled(res, &detail))
+}
+
+/// How Go's decoder names the kind of a JSON value.
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::String(_) => "string",
+        Value::Bool(_) => "bool",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+        Value::Number(_) => "number",
+        Value::Null => "null",
+    }
+}
+
+/// The first value (in document order) of `v`, an object of type `ty`, whose JSON type does not
+/// fit its field, with its path from `v`. Fields the type does not know are not looked at.
+fn first_mismatch(ty: TypeRef, v: &Value, path: String) -> Option<(String, &Value)> {
+    let Value::Object(map) = v else {
+        return None;
+    };
+    for (key, value) in map {
+        let Some(field) = ty.field(key) else {
+            continue;
+        };
+        let at = if path.is_empty() {
+            key.clone()
+        } else {
+            format!("{path}.{key}")
+        };
+        if value.is_null() {
+            continue;
+        }
+        if field.is_list() {
+            let Value::Array(items) = value else {
+                return Some((at, value));
+            };
+            for (i, item) in items.iter().enumerate() {
+                if let Some(found) = item_mismatch(field.form(), item, format!("{at}[{i}]")) {
+                    return Some(found);
+                }
+            }
+        } else if field.is_map() {
+            let Value::Object(values) = value else {
+                return Some((at, value));
+            };
+            for (k, item) in values {
+                if let Some(found) = item_mismatch(field.form(), item, format!("{at}.{k}")) {
+                    return Some(found);
+                }
+            }
+        } else if let Some(found) = item_mismatch(field.form(), value, at) {
+            return Some(found);
+        }
+    }
+    None
+}
+
+/// [`first_mismatch`] for one value of a given form.
+fn item_mismatch(form: Form, v: &Value, path: String) -> Option<(String, &Value)> {
+    let fits = match (form, v) {
+        (_, Value::Null) => true,
+        (Form::Object(t), Value::Object(_)) => return first_mismatch(t, v, path),
+        (Form::String | Form::Bytes | Form::Time | Form::MicroTime | Form::Duration, v) => {
+            v.is_string()
+        }
+        (Form::Boolean, v) => v.is_boolean(),
+        (Form::Int32 | Form::Int64, v) => v.is_i64() || v.is_u64(),
+        (Form::Double, v) => v.is_number(),
+        (Form::Quantity, v) => v.is_string() || v.is_number(),
+        (Form::IntOrString, v) => v.is_string() || v.is_i64() || v.is_u64(),
+        (Form::StringList, Value::Array(items)) => items.iter().all(Value::is_string),
+        (Form::RawJson | Form::SchemaUnion, _) => true,
+        _ => false,
+    };
+    (!fits).then_some((path, v))
+}
+
 /// The value at a path, if there is one.
 fn lookup<'a>(obj: &'a Value, path: &[Segment<'_>]) -> Option<&'a Value> {
     path.iter().try_fold(obj, |cur, seg| match seg {
@@ -341,6 +438,32 @@ mod tests {
         );
         assert_eq!(syntax(r#"{"a": "#), "unexpected end of JSON input");
         assert_eq!(syntax(""), "unexpected end of JSON input");
+    }
+
+    #[test]
+    fn custom_resource_metadata_is_decoded_on_its_own() {
+        let meta = TypeRef::by_name("k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta").unwrap();
+        let m = json!({"name": "b", "labels": "app=x"});
+        let (path, v) = first_mismatch(meta, &m, String::new()).unwrap();
+        assert_eq!(
+            go_unmarshal_error(meta, &path, Some(v)).unwrap(),
+            "json: cannot unmarshal string into Go struct field ObjectMeta.labels of type map[string]string"
+        );
+        let m = json!({"annotations": {"ok": "v", "a": 1}});
+        let (path, v) = first_mismatch(meta, &m, String::new()).unwrap();
+        assert_eq!(
+            go_unmarshal_error(meta, &path, Some(v)).unwrap(),
+            "json: cannot unmarshal number into Go struct field ObjectMeta.annotations of type string"
+        );
+        let m = json!({"managedFields": "everything"});
+        let (path, v) = first_mismatch(meta, &m, String::new()).unwrap();
+        assert_eq!(
+            go_unmarshal_error(meta, &path, Some(v)).unwrap(),
+            "json: cannot unmarshal string into Go struct field ObjectMeta.managedFields of type []v1.ManagedFieldsEntry"
+        );
+        let fine = json!({"name": "b", "labels": {"a": "b"}, "ownerReferences": [{"name": "x"}],
+                          "creationTimestamp": null, "generation": 3, "unknown": 1});
+        assert!(first_mismatch(meta, &fine, String::new()).is_none());
     }
 
     #[test]

@@ -524,7 +524,9 @@ impl ApiServer {
             obj["metadata"]["managedFields"] = m;
         }
         // A value of the wrong type is a decode error (400), before any other check.
-        if let Some(e) = crate::decoding::type_error(res, obj, &type_errors) {
+        if let Some(e) = crate::decoding::type_error(res, obj, &type_errors)
+            .or_else(|| crate::decoding::custom_metadata_error(res, obj))
+        {
             return Err(e);
         }
         let mut causes = setpoint_kinds::validation::validate_with_type_errors(
@@ -614,7 +616,9 @@ impl ApiServer {
             setpoint_kinds::validation::check_types(&res.group, &res.version, &res.kind, &obj)
         };
         // A value of the wrong type is a decode error (400), before any other check.
-        if let Some(e) = crate::decoding::type_error(res, &obj, &types.type_errors) {
+        if let Some(e) = crate::decoding::type_error(res, &obj, &types.type_errors)
+            .or_else(|| crate::decoding::custom_metadata_error(res, &obj))
+        {
             return Err(e);
         }
         let unknown = if res.custom.is_some() {
