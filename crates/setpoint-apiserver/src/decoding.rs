@@ -318,15 +318,16 @@ fn go_name(form: Form, message: Option<&str>) -> String {
     }
 }
 
+/// One step of a path as validation writes it: a property, or a list index.
 #[derive(Debug, PartialEq)]
-enum Segment<'a> {
+pub(crate) enum Segment<'a> {
     Key(&'a str),
     Index(usize),
 }
 
 /// Splits `a.b[0].c` into keys and indices (map keys with dots are not told apart here: such a
 /// path simply leaves the typed graph and gets the check's own message).
-fn split_path(path: &str) -> Vec<Segment<'_>> {
+pub(crate) fn split_path(path: &str) -> Vec<Segment<'_>> {
     let mut out = Vec::new();
     for part in path.split('.').filter(|p| !p.is_empty()) {
         let (key, mut rest) = match part.find('[') {

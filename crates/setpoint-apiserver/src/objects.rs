@@ -445,7 +445,10 @@ impl ApiServer {
         }
         let errors: Vec<String> = unknown
             .iter()
-            .map(|f| format!(".{f}: field not declared in schema"))
+            .map(|f| {
+                let at = crate::apply::display_path(res, config, f);
+                format!("{at}: field not declared in schema")
+            })
             .collect();
         let detail = match errors.as_slice() {
             [one] => one.clone(),

@@ -178,6 +178,14 @@ async fn apply_refuses_unknown_fields_whatever_field_validation_says() {
         );
     }
     assert_eq!(get(&r, &format!("{DEPLOYS}/applied")).await.status, 404);
+    // List items are named by their keys, and several fields are listed one per line.
+    d["spec"]["template"]["spec"]["containers"][0]["imagee"] = json!("typo");
+    let resp = patch(&r, &format!("{DEPLOYS}/applied?fieldManager=me"), APPLY, &d).await;
+    assert_eq!(resp.status, 400, "{}", resp.body);
+    assert_eq!(
+        message(&resp),
+        "failed to create typed patch object (lim/applied; apps/v1, Kind=Deployment): errors:\n  .spec.foo: field not declared in schema\n  .spec.template.spec.containers[name=\"c\"].imagee: field not declared in schema"
+    );
     let resp = patch(
         &r,
         &format!("{DEPLOYS}/applied?fieldManager=me"),
