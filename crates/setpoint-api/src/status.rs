@@ -83,8 +83,20 @@ impl Cause {
         Cause::invalid(field, value, "field is immutable")
     }
 
+    /// `metav1.StatusCause`, whose fields are all `omitempty`: a cause about no field (such as
+    /// `ResourceVersionTooLarge`) has no `field`.
     fn to_json(&self) -> Value {
-        json!({"reason": self.reason, "message": self.message, "field": self.field})
+        let mut m = Map::new();
+        for (k, v) in [
+            ("reason", &self.reason),
+            ("message", &self.message),
+            ("field", &self.field),
+        ] {
+            if !v.is_empty() {
+                m.insert(k.into(), json!(v));
+            }
+        }
+        Value::Object(m)
     }
 }
 

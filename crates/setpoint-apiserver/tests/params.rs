@@ -297,6 +297,7 @@ async fn reads_from_a_future_resource_version_are_too_large_after_waiting() {
             status["details"]["causes"][0]["message"],
             "Too large resource version"
         );
+        assert!(status["details"]["causes"][0].get("field").is_none());
         assert_eq!(status["details"]["retryAfterSeconds"], 1);
     };
     assert_eq!(got.status, 504);
