@@ -846,7 +846,9 @@ impl ApiServer {
                 "the name of the object ({body_name}) does not match the name on the URL ({name})"
             )));
         }
-        let warnings = if view == View::Main {
+        // A status write's body is the whole object too: what its status holds unknown is
+        // dropped the same way.
+        let warnings = if matches!(view, View::Main | View::Status) {
             self.check_unknown_fields(res, &mut body, opts)?
         } else {
             vec![]
@@ -882,7 +884,7 @@ impl ApiServer {
                         "the patched object is not a JSON object",
                     ));
                 }
-                if view == View::Main {
+                if matches!(view, View::Main | View::Status) {
                     warnings = self.check_unknown_fields(res, &mut patched, opts)?;
                 }
                 Ok(Cow::Owned(patched))
@@ -922,9 +924,7 @@ impl ApiServer {
             }
             _ => {}
         }
-        if view == View::Main {
-            self.check_apply_fields(res, namespace, name, &config)?;
-        }
+        self.check_apply_fields(res, namespace, name, &config)?;
         let request = crate::apply::Apply {
             manager: manager(opts),
             config: &config,

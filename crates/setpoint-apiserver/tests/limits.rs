@@ -159,6 +159,32 @@ async fn unknown_fields_are_dropped_on_update_and_every_patch_type() {
 }
 
 #[tokio::test]
+async fn unknown_fields_are_dropped_from_status_writes_too() {
+    let r = setup().await;
+    let resp = post(&r, DEPLOYS, &deployment("st")).await;
+    assert_eq!(resp.status, 201, "{}", resp.body);
+    let path = format!("{DEPLOYS}/st/status");
+    let mut d = resp.body.clone();
+    d["status"] = json!({"replicas": 1, "bogus": "x"});
+    let resp = put(&r, &path, &d).await;
+    assert_eq!(resp.status, 200, "{}", resp.body);
+    assert_eq!(
+        warnings(&resp),
+        vec![r#"299 - "unknown field \"status.bogus\"""#]
+    );
+    let resp = patch(&r, &path, MERGE, &json!({"status": {"other": 1}})).await;
+    assert_eq!(resp.status, 200, "{}", resp.body);
+    assert_eq!(
+        warnings(&resp),
+        vec![r#"299 - "unknown field \"status.other\"""#]
+    );
+    let now = stored(&r, &format!("{DEPLOYS}/st")).await;
+    assert_eq!(now["status"]["replicas"], 1);
+    assert!(now["status"].get("bogus").is_none(), "{now}");
+    assert!(now["status"].get("other").is_none(), "{now}");
+}
+
+#[tokio::test]
 async fn apply_refuses_unknown_fields_whatever_field_validation_says() {
     let r = setup().await;
     let mut d = deployment("applied");
