@@ -185,16 +185,22 @@ pub fn rv_param(q: &Query) -> Result<RvParam, ApiError> {
 /// 422 Invalid on `ListOptions.meta.k8s.io`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ListParams {
+    /// `watch`: a WATCH rather than a LIST.
     pub watch: bool,
+    /// `allowWatchBookmarks`.
     pub allow_watch_bookmarks: bool,
+    /// `resourceVersion`.
     pub resource_version: RvParam,
-    /// `Exact`, `NotOlderThan`, or empty.
+    /// `resourceVersionMatch`: `Exact`, `NotOlderThan`, or empty.
     pub resource_version_match: String,
-    /// `None` when absent; a value of 0 or less also means no limit.
+    /// `limit`: `None` when absent; a value of 0 or less also means no limit.
     pub limit: Option<i64>,
-    /// `None` when absent (the server's default); 0 also means the default.
+    /// `timeoutSeconds`: `None` when absent (the server's default); 0 also means the default,
+    /// and a negative value ends a watch at once.
     pub timeout_seconds: Option<i64>,
+    /// `continue`, when given and not empty.
     pub continue_token: Option<String>,
+    /// `sendInitialEvents`, `None` when absent.
     pub send_initial_events: Option<bool>,
 }
 
