@@ -127,9 +127,9 @@ fn store_err(res: &ResourceDef, name: &str, e: StoreError) -> ApiError {
             requested,
             compacted,
         } => ApiError::too_old_resource_version(requested, compacted + 1),
-        StoreError::FutureRevision { requested, current } => ApiError::timeout(format!(
-            "Too large resource version: {requested}, current: {current}"
-        )),
+        StoreError::FutureRevision { requested, current } => {
+            ApiError::too_large_resource_version(requested.max(0).unsigned_abs(), current)
+        }
         other => ApiError::internal(other.to_string()),
     }
 }

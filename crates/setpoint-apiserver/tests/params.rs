@@ -311,6 +311,15 @@ async fn reads_from_a_future_resource_version_are_too_large_after_waiting() {
     assert_eq!(evs[0]["type"], "ERROR");
     check(&evs[0]["object"]);
 
+    // An exact read is served by the store, which answers a future revision the same way.
+    let exact = get(
+        &r,
+        &format!("{CMS}?resourceVersion={future}&resourceVersionMatch=Exact"),
+    )
+    .await;
+    assert_eq!(exact.status, 504, "{}", exact.body);
+    check(&exact.body);
+
     // A revision the server has reached is served at once.
     let ok = get(&r, &format!("{CMS}/a?resourceVersion={current}")).await;
     assert_eq!(ok.status, 200, "{}", ok.body);
