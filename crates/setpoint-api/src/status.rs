@@ -83,8 +83,20 @@ impl Cause {
         Cause::invalid(field, value, "field is immutable")
     }
 
+    /// `metav1.StatusCause`, whose fields are all `omitempty`: a cause about no field (such as
+    /// `ResourceVersionTooLarge`) has no `field`.
     fn to_json(&self) -> Value {
-        json!({"reason": self.reason, "message": self.message, "field": self.field})
+        let mut m = Map::new();
+        for (k, v) in [
+            ("reason", &self.reason),
+            ("message", &self.message),
+            ("field", &self.field),
+        ] {
+            if !v.is_empty() {
+                m.insert(k.into(), json!(v));
+            }
+        }
+        Value::Object(m)
     }
 }
 
@@ -282,6 +294,25 @@ impl ApiError {
     /// 504 Timeout.
     pub fn timeout(message: impl Into<String>) -> Self {
         ApiError::new(504, "Timeout", message)
+    }
+    /// 504 for a read that names a `resourceVersion` the server has not reached within its
+    /// wait: upstream's `NewTooLargeResourceVersionError` (a `NewTimeoutError`, hence the
+    /// `Timeout: ` prefix), with the `ResourceVersionTooLarge` cause client-go's reflector
+    /// recognises and `retryAfterSeconds` 1, as the watch cache answers.
+    pub fn too_large_resource_version(requested: u64, current: i64) -> Self {
+        let mut e = ApiError::timeout(format!(
+            "Timeout: Too large resource version: {requested}, current: {current}"
+        ));
+        e.details = Some(Box::new(Details {
+            causes: vec![Cause::new(
+                "ResourceVersionTooLarge",
+                "",
+                "Too large resource version",
+            )],
+            retry_after_seconds: Some(1),
+            ..Default::default()
+        }));
+        e
     }
 
     /// The `metav1.Status` JSON object.

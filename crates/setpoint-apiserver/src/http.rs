@@ -1,7 +1,6 @@
 //! The HTTP front: authentication, routing, content negotiation, bounded body decoding, and the
 //! LIST/WATCH protocol details (pagination tokens, resourceVersion semantics, streaming).
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,7 +23,10 @@ use crate::objects::{
 };
 use crate::patch::Patch;
 use crate::registry::ResourceDef;
-use crate::request::{parse_path, PathTarget};
+use crate::request::{
+    bool_param, field_manager_causes, go_quote, int_param, opt_bool_param, parse_path, rv_param,
+    ListParams, PathTarget, Query, RvParam,
+};
 use crate::server::ApiServer;
 use crate::strategy::View;
 use crate::tls::Identity;
@@ -35,16 +37,8 @@ pub fn router(server: Arc<ApiServer>) -> Router {
     Router::new().fallback(handle).with_state(server)
 }
 
-type Query = HashMap<String, String>;
-
 fn parse_query(uri: &Uri) -> Query {
-    uri.query()
-        .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
-        .unwrap_or_default()
-}
-
-fn flag(q: &Query, k: &str) -> bool {
-    matches!(q.get(k).map(String::as_str), Some("true") | Some("1"))
+    crate::request::parse_query(uri.query())
 }
 
 /// A JSON response.
@@ -144,7 +138,7 @@ fn with_warnings(mut r: Response, warnings: &[String]) -> Response {
 /// The verb for metrics and logs.
 fn verb_of(method: &Method, target: &Result<PathTarget, ApiError>, q: &Query) -> &'static str {
     match (method, target) {
-        (&Method::GET, Ok(PathTarget::Collection { .. })) if flag(q, "watch") => "WATCH",
+        (&Method::GET, Ok(PathTarget::Collection { .. })) if bool_param(q, "watch") => "WATCH",
         (&Method::GET, Ok(PathTarget::Collection { .. })) => "LIST",
         (&Method::GET, _) => "GET",
         (&Method::POST, _) => "POST",
@@ -250,10 +244,12 @@ pub async fn handle(State(server): State<Arc<ApiServer>>, req: http::Request<Bod
 }
 
 async fn read_body(server: &ApiServer, body: Body) -> Result<Bytes, ApiError> {
-    let limit = server.config.max_body_bytes;
-    axum::body::to_bytes(body, limit)
-        .await
-        .map_err(|_| ApiError::too_large(format!("Request entity too large: limit is {limit}")))
+    crate::server::connection::read_body(
+        body,
+        server.config.max_body_bytes,
+        server.config.connection.body_read_timeout,
+    )
+    .await
 }
 
 fn content_type(headers: &HeaderMap) -> String {
@@ -287,8 +283,8 @@ fn decode_object_body(
     };
     let (v, scan): (Value, BodySyntax) = match ct.as_str() {
         "" | "application/json" | "*/*" => {
-            let (v, repeated) =
-                crate::dupfields::decode_json(body).map_err(|e| cannot(e.to_string()))?;
+            let (v, repeated) = crate::dupfields::decode_json(body)
+                .map_err(|e| cannot(crate::decoding::json_syntax_error(body, &e)))?;
             let scan = if repeated {
                 BodySyntax::Json
             } else {
@@ -298,8 +294,7 @@ fn decode_object_body(
         }
         "application/yaml" | "application/x-yaml" | "text/yaml" => {
             let text = std::str::from_utf8(body).map_err(|e| cannot(e.to_string()))?;
-            let v = serde_saphyr::from_str_with_options(text, crate::dupfields::yaml_options())
-                .map_err(|e| cannot(e.to_string()))?;
+            let v = crate::yamlbody::decode(text).map_err(cannot)?;
             (v, BodySyntax::Yaml)
         }
         "application/vnd.kubernetes.protobuf" => {
@@ -323,14 +318,17 @@ fn decode_object_body(
     Ok((v, scan))
 }
 
-fn write_options(q: &Query) -> Result<WriteOptions, ApiError> {
-    let dry_run = match q.get("dryRun").map(String::as_str) {
-        None | Some("") => false,
-        Some("All") => true,
-        Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "unsupported dryRun value {other:?}: only \"All\" is supported"
-            )))
+/// The options of a write from the query, validated as upstream validates them (`kind` is
+/// `CreateOptions`, `UpdateOptions` or `PatchOptions`): a bad `fieldManager`, `dryRun` or
+/// `fieldValidation` is a 422 Invalid on `<kind>.meta.k8s.io` with a cause each.
+fn write_options(q: &Query, kind: &str) -> Result<WriteOptions, ApiError> {
+    let manager = q.get("fieldManager").cloned();
+    let mut causes = field_manager_causes(manager.as_deref().unwrap_or(""));
+    let dry_run = match dry_run_param(q) {
+        Ok(d) => d,
+        Err(c) => {
+            causes.push(c);
+            false
         }
     };
     let field_validation = match q.get("fieldValidation").map(String::as_str) {
@@ -338,16 +336,42 @@ fn write_options(q: &Query) -> Result<WriteOptions, ApiError> {
         Some("Strict") => FieldValidation::Strict,
         Some("Ignore") => FieldValidation::Ignore,
         Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "fieldValidation {other:?} is invalid: valid values are Ignore, Warn and Strict"
-            )))
+            causes.push(setpoint_api::Cause::new(
+                "FieldValueNotSupported",
+                "fieldValidation",
+                format!(
+                    "Unsupported value: {}: supported values: \"\", \"Ignore\", \"Strict\", \"Warn\"",
+                    go_quote(other)
+                ),
+            ));
+            FieldValidation::Warn
         }
     };
+    if !causes.is_empty() {
+        return Err(ApiError::invalid("meta.k8s.io", kind, "", causes));
+    }
     Ok(WriteOptions {
         dry_run,
         field_validation,
-        field_manager: q.get("fieldManager").cloned(),
+        field_manager: manager,
     })
+}
+
+/// The `dryRun` parameter: absent is false, `All` is true; anything else is upstream's
+/// `dryRun: Unsupported value: []string{"x"}: supported values: "All"`.
+fn dry_run_param(q: &Query) -> Result<bool, setpoint_api::Cause> {
+    match q.get("dryRun").map(String::as_str) {
+        None => Ok(false),
+        Some("All") => Ok(true),
+        Some(other) => Err(setpoint_api::Cause::new(
+            "FieldValueNotSupported",
+            "dryRun",
+            format!(
+                "Unsupported value: []string{{{}}}: supported values: \"All\"",
+                go_quote(other)
+            ),
+        )),
+    }
 }
 
 /// Fills in the field manager of a write that names none from the User-Agent's product name
@@ -376,7 +400,7 @@ fn decode_apply_body(body: &[u8]) -> Result<(Value, BodySyntax), ApiError> {
     }
     let text = std::str::from_utf8(body)
         .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
-    let v: Value = serde_saphyr::from_str_with_options(text, crate::dupfields::yaml_options())
+    let v: Value = crate::yamlbody::decode(text)
         .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
     if !v.is_object() {
         return Err(ApiError::bad_request(
@@ -398,6 +422,22 @@ fn accept_ranges(headers: &HeaderMap) -> impl Iterator<Item = Vec<&str>> {
 
 fn wants_table(headers: &HeaderMap) -> bool {
     accept_ranges(headers).any(|p| p.contains(&"as=Table") && p.contains(&"g=meta.k8s.io"))
+}
+
+/// Whether the response is a Table, with its `TableOptions` checked as upstream checks them
+/// before converting: an `includeObject` other than `Metadata`, `Object`, `None` or empty is a
+/// 400.
+fn table_requested(headers: &HeaderMap, q: &Query) -> Result<bool, ApiError> {
+    if !wants_table(headers) {
+        return Ok(false);
+    }
+    match q.get("includeObject").map(String::as_str) {
+        None | Some("" | "Metadata" | "Object" | "None") => Ok(true),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "Unable to convert to Table as requested: includeObject: Invalid value: {}: must be 'Metadata', 'Object', 'None', or empty",
+            go_quote(other)
+        ))),
+    }
 }
 
 /// The `meta.k8s.io` version the client asked to receive objects in as
@@ -516,7 +556,7 @@ async fn serve(
                 return Err(ApiError::not_found_path());
             }
             match *method {
-                Method::GET if flag(q, "watch") => {
+                Method::GET if bool_param(q, "watch") => {
                     watch(server, &res, namespace.as_deref(), q, headers).await
                 }
                 Method::GET => list(server, &res, namespace.as_deref(), q, headers).await,
@@ -526,7 +566,7 @@ async fn serve(
                         (None, true) => return Err(ApiError::method_not_allowed()),
                         _ => String::new(),
                     };
-                    let opts = with_default_manager(write_options(q)?, headers);
+                    let opts = with_default_manager(write_options(q, "CreateOptions")?, headers);
                     let bytes = read_body(server, body).await?;
                     let (obj, syntax) = decode_object_body(&res, headers, &bytes)?;
                     let dups = server.check_duplicate_fields(&res, syntax, &bytes, &opts)?;
@@ -592,13 +632,18 @@ async fn serve(
                     if view == View::Finalize {
                         return Err(ApiError::method_not_allowed());
                     }
+                    // A GET is served from the store, which is always current: a revision
+                    // it names only has to be one the server has reached.
+                    if let rv @ RvParam::At(_) = rv_param(q)? {
+                        wait_fresh(server, rv.revision()).await?;
+                    }
                     let obj = to_api(&res, server.get_object(&sres, &ns, &name).await?);
                     let obj = if view == View::Scale {
                         crate::strategy::scale_of(&res, &obj)
                     } else {
                         obj
                     };
-                    if wants_table(headers) && view == View::Main {
+                    if view == View::Main && table_requested(headers, q)? {
                         let rv = meta::resource_version(&obj).to_string();
                         let t = crate::table::table(&res, &[Arc::new(obj)], &rv, None, q, true);
                         return Ok(value_response(StatusCode::OK, &t));
@@ -610,7 +655,7 @@ async fn serve(
                     Ok(value_response(StatusCode::OK, &obj))
                 }
                 Method::PUT => {
-                    let opts = with_default_manager(write_options(q)?, headers);
+                    let opts = with_default_manager(write_options(q, "UpdateOptions")?, headers);
                     let bytes = read_body(server, body).await?;
                     let (obj, syntax) = if view == View::Scale {
                         let obj = serde_json::from_slice(&bytes).map_err(|e| {
@@ -635,16 +680,23 @@ async fn serve(
                     if view == View::Finalize {
                         return Err(ApiError::method_not_allowed());
                     }
-                    let opts = with_default_manager(write_options(q)?, headers);
+                    let opts = with_default_manager(write_options(q, "PatchOptions")?, headers);
                     let bytes = read_body(server, body).await?;
                     let ct = content_type(headers);
-                    let force = flag(q, "force");
                     let is_apply = ct == crate::patch::APPLY_PATCH;
+                    // `force` is a pointer upstream: on a non-apply patch, giving it at all is
+                    // forbidden, whatever its value.
+                    let force = opt_bool_param(q, "force");
                     crate::apply::check_patch_options(
                         is_apply,
                         q.get("fieldManager").map(String::as_str),
-                        force,
+                        if is_apply {
+                            force == Some(true)
+                        } else {
+                            force.is_some()
+                        },
                     )?;
+                    let force = force == Some(true);
                     if is_apply {
                         let (config, syntax) = decode_apply_body(&bytes)?;
                         if res.is_converted() {
@@ -750,20 +802,55 @@ fn delete_options(q: &Query, body: &[u8]) -> Result<DeleteOptions, ApiError> {
             .and_then(Value::as_array)
             .is_some_and(|a| a.iter().any(|x| x == "All"));
     }
-    if let Some(g) = q.get("gracePeriodSeconds") {
-        o.grace_period_seconds = Some(
-            g.parse()
-                .map_err(|_| ApiError::bad_request(format!("invalid gracePeriodSeconds {g:?}")))?,
-        );
+    if let Some(g) = int_param(q, "gracePeriodSeconds")? {
+        o.grace_period_seconds = Some(g);
     }
+    let mut causes = Vec::new();
     if let Some(p) = q.get("propagationPolicy") {
+        if !matches!(p.as_str(), "Foreground" | "Background" | "Orphan") {
+            causes.push(setpoint_api::Cause::new(
+                "FieldValueNotSupported",
+                "propagationPolicy",
+                format!(
+                    "Unsupported value: {}: supported values: \"Foreground\", \"Background\", \"Orphan\", \"nil\"",
+                    go_quote(p)
+                ),
+            ));
+        }
         o.propagation_policy = Some(p.clone());
     }
-    if flag(q, "orphanDependents") && o.propagation_policy.is_none() {
-        o.propagation_policy = Some("Orphan".into());
+    match opt_bool_param(q, "orphanDependents") {
+        Some(_) if q.contains_key("propagationPolicy") => {
+            let p = q.get("propagationPolicy").map_or("", String::as_str);
+            causes.insert(
+                0,
+                setpoint_api::Cause::new(
+                    "FieldValueInvalid",
+                    "propagationPolicy",
+                    format!(
+                        "Invalid value: {}: orphanDependents and deletionPropagation cannot be both set",
+                        go_quote(p)
+                    ),
+                ),
+            );
+        }
+        Some(true) if o.propagation_policy.is_none() => {
+            o.propagation_policy = Some("Orphan".into());
+        }
+        _ => {}
     }
-    if q.get("dryRun").map(String::as_str) == Some("All") {
-        o.dry_run = true;
+    match dry_run_param(q) {
+        Ok(true) => o.dry_run = true,
+        Ok(false) => {}
+        Err(c) => causes.push(c),
+    }
+    if !causes.is_empty() {
+        return Err(ApiError::invalid(
+            "meta.k8s.io",
+            "DeleteOptions",
+            "",
+            causes,
+        ));
     }
     Ok(o)
 }
@@ -861,15 +948,10 @@ fn decode_continue(token: &str) -> Result<(Revision, String), ApiError> {
     Ok((rev, key))
 }
 
-fn parse_rv(s: &str) -> Result<Revision, ApiError> {
-    s.parse::<Revision>()
-        .ok()
-        .filter(|r| *r >= 0)
-        .ok_or_else(|| ApiError::bad_request(format!("invalid resource version {s:?}")))
-}
-
 /// Waits until the watch cache has caught up with the store (a consistent read), or with a
-/// client-named revision.
+/// client-named revision: the one wait every read that names a revision goes through (LIST,
+/// WATCH, GET). A revision the cache does not reach within [`CACHE_WAIT`] is upstream's 504
+/// `Too large resource version`.
 async fn wait_fresh(server: &ApiServer, at_least: Option<Revision>) -> Result<(), ApiError> {
     let target = match at_least {
         Some(r) => r,
@@ -882,10 +964,10 @@ async fn wait_fresh(server: &ApiServer, at_least: Option<Revision>) -> Result<()
     if server.caches.wait_for(target, CACHE_WAIT).await {
         Ok(())
     } else {
-        Err(ApiError::timeout(format!(
-            "Too large resource version: {target}, current: {}",
-            server.caches.revision()
-        )))
+        Err(ApiError::too_large_resource_version(
+            target.max(0).unsigned_abs(),
+            server.caches.revision(),
+        ))
     }
 }
 
@@ -896,27 +978,26 @@ async fn list(
     q: &Query,
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
+    let params = ListParams::parse(q)?;
     let filter = filter_for(server, res, namespace, q)?;
-    let limit = q
-        .get("limit")
-        .and_then(|l| l.parse::<usize>().ok())
-        .filter(|l| *l > 0);
-    let rv = q.get("resourceVersion").map(String::as_str).unwrap_or("");
-    let rv_match = q
-        .get("resourceVersionMatch")
-        .map(String::as_str)
-        .unwrap_or("");
+    let limit = params
+        .limit
+        .filter(|l| *l > 0)
+        .map(|l| usize::try_from(l).unwrap_or(usize::MAX));
+    let rv = params.resource_version;
+    let rv_match = params.resource_version_match.as_str();
     let sres = storage_def(server, res);
     let prefix = sres.namespace_prefix(filter.namespace.as_deref());
-    let table = wants_table(headers);
+    let table = table_requested(headers, q)?;
     let metadata_as = wants_metadata(headers).filter(|_| !table);
 
     // Continuation pages and exact-revision reads come from the store at that revision.
-    let from_store = if let Some(token) = q.get("continue").filter(|t| !t.is_empty()) {
+    let from_store = if let Some(token) = &params.continue_token {
         let (rev, key) = decode_continue(token)?;
         Some((Some(key), Some(rev)))
     } else if rv_match == "Exact" {
-        Some((None, Some(parse_rv(rv)?)))
+        // Validation has made sure an exact read names a revision.
+        Some((None, rv.revision()))
     } else {
         None
     };
@@ -945,14 +1026,14 @@ async fn list(
         )
     } else {
         match rv {
-            "0" => {}
-            "" => wait_fresh(server, None).await?,
-            n => wait_fresh(server, Some(parse_rv(n)?)).await?,
+            RvParam::Any => {}
+            RvParam::Unset => wait_fresh(server, None).await?,
+            RvParam::At(_) => wait_fresh(server, rv.revision()).await?,
         }
         let cache = server.caches.get(&sres.storage_prefix());
         let (objs, revision) = cache.list(&prefix, &filter);
         match limit {
-            Some(l) if objs.len() > l && rv != "0" => {
+            Some(l) if objs.len() > l && rv != RvParam::Any => {
                 let last = objs[l - 1].key.clone();
                 let remaining = filter.predicate.is_none().then(|| objs.len() - l);
                 let page: Vec<Arc<Value>> =
@@ -1134,7 +1215,7 @@ async fn bind_pod(
             vec![setpoint_api::Cause::required("target.name", "")],
         ));
     }
-    let opts = write_options(q)?;
+    let opts = write_options(q, "CreateOptions")?;
     server.bind(res, ns, name, &node, &opts).await?;
     Ok(value_response(
         StatusCode::CREATED,
@@ -1158,6 +1239,17 @@ fn event_line_into(b: &mut BytesMut, kind: &str, write_object: impl FnOnce(&mut 
     b.extend_from_slice(b"}\n");
 }
 
+/// A 200 whose body is one watch ERROR event carrying `e`'s `Status`: how a watch reports a
+/// problem found after its parameters were accepted (upstream: "once we have ... successfully
+/// parsed a resource version, other errors must fail with a watch event of type ERROR").
+fn watch_error(e: &ApiError) -> Response {
+    let line = event_line(
+        "ERROR",
+        &serde_json::to_vec(&e.to_status()).unwrap_or_default(),
+    );
+    json_response(StatusCode::OK, line)
+}
+
 async fn watch(
     server: &Arc<ApiServer>,
     res: &Arc<ResourceDef>,
@@ -1165,42 +1257,43 @@ async fn watch(
     q: &Query,
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
+    let params = ListParams::parse(q)?;
     let filter = filter_for(server, res, namespace, q)?;
     let sres = storage_def(server, res);
-    let rv = q.get("resourceVersion").map(String::as_str).unwrap_or("");
-    let send_initial = q.get("sendInitialEvents").map(String::as_str);
-    let bookmarks = flag(q, "allowWatchBookmarks");
-    let start = match (rv, send_initial) {
-        (_, Some("true")) => {
-            if !rv.is_empty() && rv != "0" {
-                wait_fresh(server, Some(parse_rv(rv)?)).await?;
-            } else if rv.is_empty() {
-                wait_fresh(server, None).await?;
-            }
-            WatchStart::CurrentState
-        }
-        ("", _) | ("0", _) => WatchStart::CurrentState,
-        (n, _) => WatchStart::After(parse_rv(n)?),
+    let rv = params.resource_version;
+    let send_initial = params.send_initial_events;
+    let bookmarks = params.allow_watch_bookmarks;
+    let fresh = match (rv, send_initial) {
+        // A consistent initial state: the cache catches up with the store first.
+        (RvParam::Unset, Some(true)) => wait_fresh(server, None).await,
+        // Any other named revision must be one the cache reaches.
+        (RvParam::At(_), _) => wait_fresh(server, rv.revision()).await,
+        _ => Ok(()),
     };
-    let initial_end_bookmark = send_initial == Some("true") && bookmarks;
-    let timeout = match q.get("timeoutSeconds").and_then(|t| t.parse::<u64>().ok()) {
-        Some(t) => Duration::from_secs(t),
+    if let Err(e) = fresh {
+        return Ok(watch_error(&e));
+    }
+    let start = match (rv, send_initial) {
+        (_, Some(true)) | (RvParam::Unset | RvParam::Any, None) => WatchStart::CurrentState,
+        // No initial events: changes from the newest revision on.
+        (RvParam::Unset | RvParam::Any, Some(false)) => WatchStart::After(server.caches.revision()),
+        (RvParam::At(_), _) => WatchStart::After(rv.revision().unwrap_or(0)),
+    };
+    let initial_end_bookmark = send_initial == Some(true) && bookmarks;
+    let timeout = match params.timeout_seconds {
+        // Upstream's watch runs under a context whose deadline is already past: it ends at once.
+        Some(t) if t < 0 => return Ok(json_response(StatusCode::OK, Bytes::new())),
+        Some(t) if t > 0 => Duration::from_secs(t.unsigned_abs()),
         // Kubernetes spreads long watches over 30–60 minutes so reconnects don't bunch up.
-        None => Duration::from_secs(1800 + rand::random::<u64>() % 1800),
+        _ => Duration::from_secs(1800 + rand::random::<u64>() % 1800),
     };
     let cache = server.caches.get(&sres.storage_prefix());
-    let table = wants_table(headers);
+    let table = table_requested(headers, q)?;
     let metadata_as = wants_metadata(headers).filter(|_| !table);
     let handle = match cache.watch(start, filter, bookmarks) {
         Ok(h) => h,
-        Err(e) => {
-            // Clients expect a 200 with an ERROR event for an expired resourceVersion.
-            let line = event_line(
-                "ERROR",
-                &serde_json::to_vec(&e.to_status()).unwrap_or_default(),
-            );
-            return Ok(json_response(StatusCode::OK, line));
-        }
+        // Clients expect a 200 with an ERROR event for an expired resourceVersion.
+        Err(e) => return Ok(watch_error(&e)),
     };
     let res = res.clone();
     let q = q.clone();
@@ -1212,28 +1305,25 @@ async fn watch(
         q,
     };
     let revision = handle.revision;
-    let initial: Vec<WatchItem> = handle.initial.clone();
-    let deadline = tokio::time::Instant::now() + timeout;
+    // A deadline far past any real one still fits the clock.
+    let deadline =
+        tokio::time::Instant::now() + timeout.min(Duration::from_secs(10 * 365 * 24 * 3600));
     let stream = futures::stream::unfold(
-        (
-            state,
-            handle,
-            initial.into_iter(),
-            initial_end_bookmark,
-            revision,
-        ),
-        move |(mut state, mut handle, mut initial, mut end_bookmark, revision)| async move {
-            let item = if let Some(i) = initial.next() {
+        (state, handle, initial_end_bookmark, revision),
+        move |(mut state, mut handle, mut end_bookmark, revision)| async move {
+            // Initial events are taken one at a time, as the connection asks for more, so
+            // only what the connection has room for is ever serialized.
+            let item = if let Some(i) = handle.next_initial() {
                 Some(i)
             } else if end_bookmark {
                 end_bookmark = false;
                 let line = state.bookmark(revision, true);
                 return Some((
                     Ok::<Bytes, Infallible>(line),
-                    (state, handle, initial, end_bookmark, revision),
+                    (state, handle, end_bookmark, revision),
                 ));
             } else {
-                match tokio::time::timeout_at(deadline, handle.live.recv()).await {
+                match tokio::time::timeout_at(deadline, handle.next_live()).await {
                     Ok(Some(i)) => Some(i),
                     _ => None,
                 }
@@ -1243,7 +1333,7 @@ async fn watch(
                 WatchItem::Event(t, obj) => state.event(t, &obj),
                 WatchItem::Bookmark(rv) => state.bookmark(rv, false),
             };
-            Some((Ok(line), (state, handle, initial, end_bookmark, revision)))
+            Some((Ok(line), (state, handle, end_bookmark, revision)))
         },
     );
     Ok(Response::builder()
@@ -1263,34 +1353,82 @@ const CHUNK_BYTES: usize = 256 * 1024;
 /// more. Under load a watcher is sent one HTTP/2 frame, TLS record and write for many events
 /// instead of one each: the writes were about a twentieth of the server's CPU with one
 /// client watching 30,000 pods start. An idle watch sends each event alone, at once.
+///
+/// It takes an event from `lines` only when it has room for it in the chunk it is building,
+/// so what a watcher holds serialized is at most one chunk and one event, however far its
+/// client is behind: joining a fixed number of ready events instead held 64 whole objects per
+/// stalled watch (64 MiB for objects of 1 MiB).
 fn coalesced(
     lines: impl futures::Stream<Item = Result<Bytes, Infallible>> + Send + 'static,
 ) -> futures::stream::BoxStream<'static, Result<Bytes, Infallible>> {
-    lines
-        .ready_chunks(EVENTS_PER_CHUNK)
-        .flat_map(|ready| {
-            if ready.len() == 1 {
-                return futures::stream::iter(ready);
+    Coalesced {
+        lines: lines.boxed(),
+        held: None,
+        done: false,
+    }
+    .boxed()
+}
+
+/// The stream [`coalesced`] returns.
+struct Coalesced {
+    lines: futures::stream::BoxStream<'static, Result<Bytes, Infallible>>,
+    /// An event taken that did not fit the last chunk: the next chunk starts with it.
+    held: Option<Bytes>,
+    /// `lines` has ended.
+    done: bool,
+}
+
+impl futures::Stream for Coalesced {
+    type Item = Result<Bytes, Infallible>;
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        use std::task::Poll;
+        let this = self.get_mut();
+        // The first event of the chunk, kept as it is until a second one joins it.
+        let mut first: Option<Bytes> = this.held.take();
+        let mut joined: Option<BytesMut> = None;
+        let mut events = usize::from(first.is_some());
+        loop {
+            let len = joined
+                .as_ref()
+                .map_or_else(|| first.as_ref().map_or(0, Bytes::len), BytesMut::len);
+            if this.done || events >= EVENTS_PER_CHUNK || len >= CHUNK_BYTES {
+                break;
             }
-            let mut chunks: Vec<Result<Bytes, Infallible>> = Vec::new();
-            let total: usize = ready.iter().flatten().map(Bytes::len).sum();
-            let mut joined = BytesMut::with_capacity(total.min(CHUNK_BYTES));
-            for Ok(line) in ready {
-                if !joined.is_empty() && joined.len() + line.len() > CHUNK_BYTES {
-                    chunks.push(Ok(joined.split().freeze()));
+            let line = match this.lines.poll_next_unpin(cx) {
+                Poll::Ready(Some(Ok(line))) => line,
+                Poll::Ready(None) => {
+                    this.done = true;
+                    break;
                 }
-                if joined.is_empty() && line.len() >= CHUNK_BYTES {
-                    chunks.push(Ok(line));
-                } else {
-                    joined.extend_from_slice(&line);
+                Poll::Pending => break,
+            };
+            if len > 0 && len + line.len() > CHUNK_BYTES {
+                this.held = Some(line);
+                break;
+            }
+            events += 1;
+            match (&mut joined, first.take()) {
+                (Some(j), _) => j.extend_from_slice(&line),
+                (None, Some(f)) => {
+                    let mut j = BytesMut::with_capacity((f.len() + line.len()) * 2);
+                    j.extend_from_slice(&f);
+                    j.extend_from_slice(&line);
+                    joined = Some(j);
                 }
+                (None, None) => first = Some(line),
             }
-            if !joined.is_empty() {
-                chunks.push(Ok(joined.freeze()));
-            }
-            futures::stream::iter(chunks)
-        })
-        .boxed()
+        }
+        match (joined, first) {
+            (Some(j), _) => Poll::Ready(Some(Ok(j.freeze()))),
+            (None, Some(f)) => Poll::Ready(Some(Ok(f))),
+            (None, None) if this.done => Poll::Ready(None),
+            (None, None) => Poll::Pending,
+        }
+    }
 }
 
 struct WatchState {
@@ -1385,5 +1523,27 @@ mod tests {
             assert!(chunks.len() >= n.div_ceil(EVENTS_PER_CHUNK));
         }
         assert_eq!(chunks_of(lines(200, 100)).len(), 4);
+    }
+
+    /// The coalescer takes an event only when it can send it with the chunk it builds (or
+    /// next): a stalled watcher holds one chunk and one event serialized, not a batch.
+    #[test]
+    fn events_are_taken_only_as_chunks_go_out() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let taken = Arc::new(AtomicUsize::new(0));
+        let counted = taken.clone();
+        let input = lines(1000, 100_000);
+        let stream = futures::stream::iter(input).map(move |l| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, Infallible>(l)
+        });
+        let mut chunks = coalesced(stream);
+        let mut sent = 0;
+        for _ in 0..5 {
+            let chunk = futures::executor::block_on(chunks.next()).unwrap().unwrap();
+            assert!(chunk.len() <= CHUNK_BYTES);
+            sent += chunk.iter().filter(|b| **b == b'\n').count();
+            assert!(taken.load(Ordering::SeqCst) <= sent + 1, "{sent}");
+        }
     }
 }

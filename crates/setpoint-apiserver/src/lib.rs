@@ -11,6 +11,7 @@
 pub mod apply;
 pub mod convert;
 pub mod crd;
+pub mod decoding;
 pub mod discovery;
 pub mod health;
 pub mod dupfields;
@@ -29,5 +30,6 @@ pub mod table;
 pub mod tls;
 pub mod typemeta;
 pub mod watchcache;
+pub mod yamlbody;
 
 pub use server::{ApiServer, ServerConfig, StoreConfig, COMPACTION_GUARD_KEY};

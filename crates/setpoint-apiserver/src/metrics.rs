@@ -48,6 +48,9 @@ struct Inner {
     watchers: Family<ResourceLabel, Gauge>,
     watchers_dropped: Family<ResourceLabel, Counter>,
     store_latency: Family<OperationLabel, Histogram, fn() -> Histogram>,
+    /// Registries of components running in this process (`setpoint up`'s controllers and
+    /// informers), served at the same `/metrics`.
+    included: parking_lot::RwLock<Vec<Arc<Registry>>>,
 }
 
 /// The server's metrics; cheap to clone.
@@ -105,7 +108,15 @@ impl Metrics {
             watchers,
             watchers_dropped,
             store_latency,
+            included: parking_lot::RwLock::new(Vec::new()),
         }))
+    }
+
+    /// Serves the metrics of `registry` with the server's own, for components that run in
+    /// the server's process and have no endpoint of their own. Their names must not collide
+    /// with the server's.
+    pub fn include(&self, registry: Arc<Registry>) {
+        self.0.included.write().push(registry);
     }
 
     /// Records one finished request.
@@ -159,8 +170,13 @@ impl Metrics {
 
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
+        use prometheus_client::encoding::text::{encode_eof, encode_registry};
         let mut out = String::new();
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.0.registry);
+        let _ = encode_registry(&mut out, &self.0.registry);
+        for r in self.0.included.read().iter() {
+            let _ = encode_registry(&mut out, r);
+        }
+        let _ = encode_eof(&mut out);
         out
     }
 }

@@ -110,6 +110,10 @@ fn manager(opts: &WriteOptions) -> &str {
         .unwrap_or(crate::apply::DEFAULT_MANAGER)
 }
 
+/// Namespaces the API server refuses to delete (Kubernetes' NamespaceLifecycle admission keeps
+/// these three; `kube-node-lease` is not among them).
+pub const IMMORTAL_NAMESPACES: [&str; 3] = ["default", "kube-system", "kube-public"];
+
 /// Where allocated service cluster IPs are reserved, so two services never share one.
 const SERVICE_IP_PREFIX: &str = "/registry/_allocations/serviceips/";
 
@@ -118,16 +122,14 @@ fn store_err(res: &ResourceDef, name: &str, e: StoreError) -> ApiError {
         StoreError::AlreadyExists { .. } => ApiError::already_exists(&res.group_resource(), name),
         StoreError::Conflict { .. } => ApiError::stale(&res.group_resource(), name),
         StoreError::NotFound { .. } => ApiError::not_found(&res.group_resource(), name),
-        StoreError::TooLarge { size, limit } => ApiError::too_large(format!(
-            "object of {size} bytes exceeds the storage limit of {limit} bytes"
-        )),
+        StoreError::TooLarge { .. } => object_too_large(),
         StoreError::Compacted {
             requested,
             compacted,
         } => ApiError::too_old_resource_version(requested, compacted + 1),
-        StoreError::FutureRevision { requested, current } => ApiError::timeout(format!(
-            "Too large resource version: {requested}, current: {current}"
-        )),
+        StoreError::FutureRevision { requested, current } => {
+            ApiError::too_large_resource_version(requested.max(0).unsigned_abs(), current)
+        }
         other => ApiError::internal(other.to_string()),
     }
 }
@@ -140,7 +142,11 @@ fn store_err(res: &ResourceDef, name: &str, e: StoreError) -> ApiError {
 /// recent history and the watch cache all share it, and the embedded store writes it to disk),
 /// so it is compressed and allocated at its exact size. Serializing into a reused per-thread
 /// buffer spares the growth's reallocations.
-fn encode(obj: &Value) -> Bytes {
+///
+/// An object whose JSON is larger than [`MAX_OBJECT_BYTES`] is refused here, before anything is
+/// written, whatever the write path: compression must not let a repetitive object of any size
+/// in (it would be that size again in every reader's memory).
+fn encode(obj: &Value) -> Result<Bytes, ApiError> {
     /// Objects up to this size (most of them) reuse the buffer; a larger one's is dropped.
     const KEEP_BUFFER: usize = 64 * 1024;
     thread_local! {
@@ -148,16 +154,49 @@ fn encode(obj: &Value) -> Bytes {
     }
     BUFFER.with_borrow_mut(|buf| {
         buf.clear();
-        // Serializing a `Value` into memory cannot fail (its keys are strings).
-        let stored = match serde_json::to_writer(&mut *buf, &WithoutResourceVersion(obj)) {
-            Ok(()) => setpoint_store::compression::compress(buf),
-            Err(_) => Bytes::new(),
+        let mut limited = LimitedWriter {
+            buf: &mut *buf,
+            limit: MAX_OBJECT_BYTES,
+        };
+        // Serializing a `Value` into memory fails only when the limit is reached.
+        let stored = match serde_json::to_writer(&mut limited, &WithoutResourceVersion(obj)) {
+            Ok(()) => Ok(setpoint_store::compression::compress(buf)),
+            Err(_) => Err(object_too_large()),
         };
         if buf.capacity() > KEEP_BUFFER {
             *buf = Vec::new();
         }
         stored
     })
+}
+
+/// The most bytes an object may take as stored (its JSON without `resourceVersion`, before
+/// compression): etcd's default request limit, 1.5 MiB, the largest object Kubernetes can store.
+pub const MAX_OBJECT_BYTES: usize = 1536 * 1024;
+
+/// 413 for an object over [`MAX_OBJECT_BYTES`], with the message etcd gives Kubernetes for a
+/// request over its limit.
+pub fn object_too_large() -> ApiError {
+    ApiError::too_large("etcdserver: request is too large")
+}
+
+/// A buffer that refuses to grow past `limit`, so an oversized object is never serialized whole.
+struct LimitedWriter<'a> {
+    buf: &'a mut Vec<u8>,
+    limit: usize,
+}
+
+impl std::io::Write for LimitedWriter<'_> {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        if self.buf.len() + data.len() > self.limit {
+            return Err(std::io::Error::other("object too large"));
+        }
+        self.buf.extend_from_slice(data);
+        Ok(data.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Serializes an object as stored: everything but `metadata.resourceVersion`, without
@@ -273,7 +312,7 @@ impl ApiServer {
             .timed(
                 "update",
                 self.store
-                    .put(key, encode(obj), Precondition::ModRevision(expected)),
+                    .put(key, encode(obj)?, Precondition::ModRevision(expected)),
             )
             .await
         {
@@ -351,22 +390,78 @@ impl ApiServer {
         Ok(())
     }
 
-    /// Rejects or warns about fields the kind does not know, per `fieldValidation`.
+    /// Rejects or warns about fields the kind does not know, per `fieldValidation`, and drops
+    /// them from a built-in kind's `obj` (whatever `fieldValidation` says: Kubernetes decodes the
+    /// body into the kind's type, which has nowhere to keep them). Custom resources are pruned by
+    /// their schema later, in `crd::admit`.
     fn check_unknown_fields(
         &self,
         res: &ResourceDef,
-        obj: &Value,
+        obj: &mut Value,
         opts: &WriteOptions,
     ) -> Result<Vec<String>, ApiError> {
-        if opts.field_validation == FieldValidation::Ignore || res.is_converted() {
+        if res.is_converted() {
             return Ok(vec![]);
         }
         let unknown = if res.custom.is_some() {
+            if opts.field_validation == FieldValidation::Ignore {
+                return Ok(vec![]);
+            }
             crate::crd::unknown_fields(res, obj)
         } else {
-            setpoint_kinds::validation::unknown_fields(&res.group, &res.version, &res.kind, obj)
+            setpoint_kinds::validation::drop_unknown_fields(
+                &res.group,
+                &res.version,
+                &res.kind,
+                obj,
+            )
         };
         self.unknown_field_policy(res, &unknown, opts)
+    }
+
+    /// Server-side apply's answer to fields the kind does not know in an apply configuration:
+    /// always a 400, whatever `fieldValidation` says (an apply configuration is converted to the
+    /// kind's schema to track ownership, and has no place for them), in Kubernetes' words:
+    /// `failed to create typed patch object (ns/name; apps/v1, Kind=Deployment): .spec.foo:
+    /// field not declared in schema`. (Kubernetes answers it with a 500 by mistake; a fix that
+    /// makes it the 400 it is here is under review upstream.)
+    fn check_apply_fields(
+        &self,
+        res: &ResourceDef,
+        namespace: &str,
+        name: &str,
+        config: &Value,
+    ) -> Result<(), ApiError> {
+        if res.is_converted() {
+            return Ok(());
+        }
+        let unknown = if res.custom.is_some() {
+            crate::crd::unknown_fields(res, config)
+        } else {
+            setpoint_kinds::validation::unknown_fields(&res.group, &res.version, &res.kind, config)
+        };
+        if unknown.is_empty() {
+            return Ok(());
+        }
+        let errors: Vec<String> = unknown
+            .iter()
+            .map(|f| {
+                let at = crate::apply::display_path(res, config, f);
+                format!("{at}: field not declared in schema")
+            })
+            .collect();
+        let detail = match errors.as_slice() {
+            [one] => one.clone(),
+            many => format!("errors:\n  {}", many.join("\n  ")),
+        };
+        let gvk = if res.group.is_empty() {
+            format!("/{}, Kind={}", res.version, res.kind)
+        } else {
+            format!("{}/{}, Kind={}", res.group, res.version, res.kind)
+        };
+        Err(ApiError::bad_request(format!(
+            "failed to create typed patch object ({namespace}/{name}; {gvk}): {detail}"
+        )))
     }
 
     /// Turns unknown fields into a 400 (`Strict`) or warnings (`Warn`), or nothing (`Ignore`).
@@ -430,6 +525,12 @@ impl ApiServer {
         };
         if let Some(m) = managed {
             obj["metadata"]["managedFields"] = m;
+        }
+        // A value of the wrong type is a decode error (400), before any other check.
+        if let Some(e) = crate::decoding::type_error(res, obj, &type_errors)
+            .or_else(|| crate::decoding::custom_metadata_error(res, obj))
+        {
+            return Err(e);
         }
         let mut causes = setpoint_kinds::validation::validate_with_type_errors(
             &res.group,
@@ -517,12 +618,21 @@ impl ApiServer {
         } else {
             setpoint_kinds::validation::check_types(&res.group, &res.version, &res.kind, &obj)
         };
+        // A value of the wrong type is a decode error (400), before any other check.
+        if let Some(e) = crate::decoding::type_error(res, &obj, &types.type_errors)
+            .or_else(|| crate::decoding::custom_metadata_error(res, &obj))
+        {
+            return Err(e);
+        }
         let unknown = if res.custom.is_some() {
             crate::crd::unknown_fields(res, &obj)
         } else {
-            types.unknown
+            types.unknown.clone()
         };
         let warnings = self.unknown_field_policy(res, &unknown, opts)?;
+        // Unknown fields of built-in kinds are never stored (custom resources are pruned by
+        // their schema in `crd::admit`).
+        types.drop_unknown(&mut obj);
         let generate = meta::generate_name(&obj).to_string();
         if meta::name(&obj).is_empty() && generate.is_empty() {
             return Err(ApiError::invalid(
@@ -597,10 +707,19 @@ impl ApiServer {
                 });
             }
             let key = res.key(namespace, meta::name(&obj));
+            let value = match encode(&obj) {
+                Ok(value) => value,
+                Err(e) => {
+                    if let Some(ip) = reserved_ip {
+                        self.release_cluster_ip(&ip).await;
+                    }
+                    return Err(e);
+                }
+            };
             match self
                 .timed(
                     "create",
-                    self.store.put(&key, encode(&obj), Precondition::NotExists),
+                    self.store.put(&key, value, Precondition::NotExists),
                 )
                 .await
             {
@@ -727,8 +846,10 @@ impl ApiServer {
                 "the name of the object ({body_name}) does not match the name on the URL ({name})"
             )));
         }
-        let warnings = if view == View::Main {
-            self.check_unknown_fields(res, &body, opts)?
+        // A status write's body is the whole object too: what its status holds unknown is
+        // dropped the same way.
+        let warnings = if matches!(view, View::Main | View::Status) {
+            self.check_unknown_fields(res, &mut body, opts)?
         } else {
             vec![]
         };
@@ -763,8 +884,8 @@ impl ApiServer {
                         "the patched object is not a JSON object",
                     ));
                 }
-                if view == View::Main {
-                    warnings = self.check_unknown_fields(res, &patched, opts)?;
+                if matches!(view, View::Main | View::Status) {
+                    warnings = self.check_unknown_fields(res, &mut patched, opts)?;
                 }
                 Ok(Cow::Owned(patched))
             })
@@ -803,11 +924,7 @@ impl ApiServer {
             }
             _ => {}
         }
-        let warnings = if view == View::Main {
-            self.check_unknown_fields(res, &config, opts)?
-        } else {
-            vec![]
-        };
+        self.check_apply_fields(res, namespace, name, &config)?;
         let request = crate::apply::Apply {
             manager: manager(opts),
             config: &config,
@@ -825,17 +942,11 @@ impl ApiServer {
                 })
                 .await;
             match updated {
-                Ok(mut w) => {
-                    w.warnings = warnings;
-                    return Ok((w, false));
-                }
+                Ok(w) => return Ok((w, false)),
                 Err(e) if e.code == 404 && view == View::Main && attempts < 3 => {
                     let obj = request.new_object(res, &now);
                     match self.create_tracked(res, namespace, obj, opts, false).await {
-                        Ok(mut w) => {
-                            w.warnings = warnings;
-                            return Ok((w, true));
-                        }
+                        Ok(w) => return Ok((w, true)),
                         Err(e) if e.reason == "AlreadyExists" => continue,
                         Err(e) => return Err(e),
                     }
@@ -991,6 +1102,16 @@ impl ApiServer {
         let gr = res.group_resource();
         loop {
             let (cur, kv) = self.read(res, namespace, name).await?;
+            if res.group.is_empty()
+                && res.plural == "namespaces"
+                && IMMORTAL_NAMESPACES.contains(&name)
+            {
+                return Err(ApiError::forbidden(
+                    &gr,
+                    name,
+                    "this namespace may not be deleted",
+                ));
+            }
             if let Some(uid) = &opts.precondition_uid {
                 if uid != meta::uid(&cur) {
                     return Err(ApiError::conflict(

@@ -152,9 +152,9 @@ pub fn agent_path(
 fn validate(q: &HashMap<String, String>) -> Result<(), ApiError> {
     for k in ["tailLines", "sinceSeconds", "limitBytes"] {
         if let Some(v) = q.get(k) {
-            let n: i64 = v
-                .parse()
-                .map_err(|_| ApiError::bad_request(format!("{k}: invalid value {v:?}")))?;
+            // Upstream decodes the options before validating them: a value that is not an
+            // integer is the decoder's 400.
+            let n = crate::request::go_parse_int(v).map_err(ApiError::bad_request)?;
             let ok = if k == "tailLines" { n >= 0 } else { n >= 1 };
             if !ok {
                 return Err(ApiError::bad_request(format!(
@@ -342,5 +342,16 @@ mod tests {
             serde_json::to_vec(&status).unwrap().as_slice(),
         );
         assert_eq!(e.message, "no previous run");
+    }
+
+    #[test]
+    fn numbers_that_do_not_parse_are_the_decoders_400() {
+        let q: HashMap<String, String> = [("tailLines".to_string(), "ten".to_string())].into();
+        let e = validate(&q).unwrap_err();
+        assert_eq!((e.code, e.reason.as_str()), (400, "BadRequest"));
+        assert_eq!(
+            e.message,
+            "strconv.ParseInt: parsing \"ten\": invalid syntax"
+        );
     }
 }

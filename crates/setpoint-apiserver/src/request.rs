@@ -1,7 +1,10 @@
-//! Turning a request path into what it names: a discovery document, a collection, or one
-//! object (with an optional subresource).
+//! Turning a request into what it asks for: the path into a discovery document, a collection,
+//! or one object (with an optional subresource); the query string into typed parameters, each
+//! type read by one parser that answers a value upstream would reject with upstream's error.
 
-use setpoint_api::ApiError;
+use std::collections::HashMap;
+
+use setpoint_api::{ApiError, Cause};
 
 /// What a `/api/...` or `/apis/...` path names, before the registry is consulted.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -100,6 +103,338 @@ pub fn parse_path(path: &str) -> Result<PathTarget, ApiError> {
     Ok(target)
 }
 
+/// The query parameters of a request, decoded. A parameter given twice counts once, by its
+/// first value, as upstream's parameter codec reads it.
+pub type Query = HashMap<String, String>;
+
+/// Decodes a query string (`None`: no query).
+pub fn parse_query(raw: Option<&str>) -> Query {
+    let mut q = Query::new();
+    for (k, v) in form_urlencoded::parse(raw.unwrap_or("").as_bytes()) {
+        q.entry(k.into_owned()).or_insert_with(|| v.into_owned());
+    }
+    q
+}
+
+/// A boolean parameter as upstream's query conversion reads it: absent, `0` or `false` (in
+/// any case) is false, and every other value, the empty one included, is true. Upstream
+/// answers no value of a boolean parameter with an error, so neither does this.
+pub fn bool_param(q: &Query, name: &str) -> bool {
+    q.get(name).is_some_and(|v| is_true(v))
+}
+
+/// A boolean parameter whose absence means something of its own (`sendInitialEvents`,
+/// `force`): `None` when absent, else read as [`bool_param`] reads it.
+pub fn opt_bool_param(q: &Query, name: &str) -> Option<bool> {
+    q.get(name).map(|v| is_true(v))
+}
+
+fn is_true(v: &str) -> bool {
+    !(v == "0" || v.eq_ignore_ascii_case("false"))
+}
+
+/// An integer parameter (`limit`, `timeoutSeconds`, `gracePeriodSeconds`): `None` when absent;
+/// a value that is not a decimal 64-bit integer is a 400 with the parse error as upstream words
+/// it (`strconv.ParseInt: parsing "abc": invalid syntax`).
+pub fn int_param(q: &Query, name: &str) -> Result<Option<i64>, ApiError> {
+    q.get(name)
+        .map(|v| go_parse_int(v).map_err(ApiError::bad_request))
+        .transpose()
+}
+
+/// What a `resourceVersion` parameter asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RvParam {
+    /// Unset: the most recent state (a consistent read).
+    Unset,
+    /// `0`: any state the server has.
+    Any,
+    /// A revision: not older than it.
+    At(u64),
+}
+
+impl RvParam {
+    /// The revision named, as the store counts them (a revision beyond the store's range is
+    /// one it can never reach, and waiting for it times out like any future one).
+    pub fn revision(self) -> Option<i64> {
+        match self {
+            RvParam::At(r) => Some(i64::try_from(r).unwrap_or(i64::MAX)),
+            _ => None,
+        }
+    }
+}
+
+/// The `resourceVersion` parameter. A value that is not a resource version is a 400 with
+/// upstream's message: `resourceVersion: Invalid value: "abc": strconv.ParseUint: parsing
+/// "abc": invalid syntax`.
+pub fn rv_param(q: &Query) -> Result<RvParam, ApiError> {
+    match q.get("resourceVersion").map(String::as_str) {
+        None | Some("") => Ok(RvParam::Unset),
+        Some("0") => Ok(RvParam::Any),
+        Some(v) => go_parse_uint(v).map(RvParam::At).map_err(|e| {
+            ApiError::bad_request(format!(
+                "resourceVersion: Invalid value: {}: {e}",
+                go_quote(v)
+            ))
+        }),
+    }
+}
+
+/// The options of a LIST or WATCH, read and checked as upstream reads `ListOptions`: a value
+/// that does not parse is a 400; a combination upstream's `ValidateListOptions` forbids is a
+/// 422 Invalid on `ListOptions.meta.k8s.io`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListParams {
+    /// `watch`: a WATCH rather than a LIST.
+    pub watch: bool,
+    /// `allowWatchBookmarks`.
+    pub allow_watch_bookmarks: bool,
+    /// `resourceVersion`.
+    pub resource_version: RvParam,
+    /// `resourceVersionMatch`: `Exact`, `NotOlderThan`, or empty.
+    pub resource_version_match: String,
+    /// `limit`: `None` when absent; a value of 0 or less also means no limit.
+    pub limit: Option<i64>,
+    /// `timeoutSeconds`: `None` when absent (the server's default); 0 also means the default,
+    /// and a negative value ends a watch at once.
+    pub timeout_seconds: Option<i64>,
+    /// `continue`, when given and not empty.
+    pub continue_token: Option<String>,
+    /// `sendInitialEvents`, `None` when absent.
+    pub send_initial_events: Option<bool>,
+}
+
+impl ListParams {
+    /// Reads and validates the list options of `q`.
+    pub fn parse(q: &Query) -> Result<ListParams, ApiError> {
+        let p = ListParams {
+            watch: bool_param(q, "watch"),
+            allow_watch_bookmarks: bool_param(q, "allowWatchBookmarks"),
+            resource_version: rv_param(q)?,
+            resource_version_match: q.get("resourceVersionMatch").cloned().unwrap_or_default(),
+            limit: int_param(q, "limit")?,
+            timeout_seconds: int_param(q, "timeoutSeconds")?,
+            continue_token: q.get("continue").filter(|c| !c.is_empty()).cloned(),
+            send_initial_events: opt_bool_param(q, "sendInitialEvents"),
+        };
+        let causes = p.violations(q.get("resourceVersion").map_or("", String::as_str));
+        if causes.is_empty() {
+            Ok(p)
+        } else {
+            Err(ApiError::invalid("meta.k8s.io", "ListOptions", "", causes))
+        }
+    }
+
+    /// Upstream's `ValidateListOptions` (the WatchList feature on), in its order; `rv` is the
+    /// parameter as given.
+    fn violations(&self, rv: &str) -> Vec<Cause> {
+        const FIELD: &str = "resourceVersionMatch";
+        let m = self.resource_version_match.as_str();
+        let mut causes = Vec::new();
+        let forbidden = |detail: &str| Cause::forbidden(FIELD, detail);
+        if self.watch {
+            if self.send_initial_events.is_some() && m != "NotOlderThan" {
+                causes.push(forbidden(
+                    "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                ));
+            }
+            if !m.is_empty() {
+                if self.send_initial_events.is_none() {
+                    causes.push(forbidden(
+                        "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+                    ));
+                }
+                if m != "NotOlderThan" {
+                    causes.push(not_supported(FIELD, m, &["NotOlderThan"]));
+                }
+                if self.continue_token.is_some() {
+                    causes.push(forbidden(
+                        "resourceVersionMatch is forbidden when continue is provided",
+                    ));
+                }
+            }
+            return causes;
+        }
+        if !m.is_empty() {
+            if rv.is_empty() {
+                causes.push(forbidden(
+                    "resourceVersionMatch is forbidden unless resourceVersion is provided",
+                ));
+            }
+            if self.continue_token.is_some() {
+                causes.push(forbidden(
+                    "resourceVersionMatch is forbidden when continue is provided",
+                ));
+            }
+            if m != "Exact" && m != "NotOlderThan" {
+                causes.push(not_supported(FIELD, m, &["Exact", "NotOlderThan", ""]));
+            }
+            if m == "Exact" && rv == "0" {
+                causes.push(forbidden(
+                    "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+                ));
+            }
+        }
+        if self.send_initial_events.is_some() {
+            causes.push(Cause::forbidden(
+                "sendInitialEvents",
+                "sendInitialEvents is forbidden for list",
+            ));
+        }
+        causes
+    }
+}
+
+/// `field: Unsupported value: "v": supported values: ...` with the value quoted as Go quotes it.
+fn not_supported(field: &str, value: &str, supported: &[&str]) -> Cause {
+    let list: Vec<String> = supported.iter().map(|s| go_quote(s)).collect();
+    Cause::new(
+        "FieldValueNotSupported",
+        field,
+        format!(
+            "Unsupported value: {}: supported values: {}",
+            go_quote(value),
+            list.join(", ")
+        ),
+    )
+}
+
+/// The longest `fieldManager` upstream accepts, in bytes (`FieldManagerMaxLength`).
+pub const FIELD_MANAGER_MAX_LENGTH: usize = 128;
+
+/// Upstream's `ValidateFieldManager`: at most 128 bytes, every character printable. The causes
+/// go into a 422 on the write's options (`CreateOptions`, `UpdateOptions`, `PatchOptions`).
+pub fn field_manager_causes(manager: &str) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    if manager.len() > FIELD_MANAGER_MAX_LENGTH {
+        causes.push(Cause::too_long("fieldManager", FIELD_MANAGER_MAX_LENGTH));
+    }
+    for (i, c) in manager.char_indices() {
+        if !is_print(c) {
+            causes.push(Cause::new(
+                "FieldValueInvalid",
+                "fieldManager",
+                format!(
+                    "Invalid value: {}: invalid character U+{:04X} (at position {i})",
+                    go_quote(manager),
+                    c as u32
+                ),
+            ));
+        }
+    }
+    causes
+}
+
+/// Go's `strconv.ParseUint(s, 10, 64)`, its error worded as Go's.
+pub fn go_parse_uint(s: &str) -> Result<u64, String> {
+    let err = |what: &str| format!("strconv.ParseUint: parsing {}: {what}", go_quote(s));
+    if s.is_empty() {
+        return Err(err("invalid syntax"));
+    }
+    let mut n: u64 = 0;
+    for b in s.bytes() {
+        // Go stops at the first character that is not a digit, or at the first overflow,
+        // whichever comes first.
+        if !b.is_ascii_digit() {
+            return Err(err("invalid syntax"));
+        }
+        n = n
+            .checked_mul(10)
+            .and_then(|n| n.checked_add(u64::from(b - b'0')))
+            .ok_or_else(|| err("value out of range"))?;
+    }
+    Ok(n)
+}
+
+/// Go's `strconv.ParseInt(s, 10, 64)`: an optional sign, then decimal digits.
+pub fn go_parse_int(s: &str) -> Result<i64, String> {
+    let err = |what: &str| format!("strconv.ParseInt: parsing {}: {what}", go_quote(s));
+    let (negative, digits) = match s.as_bytes().first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    };
+    let n = go_parse_uint(digits).map_err(|e| {
+        if e.ends_with("value out of range") {
+            err("value out of range")
+        } else {
+            err("invalid syntax")
+        }
+    })?;
+    if negative {
+        0i64.checked_sub_unsigned(n)
+            .ok_or_else(|| err("value out of range"))
+    } else {
+        i64::try_from(n).map_err(|_| err("value out of range"))
+    }
+}
+
+/// A string quoted as Go's `strconv.Quote` (and so `%q`) quotes it, which is how upstream's
+/// messages show values.
+pub fn go_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{7}' => out.push_str("\\a"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{b}' => out.push_str("\\v"),
+            c if is_print(c) => out.push(c),
+            c if (c as u32) < 0x80 => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c if (c as u32) < 0x10000 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push_str(&format!("\\U{:08x}", c as u32)),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Go's `unicode.IsPrint`: letters, marks, numbers, punctuation, symbols and the ASCII space.
+/// Rust has no table of general categories, so this excludes what is not printable by the
+/// categories that matter for names sent in a query: controls, spaces other than U+0020,
+/// format characters, private use, surrogates and noncharacters.
+pub fn is_print(c: char) -> bool {
+    let u = c as u32;
+    if c == ' ' {
+        return true;
+    }
+    if c.is_control() || c.is_whitespace() {
+        return false;
+    }
+    let format = matches!(
+        u,
+        0xAD | 0x600..=0x605
+            | 0x61C
+            | 0x6DD
+            | 0x70F
+            | 0x890..=0x891
+            | 0x8E2
+            | 0x180E
+            | 0x200B..=0x200F
+            | 0x202A..=0x202E
+            | 0x2060..=0x2064
+            | 0x2066..=0x206F
+            | 0xFEFF
+            | 0xFFF9..=0xFFFB
+            | 0x110BD
+            | 0x110CD
+            | 0x13430..=0x1343F
+            | 0x1BCA0..=0x1BCA3
+            | 0x1D173..=0x1D17A
+            | 0xE0001
+            | 0xE0020..=0xE007F
+    );
+    let private_use = matches!(u, 0xE000..=0xF8FF | 0xF0000..=0xFFFFD | 0x100000..=0x10FFFD);
+    let noncharacter = matches!(u, 0xFDD0..=0xFDEF) || (u & 0xFFFE) == 0xFFFE;
+    !(format || private_use || noncharacter)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,5 +492,175 @@ mod tests {
             obj("", "v1", "nodes", None, "n1", Some("status"))
         );
         assert!(parse_path("/foo").is_err());
+    }
+
+    fn query(pairs: &[(&str, &str)]) -> Query {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn booleans_read_as_upstream_reads_them() {
+        for v in ["0", "false", "False", "FALSE", "fAlSe"] {
+            assert!(!bool_param(&query(&[("watch", v)]), "watch"), "{v}");
+        }
+        for v in ["1", "true", "t", "maybe", "", "yes"] {
+            assert!(bool_param(&query(&[("watch", v)]), "watch"), "{v}");
+        }
+        assert!(!bool_param(&query(&[]), "watch"));
+        assert_eq!(opt_bool_param(&query(&[]), "force"), None);
+        assert_eq!(
+            opt_bool_param(&query(&[("force", "0")]), "force"),
+            Some(false)
+        );
+    }
+
+    #[test]
+    fn the_first_of_repeated_parameters_counts() {
+        let q = parse_query(Some("limit=5&limit=abc&watch=%74rue"));
+        assert_eq!(q["limit"], "5");
+        assert_eq!(q["watch"], "true");
+        assert!(parse_query(None).is_empty());
+    }
+
+    #[test]
+    fn integers_parse_as_go_parses_them() {
+        assert_eq!(go_parse_int("42"), Ok(42));
+        assert_eq!(go_parse_int("+7"), Ok(7));
+        assert_eq!(go_parse_int("-1"), Ok(-1));
+        assert_eq!(go_parse_int("-9223372036854775808"), Ok(i64::MIN));
+        assert_eq!(go_parse_int("9223372036854775807"), Ok(i64::MAX));
+        let bad = |s: &str, what: &str| {
+            assert_eq!(
+                go_parse_int(s),
+                Err(format!("strconv.ParseInt: parsing {}: {what}", go_quote(s)))
+            )
+        };
+        for s in ["abc", "", "-", "+", " 1", "1.5", "1_000", "0x10", "--1"] {
+            bad(s, "invalid syntax");
+        }
+        for s in [
+            "9223372036854775808",
+            "-9223372036854775809",
+            "99999999999999999999",
+        ] {
+            bad(s, "value out of range");
+        }
+        // Go reports the overflow it meets before a bad character.
+        bad("99999999999999999999x", "value out of range");
+        assert_eq!(
+            go_parse_uint("-1"),
+            Err("strconv.ParseUint: parsing \"-1\": invalid syntax".into())
+        );
+        assert_eq!(go_parse_uint("18446744073709551615"), Ok(u64::MAX));
+    }
+
+    #[test]
+    fn bad_integers_are_400_with_the_parse_error() {
+        let e = int_param(&query(&[("limit", "abc")]), "limit").unwrap_err();
+        assert_eq!((e.code, e.reason.as_str()), (400, "BadRequest"));
+        assert_eq!(
+            e.message,
+            "strconv.ParseInt: parsing \"abc\": invalid syntax"
+        );
+        assert_eq!(int_param(&query(&[]), "limit"), Ok(None));
+    }
+
+    #[test]
+    fn resource_versions() {
+        let rv = |v: &str| rv_param(&query(&[("resourceVersion", v)]));
+        assert_eq!(rv(""), Ok(RvParam::Unset));
+        assert_eq!(rv_param(&query(&[])), Ok(RvParam::Unset));
+        assert_eq!(rv("0"), Ok(RvParam::Any));
+        assert_eq!(rv("17"), Ok(RvParam::At(17)));
+        assert_eq!(
+            rv("18446744073709551615").unwrap().revision(),
+            Some(i64::MAX)
+        );
+        let e = rv("abc").unwrap_err();
+        assert_eq!(e.code, 400);
+        assert_eq!(
+            e.message,
+            "resourceVersion: Invalid value: \"abc\": strconv.ParseUint: parsing \"abc\": invalid syntax"
+        );
+        assert_eq!(
+            rv("-5").unwrap_err().message,
+            "resourceVersion: Invalid value: \"-5\": strconv.ParseUint: parsing \"-5\": invalid syntax"
+        );
+    }
+
+    fn list_error(pairs: &[(&str, &str)]) -> String {
+        ListParams::parse(&query(pairs)).unwrap_err().message
+    }
+
+    #[test]
+    fn list_options_are_validated_as_upstream_validates_them() {
+        assert_eq!(
+            list_error(&[("resourceVersion", "1"), ("resourceVersionMatch", "Bogus")]),
+            "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Unsupported value: \"Bogus\": supported values: \"Exact\", \"NotOlderThan\", \"\""
+        );
+        assert_eq!(
+            list_error(&[("resourceVersionMatch", "Exact")]),
+            "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided"
+        );
+        assert_eq!(
+            list_error(&[("resourceVersion", "0"), ("resourceVersionMatch", "Exact")]),
+            "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\""
+        );
+        assert_eq!(
+            list_error(&[("sendInitialEvents", "true")]),
+            "ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: Forbidden: sendInitialEvents is forbidden for list"
+        );
+        assert_eq!(
+            list_error(&[("watch", "1"), ("sendInitialEvents", "true")]),
+            "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"
+        );
+        assert_eq!(
+            list_error(&[("watch", "1"), ("resourceVersionMatch", "Exact")]),
+            "ListOptions.meta.k8s.io \"\" is invalid: [resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided, resourceVersionMatch: Unsupported value: \"Exact\": supported values: \"NotOlderThan\"]"
+        );
+        let ok = ListParams::parse(&query(&[
+            ("watch", "true"),
+            ("sendInitialEvents", "true"),
+            ("resourceVersionMatch", "NotOlderThan"),
+            ("timeoutSeconds", "-1"),
+        ]))
+        .unwrap();
+        assert_eq!(ok.timeout_seconds, Some(-1));
+        assert_eq!(ok.send_initial_events, Some(true));
+        let e =
+            ListParams::parse(&query(&[("watch", "1"), ("timeoutSeconds", "abc")])).unwrap_err();
+        assert_eq!(e.code, 400);
+    }
+
+    #[test]
+    fn field_managers_are_short_and_printable() {
+        assert!(field_manager_causes("kubectl-client-side-apply").is_empty());
+        assert!(field_manager_causes(&"m".repeat(128)).is_empty());
+        assert!(field_manager_causes("名前 with spaces").is_empty());
+        let long = field_manager_causes(&"m".repeat(129));
+        assert_eq!(long.len(), 1);
+        assert_eq!(long[0].reason, "FieldValueTooLong");
+        assert_eq!(long[0].message, "Too long: may not be more than 128 bytes");
+        let nul = field_manager_causes("a\0b\n");
+        assert_eq!(nul.len(), 2);
+        assert_eq!(
+            nul[0].message,
+            "Invalid value: \"a\\x00b\\n\": invalid character U+0000 (at position 1)"
+        );
+        assert_eq!(
+            nul[1].message,
+            "Invalid value: \"a\\x00b\\n\": invalid character U+000A (at position 3)"
+        );
+        assert_eq!(field_manager_causes("x\u{200B}").len(), 1);
+    }
+
+    #[test]
+    fn quoting_follows_go() {
+        assert_eq!(go_quote("a\"b\\c"), "\"a\\\"b\\\\c\"");
+        assert_eq!(go_quote("\u{1}\u{7f}é\u{feff}"), "\"\\x01\\x7fé\\ufeff\"");
+        assert_eq!(go_quote("\u{F0000}"), "\"\\U000f0000\"");
     }
 }

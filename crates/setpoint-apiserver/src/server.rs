@@ -18,6 +18,10 @@ use crate::objects::WriteOptions;
 use crate::registry::Registry;
 use crate::watchcache::{CacheConfig, Caches};
 
+pub mod connection;
+
+pub use connection::ConnectionConfig;
+
 /// Which store backs the server.
 #[derive(Clone, Debug)]
 pub enum StoreConfig {
@@ -53,6 +57,9 @@ pub struct ServerConfig {
     pub insecure_http: bool,
     /// Largest request body accepted (bigger ones get 413).
     pub max_body_bytes: usize,
+    /// Connection limits and timeouts (request heads, idle connections, TLS handshakes, how
+    /// long a request body may take); see [`ConnectionConfig`] for the upstream values.
+    pub connection: ConnectionConfig,
     pub cache: CacheConfig,
     /// How often old revisions are compacted, keeping this much history.
     pub compaction_interval: Duration,
@@ -69,6 +76,7 @@ impl Default for ServerConfig {
             store: StoreConfig::Memory,
             insecure_http: false,
             max_body_bytes: 3 * 1024 * 1024,
+            connection: ConnectionConfig::default(),
             cache: CacheConfig::default(),
             compaction_interval: Duration::from_secs(300),
             default_toleration_seconds: 300,
@@ -379,7 +387,12 @@ impl ApiServer {
         let (tx, rx) = watch::channel(false);
         let router = crate::http::router(self.clone());
         if self.config.insecure_http {
-            let task = tokio::spawn(crate::tls::serve_plain(listener, router, rx));
+            let task = tokio::spawn(crate::tls::serve_plain(
+                listener,
+                router,
+                self.config.connection.clone(),
+                rx,
+            ));
             return Ok(Running {
                 server: self.clone(),
                 addr,
@@ -410,7 +423,13 @@ impl ApiServer {
             crate::podlogs::agent_client_config(&agent_cert, &agent_key)
                 .map_err(|e| start_error::Error(format!("TLS: {e}")))?,
         );
-        let task = tokio::spawn(crate::tls::serve_tls(listener, router, tls, rx));
+        let task = tokio::spawn(crate::tls::serve_tls(
+            listener,
+            router,
+            tls,
+            self.config.connection.clone(),
+            rx,
+        ));
         Ok(Running {
             server: self.clone(),
             addr,

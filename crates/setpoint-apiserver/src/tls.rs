@@ -2,14 +2,12 @@
 //! generated into the data dir (kept across restarts), an admin kubeconfig, and the accept
 //! loops for HTTPS (with client-certificate authentication) and plain HTTP.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use axum::Router;
 use base64::Engine;
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
     Issuer, KeyPair, KeyUsagePurpose, SanType,
@@ -18,7 +16,9 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tower::ServiceExt;
+
+use crate::server::connection::serve_connection;
+use crate::server::ConnectionConfig;
 
 /// Who made a request, as established by the transport.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -253,33 +253,16 @@ impl Pki {
     }
 }
 
-async fn serve_connection<I>(io: I, router: Router, identity: Identity)
-where
-    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-        let mut req = req.map(axum::body::Body::new);
-        req.extensions_mut().insert(identity.clone());
-        let router = router.clone();
-        async move { Ok::<_, Infallible>(router.oneshot(req).await.unwrap_or_else(|e| match e {})) }
-    });
-    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-    if let Err(e) = builder
-        .serve_connection_with_upgrades(TokioIo::new(io), service)
-        .await
-    {
-        tracing::debug!(error = %e, "connection ended with an error");
-    }
-}
-
 /// Serves HTTPS until `shutdown` turns true.
 pub async fn serve_tls(
     listener: TcpListener,
     router: Router,
     tls: Arc<rustls::ServerConfig>,
+    config: ConnectionConfig,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let config = Arc::new(config);
     loop {
         let (tcp, peer) = tokio::select! {
             r = listener.accept() => match r {
@@ -291,11 +274,19 @@ pub async fn serve_tls(
         let _ = tcp.set_nodelay(true);
         let acceptor = acceptor.clone();
         let router = router.clone();
+        let config = config.clone();
         tokio::spawn(async move {
-            let stream = match acceptor.accept(tcp).await {
-                Ok(s) => s,
-                Err(e) => {
+            // A client that never finishes its handshake must not hold the connection.
+            let handshake =
+                tokio::time::timeout(config.tls_handshake_timeout, acceptor.accept(tcp)).await;
+            let stream = match handshake {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
                     tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, "TLS handshake timed out");
                     return;
                 }
             };
@@ -309,7 +300,8 @@ pub async fn serve_tls(
             } else {
                 Identity::Anonymous
             };
-            serve_connection(stream, router, identity).await;
+            let http2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+            serve_connection(stream, router, identity, &config, http2).await;
         });
     }
 }
@@ -318,8 +310,10 @@ pub async fn serve_tls(
 pub async fn serve_plain(
     listener: TcpListener,
     router: Router,
+    config: ConnectionConfig,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let config = Arc::new(config);
     loop {
         let (tcp, _) = tokio::select! {
             r = listener.accept() => match r {
@@ -330,6 +324,9 @@ pub async fn serve_plain(
         };
         let _ = tcp.set_nodelay(true);
         let router = router.clone();
-        tokio::spawn(serve_connection(tcp, router, Identity::Unauthenticated));
+        let config = config.clone();
+        tokio::spawn(async move {
+            serve_connection(tcp, router, Identity::Unauthenticated, &config, false).await
+        });
     }
 }

@@ -7,8 +7,11 @@
 //! snapshot taken under that lock is exactly "the state at revision R" and a watch from R
 //! continues it without gaps or duplicates.
 //!
-//! Watchers get a bounded channel; a watcher that does not keep up is dropped (its stream
-//! ends) instead of growing memory, and it resumes from its last revision like any client.
+//! Each watcher's queue of events not yet taken by its connection is bounded in bytes
+//! ([`CacheConfig::watcher_buffer_bytes`]); a watcher that falls further behind is dropped (its
+//! stream ends) instead of growing memory, and it resumes from its last revision like any
+//! client. A watch's initial events are the cache's own versions, shared, and are written out
+//! only as the connection takes them (see [`WatchHandle`] for what bounds what they pin).
 //!
 //! Each object version is held as its stored JSON, plus the few attributes filters read
 //! ([`Attrs`]: namespace, name, labels, selectable fields), not as a parsed tree: a parsed pod
@@ -19,7 +22,7 @@
 //! ([`CachedObject::object`]).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -672,7 +675,23 @@ struct Watcher {
     /// Only events after this revision (a watch from a revision the cache has not reached yet).
     after: Revision,
     bookmarks: bool,
-    tx: mpsc::Sender<WatchItem>,
+    tx: mpsc::UnboundedSender<WatchItem>,
+    /// What is queued on `tx` and not yet taken, in [`charge`] bytes.
+    queued: Arc<AtomicUsize>,
+    /// The revision of the next replayed event the watcher has not taken yet (`i64::MAX` once
+    /// none is left): while it is in the event window, the window holds that event anyway.
+    replay_next: Arc<AtomicI64>,
+}
+
+/// Bytes charged for a line's framing (`{"type":"MODIFIED","object":…}` and a newline).
+const EVENT_FRAMING: usize = 32;
+
+/// What queueing an item costs a watcher's budget: the JSON it will be written as.
+fn charge(item: &WatchItem) -> usize {
+    match item {
+        WatchItem::Event(_, o) => o.json_len() + EVENT_FRAMING,
+        WatchItem::Bookmark(_) => EVENT_FRAMING,
+    }
 }
 
 struct Inner {
@@ -701,20 +720,68 @@ pub struct WatchCache {
     pub kind: StoredKind,
     inner: RwLock<Inner>,
     capacity: usize,
-    watcher_buffer: usize,
+    watcher_buffer_bytes: usize,
     next_id: AtomicU64,
     metrics: Metrics,
     resource_label: String,
 }
 
-/// A started watch: the events to send first, then the live channel.
+/// A started watch: the events to send first, then the live ones, taken one at a time with
+/// [`WatchHandle::next`] as the connection has room for them.
+///
+/// The initial events are pointers to versions the cache holds (its objects, or its event
+/// window for a replay), as upstream's watch cache lists them: a few dozen bytes per object,
+/// not the objects' bytes, and nothing is serialized before the connection asks. A version
+/// the cache lets go of while a watcher still has it queued stays alive for that watcher
+/// only, so what it pins is bounded too: an object of a snapshot is replaced or deleted only
+/// by an event this watcher is sent, which is charged to its budget; a replayed event that
+/// leaves the event window before the watcher has taken it ends the watch.
 pub struct WatchHandle {
-    pub initial: Vec<WatchItem>,
-    pub live: mpsc::Receiver<WatchItem>,
+    initial: std::vec::IntoIter<WatchItem>,
+    live: mpsc::UnboundedReceiver<WatchItem>,
+    queued: Arc<AtomicUsize>,
+    /// Set for a replay of the event window (a watch from a revision), whose progress the
+    /// cache checks against the window.
+    replay_next: Option<Arc<AtomicI64>>,
     /// The cache revision at registration (used for the initial-events-end bookmark).
     pub revision: Revision,
     cache: Arc<WatchCache>,
     id: u64,
+}
+
+impl WatchHandle {
+    /// The next initial event, if any is left.
+    pub fn next_initial(&mut self) -> Option<WatchItem> {
+        let item = self.initial.next();
+        if let Some(replay_next) = &self.replay_next {
+            let next = match self.initial.as_slice().first() {
+                Some(WatchItem::Event(_, o)) => o.revision,
+                _ => i64::MAX,
+            };
+            replay_next.store(next, Ordering::Release);
+        }
+        item
+    }
+
+    /// The next live event; `None` once the watcher was dropped (too slow, or the cache was
+    /// reset) and everything queued before that was taken.
+    pub async fn next_live(&mut self) -> Option<WatchItem> {
+        let item = self.live.recv().await?;
+        self.queued.fetch_sub(charge(&item), Ordering::AcqRel);
+        Some(item)
+    }
+
+    /// The next live event if one is queued now, without waiting.
+    pub fn try_next_live(&mut self) -> Option<WatchItem> {
+        let item = self.live.try_recv().ok()?;
+        self.queued.fetch_sub(charge(&item), Ordering::AcqRel);
+        Some(item)
+    }
+
+    /// How many initial events are left to take.
+    pub fn initial_len(&self) -> usize {
+        self.initial.len()
+    }
 }
 
 impl Drop for WatchHandle {
@@ -724,7 +791,7 @@ impl Drop for WatchHandle {
 }
 
 impl WatchCache {
-    fn new(prefix: String, capacity: usize, watcher_buffer: usize, metrics: Metrics) -> Self {
+    fn new(prefix: String, capacity: usize, watcher_buffer_bytes: usize, metrics: Metrics) -> Self {
         let resource_label = prefix
             .trim_start_matches("/registry/")
             .trim_end_matches('/')
@@ -740,7 +807,7 @@ impl WatchCache {
                 watchers: Vec::new(),
             }),
             capacity,
-            watcher_buffer,
+            watcher_buffer_bytes,
             next_id: AtomicU64::new(1),
             metrics,
             resource_label,
@@ -791,7 +858,7 @@ impl WatchCache {
         filter: Filter,
         bookmarks: bool,
     ) -> Result<WatchHandle, ApiError> {
-        let (tx, rx) = mpsc::channel(self.watcher_buffer);
+        let (tx, rx) = mpsc::unbounded_channel();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut inner = self.inner.write();
         let mut initial = Vec::new();
@@ -825,18 +892,27 @@ impl WatchCache {
             WatchStart::CurrentState => revision,
         };
         let _ = after;
+        let queued = Arc::new(AtomicUsize::new(0));
+        let replay_next = Arc::new(AtomicI64::new(match (start, initial.first()) {
+            (WatchStart::After(_), Some(WatchItem::Event(_, o))) => o.revision,
+            _ => i64::MAX,
+        }));
         inner.watchers.push(Watcher {
             id,
             filter,
             after: min_after,
             bookmarks,
             tx,
+            queued: queued.clone(),
+            replay_next: replay_next.clone(),
         });
         drop(inner);
         self.metrics.watchers_changed(&self.resource_label, 1);
         Ok(WatchHandle {
-            initial,
+            initial: initial.into_iter(),
             live: rx,
+            queued,
+            replay_next: matches!(start, WatchStart::After(_)).then_some(replay_next),
             revision,
             cache: self.clone(),
             id,
@@ -896,26 +972,33 @@ impl WatchCache {
                 }
             }
             inner.events.push_back(ev.clone());
+            let mut dead = Vec::new();
             while inner.events.len() > self.capacity {
                 if let Some(old) = inner.events.pop_front() {
                     inner.window_start = old.revision;
+                    // A replay that has not reached this event yet would hold it (and what
+                    // follows) on its own: it cannot keep up, so it ends.
+                    for w in &inner.watchers {
+                        if w.replay_next.load(Ordering::Acquire) <= old.revision {
+                            dead.push(w.id);
+                        }
+                    }
                 }
             }
-            let mut dead = Vec::new();
             for w in &inner.watchers {
-                if ev.revision <= w.after {
+                if ev.revision <= w.after || dead.contains(&w.id) {
                     continue;
                 }
                 if let Some(t) = w.filter.translate(&ev) {
-                    if w.tx
-                        .try_send(WatchItem::Event(t, ev.object.clone()))
-                        .is_err()
-                    {
+                    let item = WatchItem::Event(t, ev.object.clone());
+                    if !self.enqueue(w, item) {
                         dead.push(w.id);
                     }
                 }
             }
             if !dead.is_empty() {
+                dead.sort_unstable();
+                dead.dedup();
                 inner.watchers.retain(|w| !dead.contains(&w.id));
                 self.metrics
                     .watchers_changed(&self.resource_label, -(dead.len() as i64));
@@ -935,13 +1018,27 @@ impl WatchCache {
         }
     }
 
+    /// Queues `item` for `w` within its budget; false if it does not fit (the watcher is too
+    /// slow) or its connection is gone.
+    fn enqueue(&self, w: &Watcher, item: WatchItem) -> bool {
+        let cost = charge(&item);
+        let before = w.queued.fetch_add(cost, Ordering::AcqRel);
+        if before + cost > self.watcher_buffer_bytes {
+            w.queued.fetch_sub(cost, Ordering::AcqRel);
+            return false;
+        }
+        w.tx.send(item).is_ok()
+    }
+
     /// Sends a bookmark with the current revision to every watcher that asked for them.
     fn bookmark(&self) {
         let inner = self.inner.read();
         for w in inner.watchers.iter().filter(|w| w.bookmarks) {
-            // A full channel means the watcher is busy with events; skipping a bookmark is fine.
-            let _ =
-                w.tx.try_send(WatchItem::Bookmark(inner.revision.max(w.after)));
+            // A watcher with events queued is busy with them and learns the revision from
+            // them; skipping its bookmark is fine and keeps a stalled one from collecting them.
+            if w.queued.load(Ordering::Acquire) == 0 {
+                self.enqueue(w, WatchItem::Bookmark(inner.revision.max(w.after)));
+            }
         }
     }
 }
@@ -988,8 +1085,9 @@ pub struct Caches {
 pub struct CacheConfig {
     /// Events kept per resource for watches that resume from an older revision.
     pub window: usize,
-    /// Events buffered per watcher before it is dropped as too slow.
-    pub watcher_buffer: usize,
+    /// Bytes of events (as they will be written) queued per watcher and not yet taken by its
+    /// connection, beyond which the watcher is dropped as too slow.
+    pub watcher_buffer_bytes: usize,
     /// How often idle watchers that asked for bookmarks get one.
     pub bookmark_interval: Duration,
 }
@@ -1002,9 +1100,15 @@ impl Default for CacheConfig {
             // held in memory: 20,000 balances the two for clusters of tens of thousands of
             // objects.
             window: 20_000,
-            // Items are shared pointers, so a deep buffer is cheap; it absorbs bursts a
-            // healthy client drains a moment later.
-            watcher_buffer: 4096,
+            // 8 MiB: about 2,000 pods of 4 KiB, so a burst of writes to one resource that a
+            // healthy client drains a moment later fits (a client reading at 100 Mbit/s
+            // takes under a second for all of it), while a stalled client costs at most this
+            // much before it is dropped: 100 stalled watches, 800 MiB at most, and only while
+            // the resource changes under them. Counted in bytes, not events, because objects
+            // range from a few hundred bytes to megabytes: 4,096 events of 1 MiB objects
+            // could pin 4 GiB. Queued events share the cache's versions, so for objects the
+            // cache still holds this is an upper bound on what the watcher adds.
+            watcher_buffer_bytes: 8 << 20,
             bookmark_interval: Duration::from_secs(5),
         }
     }
@@ -1059,7 +1163,7 @@ impl Caches {
                 let c = WatchCache::new(
                     prefix.to_string(),
                     self.config.window,
-                    self.config.watcher_buffer,
+                    self.config.watcher_buffer_bytes,
                     self.metrics.clone(),
                 );
                 c.reset(Vec::new(), self.revision());
@@ -1570,5 +1674,110 @@ mod tests {
         assert!(CachedObject::decode("k".into(), &Bytes::from(stored.clone()), 3, None).is_none());
         assert!(served_json(&stored, 3).is_none());
         assert!(decode_object(&stored, 3).is_none());
+    }
+
+    /// A cache of configmaps whose watchers may queue `budget` bytes, holding `window` events.
+    fn bounded_cache(budget: usize, window: usize) -> Arc<WatchCache> {
+        let c = WatchCache::new(
+            "/registry/core/configmaps/".into(),
+            window,
+            budget,
+            Metrics::default(),
+        );
+        c.reset(Vec::new(), 1);
+        Arc::new(c)
+    }
+
+    /// An ADDED event of a configmap `name` whose data is `size` bytes, at `revision`.
+    fn added(name: &str, size: usize, revision: Revision) -> CacheEvent {
+        let value = serde_json::to_vec(&json!({
+            "metadata": {"name": name, "namespace": "d"},
+            "data": {"k": "x".repeat(size)},
+        }))
+        .unwrap();
+        let key: Arc<str> = format!("/registry/core/configmaps/d/{name}").into();
+        let object = CachedObject::decode(key, &Bytes::from(value), revision, None).unwrap();
+        CacheEvent {
+            kind: EventType::Added,
+            object: Arc::new(object),
+            prev: None,
+            revision,
+        }
+    }
+
+    #[test]
+    fn a_watcher_is_dropped_when_its_queue_would_pass_the_byte_budget() {
+        let budget = 10_000;
+        let cache = bounded_cache(budget, 1000);
+        let mut reader = cache
+            .watch(WatchStart::CurrentState, Filter::all(), false)
+            .unwrap();
+        let mut stalled = cache
+            .watch(WatchStart::CurrentState, Filter::all(), false)
+            .unwrap();
+        let one = charge(&WatchItem::Event(
+            EventType::Added,
+            added("probe", 1000, 2).object,
+        ));
+        let fit = budget / one;
+        assert!(fit >= 2);
+        for i in 0..fit {
+            let rev = 2 + i as Revision;
+            cache.apply(vec![added(&format!("o{i}"), 1000, rev)], rev);
+            // The reader takes each event as it comes.
+            assert!(reader.try_next_live().is_some());
+            assert!(stalled.queued.load(Ordering::SeqCst) <= budget);
+        }
+        assert_eq!(cache.watcher_count(), 2, "everything so far fits");
+        let rev = 2 + fit as Revision;
+        cache.apply(vec![added("over", 1000, rev)], rev);
+        assert_eq!(cache.watcher_count(), 1, "the stalled watcher is dropped");
+        assert!(reader.try_next_live().is_some());
+        // The dropped watcher still gets what was queued before, in order, then its end.
+        let mut got = 0;
+        while let Some(WatchItem::Event(_, o)) = stalled.try_next_live() {
+            assert_eq!(o.attrs.name(), format!("o{got}"));
+            got += 1;
+        }
+        assert_eq!(got, fit);
+        assert!(futures::executor::block_on(stalled.next_live()).is_none());
+        assert_eq!(stalled.queued.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn a_replay_that_falls_out_of_the_window_ends_and_a_snapshot_does_not() {
+        let cache = bounded_cache(usize::MAX, 4);
+        for rev in 2..=5 {
+            cache.apply(vec![added(&format!("o{rev}"), 10, rev)], rev);
+        }
+        let mut replay = cache
+            .watch(WatchStart::After(1), Filter::all(), false)
+            .unwrap();
+        let mut snapshot = cache
+            .watch(WatchStart::CurrentState, Filter::all(), false)
+            .unwrap();
+        assert_eq!((replay.initial_len(), snapshot.initial_len()), (4, 4));
+        // The replay takes two events; the window then moves past the third.
+        assert!(replay.next_initial().is_some());
+        assert!(replay.next_initial().is_some());
+        cache.apply(vec![added("o6", 10, 6)], 6);
+        assert_eq!(
+            cache.watcher_count(),
+            2,
+            "the replay's next event is still held"
+        );
+        cache.apply(vec![added("o7", 10, 7)], 7);
+        cache.apply(vec![added("o8", 10, 8)], 8);
+        assert_eq!(
+            cache.watcher_count(),
+            1,
+            "the replay fell behind the window"
+        );
+        // A snapshot's objects are the cache's own; the window does not end it.
+        for _ in 0..4 {
+            assert!(snapshot.next_initial().is_some());
+        }
+        let live: Vec<_> = std::iter::from_fn(|| snapshot.try_next_live()).collect();
+        assert_eq!(live.len(), 3);
     }
 }

@@ -85,7 +85,8 @@ async fn create_get_update_with_generation_and_conflicts() {
     assert_eq!(s.body["status"]["replicas"], 5);
     assert_eq!(s.body["spec"]["replicas"], 5);
     assert_eq!(s.body["metadata"]["generation"], 2);
-    // A status of the wrong type is refused with its path, and nothing is written.
+    // A status of the wrong type is refused with its path (the decoder's 400), and nothing is
+    // written.
     let mut bad = s.body.clone();
     bad["status"]["replicas"] = json!("five");
     let refused = put(
@@ -94,10 +95,10 @@ async fn create_get_update_with_generation_and_conflicts() {
         &bad,
     )
     .await;
-    assert_eq!(refused.status, 422, "{}", refused.body);
+    assert_eq!(refused.status, 400, "{}", refused.body);
     assert_eq!(
-        refused.body["details"]["causes"][0]["field"],
-        "status.replicas"
+        refused.body["message"],
+        "Deployment in version \"v1\" cannot be handled as a Deployment: json: cannot unmarshal string into Go struct field DeploymentStatus.status.replicas of type int32"
     );
     let kept = get(&r, "/apis/apps/v1/namespaces/demo/deployments/web").await;
     assert_eq!(kept.body["status"]["replicas"], 5);
@@ -223,8 +224,11 @@ async fn bad_input_gets_status_errors() {
     let mut wrong = yaml.body.clone();
     wrong["data"]["k"] = json!(5);
     let refused = put(&r, path, &wrong).await;
-    assert_eq!(refused.status, 422, "{}", refused.body);
-    assert_eq!(refused.body["details"]["causes"][0]["field"], "data.k");
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert_eq!(
+        refused.body["message"],
+        "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: json: cannot unmarshal number into Go struct field ConfigMap.data of type string"
+    );
     let unchanged = get(&r, path).await;
     assert_eq!(unchanged.body["data"]["k"], "v");
     let mut good = yaml.body.clone();

@@ -140,9 +140,51 @@ pub async fn create_in_batches(
     events: &EventRecorder,
     owner: &ObjectReference,
 ) -> Option<String> {
+    let always = || std::future::ready(true);
+    match create_in_batches_while(api, pod, n, expectations, key, events, owner, always).await {
+        BatchesEnd::Failed(msg) => Some(msg),
+        BatchesEnd::Done | BatchesEnd::Stopped { .. } => None,
+    }
+}
+
+/// How [`create_in_batches_while`] ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BatchesEnd {
+    /// Every pod was created.
+    Done,
+    /// `proceed` said no before a batch; `created` pods had been created by then.
+    Stopped { created: usize },
+    /// A create failed (the first error); the batches after it were skipped.
+    Failed(String),
+}
+
+/// [`create_in_batches`] that asks `proceed` before each batch (the first included) whether
+/// the owner still wants pods, and stops if not: an owner deleted while its pods are being
+/// created gets at most the batch in flight, not all `n`. The creates it skips are marked
+/// observed, as after a failure.
+#[allow(clippy::too_many_arguments)]
+pub async fn create_in_batches_while<F, Fut>(
+    api: &Api<Pod>,
+    pod: &Pod,
+    n: usize,
+    expectations: &Expectations,
+    key: &ObjectKey,
+    events: &EventRecorder,
+    owner: &ObjectReference,
+    mut proceed: F,
+) -> BatchesEnd
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
     let params = PostParams::default();
     let mut left = n;
     for size in crate::replicaset::batches(n) {
+        if !proceed().await {
+            // Never sent, so never observed.
+            expectations.creation_observed(key, left);
+            return BatchesEnd::Stopped { created: n - left };
+        }
         // Only the created pod's name is used: its metadata is all that is decoded.
         let results =
             futures::future::join_all((0..size).map(|_| api.create_metadata(&params, pod))).await;
@@ -172,8 +214,8 @@ pub async fn create_in_batches(
         if let Some(msg) = failed {
             // Slow start: the rest are skipped, and so never observed.
             expectations.creation_observed(key, left);
-            return Some(msg);
+            return BatchesEnd::Failed(msg);
         }
     }
-    None
+    BatchesEnd::Done
 }

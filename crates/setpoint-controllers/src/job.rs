@@ -7,6 +7,11 @@
 //! and a restarted controller reaches the same decision. A failed pod is replaced after a
 //! back-off of 10 s doubling per failure (capped at 6 min), as Kubernetes does.
 //!
+//! Pods are created as upstream creates them: at most [`MAX_POD_CREATE_DELETE_PER_SYNC`] per
+//! sync, in slow-start batches (1, 2, 4 …) behind expectations, stopping at the first failed
+//! create — and, before every batch, unless the Job still wants them ([`still_wants_pods`]),
+//! so deleting a Job that asked for millions of pods stops its pods within one batch.
+//!
 //! [`plan`] is the pure decision; [`JobController`] does the I/O around it.
 
 use std::sync::Arc;
@@ -24,7 +29,7 @@ use setpoint_runtime::events::{EventRecorder, EventType, Reporter, ToObjectRefer
 use setpoint_runtime::informer::{Event, HandlerId, Informer, Scope, SharedInformers, Store};
 use setpoint_runtime::{Object, ObjectKey};
 
-use crate::expectations::{Expectations, Owner};
+use crate::expectations::{BatchesEnd, Expectations, Owner};
 
 /// The controller's name (work queue, metrics, logs, event reporter).
 pub const NAME: &str = "job";
@@ -36,6 +41,10 @@ const OWNER: Owner = Owner {
 pub const BACKOFF_BASE: Duration = Duration::from_secs(10);
 /// The longest delay before a failed pod is replaced.
 pub const BACKOFF_MAX: Duration = Duration::from_secs(360);
+/// At most this many pods are created, or surplus pods deleted, in one sync (upstream's
+/// `MaxPodCreateDeletePerSync`): a Job asking for millions of pods gets them 500 at a time,
+/// each lot only once the previous one has been observed.
+pub const MAX_POD_CREATE_DELETE_PER_SYNC: usize = 500;
 
 /// How a Job ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -216,7 +225,7 @@ pub fn plan(job: &Job, pods: &[Arc<Pod>], now: Timestamp) -> Plan {
         });
         out.delete = by_age
             .into_iter()
-            .take((have - want) as usize)
+            .take(((have - want) as usize).min(MAX_POD_CREATE_DELETE_PER_SYNC))
             .map(|p| ObjectKey::of(p.as_ref()))
             .collect();
     } else if have < want {
@@ -230,12 +239,23 @@ pub fn plan(job: &Job, pods: &[Arc<Pod>], now: Timestamp) -> Plan {
             .map(|t| backoff(failed).saturating_sub(secs(now.as_second() - t.as_second())))
             .unwrap_or(Duration::ZERO);
         if wait.is_zero() {
-            out.create = (want - have) as usize;
+            out.create = ((want - have) as usize).min(MAX_POD_CREATE_DELETE_PER_SYNC);
         } else {
             out.requeue = Some(out.requeue.map_or(wait, |r| r.min(wait)));
         }
     }
     out
+}
+
+/// Whether the Job that was synced (its `uid`) still wants pods, given its current state
+/// (`None`: gone). Asked before each batch of creates: a Job deleted, or deleted and created
+/// again under its name, while its pods are being created gets no more of them.
+pub fn still_wants_pods(current: Option<&Job>, uid: &str) -> bool {
+    current.is_some_and(|job| {
+        job.metadata.uid.as_deref() == Some(uid)
+            && job.metadata.deletion_timestamp.is_none()
+            && !is_finished(job)
+    })
 }
 
 /// Sets condition `type_` in `conditions`, moving its transition time only when its status
@@ -398,7 +418,24 @@ impl Reconciler for JobController {
         if p.create > 0 {
             let template = new_pod(&job)?;
             self.expectations.expect(key, p.create, Default::default());
-            if let Some(msg) = crate::expectations::create_in_batches(
+            let jobs: Api<Job> = Api::namespaced(self.client.clone(), &ns);
+            let proceed = || {
+                let (jobs, cache, key, uid) =
+                    (jobs.clone(), self.jobs.clone(), key.clone(), uid.clone());
+                async move {
+                    // The cache costs nothing and usually knows already; the server is asked
+                    // too, because the cache can lag a delete by the batches it takes.
+                    still_wants_pods(cache.get(&key).as_deref(), &uid)
+                        && match jobs.get_opt(&key.name).await {
+                            Ok(current) => still_wants_pods(current.as_ref(), &uid),
+                            Err(e) => {
+                                tracing::debug!(job = %key, error = %e, "re-reading the Job failed; creating no more pods now");
+                                false
+                            }
+                        }
+                }
+            };
+            match crate::expectations::create_in_batches_while(
                 &api,
                 &template,
                 p.create,
@@ -406,10 +443,19 @@ impl Reconciler for JobController {
                 key,
                 &self.events,
                 &reference,
+                proceed,
             )
             .await
             {
-                return Err(ReconcileError::retry(format!("creating pods: {msg}")));
+                BatchesEnd::Done => {}
+                BatchesEnd::Stopped { created } => {
+                    tracing::debug!(job = %key, created, wanted = p.create, "stopped creating pods: the Job no longer wants them");
+                    // A Job that is gone is then forgotten; any other reason is looked at again.
+                    return Ok(Action::RequeueAfter(Duration::from_secs(1)));
+                }
+                BatchesEnd::Failed(msg) => {
+                    return Err(ReconcileError::retry(format!("creating pods: {msg}")));
+                }
             }
         }
         for k in &p.delete {
@@ -630,6 +676,47 @@ mod tests {
         assert_eq!((p.create, p.finish), (0, None), "waits for the running pod");
         let p = plan(&wq, &[pod("a", "Succeeded", 0)], at(5));
         assert_eq!(p.finish.unwrap().condition, "Complete");
+    }
+
+    #[test]
+    fn a_huge_job_gets_at_most_one_lot_of_pods_per_sync() {
+        let huge = job(Some(i32::MAX), i32::MAX, 6);
+        let p = plan(&huge, &[], at(0));
+        assert_eq!(p.create, MAX_POD_CREATE_DELETE_PER_SYNC);
+        let running: Vec<Arc<Pod>> = (0..700)
+            .map(|i| pod(&format!("p{i}"), "Running", 0))
+            .collect();
+        assert_eq!(plan(&huge, &running, at(0)).create, 500);
+        // Shrinking a huge Job deletes at most a lot per sync too.
+        let shrunk = job(Some(i32::MAX), 1, 6);
+        assert_eq!(plan(&shrunk, &running, at(0)).delete.len(), 500);
+        // A lot goes out in slow-start batches; the largest is what can be in flight.
+        let lot = crate::replicaset::batches(p.create);
+        assert_eq!(lot, [1, 2, 4, 8, 16, 32, 64, 128, 245]);
+    }
+
+    #[test]
+    fn a_deleted_or_replaced_job_wants_no_more_pods() {
+        let j = job(Some(5), 5, 6);
+        assert!(still_wants_pods(Some(&j), "uid"));
+        assert!(!still_wants_pods(None, "uid"), "gone");
+        assert!(
+            !still_wants_pods(Some(&j), "other"),
+            "recreated under its name"
+        );
+        let mut deleting = j.clone();
+        deleting.metadata.deletion_timestamp = Some(Time(at(1)));
+        assert!(!still_wants_pods(Some(&deleting), "uid"));
+        let mut failed = j.clone();
+        failed.status = Some(JobStatus {
+            conditions: Some(vec![JobCondition {
+                type_: "Failed".into(),
+                status: "True".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        assert!(!still_wants_pods(Some(&failed), "uid"), "ended");
     }
 
     #[test]

@@ -4,7 +4,15 @@
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
-use setpoint_runtime::client::{Api, ListParams, Patch, PatchParams, PostParams};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use setpoint_runtime::client::{
+    Api, Body, Client, ClientError, DeleteParams, ListParams, Patch, PatchParams, PostParams,
+    ServiceTransport, Transport,
+};
+use setpoint_runtime::informer::{Scope, SharedInformers};
 use setpoint_testing::{eventually, TestCluster};
 
 fn job(name: &str, completions: i32, parallelism: i32, backoff_limit: i32) -> Job {
@@ -119,4 +127,143 @@ async fn job_fails_after_its_backoff_limit() {
     .await;
     assert_eq!(failed.reason.as_deref(), Some("BackoffLimitExceeded"));
     cluster.stop().await;
+}
+
+/// Holds pod creates past the first `open` until released: the test decides exactly which
+/// batch is in flight when the Job is deleted.
+struct PodCreateGate {
+    inner: Box<dyn Transport>,
+    open: usize,
+    arrived: AtomicUsize,
+    released: tokio::sync::watch::Sender<bool>,
+}
+
+#[async_trait::async_trait]
+impl Transport for PodCreateGate {
+    async fn send(
+        &self,
+        req: http::Request<bytes::Bytes>,
+    ) -> Result<http::Response<Body>, ClientError> {
+        if req.method() == http::Method::POST && req.uri().path().ends_with("/pods") {
+            let n = self.arrived.fetch_add(1, Ordering::SeqCst);
+            if n >= self.open {
+                let mut released = self.released.subscribe();
+                let _ = released.wait_for(|r| *r).await;
+            }
+        }
+        self.inner.send(req).await
+    }
+}
+
+/// A Job asking for as many pods as the API allows, deleted with background propagation as
+/// the next request, or (with `in_flight`) while the controller's slow-start batch after
+/// `in_flight - 1` pods (1 + 2 + 4 … = 2^k - 1) is held at the server's door. Returns how many
+/// pods were created after the deletion, and in all.
+async fn flood_then_delete(in_flight: Option<usize>) -> (usize, usize) {
+    use setpoint_testing::ChangeKind;
+
+    let mut cluster = TestCluster::start().await;
+    let (released, _) = tokio::sync::watch::channel(false);
+    let gate = Arc::new(PodCreateGate {
+        inner: Box::new(ServiceTransport::new(setpoint_apiserver::http::router(
+            cluster.server().clone(),
+        ))),
+        open: in_flight.map_or(usize::MAX, |n| n - 1),
+        arrived: AtomicUsize::new(0),
+        released,
+    });
+    let gated = Client::new(SharedTransport(gate.clone()));
+    let informers = SharedInformers::lean(gated.clone());
+    cluster.start_controllers_with(gated, Default::default(), informers.clone());
+    let jobs: Api<Job> = Api::namespaced(cluster.client(), "default");
+    let start = cluster.revision().await;
+    jobs.create(&PostParams::default(), &job("flood", i32::MAX, i32::MAX, 6))
+        .await
+        .unwrap();
+    if let Some(n) = in_flight {
+        // The whole batch (n creates after the n - 1 before it) is waiting at the gate.
+        let want = 2 * n - 1;
+        tokio::time::timeout(Duration::from_secs(30), async {
+            while gate.arrived.load(Ordering::SeqCst) < want {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+        .await
+        .expect("the batch to reach the server");
+    }
+    let background = DeleteParams {
+        propagation_policy: Some("Background".into()),
+        ..DeleteParams::default()
+    };
+    jobs.delete("flood", &background).await.unwrap();
+    gate.released.send_replace(true);
+    // Once the controllers' cache has no Job, no reconcile starts creating again; stopping
+    // them waits for the reconciles in flight, which must end within the batch, not go on.
+    let cached = informers.typed::<Job>(Scope::all()).store();
+    eventually("the controllers to see the Job gone", || async {
+        cached.is_empty().then_some(())
+    })
+    .await;
+    tokio::time::timeout(Duration::from_secs(30), cluster.stop_controllers())
+        .await
+        .expect("the Job controller stops: no reconcile goes on creating pods");
+    informers.shutdown().await;
+    // The store's history has every pod ever created, also those collected since.
+    let history = cluster.history("/registry/", start).await;
+    let deleted_at = history
+        .iter()
+        .find(|c| c.key == "/registry/batch/jobs/default/flood" && c.kind == ChangeKind::Deleted)
+        .expect("the Job's deletion")
+        .revision;
+    let created: Vec<i64> = history
+        .iter()
+        .filter(|c| {
+            c.key.starts_with("/registry/core/pods/default/") && c.kind == ChangeKind::Created
+        })
+        .map(|c| c.revision)
+        .collect();
+    cluster.stop().await;
+    let after = created.iter().filter(|r| **r > deleted_at).count();
+    (after, created.len())
+}
+
+/// One transport behind an `Arc`, so the test keeps a handle on the gate.
+struct SharedTransport(Arc<PodCreateGate>);
+
+#[async_trait::async_trait]
+impl Transport for SharedTransport {
+    async fn send(
+        &self,
+        req: http::Request<bytes::Bytes>,
+    ) -> Result<http::Response<Body>, ClientError> {
+        self.0.send(req).await
+    }
+}
+
+/// The most pods one slow-start batch can create: a batch in flight when the Job is deleted
+/// is all that may follow the deletion.
+fn largest_batch() -> usize {
+    setpoint_controllers::replicaset::batches(
+        setpoint_controllers::job::MAX_POD_CREATE_DELETE_PER_SYNC,
+    )
+    .into_iter()
+    .max()
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_huge_job_deleted_at_once_stops_within_one_batch() {
+    let (after, total) = flood_then_delete(None).await;
+    assert!(
+        after <= largest_batch(),
+        "{after} pods created after the Job was deleted ({total} in all)"
+    );
+}
+
+#[tokio::test]
+async fn a_huge_job_deleted_while_a_batch_is_in_flight_gets_only_that_batch() {
+    // Batches 1, 2 and 4 pass; the batch of 8 is in flight when the Job is deleted.
+    let (after, total) = flood_then_delete(Some(8)).await;
+    assert_eq!(after, 8, "only the batch in flight follows the deletion");
+    assert_eq!(total, 15);
 }

@@ -43,6 +43,55 @@ pub struct TypeCheck {
     pub type_errors: Vec<Cause>,
     /// Paths as [`unknown_fields`] reports them.
     pub unknown: Vec<String>,
+    /// Where every field the type does not know is, `null` ones included (which
+    /// [`TypeCheck::unknown`] does not report): what [`TypeCheck::drop_unknown`] removes.
+    pub unknown_at: Vec<FieldPath>,
+}
+
+impl TypeCheck {
+    /// Removes the fields the type does not know from `obj` (the object this check decoded), as
+    /// Kubernetes does by decoding a built-in kind into its Go type: they are never stored.
+    pub fn drop_unknown(&self, obj: &mut Value) {
+        for path in &self.unknown_at {
+            path.remove_from(obj);
+        }
+    }
+}
+
+/// The location of a field in an object: keys and array indices from the top.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldPath(Vec<typed::Seg>);
+
+impl FieldPath {
+    /// Removes the field at this path from `obj`, if it is there.
+    fn remove_from(&self, obj: &mut Value) {
+        let Some((typed::Seg::Key(last), parent)) = self.0.split_last() else {
+            return;
+        };
+        let mut cur = obj;
+        for seg in parent {
+            let next = match seg {
+                typed::Seg::Key(k) => cur.get_mut(k.as_str()),
+                typed::Seg::Index(i) => cur.get_mut(*i),
+            };
+            match next {
+                Some(v) => cur = v,
+                None => return,
+            }
+        }
+        if let Some(map) = cur.as_object_mut() {
+            map.remove(last.as_str());
+        }
+    }
+}
+
+/// Removes the fields of `obj` its kind's type does not know and returns the paths of those
+/// that were set (non-null), as [`unknown_fields`] names them. Kinds without a typed schema
+/// here are left as they are.
+pub fn drop_unknown_fields(group: &str, version: &str, kind: &str, obj: &mut Value) -> Vec<String> {
+    let check = check_types(group, version, kind, obj);
+    check.drop_unknown(obj);
+    check.unknown
 }
 
 /// Decodes `obj` into its kind's type once and reports both type errors and unknown fields,
@@ -56,6 +105,7 @@ pub fn check_types(group: &str, version: &str, kind: &str, obj: &Value) -> TypeC
     TypeCheck {
         type_errors: decoded.errors,
         unknown: decoded.unknown,
+        unknown_at: decoded.unknown_at.into_iter().map(FieldPath).collect(),
     }
 }
 
@@ -68,16 +118,7 @@ pub fn validate_with_type_errors(
     type_errors: Vec<Cause>,
 ) -> Vec<Cause> {
     let mut typed = type_errors;
-    // Base64 byte fields are checked below with Kubernetes' paths (`data[key]`); drop the
-    // decoder's duplicate reports of the same values (but keep ConfigMap `data` type errors).
-    let byte_field = match (group, kind) {
-        ("", "Secret") => Some("data."),
-        ("", "ConfigMap") => Some("binaryData."),
-        _ => None,
-    };
-    if let Some(prefix) = byte_field {
-        typed.retain(|c| !c.field.starts_with(prefix));
-    }
+    typed.retain(|c| !checked_by_rules(group, kind, c));
     let mut errs = validate_object_meta(obj, name_rule(group, kind));
     if let Some(old) = old {
         errs.extend(validate_object_meta_update(obj, old));
@@ -135,6 +176,18 @@ pub fn validate_with_type_errors(
     errs.retain(|c| !shadowed(&c.field));
     typed.extend(errs);
     typed
+}
+
+/// Whether a type error is one the kind's rules report themselves, with Kubernetes' paths and
+/// words: base64 byte fields (`data[key]` of a Secret, `binaryData[key]` of a ConfigMap, but not
+/// ConfigMap `data`), whose decoder reports are dropped in favour of the rules'.
+pub fn checked_by_rules(group: &str, kind: &str, type_error: &Cause) -> bool {
+    let byte_field = match (group, kind) {
+        ("", "Secret") => "data.",
+        ("", "ConfigMap") => "binaryData.",
+        _ => return false,
+    };
+    type_error.field.starts_with(byte_field)
 }
 
 /// Paths of fields in `obj` that the kind's schema does not know, as `spec.foo` or
@@ -2484,6 +2537,8 @@ mod typed {
         /// Paths of the non-null fields the type does not know (none when the object could not
         /// be decoded at all).
         pub unknown: Vec<String>,
+        /// Where the fields the type does not know are, `null` ones included.
+        pub unknown_at: Vec<Vec<Seg>>,
     }
 
     pub fn decode(f: DecodeFn, obj: &Value) -> Decoded {
@@ -2498,6 +2553,7 @@ mod typed {
                     .filter(|p| lookup(obj, p).is_some_and(|v| !v.is_null()))
                     .map(|p| path_string(p))
                     .collect(),
+                unknown_at: skipped,
             };
         }
         let mut work = obj.clone();
@@ -2515,8 +2571,20 @@ mod typed {
                 Ok(round_trip) => {
                     // Keys of the original that did not survive the round trip are unknown.
                     let mut unknown = Vec::new();
-                    unknown_at(obj, &round_trip, &mut String::new(), &dropped, &mut unknown);
-                    return Decoded { errors, unknown };
+                    let mut at = Vec::new();
+                    unknown_at(
+                        obj,
+                        &round_trip,
+                        &mut Vec::new(),
+                        &dropped,
+                        &mut unknown,
+                        &mut at,
+                    );
+                    return Decoded {
+                        errors,
+                        unknown,
+                        unknown_at: at,
+                    };
                 }
                 Err(err) => err,
             };
@@ -2553,6 +2621,7 @@ mod typed {
         Decoded {
             errors,
             unknown: Vec::new(),
+            unknown_at: Vec::new(),
         }
     }
 
@@ -2562,42 +2631,51 @@ mod typed {
     pub fn unknown_by_round_trip<T: DeserializeOwned + Serialize>(obj: &Value) -> Vec<String> {
         let round_trip = serde_json::to_value(T::deserialize(obj).expect("valid")).unwrap();
         let mut out = Vec::new();
-        unknown_at(obj, &round_trip, &mut String::new(), &[], &mut out);
+        unknown_at(
+            obj,
+            &round_trip,
+            &mut Vec::new(),
+            &[],
+            &mut out,
+            &mut Vec::new(),
+        );
         out
     }
 
-    /// Collects keys of `orig` missing from `typed` (the typed round trip), as paths, with one
-    /// path buffer for the whole walk (a path is copied only when it is reported).
+    /// Collects keys of `orig` missing from `typed` (the typed round trip), as path strings
+    /// (`out`) and as paths (`at`), with one path buffer for the whole walk (a path is copied
+    /// only when it is reported). `null` values set nothing and are not reported.
     fn unknown_at(
         orig: &Value,
         typed: &Value,
-        path: &mut String,
+        path: &mut Vec<Seg>,
         dropped: &[String],
         out: &mut Vec<String>,
+        at: &mut Vec<Vec<Seg>>,
     ) {
-        let len = path.len();
         match (orig, typed) {
             (Value::Object(o), Value::Object(t)) => {
                 for (k, v) in o {
-                    if len > 0 {
-                        path.push('.');
-                    }
-                    path.push_str(k);
-                    if !v.is_null() && !dropped.iter().any(|d| d == path) {
+                    path.push(Seg::Key(k.clone()));
+                    let was_dropped =
+                        !dropped.is_empty() && dropped.iter().any(|d| *d == path_string(path));
+                    if !v.is_null() && !was_dropped {
                         match t.get(k) {
-                            None => out.push(path.clone()),
-                            Some(tv) => unknown_at(v, tv, path, dropped, out),
+                            None => {
+                                out.push(path_string(path));
+                                at.push(path.clone());
+                            }
+                            Some(tv) => unknown_at(v, tv, path, dropped, out, at),
                         }
                     }
-                    path.truncate(len);
+                    path.pop();
                 }
             }
             (Value::Array(o), Value::Array(t)) => {
                 for (i, (v, tv)) in o.iter().zip(t).enumerate() {
-                    use std::fmt::Write as _;
-                    let _ = write!(path, "[{i}]");
-                    unknown_at(v, tv, path, dropped, out);
-                    path.truncate(len);
+                    path.push(Seg::Index(i));
+                    unknown_at(v, tv, path, dropped, out, at);
+                    path.pop();
                 }
             }
             _ => {}

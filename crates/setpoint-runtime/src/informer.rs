@@ -8,6 +8,12 @@
 //! watch fails, it relists and emits exactly the differences against its cache, so a handler
 //! never misses a change — not even a delete that happened while the connection was down.
 //!
+//! An object that does not decode as the informer's type (a malformed stored object) is
+//! skipped, whether it comes in a LIST or a watch event: it is absent from the cache until it
+//! decodes again, logged once while it stays bad, and counted in
+//! [`InformerMetrics`](crate::metrics::InformerMetrics) (see [`InformerOptions::metrics`]);
+//! every other object keeps flowing.
+//!
 //! Events are hints ("this key changed"), which is all a level-triggered controller needs: its
 //! handler enqueues keys and the reconcile reads current state from the [`Store`].
 //!

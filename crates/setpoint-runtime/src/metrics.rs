@@ -5,7 +5,9 @@ use std::time::Duration;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::Registry;
+/// The registry every metric here registers into (re-exported, so a program can build one
+/// without naming the Prometheus crate).
+pub use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct VerbCode {
@@ -110,6 +112,53 @@ impl EventMetrics {
         self.dropped
             .get_or_create(&DropReason {
                 reason: reason.into(),
+            })
+            .inc();
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResourceLabel {
+    resource: String,
+}
+
+/// `informer_decode_errors_total{resource}`: objects an informer received (in a LIST or a
+/// watch event) that did not decode as its type and were skipped, by resource
+/// (`deployments.apps`, `pods`). Anything above zero means a stored object is malformed, and
+/// the controllers of that type cannot see it.
+///
+/// Create it once per registry and hand clones to the informers
+/// ([`InformerOptions::metrics`](crate::informer::InformerOptions::metrics)).
+#[derive(Clone, Debug, Default)]
+pub struct InformerMetrics {
+    decode_errors: Family<ResourceLabel, prometheus_client::metrics::counter::Counter>,
+}
+
+impl InformerMetrics {
+    /// Creates the counter and registers it.
+    pub fn new(registry: &mut Registry) -> Self {
+        let m = InformerMetrics::default();
+        registry.register(
+            "informer_decode_errors",
+            "Objects informers skipped because they did not decode as the informer's type, by resource",
+            m.decode_errors.clone(),
+        );
+        m
+    }
+
+    /// How many objects of `resource` were skipped so far.
+    pub fn decode_errors(&self, resource: &str) -> u64 {
+        self.decode_errors
+            .get_or_create(&ResourceLabel {
+                resource: resource.into(),
+            })
+            .get()
+    }
+
+    pub(crate) fn decode_error(&self, resource: &str) {
+        self.decode_errors
+            .get_or_create(&ResourceLabel {
+                resource: resource.into(),
             })
             .inc();
     }

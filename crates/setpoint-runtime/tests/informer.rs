@@ -1122,3 +1122,282 @@ async fn failed_attempts_back_off_from_800ms_to_30s_and_reset_after_a_list() {
     assert!(start.elapsed() > Duration::from_secs(110));
     informer.shutdown().await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Objects that do not decode
+
+/// A Deployment as stored (no `resourceVersion`), with `replicas` as given: a number decodes,
+/// a string does not (k8s-openapi's `replicas` is an `i32`).
+fn stored_deployment(name: &str, replicas: serde_json::Value) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"),
+                     "creationTimestamp": "2024-01-01T00:00:00Z", "generation": 1},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}},
+                              "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}
+    }))
+    .unwrap()
+}
+
+fn deployment_key(name: &str) -> String {
+    format!("/registry/apps/deployments/default/{name}")
+}
+
+fn names<K: Object>(store: &setpoint_runtime::Store<K>) -> BTreeSet<String> {
+    store.list().iter().map(|o| o.name()).collect()
+}
+
+/// The value of `informer_decode_errors_total{resource="<resource>"}` in a Prometheus text
+/// exposition, 0 if absent.
+fn decode_errors_in(text: &str, resource: &str) -> u64 {
+    let series = format!("informer_decode_errors_total{{resource=\"{resource}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&series))
+        .map(|v| v.trim().parse().unwrap())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn an_object_that_does_not_decode_is_skipped_counted_and_the_rest_keep_flowing() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use serde_json::json;
+    use setpoint_runtime::metrics::{InformerMetrics, Registry};
+
+    let cluster = TestCluster::start().await;
+    for name in ["good-1", "good-2"] {
+        cluster
+            .put_raw(&deployment_key(name), &stored_deployment(name, json!(1)))
+            .await;
+    }
+    cluster
+        .put_raw(
+            &deployment_key("bad"),
+            &stored_deployment("bad", json!("three")),
+        )
+        .await;
+
+    let mut registry = Registry::default();
+    let metrics = InformerMetrics::new(&mut registry);
+    let render = |registry: &Registry| {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+        text
+    };
+    let informer = Informer::new(
+        Api::<Deployment>::all(cluster.client()),
+        InformerOptions {
+            metrics: Some(metrics.clone()),
+            ..fast_options()
+        },
+    );
+    let log = Arc::new(Mutex::new(Vec::<String>::new()));
+    let l = log.clone();
+    informer.subscribe(Arc::new(move |e: &Event<Deployment>| {
+        let what = match e {
+            Event::Added(_) => "added",
+            Event::Updated { .. } => "updated",
+            Event::Deleted(_) => "deleted",
+        };
+        l.lock().push(format!("{what} {}", e.object().name()));
+    }));
+    informer.start();
+    // Before, the whole LIST failed to decode and the informer never synced.
+    timeout(Duration::from_secs(10), informer.wait_synced())
+        .await
+        .expect("the informer syncs despite the bad object")
+        .unwrap();
+    let store = informer.store();
+    assert_eq!(
+        names(&store),
+        BTreeSet::from(["good-1".into(), "good-2".into()])
+    );
+    assert_eq!(metrics.decode_errors("deployments.apps"), 1);
+    assert_eq!(decode_errors_in(&render(&registry), "deployments.apps"), 1);
+
+    // The watch keeps flowing: an object created through the API arrives.
+    let api: Api<Deployment> = Api::namespaced(cluster.client(), "default");
+    let fresh: Deployment = serde_json::from_slice(&stored_deployment("good-3", json!(2))).unwrap();
+    api.create(&PostParams::default(), &fresh).await.unwrap();
+    poll_until("good-3 in the cache", || names(&store).contains("good-3")).await;
+
+    // A cached object that turns bad leaves the cache (the next relist would drop it too),
+    // and is counted.
+    cluster
+        .put_raw(
+            &deployment_key("good-1"),
+            &stored_deployment("good-1", json!("x")),
+        )
+        .await;
+    poll_until("good-1 out of the cache", || {
+        !names(&store).contains("good-1")
+    })
+    .await;
+    assert_eq!(metrics.decode_errors("deployments.apps"), 2);
+    // Modified again while still bad: counted again, still absent, nothing delivered.
+    cluster
+        .put_raw(
+            &deployment_key("good-1"),
+            &stored_deployment("good-1", json!("y")),
+        )
+        .await;
+    poll_until("the second bad event counted", || {
+        metrics.decode_errors("deployments.apps") == 3
+    })
+    .await;
+
+    // Fixed objects come back: the one that broke, and the one bad from the start.
+    cluster
+        .put_raw(
+            &deployment_key("good-1"),
+            &stored_deployment("good-1", json!(1)),
+        )
+        .await;
+    cluster
+        .put_raw(&deployment_key("bad"), &stored_deployment("bad", json!(3)))
+        .await;
+    poll_until("both fixed objects in the cache", || {
+        names(&store).len() == 4
+    })
+    .await;
+    assert_eq!(
+        store
+            .get(&ObjectKey::new(Some("default"), "bad"))
+            .unwrap()
+            .spec
+            .as_ref()
+            .unwrap()
+            .replicas,
+        Some(3)
+    );
+
+    // A bad object that is cached nowhere and then deleted: its DELETED event does not decode
+    // either, and removes nothing else.
+    cluster
+        .put_raw(
+            &deployment_key("good-2"),
+            &stored_deployment("good-2", json!([])),
+        )
+        .await;
+    poll_until("good-2 out of the cache", || {
+        !names(&store).contains("good-2")
+    })
+    .await;
+    cluster.delete_raw(&deployment_key("good-2")).await;
+    poll_until("the delete counted", || {
+        metrics.decode_errors("deployments.apps") == 5
+    })
+    .await;
+    assert_eq!(
+        names(&store),
+        BTreeSet::from(["bad".into(), "good-1".into(), "good-3".into()])
+    );
+    assert_eq!(decode_errors_in(&render(&registry), "deployments.apps"), 5);
+    let events = log.lock().clone();
+    assert_eq!(
+        events,
+        [
+            "added good-1",
+            "added good-2",
+            "added good-3",
+            "deleted good-1",
+            "added good-1",
+            "added bad",
+            "deleted good-2"
+        ],
+        "handlers see the bad object leave and come back, nothing else"
+    );
+    informer.shutdown().await;
+    cluster.stop().await;
+}
+
+#[tokio::test]
+async fn controllers_reconcile_every_other_object_and_the_api_server_serves_the_count() {
+    use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+    use serde_json::json;
+    use setpoint_runtime::metrics::{InformerMetrics, Registry};
+
+    let mut cluster = TestCluster::start().await;
+    cluster
+        .put_raw(
+            &deployment_key("broken"),
+            &stored_deployment("broken", json!("two")),
+        )
+        .await;
+    // As `setpoint up` does: the in-process components' runtime metrics are served at the
+    // API server's `/metrics`.
+    let mut registry = Registry::default();
+    let metrics = InformerMetrics::new(&mut registry);
+    cluster.server().metrics().include(Arc::new(registry));
+    let informers = SharedInformers::with_options(
+        cluster.client(),
+        InformerOptions {
+            metrics: Some(metrics),
+            ..InformerOptions::lean()
+        },
+        setpoint_runtime::informer::StartPolicy::OnRequest,
+    );
+    cluster.start_controllers_on(Default::default(), informers.clone());
+
+    let api: Api<Deployment> = Api::namespaced(cluster.client(), "default");
+    for name in ["web", "api"] {
+        let d: Deployment = serde_json::from_slice(&stored_deployment(name, json!(2))).unwrap();
+        api.create(&PostParams::default(), &d).await.unwrap();
+    }
+    // Both are reconciled: each gets its ReplicaSet and then its status.
+    let replicasets: Api<ReplicaSet> = Api::namespaced(cluster.client(), "default");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let owners: BTreeSet<String> = replicasets
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .flat_map(|rs| rs.metadata.owner_references.clone().unwrap_or_default())
+            .map(|o| o.name)
+            .collect();
+        let observed = {
+            let mut all = true;
+            for name in ["web", "api"] {
+                let d = api.get(name).await.unwrap();
+                all &= d.status.and_then(|s| s.observed_generation) == Some(1);
+            }
+            all
+        };
+        if owners == BTreeSet::from(["api".into(), "web".into()]) && observed {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "deployments not reconciled: ReplicaSets owned by {owners:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let response = cluster
+        .client()
+        .send(http::Method::GET, "/metrics", None, Bytes::new())
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let text = String::from_utf8(
+        response
+            .into_body()
+            .collect()
+            .await
+            .unwrap()
+            .to_bytes()
+            .to_vec(),
+    )
+    .unwrap();
+    // Every informer of Deployments skipped it at least once (the controllers share one).
+    assert!(
+        decode_errors_in(&text, "deployments.apps") >= 1,
+        "no decode error counted in:\n{text}"
+    );
+    assert!(text.contains("apiserver_request_total"), "{text}");
+    assert_eq!(text.matches("# EOF").count(), 1, "one exposition:\n{text}");
+    cluster.stop().await;
+    informers.shutdown().await;
+}

@@ -108,6 +108,40 @@ impl TestCluster {
         c
     }
 
+    /// Starts Setpoint's built-in controllers on `informers` (built by the caller on this
+    /// cluster's [`client`](TestCluster::client), e.g. with metrics, and shut down by it),
+    /// unless controllers already run.
+    pub fn start_controllers_on(
+        &mut self,
+        options: setpoint_controllers::manager::Options,
+        informers: setpoint_runtime::informer::SharedInformers,
+    ) {
+        self.start_controllers_with(self.client.clone(), options, informers);
+    }
+
+    /// Like [`TestCluster::start_controllers_on`], with the controllers writing through
+    /// `client` (e.g. over a transport that injects faults or holds requests).
+    pub fn start_controllers_with(
+        &mut self,
+        client: Client,
+        options: setpoint_controllers::manager::Options,
+        informers: setpoint_runtime::informer::SharedInformers,
+    ) {
+        if self.controllers.is_none() {
+            self.controllers = Some(setpoint_controllers::manager::InProcess::start_on(
+                client, options, informers,
+            ));
+        }
+    }
+
+    /// Stops the controllers (if any run) and waits for their reconciles in flight; the
+    /// server keeps serving.
+    pub async fn stop_controllers(&mut self) {
+        if let Some(c) = self.controllers.take() {
+            c.stop().await;
+        }
+    }
+
     /// A client for this cluster (cheap to clone).
     pub fn client(&self) -> Client {
         self.client.clone()
@@ -116,6 +150,95 @@ impl TestCluster {
     /// The server, e.g. to read its metrics.
     pub fn server(&self) -> &Arc<ApiServer> {
         &self.server
+    }
+
+    /// Writes `value` to the store key `key` as it is, past the API server's decoding,
+    /// defaulting and validation: the way to put a malformed object in front of clients
+    /// (a Deployment whose `kind` is `Pod`, a field of the wrong type). Keys are
+    /// `/registry/<group or "core">/<plural>/<namespace>/<name>`; values are the object's
+    /// JSON without `resourceVersion`. Returns the write's revision.
+    pub async fn put_raw(&self, key: &str, value: &[u8]) -> i64 {
+        let kv = self
+            .server
+            .store()
+            .put(
+                key,
+                bytes::Bytes::copy_from_slice(value),
+                setpoint_store::Precondition::None,
+            )
+            .await
+            .unwrap_or_else(|e| panic!("writing {key} to the store: {e}"));
+        kv.mod_revision
+    }
+
+    /// Deletes the store key `key` past the API server (no finalizers, no cascading), as
+    /// [`TestCluster::put_raw`] writes. Returns the deletion's revision.
+    pub async fn delete_raw(&self, key: &str) -> i64 {
+        let (_, revision) = self
+            .server
+            .store()
+            .delete(key, setpoint_store::Precondition::None)
+            .await
+            .unwrap_or_else(|e| panic!("deleting {key} from the store: {e}"));
+        revision
+    }
+
+    /// The store's current revision (the `resourceVersion` of the latest write).
+    pub async fn revision(&self) -> i64 {
+        self.server
+            .store()
+            .current_revision()
+            .await
+            .expect("store revision")
+    }
+
+    /// Every change committed under the store key prefix `prefix` after revision `after`, up
+    /// to the current revision, in order: what happened, including objects created and
+    /// deleted again since.
+    pub async fn history(&self, prefix: &str, after: i64) -> Vec<Change> {
+        use futures::StreamExt;
+        let store = self.server.store();
+        let until = store.current_revision().await.expect("store revision");
+        let mut out = Vec::new();
+        if until <= after {
+            return out;
+        }
+        let mut watch = store
+            .watch(prefix, after)
+            .await
+            .unwrap_or_else(|e| panic!("reading history under {prefix}: {e}"));
+        // Progress notifications end the wait when the prefix has no change up to `until`.
+        watch.request_progress();
+        while let Some(batch) = watch.next().await {
+            let batch = batch.unwrap_or_else(|e| panic!("reading history under {prefix}: {e}"));
+            for event in batch.events {
+                let revision = event.revision();
+                if revision > until {
+                    return out;
+                }
+                out.push(match event {
+                    setpoint_store::Event::Put { kv, prev } => Change {
+                        key: kv.key.to_string(),
+                        revision,
+                        kind: if prev.is_none() {
+                            ChangeKind::Created
+                        } else {
+                            ChangeKind::Updated
+                        },
+                    },
+                    setpoint_store::Event::Delete { key, .. } => Change {
+                        key: key.to_string(),
+                        revision,
+                        kind: ChangeKind::Deleted,
+                    },
+                });
+            }
+            if batch.revision >= until {
+                break;
+            }
+            watch.request_progress();
+        }
+        out
     }
 
     /// An admin kubeconfig for the HTTPS endpoint (for processes started by a test), when
@@ -140,6 +263,24 @@ impl TestCluster {
             None => self.server.stop().await,
         }
     }
+}
+
+/// One committed change to a store key (see [`TestCluster::history`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Change {
+    /// The store key (`/registry/core/pods/default/web-1`).
+    pub key: String,
+    /// The revision the change was committed at.
+    pub revision: i64,
+    pub kind: ChangeKind,
+}
+
+/// What a [`Change`] did to its key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChangeKind {
+    Created,
+    Updated,
+    Deleted,
 }
 
 /// Polls `check` every 50 ms until it returns `Some`, and returns that; panics naming `what`

@@ -208,8 +208,21 @@ async fn run(args: ServeArgs, up: Option<Up>) -> anyhow::Result<()> {
         ))
     };
     // The controllers and the scheduler share one set of informers: one cache of every pod
-    // in this process, not one per component.
-    let informers = setpoint_runtime::informer::SharedInformers::lean(in_process());
+    // in this process, not one per component. Their metrics (objects skipped because they do
+    // not decode) have no endpoint of their own here, so the API server's `/metrics` has them.
+    let mut runtime_metrics = setpoint_runtime::metrics::Registry::default();
+    let informer_metrics = setpoint_runtime::metrics::InformerMetrics::new(&mut runtime_metrics);
+    server
+        .metrics()
+        .include(std::sync::Arc::new(runtime_metrics));
+    let informers = setpoint_runtime::informer::SharedInformers::with_options(
+        in_process(),
+        setpoint_runtime::informer::InformerOptions {
+            metrics: Some(informer_metrics),
+            ..setpoint_runtime::informer::InformerOptions::lean()
+        },
+        setpoint_runtime::informer::StartPolicy::OnRequest,
+    );
     let controllers = up.as_ref().map(|up| {
         controller_manager::start_in_process(
             in_process().with_user_agent(controller_manager::COMPONENT),

@@ -106,6 +106,40 @@ fn list_kind(shape: Shape) -> ListKind {
     }
 }
 
+/// One step of a path through a value: a property, or a list index.
+#[derive(Clone, Copy, Debug)]
+pub enum PathStep<'a> {
+    Key(&'a str),
+    Index(usize),
+}
+
+/// The path elements (`f:`, `k:`, `v:`, `i:`) that name the value at `steps` of `value`, an
+/// object of `shape`: list items by their keys or value where the list has them, else by index.
+pub fn elements_at(shape: Shape, value: &Value, steps: &[PathStep<'_>]) -> Vec<String> {
+    let mut out = Vec::with_capacity(steps.len());
+    let mut shape = shape;
+    let mut cur = Some(value);
+    for step in steps {
+        match *step {
+            PathStep::Key(k) => {
+                out.push(fieldset::field(k));
+                shape = shape.property(k);
+                cur = cur.and_then(|v| v.get(k));
+            }
+            PathStep::Index(i) => {
+                let item = cur.and_then(|v| v.get(i));
+                let element = item
+                    .and_then(|it| item_element(&list_kind(shape), it))
+                    .unwrap_or_else(|| fieldset::index(i));
+                out.push(element);
+                shape = shape.item();
+                cur = item;
+            }
+        }
+    }
+    out
+}
+
 /// The value a missing key field of an associative item takes, when Kubernetes defaults it
 /// (so an applied port without `protocol` is the same item as the stored one with `TCP`).
 fn key_default(key: &str) -> Option<Value> {

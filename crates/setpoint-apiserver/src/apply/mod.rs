@@ -149,6 +149,20 @@ fn set_entries_reusing(obj: &mut Value, entries: Vec<Entry>, stored: &[Option<&V
     }
 }
 
+/// The field at `path` (`spec.containers[0].image`) of `obj`, an object of `res`, as Kubernetes'
+/// structured merge prints it: `.spec.containers[name="nginx"].image` (list items by their keys
+/// or values, where the schema says how they are identified).
+pub fn display_path(res: &ResourceDef, obj: &Value, path: &str) -> String {
+    let steps: Vec<merge::PathStep<'_>> = crate::decoding::split_path(path)
+        .into_iter()
+        .map(|s| match s {
+            crate::decoding::Segment::Key(k) => merge::PathStep::Key(k),
+            crate::decoding::Segment::Index(i) => merge::PathStep::Index(i),
+        })
+        .collect();
+    fieldset::display(&merge::elements_at(shape_of(res), obj, &steps))
+}
+
 /// The schema shape of objects of `res`; kinds the type graph does not know are untyped (all
 /// lists atomic).
 fn shape_of(res: &ResourceDef) -> Shape {

@@ -282,12 +282,12 @@ impl ApiServer {
                     }
                 };
                 tokio::select! {
-                    item = handle.live.recv() => {
+                    item = handle.next_live() => {
                         if item.is_none() {
                             break;
                         }
                         // One pass covers every event queued so far.
-                        while handle.live.try_recv().is_ok() {}
+                        while handle.try_next_live().is_some() {}
                         terminating = self.sync_crds().await;
                     }
                     _ = recheck => terminating = self.sync_crds().await,

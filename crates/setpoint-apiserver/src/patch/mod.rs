@@ -8,6 +8,7 @@
 
 pub mod strategic;
 
+use serde::Deserialize as _;
 use serde_json::Value;
 use setpoint_api::ApiError;
 use setpoint_protobuf::types::{self, TypeRef};
@@ -52,26 +53,26 @@ impl Patch {
     ) -> Result<Patch, ApiError> {
         match (content_type, strategic) {
             (MERGE_PATCH, _) => {
-                let v: Value = serde_json::from_slice(body)
-                    .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+                let v: Value = serde_json::from_slice(body).map_err(|e| undecodable(body, &e))?;
                 if !v.is_object() {
                     return Err(ApiError::bad_request("a merge patch must be a JSON object"));
                 }
                 Ok(Patch::Merge(v))
             }
             (JSON_PATCH, _) => {
-                let v: Value = serde_json::from_slice(body)
-                    .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+                let v: Value = serde_json::from_slice(body).map_err(|e| undecodable(body, &e))?;
                 match v {
-                    Value::Array(ops) => Ok(Patch::Json(ops)),
+                    Value::Array(ops) => {
+                        check_operation_count(ops.len())?;
+                        Ok(Patch::Json(ops))
+                    }
                     _ => Err(ApiError::bad_request(
                         "a JSON patch must be an array of operations",
                     )),
                 }
             }
             (STRATEGIC_MERGE_PATCH, Some(ty)) => {
-                let v: Value = serde_json::from_slice(body)
-                    .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+                let v: Value = serde_json::from_slice(body).map_err(|e| undecodable(body, &e))?;
                 if !v.is_object() {
                     return Err(ApiError::bad_request(
                         "a strategic merge patch must be a JSON object",
@@ -132,20 +133,106 @@ pub fn merge_patch(target: &Value, patch: &Value) -> Value {
     }
 }
 
-/// RFC 6902. A failed `test` or an operation on a missing path is 422, as kopf expects.
+/// 400 for a patch body that is not JSON, in Go's decoder's words as Kubernetes gives them.
+fn undecodable(body: &[u8], e: &serde_json::Error) -> ApiError {
+    ApiError::bad_request(format!(
+        "error decoding patch: {}",
+        crate::decoding::json_syntax_error(body, e)
+    ))
+}
+
+/// The most operations a JSON patch may have: Kubernetes' `maxJSONPatchOperations`.
+pub const MAX_JSON_PATCH_OPERATIONS: usize = 10_000;
+
+/// How much a JSON patch's `copy` operations may add to the document, in bytes of JSON
+/// (the sum of the copied values' sizes): the API server's `JSONPatchMaxCopyBytes`, 3 MiB, twice
+/// etcd's 1.5 MiB request limit. `copy` is the one operation whose result can outgrow the patch
+/// (each copies a value already in the document, however large), so this is what bounds the
+/// memory a patch can make the server allocate.
+pub const MAX_JSON_PATCH_COPY_BYTES: usize = 3 * 1024 * 1024;
+
+/// 413 for a JSON patch of more than [`MAX_JSON_PATCH_OPERATIONS`] operations, in Kubernetes'
+/// words; checked as soon as the operations are counted, before any is applied.
+fn check_operation_count(n: usize) -> Result<(), ApiError> {
+    if n > MAX_JSON_PATCH_OPERATIONS {
+        return Err(ApiError::too_large(format!(
+            "The allowed maximum operations in a JSON patch is {MAX_JSON_PATCH_OPERATIONS}, got {n}"
+        )));
+    }
+    Ok(())
+}
+
+/// The 422 a JSON patch that cannot be applied gets (Kubernetes answers with a generic
+/// "unprocessable" response carrying the patch library's message).
+fn unprocessable(detail: impl std::fmt::Display) -> ApiError {
+    ApiError::new(
+        422,
+        "Invalid",
+        format!("the server rejected our request due to an error in our request: {detail}"),
+    )
+}
+
+/// The length of `v` serialized as compact JSON, counted without building the text.
+pub fn json_len(v: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing a `Value` to a sink that never fails cannot fail.
+    let _ = serde_json::to_writer(&mut count, v);
+    count.0
+}
+
+/// RFC 6902. A failed `test` or an operation on a missing path is 422, as kopf expects. More than
+/// [`MAX_JSON_PATCH_OPERATIONS`] operations are refused with 413 before anything is applied, and
+/// a `copy` that would take the copied bytes past [`MAX_JSON_PATCH_COPY_BYTES`] is refused (422,
+/// with the json-patch library's message Kubernetes passes on) before it copies.
 pub fn json_patch(target: &Value, ops: &[Value]) -> Result<Value, ApiError> {
-    let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops.to_vec()))
+    check_operation_count(ops.len())?;
+    // An operation the RFC does not define is json-patch's "Unexpected kind" (422), as in
+    // Kubernetes, rather than a decoding error listing Rust's variants.
+    if let Some(kind) = ops.iter().find_map(|op| {
+        op.get("op")
+            .and_then(Value::as_str)
+            .filter(|k| !["add", "remove", "replace", "move", "copy", "test"].contains(k))
+    }) {
+        return Err(unprocessable(format!("Unexpected kind: {kind}")));
+    }
+    let ops: Vec<json_patch::PatchOperation> = ops
+        .iter()
+        .map(json_patch::PatchOperation::deserialize)
+        .collect::<Result<_, _>>()
         .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
     let mut doc = target.clone();
-    // On a copy, so a failed patch needs no undo: `json_patch::patch` undoes and panics when it
-    // cannot (a `move` of a child onto its parent followed by a failing op).
-    json_patch::patch_unsafe(&mut doc, &patch).map_err(|e| {
-        ApiError::new(
-            422,
-            "Invalid",
-            format!("the server rejected our request due to an error in our request: {e}"),
-        )
-    })?;
+    let mut copied = 0usize;
+    for (i, op) in ops.iter().enumerate() {
+        if let json_patch::PatchOperation::Copy(copy) = op {
+            // A missing source is left to the patch below, which reports it.
+            if let Some(from) = doc.pointer(copy.from.as_str()) {
+                copied = copied.saturating_add(json_len(from));
+                if copied > MAX_JSON_PATCH_COPY_BYTES {
+                    return Err(unprocessable(format!(
+                        "Unable to complete the copy, the accumulated size increase of copy is {copied}, exceeding the limit {MAX_JSON_PATCH_COPY_BYTES}"
+                    )));
+                }
+            }
+        }
+        // On a copy, so a failed patch needs no undo: `json_patch::patch` undoes and panics when
+        // it cannot (a `move` of a child onto its parent followed by a failing op).
+        // One operation at a time, so that a copy is measured against the document it copies
+        // from; the error names the operation by its place in the whole patch.
+        json_patch::patch_unsafe(&mut doc, std::slice::from_ref(op)).map_err(|mut e| {
+            e.operation = i;
+            unprocessable(e)
+        })?;
+    }
     Ok(doc)
 }
 
@@ -220,6 +307,60 @@ mod tests {
         ];
         assert_eq!(json_patch(&t, &ops).unwrap_err().code, 422);
         assert_eq!(json_patch(&t, &ops[..1]).unwrap(), json!({"0": null}));
+    }
+
+    #[test]
+    fn more_than_ten_thousand_operations_are_413_before_any_is_applied() {
+        let op = r#"{"op":"add","path":"/x","value":"y"}"#;
+        let body = format!("[{}]", vec![op; MAX_JSON_PATCH_OPERATIONS + 1].join(","));
+        let e = Patch::decode(JSON_PATCH, body.as_bytes(), None).unwrap_err();
+        assert_eq!((e.code, e.reason.as_str()), (413, "RequestEntityTooLarge"));
+        assert_eq!(
+            e.message,
+            "The allowed maximum operations in a JSON patch is 10000, got 10001"
+        );
+        let body = format!("[{}]", vec![op; MAX_JSON_PATCH_OPERATIONS].join(","));
+        let p = Patch::decode(JSON_PATCH, body.as_bytes(), None).unwrap();
+        assert_eq!(p.apply(&json!({})).unwrap(), json!({"x": "y"}));
+    }
+
+    #[test]
+    fn copies_stop_at_the_accumulated_copy_limit() {
+        // 1 MiB copied three times is exactly the limit; a fourth copy is refused.
+        let value = "x".repeat(1024 * 1024 - 2);
+        let doc = json!({ "a": value });
+        let copy = |to: &str| json!({"op": "copy", "from": "/a", "path": to});
+        let three = vec![copy("/b"), copy("/c"), copy("/d")];
+        let out = json_patch(&doc, &three).unwrap();
+        assert_eq!(out["d"], doc["a"]);
+        let mut four = three.clone();
+        four.push(copy("/e"));
+        let e = json_patch(&doc, &four).unwrap_err();
+        assert_eq!(e.code, 422);
+        assert!(
+            e.message.ends_with(
+                "Unable to complete the copy, the accumulated size increase of copy is 4194304, exceeding the limit 3145728"
+            ),
+            "{}",
+            e.message
+        );
+        // A copy of a copy counts what it copies.
+        let small = json!({"a": "x".repeat(600 * 1024)});
+        let doubling: Vec<Value> = (0..4)
+            .map(|i| json!({"op": "copy", "from": "/a", "path": format!("/b{i}")}))
+            .chain([json!({"op": "copy", "from": "", "path": "/all"})])
+            .collect();
+        assert_eq!(json_patch(&small, &doubling).unwrap_err().code, 422);
+    }
+
+    #[test]
+    fn failed_operations_are_named_by_their_place_in_the_patch() {
+        let ops = vec![
+            json!({"op": "add", "path": "/a", "value": 1}),
+            json!({"op": "remove", "path": "/missing"}),
+        ];
+        let e = json_patch(&json!({}), &ops).unwrap_err();
+        assert!(e.message.contains("operation '/1'"), "{}", e.message);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::{
     ApiResource, Client, ClientError, DeleteParams, ListParams, Patch, PatchParams, PostParams,
-    WatchEvent, WatchParams, JSON,
+    Undecodable, WatchEvent, WatchParams, JSON,
 };
 
 /// An untyped object: any kind, as JSON.
@@ -26,6 +26,13 @@ pub struct ObjectList<K> {
     pub resource_version: String,
     /// Set when more pages remain.
     pub continue_token: Option<String>,
+}
+
+/// A LIST whose undecodable items were left out, and those items.
+#[derive(Clone, Debug)]
+pub(crate) struct LenientList<K> {
+    pub list: ObjectList<K>,
+    pub skipped: Vec<Undecodable>,
 }
 
 /// The verbs on one resource, in one namespace or across all of them.
@@ -123,10 +130,6 @@ fn with_query(path: String, q: String) -> String {
     }
 }
 
-fn decode<K: DeserializeOwned>(v: Value) -> Result<K, ClientError> {
-    serde_json::from_value(v).map_err(|e| ClientError::Decode(e.to_string()))
-}
-
 /// Decodes a response body straight into `K`, without a JSON tree in between.
 fn decode_bytes<K: DeserializeOwned>(b: &[u8]) -> Result<K, ClientError> {
     serde_json::from_slice(b).map_err(|e| ClientError::Decode(e.to_string()))
@@ -222,6 +225,45 @@ impl<K: DeserializeOwned + Serialize + Send + 'static> Api<K> {
 
     /// One LIST page.
     pub async fn list(&self, params: &ListParams) -> Result<ObjectList<K>, ClientError> {
+        let mut failed = None;
+        let page = self
+            .list_page(params, &mut |u| {
+                failed.get_or_insert(u);
+            })
+            .await?;
+        match failed {
+            Some(u) => Err(ClientError::Decode(u.error)),
+            None => Ok(page),
+        }
+    }
+
+    /// Every page of a LIST, followed to the end, leaving out (and returning) the items that
+    /// do not decode as `K`: one bad object does not hide the others.
+    pub(crate) async fn list_all_lenient(
+        &self,
+        params: &ListParams,
+    ) -> Result<LenientList<K>, ClientError> {
+        let mut skipped = Vec::new();
+        let mut p = params.clone();
+        let mut first = self.list_page(&p, &mut |u| skipped.push(u)).await?;
+        while let Some(c) = first.continue_token.take() {
+            p.continue_token = Some(c);
+            let next = self.list_page(&p, &mut |u| skipped.push(u)).await?;
+            first.items.extend(next.items);
+            first.continue_token = next.continue_token;
+        }
+        Ok(LenientList {
+            list: first,
+            skipped,
+        })
+    }
+
+    /// One LIST page; each item that does not decode goes to `undecodable` instead.
+    async fn list_page(
+        &self,
+        params: &ListParams,
+        undecodable: &mut (dyn FnMut(Undecodable) + Send),
+    ) -> Result<ObjectList<K>, ClientError> {
         let path = with_query(
             self.resource.collection_path(self.namespace.as_deref()),
             params.query(),
@@ -245,7 +287,7 @@ impl<K: DeserializeOwned + Serialize + Send + 'static> Api<K> {
         let items = match v.get_mut("items").map(Value::take) {
             Some(Value::Array(items)) => items
                 .into_iter()
-                .map(|mut i| {
+                .filter_map(|mut i| {
                     // List items may omit their type; fill it so typed decoding works.
                     if let Some(m) = i.as_object_mut() {
                         m.entry("apiVersion")
@@ -253,9 +295,12 @@ impl<K: DeserializeOwned + Serialize + Send + 'static> Api<K> {
                         m.entry("kind")
                             .or_insert_with(|| self.resource.kind.clone().into());
                     }
-                    decode(i)
+                    // Decoded from a borrow, so a failure can still say which object it was.
+                    K::deserialize(&i)
+                        .map_err(|e| undecodable(Undecodable::of(&i, e)))
+                        .ok()
                 })
-                .collect::<Result<Vec<K>, _>>()?,
+                .collect(),
             _ => Vec::new(),
         };
         Ok(ObjectList {
@@ -291,6 +336,25 @@ impl<K: DeserializeOwned + Serialize + Send + 'static> Api<K> {
         );
         self.client
             .watch_typed(&path, self.accept, self.skip_managed_fields)
+            .await
+    }
+
+    /// Like [`Api::watch`], but an event whose object does not decode as `K` is yielded as its
+    /// [`Undecodable`] instead of ending the stream with an error.
+    pub(crate) async fn watch_lenient(
+        &self,
+        params: &WatchParams,
+        resource_version: &str,
+    ) -> Result<
+        impl Stream<Item = Result<WatchEvent<Result<K, Undecodable>>, ClientError>> + Send + 'static,
+        ClientError,
+    > {
+        let path = with_query(
+            self.resource.collection_path(self.namespace.as_deref()),
+            params.query(resource_version),
+        );
+        self.client
+            .watch_lenient(&path, self.accept, self.skip_managed_fields)
             .await
     }
 

@@ -136,6 +136,37 @@ pub fn api_error_from_status(status: &Value, http_code: u16) -> ApiError {
     e
 }
 
+/// An object of a LIST page or a watch event that did not decode as the requested type:
+/// which object it is (read leniently from its `metadata`) and why. Informers skip such an
+/// object instead of failing the whole LIST or watch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Undecodable {
+    pub namespace: Option<String>,
+    pub name: String,
+    pub resource_version: Option<String>,
+    pub error: String,
+}
+
+impl Undecodable {
+    /// Who `object` is, as far as its metadata says, and `error`.
+    pub(crate) fn of(object: &Value, error: impl std::fmt::Display) -> Self {
+        let text = |field: &str| {
+            object
+                .get("metadata")
+                .and_then(|m| m.get(field))
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+        };
+        Undecodable {
+            namespace: text("namespace"),
+            name: text("name").unwrap_or_default(),
+            resource_version: text("resourceVersion"),
+            error: error.to_string(),
+        }
+    }
+}
+
 /// One event from a watch stream, untyped.
 #[derive(Clone, Debug, PartialEq)]
 pub enum WatchEvent<T> {
@@ -369,6 +400,35 @@ impl Client {
         skip_managed_fields: bool,
     ) -> Result<impl Stream<Item = Result<WatchEvent<K>, ClientError>> + Send + 'static, ClientError>
     {
+        self.watch_parsed(path, accept, skip_managed_fields, parse_event::<K>)
+            .await
+    }
+
+    /// Like [`Client::watch_typed`], but an event whose object does not decode as `K` is
+    /// yielded as its [`Undecodable`] rather than ending the stream with an error, so one bad
+    /// object does not stop a watcher from seeing the others.
+    pub(crate) async fn watch_lenient<K: DeserializeOwned + Send + 'static>(
+        &self,
+        path: &str,
+        accept: &str,
+        skip_managed_fields: bool,
+    ) -> Result<
+        impl Stream<Item = Result<WatchEvent<Result<K, Undecodable>>, ClientError>> + Send + 'static,
+        ClientError,
+    > {
+        self.watch_parsed(path, accept, skip_managed_fields, parse_event_lenient::<K>)
+            .await
+    }
+
+    /// Opens a watch and turns each line into an item with `parse`.
+    async fn watch_parsed<T: Send + 'static>(
+        &self,
+        path: &str,
+        accept: &str,
+        skip_managed_fields: bool,
+        parse: fn(&[u8], bool) -> Result<WatchEvent<T>, ClientError>,
+    ) -> Result<impl Stream<Item = Result<WatchEvent<T>, ClientError>> + Send + 'static, ClientError>
+    {
         let resp = self
             .send_accepting(http::Method::GET, path, accept, None, Bytes::new())
             .await?;
@@ -392,11 +452,11 @@ impl Client {
                         if line.iter().all(u8::is_ascii_whitespace) {
                             continue;
                         }
-                        return Some((parse_event(&line, skip_managed_fields), (body, buf, done)));
+                        return Some((parse(&line, skip_managed_fields), (body, buf, done)));
                     }
                     if done {
                         let rest = buf.rest()?;
-                        return Some((parse_event(&rest, skip_managed_fields), (body, buf, true)));
+                        return Some((parse(&rest, skip_managed_fields), (body, buf, true)));
                     }
                     match body.frame().await {
                         Some(Ok(f)) => {
@@ -421,10 +481,7 @@ impl Client {
                         }
                         None => {
                             let rest = buf.rest()?;
-                            return Some((
-                                parse_event(&rest, skip_managed_fields),
-                                (body, buf, true),
-                            ));
+                            return Some((parse(&rest, skip_managed_fields), (body, buf, true)));
                         }
                     }
                 }
@@ -489,6 +546,30 @@ fn parse_event<K: DeserializeOwned>(
     line: &[u8],
     skip_managed_fields: bool,
 ) -> Result<WatchEvent<K>, ClientError> {
+    let strict = |o: Result<K, Undecodable>| {
+        o.map_err(|u| ClientError::Decode(format!("watch event: {}", u.error)))
+    };
+    Ok(match parse_event_lenient::<K>(line, skip_managed_fields)? {
+        WatchEvent::Added(o) => WatchEvent::Added(strict(o)?),
+        WatchEvent::Modified(o) => WatchEvent::Modified(strict(o)?),
+        WatchEvent::Deleted(o) => WatchEvent::Deleted(strict(o)?),
+        WatchEvent::Bookmark {
+            resource_version,
+            initial_events_end,
+        } => WatchEvent::Bookmark {
+            resource_version,
+            initial_events_end,
+        },
+        WatchEvent::Error(e) => WatchEvent::Error(e),
+    })
+}
+
+/// Parses one watch line. A line that is not a watch event is an error; an event whose object
+/// does not decode as `K` carries that object's [`Undecodable`] instead.
+fn parse_event_lenient<K: DeserializeOwned>(
+    line: &[u8],
+    skip_managed_fields: bool,
+) -> Result<WatchEvent<Result<K, Undecodable>>, ClientError> {
     /// One watch line, with the object left as raw JSON until its type is known.
     #[derive(serde::Deserialize)]
     struct Line<'a> {
@@ -500,19 +581,20 @@ fn parse_event<K: DeserializeOwned>(
     let line: Line<'_> = serde_json::from_slice(line)
         .map_err(|e| ClientError::Decode(format!("watch event: {e}")))?;
     let raw = line.object.map(|o| o.get()).unwrap_or("null");
+    let untyped = || serde_json::from_str::<Value>(raw).unwrap_or(Value::Null);
     let typed = || {
         if skip_managed_fields {
             skip_managed::from_str::<K>(raw)
         } else {
             serde_json::from_str::<K>(raw)
         }
-        .map_err(|e| ClientError::Decode(format!("watch event: {e}")))
+        // Only a failure pays for reading the object a second time, to say which it is.
+        .map_err(|e| Undecodable::of(&untyped(), e))
     };
-    let untyped = || serde_json::from_str::<Value>(raw).unwrap_or(Value::Null);
     match line.kind.as_deref() {
-        Some("ADDED") => Ok(WatchEvent::Added(typed()?)),
-        Some("MODIFIED") => Ok(WatchEvent::Modified(typed()?)),
-        Some("DELETED") => Ok(WatchEvent::Deleted(typed()?)),
+        Some("ADDED") => Ok(WatchEvent::Added(typed())),
+        Some("MODIFIED") => Ok(WatchEvent::Modified(typed())),
+        Some("DELETED") => Ok(WatchEvent::Deleted(typed())),
         Some("BOOKMARK") => {
             let obj = untyped();
             Ok(WatchEvent::Bookmark {

@@ -9,6 +9,7 @@
 //! may read the store (lock order: dispatch, then store).
 
 use std::cell::Cell;
+use std::collections::HashSet;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -23,8 +24,9 @@ use super::backoff::Backoff;
 use super::reflector::{self, ReflectorConfig, Sink};
 use super::store::{IndexFn, Store};
 use super::{Event, Handler, HandlerId, InformerError};
-use crate::client::{Api, ApiResource};
-use crate::object::Object;
+use crate::client::{Api, ApiResource, Undecodable};
+use crate::metrics::InformerMetrics;
+use crate::object::{Object, ObjectKey};
 
 /// How an informer lists and watches.
 #[derive(Clone, Debug)]
@@ -53,6 +55,10 @@ pub struct InformerOptions {
     /// type's serde must round-trip (k8s-openapi types and dynamic objects do), and reads of
     /// idle objects cost a decode.
     pub compact_idle: Option<Duration>,
+    /// Where skipped objects are counted: an object that does not decode as the informer's
+    /// type is left out of the cache (and logged once per object) rather than failing the
+    /// whole LIST; see [`InformerMetrics`]. `None`: counted nowhere.
+    pub metrics: Option<InformerMetrics>,
 }
 
 impl InformerOptions {
@@ -81,6 +87,7 @@ impl Default for InformerOptions {
             resync: None,
             strip_managed_fields: false,
             compact_idle: None,
+            metrics: None,
         }
     }
 }
@@ -111,6 +118,11 @@ struct Inner<K> {
     resync_changed: Notify,
     stop: watch::Sender<bool>,
     started: AtomicBool,
+    /// The keys whose latest state did not decode: each is logged when it joins, not again
+    /// while it stays (a bad object can be relisted and modified many times).
+    undecodable: Mutex<HashSet<ObjectKey>>,
+    /// The resource as metrics and logs name it (`deployments.apps`, `pods`).
+    resource_label: String,
 }
 
 struct Dispatcher<K> {
@@ -186,6 +198,10 @@ impl<K: Object> Informer<K> {
         // Pods are the one built-in kind with `spec.nodeName`; for a user type standing in
         // for them, read it from the serialized object.
         let store = Store::with_node_fallback(api.resource().kind == "Pod");
+        let resource_label = match api.resource().group.as_str() {
+            "" => api.resource().plural.clone(),
+            group => format!("{}.{group}", api.resource().plural),
+        };
         Informer {
             inner: Arc::new(Inner {
                 api,
@@ -198,6 +214,8 @@ impl<K: Object> Informer<K> {
                 resync_changed: Notify::new(),
                 stop: watch::channel(false).0,
                 started: AtomicBool::new(false),
+                undecodable: Mutex::new(HashSet::new()),
+                resource_label,
             }),
         }
     }
@@ -387,9 +405,59 @@ impl<K: Object> Inner<K> {
     }
 }
 
+/// The cache key of an object that did not decode.
+fn key_of(object: &Undecodable) -> ObjectKey {
+    ObjectKey::new(object.namespace.as_deref(), &object.name)
+}
+
+impl<K: Object> Inner<K> {
+    /// Counts a skipped object and logs it if its key was not already known to be bad. Never
+    /// logs the object's content: it may hold anything, secrets included.
+    fn skipped(&self, object: &Undecodable, bad: &mut HashSet<ObjectKey>) -> ObjectKey {
+        if let Some(m) = &self.options.metrics {
+            m.decode_error(&self.resource_label);
+        }
+        let key = key_of(object);
+        if !bad.contains(&key) {
+            tracing::warn!(
+                resource = %self.resource_label,
+                namespace = object.namespace.as_deref().unwrap_or(""),
+                name = %object.name,
+                error = %object.error,
+                "object does not decode; skipped until it changes"
+            );
+            bad.insert(key.clone());
+        }
+        key
+    }
+
+    /// `object` decodes (or is gone): it may be logged again if it breaks again.
+    fn recovered(&self, object: &K) {
+        let mut bad = self.undecodable.lock();
+        // The common case, on every watch event: nothing is bad, and no key is built.
+        if bad.is_empty() {
+            return;
+        }
+        let key = ObjectKey::of(object);
+        if bad.remove(&key) {
+            tracing::info!(resource = %self.resource_label, key = %key, "object decodes again");
+        }
+    }
+}
+
 impl<K: Object> Sink<K> for Inner<K> {
-    fn relisted(&self, items: Vec<K>) {
+    fn relisted(&self, items: Vec<K>, skipped: Vec<Undecodable>) {
+        {
+            let mut bad = self.undecodable.lock();
+            // Keys bad before and still bad are not logged again; the others are fixed or gone.
+            let still: HashSet<ObjectKey> = skipped.iter().map(key_of).collect();
+            bad.retain(|k| still.contains(k));
+            for u in &skipped {
+                self.skipped(u, &mut bad);
+            }
+        }
         let dispatch = self.dispatch.lock();
+        // A skipped object is not in `items`, so a cached copy of it is removed here.
         let events = self.store.replace(items);
         dispatch.deliver_all(&events);
         // After delivery and still under the lock: once `wait_synced` returns, every
@@ -398,11 +466,31 @@ impl<K: Object> Sink<K> for Inner<K> {
     }
 
     fn upserted(&self, object: K) {
+        self.recovered(&object);
         self.publish(|store| store.upsert(object));
     }
 
     fn deleted(&self, object: K) {
+        self.recovered(&object);
         self.publish(|store| store.delete(object));
+    }
+
+    fn undecodable(&self, object: Undecodable, deleted: bool) {
+        let key = if deleted {
+            let key = key_of(&object);
+            if let Some(m) = &self.options.metrics {
+                m.decode_error(&self.resource_label);
+            }
+            // Gone: if it comes back broken, that is news again.
+            self.undecodable.lock().remove(&key);
+            key
+        } else {
+            self.skipped(&object, &mut self.undecodable.lock())
+        };
+        // Its current state is unknown: keeping the cached one would act on a stale copy for
+        // as long as the watch lasts. Absent is what the next relist would make it (its LIST
+        // leaves it out), so that is what the cache says now.
+        self.publish(|store| store.delete_key(&key));
     }
 }
 
@@ -520,7 +608,8 @@ mod tests {
         let inf = informer();
         let (early, early_log) = recorder();
         let early_id = inf.subscribe(early);
-        inf.inner.relisted(vec![cm("a", "1"), cm("b", "2")]);
+        inf.inner
+            .relisted(vec![cm("a", "1"), cm("b", "2")], Vec::new());
         assert!(inf.has_synced());
         inf.inner.upserted(cm("a", "3"));
 
@@ -572,7 +661,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn resync_follows_each_subscribers_period() {
         let inf = informer();
-        inf.inner.relisted(vec![cm("a", "1")]);
+        inf.inner.relisted(vec![cm("a", "1")], Vec::new());
         let (fast, fast_log) = recorder();
         let (slow, slow_log) = recorder();
         let (none, none_log) = recorder();
@@ -594,6 +683,86 @@ mod tests {
         assert_eq!(count(&fast_log), 3);
         assert_eq!(count(&slow_log), 1);
         assert_eq!(count(&none_log), 0);
+    }
+
+    /// Counts the warnings logged on this thread.
+    struct Warnings(Arc<std::sync::atomic::AtomicUsize>);
+
+    impl tracing::Subscriber for Warnings {
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, event: &tracing::Event<'_>) {
+            if *event.metadata().level() == tracing::Level::WARN {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    fn bad(name: &str, rv: &str) -> Undecodable {
+        Undecodable {
+            namespace: Some("default".into()),
+            name: name.into(),
+            resource_version: Some(rv.into()),
+            error: "invalid type: string \"x\", expected i32".into(),
+        }
+    }
+
+    #[test]
+    fn undecodable_objects_are_absent_counted_and_logged_once_while_bad() {
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = InformerMetrics::new(&mut registry);
+        let inf = Informer::new(
+            Api::namespaced(Client::new(Unreachable), "default"),
+            InformerOptions {
+                metrics: Some(metrics.clone()),
+                ..InformerOptions::default()
+            },
+        );
+        let (handler, log) = recorder();
+        inf.subscribe(handler);
+        let warnings = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        tracing::subscriber::with_default(Warnings(warnings.clone()), || {
+            inf.inner
+                .relisted(vec![cm("a", "1"), cm("b", "2")], vec![bad("c", "3")]);
+            // Bad again in a relist, then in two watch events: logged once in all.
+            inf.inner
+                .relisted(vec![cm("a", "1"), cm("b", "2")], vec![bad("c", "3")]);
+            inf.inner.undecodable(bad("c", "4"), false);
+            inf.inner.undecodable(bad("c", "5"), false);
+            assert_eq!(warnings.load(Ordering::SeqCst), 1);
+            // A cached object that turns bad leaves the cache.
+            inf.inner.undecodable(bad("a", "6"), false);
+            assert_eq!(warnings.load(Ordering::SeqCst), 2);
+            // Fixed, it comes back; broken again, it is news again.
+            inf.inner.upserted(cm("c", "7"));
+            inf.inner.undecodable(bad("c", "8"), false);
+            assert_eq!(warnings.load(Ordering::SeqCst), 3);
+            // A DELETED event that does not decode still removes the key.
+            inf.inner.upserted(cm("c", "9"));
+            inf.inner.undecodable(bad("c", "10"), true);
+        });
+        assert_eq!(metrics.decode_errors("configmaps"), 7);
+        assert_eq!(inf.store().keys(), [ObjectKey::new(Some("default"), "b")]);
+        assert_eq!(
+            *log.lock(),
+            [
+                "added default/a",
+                "added default/b",
+                "deleted default/a",
+                "added default/c",
+                "deleted default/c",
+                "added default/c",
+                "deleted default/c"
+            ]
+        );
     }
 
     #[tokio::test]

@@ -7,7 +7,11 @@
 //! - 410 Gone (HTTP status or ERROR event), any other error event, or a broken stream: relist
 //!   and let the sink apply the differences;
 //! - every failed attempt waits the [`Backoff`](super::Backoff) delay first; a successful list
-//!   resets it.
+//!   resets it;
+//! - an object that does not decode as the informer's type (a LIST item or a watch event's
+//!   object) is handed to the sink as [`Undecodable`] and the rest keeps flowing: one malformed
+//!   stored object must not stop every controller of its type. The sink treats it as absent,
+//!   exactly as the next relist would (its LIST leaves it out).
 
 use std::pin::pin;
 use std::time::Duration;
@@ -16,18 +20,21 @@ use futures::StreamExt;
 use tracing::Instrument;
 
 use super::backoff::{Backoff, BackoffState};
-use crate::client::{Api, ClientError, ListParams, WatchEvent, WatchParams};
+use crate::client::{Api, ClientError, ListParams, Undecodable, WatchEvent, WatchParams};
 use crate::object::Object;
 
 /// Where the reflector puts what it learns. Implemented by the informer, which applies each
 /// call to its cache and dispatches the resulting events atomically.
 pub(crate) trait Sink<K>: Send + Sync {
     /// A complete LIST: replace the cache, emitting the differences, and mark it synced.
-    fn relisted(&self, items: Vec<K>);
+    /// `skipped` are the items that did not decode (left out of `items`).
+    fn relisted(&self, items: Vec<K>, skipped: Vec<Undecodable>);
     /// An ADDED or MODIFIED watch event.
     fn upserted(&self, object: K);
     /// A DELETED watch event.
     fn deleted(&self, object: K);
+    /// A watch event whose object did not decode; `deleted` for a DELETED event.
+    fn undecodable(&self, object: Undecodable, deleted: bool);
 }
 
 /// What the reflector needs besides the API handle.
@@ -120,12 +127,13 @@ async fn list<K: Object>(
     };
     let span = tracing::info_span!("list", resource = %api.resource().plural, namespace = ?api.namespace());
     async {
-        let mut list = api.list_all(&params).await?;
-        tracing::debug!(items = list.items.len(), resource_version = %list.resource_version, "listed");
+        let lenient = api.list_all_lenient(&params).await?;
+        let mut list = lenient.list;
+        tracing::debug!(items = list.items.len(), skipped = lenient.skipped.len(), resource_version = %list.resource_version, "listed");
         if config.strip_managed_fields {
             list.items.iter_mut().for_each(Object::strip_managed_fields);
         }
-        sink.relisted(list.items);
+        sink.relisted(list.items, lenient.skipped);
         Ok(list.resource_version)
     }
     .instrument(span)
@@ -149,7 +157,7 @@ async fn watch<K: Object>(
     let span = tracing::info_span!("watch", resource = %api.resource().plural, namespace = ?api.namespace(), resource_version = %rv);
     async move {
         let started = tokio::time::Instant::now();
-        let stream = match api.watch(&params, &rv).await {
+        let stream = match api.watch_lenient(&params, &rv).await {
             Ok(s) => s,
             Err(e) if e.is_gone() => return WatchEnd::Gone(e.to_string()),
             Err(e) => return WatchEnd::Failed(e),
@@ -161,13 +169,22 @@ async fn watch<K: Object>(
             received = true;
             match item {
                 // With `strip_managed_fields`, `api` already decodes events without them.
-                Ok(WatchEvent::Added(o)) | Ok(WatchEvent::Modified(o)) => {
+                Ok(WatchEvent::Added(Ok(o))) | Ok(WatchEvent::Modified(Ok(o))) => {
                     advance(&mut last, o.resource_version());
                     sink.upserted(o);
                 }
-                Ok(WatchEvent::Deleted(o)) => {
+                Ok(WatchEvent::Deleted(Ok(o))) => {
                     advance(&mut last, o.resource_version());
                     sink.deleted(o);
+                }
+                // The event still happened: resume after it, whatever its object holds.
+                Ok(WatchEvent::Added(Err(u))) | Ok(WatchEvent::Modified(Err(u))) => {
+                    advance(&mut last, u.resource_version.clone());
+                    sink.undecodable(u, false);
+                }
+                Ok(WatchEvent::Deleted(Err(u))) => {
+                    advance(&mut last, u.resource_version.clone());
+                    sink.undecodable(u, true);
                 }
                 Ok(WatchEvent::Bookmark {
                     resource_version, ..

@@ -384,6 +384,14 @@ impl<K: Object> Store<K> {
         Some(Event::Deleted(Arc::new(object)))
     }
 
+    /// Removes `key` when only its identity is known (its current state did not decode);
+    /// the event carries the last state the cache held.
+    pub(crate) fn delete_key(&self, key: &ObjectKey) -> Option<Event<K>> {
+        let mut state = self.shared.state.write();
+        let old = state.remove(key)?.object()?;
+        Some(Event::Deleted(old))
+    }
+
     /// Replaces the whole content with a fresh LIST, as one step, and returns exactly the
     /// differences: Added for new keys, Updated for a changed `resourceVersion`, Deleted (with
     /// the last cached state) for keys the list no longer has. Unchanged objects keep their
