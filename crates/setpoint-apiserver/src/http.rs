@@ -188,13 +188,25 @@ pub async fn handle(State(server): State<Arc<ApiServer>>, req: http::Request<Bod
         return error_response(&ApiError::unauthorized());
     }
     if path == "/metrics" {
+        use setpoint_api::exposition;
+        let accept = parts
+            .headers
+            .get(http::header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        let text = server.metrics.render();
+        let (content_type, body) = if exposition::wants_openmetrics(accept) {
+            (exposition::OPENMETRICS_TEXT, text)
+        } else {
+            (
+                exposition::PROMETHEUS_TEXT,
+                exposition::to_prometheus_text(&text),
+            )
+        };
         return Response::builder()
             .status(StatusCode::OK)
-            .header(
-                http::header::CONTENT_TYPE,
-                "text/plain; version=0.0.4; charset=utf-8",
-            )
-            .body(Body::from(server.metrics.render()))
+            .header(http::header::CONTENT_TYPE, content_type)
+            .body(Body::from(body))
             .expect("valid response");
     }
     if path == "/openapi/v2" {

@@ -1,4 +1,5 @@
-//! `/livez`, `/readyz`, `/healthz` and `/version` as kube-apiserver answers them: `ok`, or with
+//! `/livez`, `/readyz`, `/healthz`, `/version` and `/metrics` as kube-apiserver answers them:
+//! health is `ok`, or with
 //! `?verbose` one line per check; `?exclude=` and `/<endpoint>/<check>`.
 
 mod common;
@@ -55,4 +56,43 @@ async fn version_has_the_build() {
     let date = v["buildDate"].as_str().unwrap();
     let parsed = chrono::DateTime::parse_from_rfc3339(date).unwrap();
     assert!(parsed.timestamp() > 1_700_000_000, "{date}");
+}
+
+/// `/metrics` in Prometheus' text format (a counter named by its samples), or OpenMetrics
+/// when the scraper asks for it.
+#[tokio::test]
+async fn metrics_in_either_text_format() {
+    let r = start().await;
+    get(&r, "/api/v1/namespaces").await;
+    let classic = get(&r, "/metrics").await;
+    assert_eq!(
+        classic.headers["content-type"],
+        "text/plain; version=0.0.4; charset=utf-8"
+    );
+    let text = std::str::from_utf8(&classic.raw).unwrap();
+    assert!(
+        text.contains("# TYPE apiserver_request_total counter\n"),
+        "{text}"
+    );
+    assert!(text.contains("\napiserver_request_total{"), "{text}");
+    assert!(!text.contains("# EOF"), "{text}");
+    let om = call_with(
+        &r,
+        "GET",
+        "/metrics",
+        None,
+        None,
+        &[("accept", "application/openmetrics-text;version=1.0.0")],
+    )
+    .await;
+    assert!(om.headers["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("application/openmetrics-text"));
+    let text = std::str::from_utf8(&om.raw).unwrap();
+    assert!(
+        text.contains("# TYPE apiserver_request counter\n"),
+        "{text}"
+    );
+    assert!(text.ends_with("# EOF\n"), "{text}");
 }

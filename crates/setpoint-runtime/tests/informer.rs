@@ -1396,8 +1396,14 @@ async fn controllers_reconcile_every_other_object_and_the_api_server_serves_the_
         decode_errors_in(&text, "deployments.apps") >= 1,
         "no decode error counted in:\n{text}"
     );
-    assert!(text.contains("apiserver_request_total"), "{text}");
-    assert_eq!(text.matches("# EOF").count(), 1, "one exposition:\n{text}");
+    // One exposition in Prometheus' text format: the server's and the components' families.
+    assert_eq!(
+        text.matches("# TYPE apiserver_request_total counter")
+            .count(),
+        1,
+        "{text}"
+    );
+    assert!(!text.contains("# EOF"), "{text}");
     cluster.stop().await;
     informers.shutdown().await;
 }
