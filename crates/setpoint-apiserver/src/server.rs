@@ -40,10 +40,7 @@ impl StoreConfig {
     }
 }
 
-/// The key API servers sharing a store use to agree on who compacts (see
-/// `ApiServer::compaction_loop`). Under `/registry/` but outside every resource's prefix, so
-/// no list or watch of a resource ever shows it.
-pub const COMPACTION_GUARD_KEY: &str = "/registry/_compact";
+pub use setpoint_store::COMPACTION_GUARD_KEY;
 
 /// How to run the API server.
 #[derive(Clone, Debug)]

@@ -33,6 +33,11 @@ pub mod memory;
 pub mod migrate;
 mod state;
 
+/// The key API servers sharing a store use to agree on who compacts (`ApiServer`'s compaction
+/// loop). Under `/registry/` but outside every resource's prefix, so no list or watch of a
+/// resource ever shows it; [`migrate`] never exports or imports it (each store keeps its own).
+pub const COMPACTION_GUARD_KEY: &str = "/registry/_compact";
+
 /// Default largest value a backend accepts ([`StoreError::TooLarge`] beyond it): 8 MiB.
 pub const DEFAULT_MAX_VALUE_SIZE: usize = 8 * 1024 * 1024;
 

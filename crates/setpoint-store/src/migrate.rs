@@ -40,9 +40,7 @@ use crate::{compression, Precondition, RangeRequest, Revision, Store, StoreError
 /// The prefix every exported key starts with.
 pub const REGISTRY_PREFIX: &str = "/registry/";
 
-/// The API servers' compaction guard key, which is never exported or imported (each store
-/// keeps its own). Mirrors `setpoint_apiserver::COMPACTION_GUARD_KEY`.
-pub const COMPACTION_GUARD_KEY: &str = "/registry/_compact";
+pub use crate::COMPACTION_GUARD_KEY;
 
 /// The `format` field of the header line.
 pub const FORMAT_NAME: &str = "setpoint-export";
