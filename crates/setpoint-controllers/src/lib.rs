@@ -1,6 +1,6 @@
 //! Setpoint's built-in controllers.
 //!
-//! Each controller is the loop of DESIGN.md §1 with its own decision step, built on
+//! Each controller is the loop ARCHITECTURE.md draws ("The loop") with its own decision step, built on
 //! `setpoint-runtime` and talking to the API only through its client, so it runs the same
 //! in-process (inside `setpoint up`) and against any Kubernetes-compatible server
 //! (`setpoint controller-manager`).
