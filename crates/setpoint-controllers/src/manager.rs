@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use setpoint_runtime::client::Client;
-use setpoint_runtime::controller::Controller;
+use setpoint_runtime::controller::{Controller, ControllerMetrics};
 use setpoint_runtime::informer::{Scope, SharedInformers};
 use tokio::sync::watch;
 
@@ -29,6 +29,9 @@ pub struct Options {
     pub node_lifecycle: crate::nodelifecycle::NodeLifecycleConfig,
     /// How many objects of each kind are reconciled at once.
     pub concurrency: Concurrency,
+    /// Where the controllers record `controller_runtime_reconcile_*` and their queues'
+    /// `workqueue_*` series (one set shared by every controller); none when `None`.
+    pub metrics: Option<ControllerMetrics>,
 }
 
 /// Concurrent reconciles per controller: `kube-controller-manager`'s `--concurrent-*-syncs`,
@@ -100,8 +103,12 @@ pub async fn build(
                 continue;
             }
         };
-        out.push(match options.concurrency.of(name) {
+        let controller = match options.concurrency.of(name) {
             Some(n) => controller.with_workers(n),
+            None => controller,
+        };
+        out.push(match &options.metrics {
+            Some(m) => controller.with_metrics(m.clone()),
             None => controller,
         });
     }
@@ -148,6 +155,7 @@ pub async fn run_on(
             client.clone(),
             informers.clone(),
             options.concurrency.garbagecollector,
+            options.metrics.clone(),
             leader.clone(),
             stop_rx.clone(),
         )));
@@ -167,6 +175,7 @@ async fn run_garbage_collector(
     client: Client,
     informers: SharedInformers,
     workers: usize,
+    metrics: Option<ControllerMetrics>,
     leader: Option<watch::Receiver<bool>>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -181,6 +190,9 @@ async fn run_garbage_collector(
             crate::gc::controller(client.clone(), &informers, &resources).with_workers(workers);
         if let Some(l) = &leader {
             c = c.with_leadership(l.clone());
+        }
+        if let Some(m) = &metrics {
+            c = c.with_metrics(m.clone());
         }
         let (halt, halted) = watch::channel(false);
         let task = tokio::spawn(c.run(async move {
@@ -233,10 +245,20 @@ impl InProcess {
 
     /// Like [`InProcess::start_with`], on informers the caller shares and shuts down.
     pub fn start_on(client: Client, options: Options, informers: SharedInformers) -> InProcess {
+        InProcess::start_leading_on(client, options, informers, None)
+    }
+
+    /// Like [`InProcess::start_on`], reconciling only while `leader` says so (when given).
+    pub fn start_leading_on(
+        client: Client,
+        options: Options,
+        informers: SharedInformers,
+        leader: Option<watch::Receiver<bool>>,
+    ) -> InProcess {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let names = ALL.iter().map(|s| s.to_string()).collect();
         let task = tokio::spawn(async move {
-            run_on(client, names, options, None, &informers, async move {
+            run_on(client, names, options, leader, &informers, async move {
                 let _ = stopped.await;
             })
             .await

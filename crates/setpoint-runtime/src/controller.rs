@@ -125,7 +125,7 @@ fn reconcile_histogram() -> Histogram {
 }
 
 /// `controller_runtime_*` metrics, shared by all controllers of a manager.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct ControllerMetrics {
     total: Family<ResultLabels, Counter>,
     errors: Family<ControllerLabel, Counter>,
@@ -282,6 +282,15 @@ impl Controller {
     /// Reconcile only while this is true (leader election); sources keep caches warm anyway.
     pub fn with_leadership(mut self, leader: watch::Receiver<bool>) -> Self {
         self.leader = Some(leader);
+        self
+    }
+
+    /// Records into `metrics` (reconciles and the queue's series) instead of the metrics the
+    /// controller was built with; a controller manager hands one shared set to every
+    /// controller it builds this way.
+    pub fn with_metrics(mut self, metrics: ControllerMetrics) -> Self {
+        self.queue.record_metrics(&metrics.queue);
+        self.metrics = metrics;
         self
     }
 

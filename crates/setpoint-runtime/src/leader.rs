@@ -99,10 +99,11 @@ impl LeaseLock {
     }
 }
 
-/// `<hostname>_<16 random hex digits>`: readable in `kubectl get lease`, and unique even
-/// when a restarted process comes back on the same host before its old lease expired.
+/// `<hostname>_<random UUID>`, the form kube-controller-manager and kube-scheduler write:
+/// readable in `kubectl get lease`, and unique even when a restarted process comes back on the
+/// same host before its old lease expired.
 pub fn default_identity() -> String {
-    format!("{}_{:016x}", hostname(), rand::random::<u64>())
+    format!("{}_{}", hostname(), uuid::Uuid::new_v4())
 }
 
 /// The host's name, for identities and event reporters.

@@ -163,3 +163,184 @@ impl InformerMetrics {
             .inc();
     }
 }
+
+/// The Prometheus exposition of `registry` for a scrape that sent `accept`: OpenMetrics
+/// text when the scraper asks for it, the classic text format otherwise. Returns the
+/// `Content-Type` and the body.
+pub fn exposition(registry: &Registry, accept: &str) -> (&'static str, String) {
+    use prometheus_client::encoding::text::encode;
+    use setpoint_api::exposition;
+    let mut text = String::new();
+    // Writing into a String cannot fail.
+    let _ = encode(&mut text, registry);
+    if exposition::wants_openmetrics(accept) {
+        (exposition::OPENMETRICS_TEXT, text)
+    } else {
+        (
+            exposition::PROMETHEUS_TEXT,
+            exposition::to_prometheus_text(&text),
+        )
+    }
+}
+
+/// A running metrics endpoint (see [`serve`]); stops when dropped or [`stop`](Self::stop)ped.
+pub struct MetricsServer {
+    addr: std::net::SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl MetricsServer {
+    /// The bound address (with the port chosen when `addr` named port 0).
+    pub fn local_addr(&self) -> std::net::SocketAddr {
+        self.addr
+    }
+
+    /// Stops accepting scrapes.
+    pub async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        let _ = (&mut self.task).await;
+    }
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Serves `registry` at `GET /metrics` on `addr` over plain HTTP, as controller-runtime's
+/// manager does on `:8080` by default: one call gives an operator built on this runtime a
+/// Prometheus scrape target. Any other path answers 404. Plain HTTP has no authentication,
+/// so bind a loopback or pod-network address, not a public one.
+///
+/// ```no_run
+/// # async fn demo() -> std::io::Result<()> {
+/// use std::sync::Arc;
+/// use setpoint_runtime::controller::ControllerMetrics;
+/// use setpoint_runtime::metrics::{serve, Registry};
+///
+/// let mut registry = Registry::default();
+/// let metrics = ControllerMetrics::new();
+/// metrics.register(&mut registry);
+/// // Hand `metrics` to the controllers (`Controller::with_metrics`), then:
+/// let server = serve("127.0.0.1:8080".parse().unwrap(), Arc::new(registry)).await?;
+/// println!("metrics at http://{}/metrics", server.local_addr());
+/// # Ok(()) }
+/// ```
+pub async fn serve(
+    addr: std::net::SocketAddr,
+    registry: std::sync::Arc<Registry>,
+) -> std::io::Result<MetricsServer> {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let addr = listener.local_addr()?;
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        loop {
+            let (tcp, peer) = tokio::select! {
+                _ = &mut stopped => return,
+                accepted = listener.accept() => match accepted {
+                    Ok(c) => c,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "metrics endpoint: accepting a connection failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+            };
+            let registry = registry.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req| {
+                    let registry = registry.clone();
+                    async move { Ok::<_, std::convert::Infallible>(metrics_response(&registry, &req)) }
+                });
+                let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                if let Err(e) = builder.serve_connection(TokioIo::new(tcp), service).await {
+                    tracing::debug!(%peer, error = %e, "metrics endpoint: connection ended with an error");
+                }
+            });
+        }
+    });
+    Ok(MetricsServer {
+        addr,
+        stop: Some(stop),
+        task,
+    })
+}
+
+fn metrics_response<B>(
+    registry: &Registry,
+    req: &http::Request<B>,
+) -> http::Response<http_body_util::Full<bytes::Bytes>> {
+    let text = |status: http::StatusCode, body: &str| {
+        http::Response::builder()
+            .status(status)
+            .header(http::header::CONTENT_TYPE, "text/plain; charset=utf-8")
+            .body(http_body_util::Full::new(bytes::Bytes::from(
+                body.to_owned(),
+            )))
+            .expect("valid response")
+    };
+    if req.uri().path() != "/metrics" {
+        return text(http::StatusCode::NOT_FOUND, "404 page not found\n");
+    }
+    if req.method() != http::Method::GET && req.method() != http::Method::HEAD {
+        return text(http::StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
+    }
+    let accept = req
+        .headers()
+        .get(http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let (content_type, body) = exposition(registry, accept);
+    http::Response::builder()
+        .status(http::StatusCode::OK)
+        .header(http::header::CONTENT_TYPE, content_type)
+        .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+        .expect("valid response")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn serve_answers_metrics_and_only_metrics() {
+        let mut registry = Registry::default();
+        let leader = LeaderMetrics::new(&mut registry);
+        leader.set_leading("demo", true);
+        let server = serve(
+            "127.0.0.1:0".parse().unwrap(),
+            std::sync::Arc::new(registry),
+        )
+        .await
+        .unwrap();
+        let get = |path: &'static str| {
+            let addr = server.local_addr();
+            async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+                s.write_all(
+                    format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                        .as_bytes(),
+                )
+                .await
+                .unwrap();
+                let mut out = String::new();
+                s.read_to_string(&mut out).await.unwrap();
+                out
+            }
+        };
+        let metrics = get("/metrics").await;
+        assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+        assert!(
+            metrics.contains("leader_election_master_status{name=\"demo\"} 1"),
+            "{metrics}"
+        );
+        assert!(get("/other").await.starts_with("HTTP/1.1 404"));
+        server.stop().await;
+    }
+}

@@ -247,6 +247,17 @@ impl<K: QueueKey> WorkQueue<K> {
         Self::builder(name).build()
     }
 
+    /// Records this queue's metrics in `metrics` from now on (instead of where its builder
+    /// said), labelled with its name.
+    pub fn record_metrics(&self, metrics: &WorkQueueMetrics) {
+        self.shared
+            .state
+            .lock()
+            .set_metrics(Some(metrics.for_queue(&self.shared.name)));
+        let weak: Weak<Shared<K>> = Arc::downgrade(&self.shared);
+        metrics.attach(&self.shared.name, weak);
+    }
+
     /// Starts configuring a queue; `name` labels its metrics.
     pub fn builder(name: impl Into<String>) -> WorkQueueBuilder<K> {
         WorkQueueBuilder::new(name)

@@ -10,7 +10,7 @@ use setpoint_controllers::manager::{self, Concurrency, ALL};
 
 /// The Lease replicas of the controller manager elect their leader on (the name Kubernetes
 /// uses, so tools that look for it find it).
-const LEASE: (&str, &str) = ("kube-system", "kube-controller-manager");
+pub const LEASE: (&str, &str) = ("kube-system", "kube-controller-manager");
 /// The controllers' `User-Agent` name: the field manager their writes are recorded under.
 pub const COMPONENT: &str = "setpoint-controller-manager";
 
@@ -27,17 +27,25 @@ pub struct ControllerManagerArgs {
         value_parser = clap::builder::PossibleValuesParser::new(ALL)
     )]
     controllers: Vec<String>,
-    /// Elect a leader on the Lease `kube-system/kube-controller-manager`, so that only one of
-    /// several replicas acts (`--leader-elect=false` to run unconditionally).
-    #[arg(
-        long,
-        default_value_t = true,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
-        action = clap::ArgAction::Set
-    )]
-    leader_elect: bool,
+    /// Leader election on the Lease `kube-system/kube-controller-manager`.
+    #[command(flatten)]
+    leader_election: crate::leadership::LeaderElectionFlags,
+    /// Address the HTTPS endpoint (`/healthz`, `/livez`, `/readyz`, `/metrics`) listens on.
+    #[arg(long, default_value = "0.0.0.0")]
+    bind_address: std::net::IpAddr,
+    /// Port of the HTTPS endpoint (0 picks a free port and prints it).
+    #[arg(long, default_value_t = 10257)]
+    secure_port: u16,
+    /// The endpoint's certificate (PEM); without it a self-signed one is made at start.
+    #[arg(long, requires = "tls_private_key_file")]
+    tls_cert_file: Option<PathBuf>,
+    /// The private key of `--tls-cert-file` (PEM).
+    #[arg(long, requires = "tls_cert_file")]
+    tls_private_key_file: Option<PathBuf>,
+    /// CA bundle (PEM) whose client certificates may read `/metrics` (default: the
+    /// kubeconfig's cluster CA).
+    #[arg(long)]
+    client_ca_file: Option<PathBuf>,
     /// Requests per second the controllers may send to the API server (client-side limit).
     #[arg(long, default_value_t = 50.0)]
     kube_api_qps: f64,
@@ -90,6 +98,17 @@ impl ConcurrencyFlags {
 }
 
 impl ControllerManagerArgs {
+    /// The HTTPS endpoint's settings.
+    fn secure_serving(&self) -> crate::secure_serving::SecureServing {
+        crate::secure_serving::SecureServing {
+            bind_address: self.bind_address,
+            secure_port: self.secure_port,
+            tls_cert_file: self.tls_cert_file.clone(),
+            tls_private_key_file: self.tls_private_key_file.clone(),
+            client_ca_file: self.client_ca_file.clone(),
+        }
+    }
+
     /// The controllers selected.
     #[cfg(test)]
     pub fn controllers(&self) -> &[String] {
@@ -105,16 +124,35 @@ impl ControllerManagerArgs {
                 ),
             },
             concurrency: self.concurrency.concurrency(),
+            metrics: None,
         }
     }
 }
 
 /// `setpoint controller-manager`.
 pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
-    let (client, _) = crate::leadership::connect(args.kubeconfig.as_deref(), COMPONENT)?;
-    let client = client.with_rate_limit(args.kube_api_qps.max(0.1), args.kube_api_burst.max(1));
-    let leadership = crate::leadership::elect(&client, LEASE, args.leader_elect)?;
-    let options = args.options();
+    let (client, kubeconfig) = crate::leadership::connect(args.kubeconfig.as_deref(), COMPONENT)?;
+    // The runtime's metrics, served at `/metrics` on the secure port.
+    let mut registry = setpoint_runtime::metrics::Registry::default();
+    let controller_metrics = setpoint_runtime::controller::ControllerMetrics::new();
+    controller_metrics.register(&mut registry);
+    let leader_metrics = setpoint_runtime::metrics::LeaderMetrics::new(&mut registry);
+    let client_metrics =
+        std::sync::Arc::new(setpoint_runtime::metrics::ClientMetrics::new(&mut registry));
+    let client = client
+        .with_rate_limit(args.kube_api_qps.max(0.1), args.kube_api_burst.max(1))
+        .with_metrics(client_metrics);
+    let server = args
+        .secure_serving()
+        .start(std::sync::Arc::new(registry), kubeconfig.ca_pem.as_deref())
+        .await?;
+    tracing::info!(address = %server.local_addr(), "serving /healthz, /livez, /readyz and /metrics");
+    let leadership =
+        crate::leadership::elect(&client, LEASE, &args.leader_election, Some(leader_metrics))?;
+    let options = manager::Options {
+        metrics: Some(controller_metrics),
+        ..args.options()
+    };
     manager::run(
         client,
         args.controllers,
@@ -124,31 +162,32 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
     )
     .await;
     leadership.release().await;
+    drop(server);
     Ok(())
 }
 
-/// The controllers running inside `setpoint up`.
-///
-/// No leader election: the controllers share the process (and its lifetime) with the API
-/// server they manage, so there is exactly one set per server. Several `setpoint up` sharing
-/// one etcd would each run a set; the controllers are idempotent and delete with uid and
-/// resourceVersion preconditions, so duplicates only cost extra requests, while a lease would
-/// delay the controllers by up to a lease duration after every unclean restart of a
-/// single-node cluster.
+/// The controllers running inside `setpoint up`, reconciling only while `leading` says so:
+/// `up` joins the same election on `kube-system/kube-controller-manager` as a standalone
+/// `setpoint controller-manager`, so that one pointed at the same server stands by until `up`
+/// stops (and releases the Lease), and `kubectl -n kube-system get lease` names the holder.
 pub fn start_in_process(
     client: Client,
     node_grace: std::time::Duration,
     concurrency: Concurrency,
     informers: SharedInformers,
+    leading: Option<tokio::sync::watch::Receiver<bool>>,
+    metrics: Option<setpoint_runtime::controller::ControllerMetrics>,
 ) -> manager::InProcess {
-    manager::InProcess::start_on(
+    manager::InProcess::start_leading_on(
         client,
         manager::Options {
             node_lifecycle: setpoint_controllers::nodelifecycle::NodeLifecycleConfig {
                 grace_period: node_grace,
             },
             concurrency,
+            metrics,
         },
         informers,
+        leading,
     )
 }

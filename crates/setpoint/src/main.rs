@@ -39,6 +39,7 @@ mod bench_cmd;
 mod controller_manager;
 mod leadership;
 mod scheduler_cmd;
+mod secure_serving;
 mod store_cmd;
 
 #[derive(Parser)]
@@ -202,19 +203,27 @@ async fn run(args: ServeArgs, up: Option<Up>) -> anyhow::Result<()> {
     let store = ApiServer::open_store(&config).await?;
     let server = ApiServer::new(config, store.clone()).await?;
     let running = server.serve().await?;
+    // The controllers and the scheduler share one set of informers: one cache of every pod
+    // in this process, not one per component. The runtime metrics they record (reconciles,
+    // work queues, leader election, API requests, objects skipped because they do not
+    // decode) have no endpoint of their own here, so the API server's `/metrics` has them.
+    let mut runtime_metrics = setpoint_runtime::metrics::Registry::default();
+    let informer_metrics = setpoint_runtime::metrics::InformerMetrics::new(&mut runtime_metrics);
+    let controller_metrics = setpoint_runtime::controller::ControllerMetrics::new();
+    controller_metrics.register(&mut runtime_metrics);
+    let leader_metrics = setpoint_runtime::metrics::LeaderMetrics::new(&mut runtime_metrics);
+    let client_metrics = std::sync::Arc::new(setpoint_runtime::metrics::ClientMetrics::new(
+        &mut runtime_metrics,
+    ));
+    server
+        .metrics()
+        .include(std::sync::Arc::new(runtime_metrics));
     let in_process = || {
         setpoint_runtime::client::Client::new(setpoint_runtime::client::ServiceTransport::new(
             setpoint_apiserver::http::router(server.clone()),
         ))
+        .with_metrics(client_metrics.clone())
     };
-    // The controllers and the scheduler share one set of informers: one cache of every pod
-    // in this process, not one per component. Their metrics (objects skipped because they do
-    // not decode) have no endpoint of their own here, so the API server's `/metrics` has them.
-    let mut runtime_metrics = setpoint_runtime::metrics::Registry::default();
-    let informer_metrics = setpoint_runtime::metrics::InformerMetrics::new(&mut runtime_metrics);
-    server
-        .metrics()
-        .include(std::sync::Arc::new(runtime_metrics));
     let informers = setpoint_runtime::informer::SharedInformers::with_options(
         in_process(),
         setpoint_runtime::informer::InformerOptions {
@@ -223,20 +232,51 @@ async fn run(args: ServeArgs, up: Option<Up>) -> anyhow::Result<()> {
         },
         setpoint_runtime::informer::StartPolicy::OnRequest,
     );
-    let controllers = up.as_ref().map(|up| {
-        controller_manager::start_in_process(
-            in_process().with_user_agent(controller_manager::COMPONENT),
-            Duration::from_secs(args.node_monitor_grace_period_seconds.max(1)),
-            up.concurrency,
+    // `up` joins the elections a standalone controller manager and scheduler take part in,
+    // with their default timing: its components act only while they lead, and a standalone
+    // one pointed at this server stands by until `up` stops and releases the Leases.
+    let election = leadership::LeaderElectionFlags::default();
+    let mut leaderships = Vec::new();
+    let controllers = match up.as_ref() {
+        Some(up) => {
+            let client = in_process().with_user_agent(controller_manager::COMPONENT);
+            let leadership = leadership::elect(
+                &client,
+                controller_manager::LEASE,
+                &election,
+                Some(leader_metrics.clone()),
+            )?;
+            let leading = leadership.leading.clone();
+            leaderships.push(leadership);
+            Some(controller_manager::start_in_process(
+                client,
+                Duration::from_secs(args.node_monitor_grace_period_seconds.max(1)),
+                up.concurrency,
+                informers.clone(),
+                leading,
+                Some(controller_metrics.clone()),
+            ))
+        }
+        None => None,
+    };
+    let scheduler = if all_in_one {
+        let client = in_process().with_user_agent(scheduler_cmd::COMPONENT);
+        let leadership = leadership::elect(
+            &client,
+            scheduler_cmd::LEASE,
+            &election,
+            Some(leader_metrics.clone()),
+        )?;
+        let leading = leadership.leading.clone();
+        leaderships.push(leadership);
+        Some(scheduler_cmd::InProcess::start(
+            client,
             informers.clone(),
-        )
-    });
-    let scheduler = all_in_one.then(|| {
-        scheduler_cmd::InProcess::start(
-            in_process().with_user_agent(scheduler_cmd::COMPONENT),
-            informers.clone(),
-        )
-    });
+            leading,
+        ))
+    } else {
+        None
+    };
     let node = if all_in_one && !args.no_node {
         let ca = running.pki.as_ref().map(|p| p.ca_cert.clone());
         Some(agent_cmd::InProcess::start(
@@ -303,6 +343,10 @@ async fn run(args: ServeArgs, up: Option<Up>) -> anyhow::Result<()> {
     }
     if let Some(c) = controllers {
         c.stop().await;
+    }
+    // Released while the API server still serves, so standbys take over at once.
+    for l in leaderships {
+        l.release().await;
     }
     informers.shutdown().await;
     running.shutdown().await;

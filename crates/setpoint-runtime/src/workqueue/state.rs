@@ -190,6 +190,11 @@ pub(crate) struct State<K> {
 }
 
 impl<K: Clone + Eq + Hash> State<K> {
+    /// Where the queue records its counters and histograms from now on.
+    pub(crate) fn set_metrics(&mut self, metrics: Option<QueueMetrics>) {
+        self.slots.metrics = metrics;
+    }
+
     pub(crate) fn new(
         backoff: Backoff,
         bucket: Option<TokenBucket>,
