@@ -681,10 +681,10 @@ async fn agent_runs_real_processes_and_serves_their_logs() {
     let dir = tempfile::tempdir().unwrap();
     let options = ProcessRuntimeOptions {
         // Addresses no other test uses.
-        pod_ips: IpRange {
+        pod_ips: Some(IpRange {
             first: std::net::Ipv4Addr::new(127, 1, 250, 1),
             count: 10,
-        },
+        }),
         poll_interval: Duration::from_millis(50),
         ..ProcessRuntimeOptions::default()
     };

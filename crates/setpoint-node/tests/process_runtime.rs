@@ -64,10 +64,10 @@ fn options(ip_block: u8) -> ProcessRuntimeOptions {
             reset_after: Duration::from_secs(600),
         },
         // Each test its own addresses, so tests running at once never share a pod IP.
-        pod_ips: IpRange {
+        pod_ips: Some(IpRange {
             first: Ipv4Addr::new(127, 1, ip_block, 1),
             count: 200,
-        },
+        }),
         log_max_bytes: 10 * 1024 * 1024,
         poll_interval: Duration::from_millis(50),
     }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 mod support;
 
-use support::{eventually, Setpoint};
+use support::{eventually, lines, ready_pods, Setpoint};
 
 const WEB: &str = r#"apiVersion: apps/v1
 kind: Deployment
@@ -44,23 +44,6 @@ fn http_get(ip: &str, path: &str) -> String {
     let mut out = String::new();
     let _ = s.read_to_string(&mut out);
     out.lines().next().unwrap_or("").to_string()
-}
-
-fn lines(text: &str) -> Vec<String> {
-    text.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .map(String::from)
-        .collect()
-}
-
-fn ready_pods(s: &Setpoint, selector: &str, n: usize) -> Option<Vec<String>> {
-    let out = s.ok(&[
-        "get", "pods", "-l", selector, "-o",
-        r#"jsonpath={range .items[?(@.status.containerStatuses[0].ready==true)]}{.metadata.name}{"\n"}{end}"#,
-    ]);
-    let names = lines(&out);
-    (names.len() == n).then_some(names)
 }
 
 fn field(s: &Setpoint, pod: &str, path: &str) -> String {

@@ -70,9 +70,10 @@ use state::{now_ms, ContainerRecord, ExitRecord, PodPaths, PodRecord, RunRecord}
 pub struct ProcessRuntimeOptions {
     /// Restart delays (default: Kubernetes' 10 s doubling to 5 min, reset after 10 min).
     pub backoff: BackoffPolicy,
-    /// The loopback addresses pods get (default 127.1.0.1 upward). Agents sharing a host
-    /// need disjoint ranges.
-    pub pod_ips: IpRange,
+    /// The loopback addresses pods get. `None` (the default): the state directory's own
+    /// block, chosen at its first start among those nothing on the host uses and kept there
+    /// ([`IpRange::for_state_dir`]), so agents and clusters sharing a host do not collide.
+    pub pod_ips: Option<IpRange>,
     /// A run's live log is rotated once it passes this size (default 10 MiB).
     pub log_max_bytes: u64,
     /// How often the monitor looks at processes and logs (default 250 ms).
@@ -83,7 +84,7 @@ impl Default for ProcessRuntimeOptions {
     fn default() -> Self {
         Self {
             backoff: BackoffPolicy::default(),
-            pod_ips: IpRange::default(),
+            pod_ips: None,
             log_max_bytes: 10 * 1024 * 1024,
             poll_interval: Duration::from_millis(250),
         }
@@ -106,6 +107,8 @@ struct Inner {
     options: ProcessRuntimeOptions,
     pods: Mutex<HashMap<String, Arc<tokio::sync::Mutex<PodState>>>>,
     ips: Mutex<HashSet<Ipv4Addr>>,
+    /// Where pod addresses come from: set once the adopted pods' addresses are known.
+    pod_range: std::sync::OnceLock<IpRange>,
     subscribers: Subscribers,
     /// Wakes the monitor early (a wrapper the agent started exited).
     wake: Arc<Notify>,
@@ -206,6 +209,7 @@ impl ProcessRuntime {
             options,
             pods: Mutex::new(HashMap::new()),
             ips: Mutex::new(HashSet::new()),
+            pod_range: std::sync::OnceLock::new(),
             subscribers: Arc::new(Mutex::new(Vec::new())),
             wake: Arc::new(Notify::new()),
             tasks: Mutex::new(Vec::new()),
@@ -213,6 +217,12 @@ impl ProcessRuntime {
             indexed: Mutex::new(HashMap::new()),
         });
         inner.adopt(&pods_dir)?;
+        let range = match inner.options.pod_ips {
+            Some(range) => range,
+            None => IpRange::for_state_dir(&inner.root, &lock(&inner.ips))
+                .map_err(internal("choosing the pod address range"))?,
+        };
+        let _ = inner.pod_range.set(range);
         let monitor = tokio::spawn(Inner::monitor(Arc::clone(&inner))).abort_handle();
         Ok(Self {
             inner,
@@ -386,7 +396,11 @@ impl Inner {
             Some(_) => None,
             None => {
                 let mut ips = lock(&self.ips);
-                let ip = self.options.pod_ips.allocate(&ips).ok_or_else(|| {
+                // Addresses another process has a socket on are not free either.
+                let mut taken = ipam::in_use_on_host();
+                taken.extend(ips.iter().copied());
+                let range = self.pod_range.get().copied().unwrap_or_default();
+                let ip = range.allocate(&taken).ok_or_else(|| {
                     RuntimeError::Internal("no free pod address left in the range".to_string())
                 })?;
                 ips.insert(ip);

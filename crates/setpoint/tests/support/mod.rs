@@ -270,3 +270,23 @@ pub fn kill_processes_under(dir: &Path) {
 pub fn eventually<T>(what: &str, within: Duration, check: impl FnMut() -> Option<T>) -> T {
     setpoint_testing::eventually_blocking(what, within, check)
 }
+
+/// The non-empty, trimmed lines of `text`.
+pub fn lines(text: &str) -> Vec<String> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+/// The names of the pods matching `selector` whose first container is ready, once there
+/// are exactly `n` of them.
+pub fn ready_pods(s: &Setpoint, selector: &str, n: usize) -> Option<Vec<String>> {
+    let out = s.ok(&[
+        "get", "pods", "-l", selector, "-o",
+        r#"jsonpath={range .items[?(@.status.containerStatuses[0].ready==true)]}{.metadata.name}{"\n"}{end}"#,
+    ]);
+    let names = lines(&out);
+    (names.len() == n).then_some(names)
+}
