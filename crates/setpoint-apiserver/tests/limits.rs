@@ -384,6 +384,14 @@ async fn values_of_the_wrong_type_get_the_decoders_400() {
 
     let resp = post(&r, DEPLOYS, &deployment("typed")).await;
     assert_eq!(resp.status, 201, "{}", resp.body);
+    let mut numbered = resp.body.clone();
+    numbered["metadata"]["name"] = json!(5);
+    let resp = put(&r, &format!("{DEPLOYS}/typed"), &numbered).await;
+    assert_eq!(resp.status, 400, "{}", resp.body);
+    assert_eq!(
+        message(&resp),
+        r#"Deployment in version "v1" cannot be handled as a Deployment: json: cannot unmarshal number into Go struct field ObjectMeta.metadata.name of type string"#
+    );
     let resp = patch(
         &r,
         &format!("{DEPLOYS}/typed"),
