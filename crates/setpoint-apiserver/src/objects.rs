@@ -403,20 +403,26 @@ impl ApiServer {
         if res.is_converted() {
             return Ok(vec![]);
         }
-        let unknown = if res.custom.is_some() {
+        // The decode that finds unknown fields finds values of the wrong type too: those are
+        // the decoder's 400, before anything else is looked at (a name of the wrong type is not
+        // a name that differs from the URL's).
+        if res.custom.is_some() {
+            if let Some(e) = crate::decoding::custom_metadata_error(res, obj) {
+                return Err(e);
+            }
             if opts.field_validation == FieldValidation::Ignore {
                 return Ok(vec![]);
             }
-            crate::crd::unknown_fields(res, obj)
-        } else {
-            setpoint_kinds::validation::drop_unknown_fields(
-                &res.group,
-                &res.version,
-                &res.kind,
-                obj,
-            )
-        };
-        self.unknown_field_policy(res, &unknown, opts)
+            let unknown = crate::crd::unknown_fields(res, obj);
+            return self.unknown_field_policy(res, &unknown, opts);
+        }
+        let check =
+            setpoint_kinds::validation::check_types(&res.group, &res.version, &res.kind, obj);
+        if let Some(e) = crate::decoding::type_error(res, obj, &check.type_errors) {
+            return Err(e);
+        }
+        check.drop_unknown(obj);
+        self.unknown_field_policy(res, &check.unknown, opts)
     }
 
     /// Server-side apply's answer to fields the kind does not know in an apply configuration:

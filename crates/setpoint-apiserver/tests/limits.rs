@@ -384,6 +384,14 @@ async fn values_of_the_wrong_type_get_the_decoders_400() {
 
     let resp = post(&r, DEPLOYS, &deployment("typed")).await;
     assert_eq!(resp.status, 201, "{}", resp.body);
+    let mut numbered = resp.body.clone();
+    numbered["metadata"]["name"] = json!(5);
+    let resp = put(&r, &format!("{DEPLOYS}/typed"), &numbered).await;
+    assert_eq!(resp.status, 400, "{}", resp.body);
+    assert_eq!(
+        message(&resp),
+        r#"Deployment in version "v1" cannot be handled as a Deployment: json: cannot unmarshal number into Go struct field ObjectMeta.metadata.name of type string"#
+    );
     let resp = patch(
         &r,
         &format!("{DEPLOYS}/typed"),
@@ -395,6 +403,23 @@ async fn values_of_the_wrong_type_get_the_decoders_400() {
     assert_eq!(
         message(&resp),
         r#"Deployment in version "v1" cannot be handled as a Deployment: json: cannot unmarshal string into Go struct field DeploymentSpec.spec.replicas of type int32"#
+    );
+
+    // `-0` is a float to the JSON decoder, which an integer field cannot take.
+    let resp = call(
+        &r,
+        "POST",
+        "/api/v1/namespaces/lim/pods?dryRun=All&fieldValidation=Strict",
+        Some("application/json"),
+        Some(br#"{"apiVersion":"v1","kind":"Pod","spec":{"activeDeadlineSeconds":-2,"priority":-0}}"#.to_vec()),
+    )
+    .await;
+    assert_eq!(resp.status, 400, "{}", resp.body);
+    assert!(
+        message(&resp).contains("cannot unmarshal number -0")
+            && message(&resp).ends_with("Go struct field PodSpec.spec.priority of type int32"),
+        "{}",
+        message(&resp)
     );
 
     // Bodies that are not JSON get Go's decoder's words.

@@ -85,15 +85,6 @@ impl FieldPath {
     }
 }
 
-/// Removes the fields of `obj` its kind's type does not know and returns the paths of those
-/// that were set (non-null), as [`unknown_fields`] names them. Kinds without a typed schema
-/// here are left as they are.
-pub fn drop_unknown_fields(group: &str, version: &str, kind: &str, obj: &mut Value) -> Vec<String> {
-    let check = check_types(group, version, kind, obj);
-    check.drop_unknown(obj);
-    check.unknown
-}
-
 /// Decodes `obj` into its kind's type once and reports both type errors and unknown fields,
 /// for callers that need both (a write checks the client's body for both, then validates the
 /// defaulted object with [`validate_with_type_errors`] without decoding again).

@@ -542,9 +542,27 @@ impl HistoryView for RedbHistoryView {
 }
 
 /// What a history row records.
-enum RowWrite {
+#[derive(Debug, PartialEq, Eq)]
+pub enum RowWrite {
+    /// A put: the key's value after it (its `mod_revision` is the row's revision).
     Put(KeyValue),
+    /// A delete of this key.
     Delete(String),
+}
+
+/// The history row the store writes for `event` (the row's key is the event's revision).
+/// Public so that the row format can be checked from outside (the fuzz targets): a row reads
+/// back, with [`read_history_row`], as what was written.
+pub fn history_row(event: &Event) -> Vec<u8> {
+    let mut buf = Vec::new();
+    encode_row(event, &mut buf);
+    buf
+}
+
+/// What the history row `data`, stored at `revision`, records; `None` when it is not a row
+/// this store writes.
+pub fn read_history_row(revision: Revision, data: &[u8]) -> Option<RowWrite> {
+    decode_row(revision, data)
 }
 
 /// Row encoding. Put: `[1][create_revision i64 BE][version i64 BE][key length u32 BE][key]
