@@ -39,6 +39,9 @@ impl Component {
             &[
                 "controller-manager",
                 "--leader-elect=false",
+                // A free port for its endpoint, not 10257 (tests run side by side).
+                "--secure-port",
+                "0",
                 "--kube-api-qps",
                 "10",
                 "--kube-api-burst",
@@ -94,7 +97,10 @@ fn killed_controller_manager_resumes_scale_up_and_rollout() {
     }
     let data = tempfile::tempdir().unwrap();
     let s = Setpoint::start(&["server"], &data.path().join("data"));
-    let _scheduler = Component::start(&["scheduler", "--leader-elect=false"], &s.kubeconfig);
+    let _scheduler = Component::start(
+        &["scheduler", "--leader-elect=false", "--secure-port", "0"],
+        &s.kubeconfig,
+    );
     let _agent = Component::start(
         &[
             "agent",

@@ -38,6 +38,8 @@ impl ControllerManager {
     fn start(kubeconfig: &Path) -> ControllerManager {
         let mut child = Command::new(env!("CARGO_BIN_EXE_setpoint"))
             .args(["controller-manager", "--controllers", "replicaset"])
+            // Two run at once: each serves its endpoint on a port of its own.
+            .args(["--secure-port", "0"])
             .args([
                 "--kube-api-qps",
                 "10",

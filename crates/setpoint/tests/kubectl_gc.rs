@@ -144,6 +144,9 @@ fn controller_manager_runs_against_a_separate_server() {
                 "controller-manager",
                 "--controllers",
                 "namespace,garbagecollector",
+                // A free port for its endpoint, not 10257 (tests run side by side).
+                "--secure-port",
+                "0",
             ])
             .env("KUBECONFIG", &c.kubeconfig)
             .env("SETPOINT_LOG", "warn")
