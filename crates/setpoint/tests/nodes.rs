@@ -4,47 +4,11 @@
 //!
 //! Skipped (with a message) when no kubectl is installed; CI installs it.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::Duration;
 
 mod support;
 
-use support::{eventually, lines, ready_pods, Setpoint};
-
-const WEB: &str = r#"apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: web
-spec:
-  replicas: 3
-  selector:
-    matchLabels: {app: web}
-  template:
-    metadata:
-      labels: {app: web}
-    spec:
-      containers:
-      - name: web
-        image: python:3
-        command: ["python3", "-m", "http.server", "8080", "--bind", "$(POD_IP)"]
-        env:
-        - name: POD_IP
-          valueFrom: {fieldRef: {fieldPath: status.podIP}}
-        readinessProbe:
-          httpGet: {path: /, port: 8080}
-          periodSeconds: 1
-"#;
-
-/// GET `path` from `ip:8080`; the status line.
-fn http_get(ip: &str, path: &str) -> String {
-    let mut s = TcpStream::connect((ip, 8080)).expect("connect to the pod");
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {ip}\r\n\r\n").unwrap();
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out.lines().next().unwrap_or("").to_string()
-}
+use support::{eventually, http_get, lines, ready_pods, Setpoint, WEB};
 
 fn field(s: &Setpoint, pod: &str, path: &str) -> String {
     s.ok(&["get", "pod", pod, "-o", &format!("jsonpath={{{path}}}")])

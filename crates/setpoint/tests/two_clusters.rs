@@ -5,47 +5,11 @@
 //! Skipped (with a message) when no kubectl is installed; CI installs it.
 
 use std::collections::HashSet;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::Duration;
 
 mod support;
 
-use support::{eventually, ready_pods, Setpoint};
-
-const WEB: &str = r#"apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: web
-spec:
-  replicas: 3
-  selector:
-    matchLabels: {app: web}
-  template:
-    metadata:
-      labels: {app: web}
-    spec:
-      containers:
-      - name: web
-        image: python:3
-        command: ["python3", "-m", "http.server", "8080", "--bind", "$(POD_IP)"]
-        env:
-        - name: POD_IP
-          valueFrom: {fieldRef: {fieldPath: status.podIP}}
-        readinessProbe:
-          httpGet: {path: /, port: 8080}
-          periodSeconds: 1
-"#;
-
-/// The status line of `GET /` from `ip:8080`.
-fn status_line(ip: &str) -> String {
-    let mut s = TcpStream::connect((ip, 8080)).expect("connect to the pod");
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(s, "GET / HTTP/1.0\r\nHost: {ip}\r\n\r\n").unwrap();
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out.lines().next().unwrap_or("").to_string()
-}
+use support::{eventually, http_get, ready_pods, Setpoint, WEB};
 
 #[test]
 fn two_clusters_run_the_same_deployment_on_distinct_addresses() {
@@ -66,7 +30,7 @@ fn two_clusters_run_the_same_deployment_on_distinct_addresses() {
             let ip = cluster.ok(&["get", "pod", &pod, "-o", "jsonpath={.status.podIP}"]);
             assert!(ip.starts_with("127."), "{pod}: {ip}");
             assert!(ips.insert(ip.clone()), "{ip} is used twice");
-            assert!(status_line(&ip).contains(" 200 "), "{pod} at {ip}");
+            assert!(http_get(&ip, "/").contains(" 200 "), "{pod} at {ip}");
         }
     }
     assert_eq!(ips.len(), 6);

@@ -290,3 +290,40 @@ pub fn ready_pods(s: &Setpoint, selector: &str, n: usize) -> Option<Vec<String>>
     let names = lines(&out);
     (names.len() == n).then_some(names)
 }
+
+/// A Deployment of three real servers (`python3 -m http.server` on the pod's own address,
+/// port 8080), ready when they answer.
+pub const WEB: &str = r#"apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+spec:
+  replicas: 3
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      containers:
+      - name: web
+        image: python:3
+        command: ["python3", "-m", "http.server", "8080", "--bind", "$(POD_IP)"]
+        env:
+        - name: POD_IP
+          valueFrom: {fieldRef: {fieldPath: status.podIP}}
+        readinessProbe:
+          httpGet: {path: /, port: 8080}
+          periodSeconds: 1
+"#;
+
+/// GET `path` from `ip:8080` over HTTP/1.0; the status line.
+pub fn http_get(ip: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect((ip, 8080)).expect("connect to the pod");
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {ip}\r\n\r\n").unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out.lines().next().unwrap_or("").to_string()
+}
