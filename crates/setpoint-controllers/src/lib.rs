@@ -12,7 +12,7 @@
 //! - [`replicaset`]: keeps a ReplicaSet's pods at `spec.replicas`;
 //! - [`deployment`]: rolls a Deployment's pod template out through ReplicaSets
 //!   (rolling update, recreate, pause, rollback, revision history);
-//! - [`cronjob`]: creates a Job each time a CronJob's schedule ([`cron`]) comes round;
+//! - [`cronjob`]: creates a Job each time a CronJob's schedule ([`setpoint_api::cron`]) comes round;
 //! - [`job`]: runs a Job's pods to `completions` within `parallelism` and `backoffLimit`;
 //! - [`nodelifecycle`]: marks nodes whose agent went silent `Unknown`, taints them, and
 //!   evicts their pods once the pods' tolerations run out.
