@@ -139,9 +139,19 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
     let leader_metrics = setpoint_runtime::metrics::LeaderMetrics::new(&mut registry);
     let client_metrics =
         std::sync::Arc::new(setpoint_runtime::metrics::ClientMetrics::new(&mut registry));
+    let informer_metrics = setpoint_runtime::metrics::InformerMetrics::new(&mut registry);
     let client = client
         .with_rate_limit(args.kube_api_qps.max(0.1), args.kube_api_burst.max(1))
         .with_metrics(client_metrics);
+    // `manager::run`'s informers, recording into this registry.
+    let informers = SharedInformers::with_options(
+        client.clone(),
+        setpoint_runtime::informer::InformerOptions {
+            metrics: Some(informer_metrics),
+            ..setpoint_runtime::informer::InformerOptions::lean()
+        },
+        setpoint_runtime::informer::StartPolicy::OnRequest,
+    );
     let server = args
         .secure_serving()
         .start(std::sync::Arc::new(registry), kubeconfig.ca_pem.as_deref())
@@ -153,14 +163,16 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
         metrics: Some(controller_metrics),
         ..args.options()
     };
-    manager::run(
+    manager::run_on(
         client,
         args.controllers,
         options,
         leadership.leading.clone(),
+        &informers,
         crate::wait_for_signal(),
     )
     .await;
+    informers.shutdown().await;
     leadership.release().await;
     drop(server);
     Ok(())

@@ -68,6 +68,7 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
     let leader_metrics = setpoint_runtime::metrics::LeaderMetrics::new(&mut registry);
     let client_metrics =
         std::sync::Arc::new(setpoint_runtime::metrics::ClientMetrics::new(&mut registry));
+    let informer_metrics = setpoint_runtime::metrics::InformerMetrics::new(&mut registry);
     // Binding is the scheduler's whole output; a client-side limit only slows it unless asked.
     let client = if args.kube_api_qps > 0.0 {
         client.with_rate_limit(args.kube_api_qps, (args.kube_api_qps as u32).max(1))
@@ -87,13 +88,26 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
         parallelism: args.parallelism.max(1),
         ..SchedulerConfig::default()
     };
-    setpoint_scheduler::run(
+    // `setpoint_scheduler::run`'s informers (one LIST page: the scheduler needs every pod
+    // before it decides anyway), recording into this registry.
+    let informers = SharedInformers::with_options(
+        client.clone(),
+        setpoint_runtime::informer::InformerOptions {
+            page_size: None,
+            metrics: Some(informer_metrics),
+            ..setpoint_runtime::informer::InformerOptions::lean()
+        },
+        setpoint_runtime::informer::StartPolicy::OnRequest,
+    );
+    setpoint_scheduler::run_shared(
         client,
         config,
+        &informers,
         leadership.leading.clone(),
         crate::wait_for_signal(),
     )
     .await;
+    informers.shutdown().await;
     leadership.release().await;
     drop(server);
     Ok(())

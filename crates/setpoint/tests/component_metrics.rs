@@ -15,17 +15,17 @@ mod support;
 
 use support::{eventually, Setpoint};
 
-/// A `setpoint controller-manager` serving on a free loopback port.
-struct ControllerManager {
+/// A `setpoint controller-manager` or `setpoint scheduler` serving on a free loopback port.
+struct Component {
     child: Child,
     addr: String,
 }
 
-impl ControllerManager {
-    fn start(kubeconfig: &Path) -> ControllerManager {
+impl Component {
+    fn start(component: &str, kubeconfig: &Path) -> Component {
         let mut child = Command::new(env!("CARGO_BIN_EXE_setpoint"))
             .args([
-                "controller-manager",
+                component,
                 // `up` leads the election; this one acts regardless, so it has reconciles
                 // to count.
                 "--leader-elect=false",
@@ -39,7 +39,7 @@ impl ControllerManager {
             .env("SETPOINT_LOG", "warn")
             .stdout(Stdio::piped())
             .spawn()
-            .expect("start controller-manager");
+            .expect("start the component");
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
@@ -48,23 +48,23 @@ impl ControllerManager {
                 let _ = tx.send(line);
             }
         });
-        let mut cm = ControllerManager {
+        let mut c = Component {
             child,
             addr: String::new(),
         };
-        cm.addr = eventually(
-            "the controller manager prints where it serves",
+        c.addr = eventually(
+            "the component prints where it serves",
             Duration::from_secs(30),
             || {
                 rx.try_iter()
                     .find_map(|l| l.strip_prefix("Serving securely on ").map(str::to_owned))
             },
         );
-        cm
+        c
     }
 }
 
-impl Drop for ControllerManager {
+impl Drop for Component {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -132,7 +132,7 @@ fn controller_manager_and_api_server_serve_the_runtime_metrics() {
     );
 
     // A standalone controller manager's own endpoint.
-    let cm = ControllerManager::start(&up.kubeconfig);
+    let cm = Component::start("controller-manager", &up.kubeconfig);
     let dir = tempfile::tempdir().unwrap();
     let admin = admin_kubeconfig(dir.path(), &cm.addr, data.path());
     let own = eventually(
@@ -158,6 +158,25 @@ fn controller_manager_and_api_server_serve_the_runtime_metrics() {
     for health in ["/healthz", "/livez", "/readyz"] {
         assert_eq!(anonymous_get(&cm.addr, health), (200, "ok".to_string()));
     }
+
+    // The scheduler's endpoint, on a port of its own: its API requests, and the same rules.
+    let scheduler = Component::start("scheduler", &up.kubeconfig);
+    let admin = admin_kubeconfig(dir.path(), &scheduler.addr, data.path());
+    eventually(
+        "the scheduler's /metrics has its API requests",
+        Duration::from_secs(30),
+        || {
+            let out = raw(&up, &admin, "/metrics");
+            let m = String::from_utf8_lossy(&out.stdout).into_owned();
+            (out.status.success() && has_sample(&m, "rest_client_request_duration_seconds_bucket"))
+                .then_some(())
+        },
+    );
+    assert_eq!(anonymous_get(&scheduler.addr, "/metrics").0, 403);
+    assert_eq!(
+        anonymous_get(&scheduler.addr, "/healthz"),
+        (200, "ok".to_string())
+    );
 }
 
 /// Accepts any server certificate: the endpoint's is self-signed, and what is tested here is
