@@ -53,11 +53,11 @@ impl Quantity {
     pub fn parse(s: &str) -> Result<Quantity, QuantityError> {
         let syntax = || QuantityError::Syntax(s.to_string());
         let range = || QuantityError::Range(s.to_string());
-        let t = s.trim();
-        let (negative, rest) = match t.as_bytes().first() {
-            Some(b'-') => (true, &t[1..]),
-            Some(b'+') => (false, &t[1..]),
-            Some(_) => (false, t),
+        // No surrounding white space, as Kubernetes' `ParseQuantity`.
+        let (negative, rest) = match s.as_bytes().first() {
+            Some(b'-') => (true, &s[1..]),
+            Some(b'+') => (false, &s[1..]),
+            Some(_) => (false, s),
             None => return Err(syntax()),
         };
         let split = rest
@@ -125,6 +125,11 @@ impl Quantity {
     /// Whether the quantity is above zero.
     pub fn is_positive(&self) -> bool {
         self.mantissa > 0
+    }
+
+    /// Whether the quantity is below zero.
+    pub fn is_negative(&self) -> bool {
+        self.mantissa < 0
     }
 
     /// Whole units, rounded up (Kubernetes' `Value()`): bytes of memory, pods.

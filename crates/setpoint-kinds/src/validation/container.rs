@@ -19,7 +19,7 @@ fn resources(e: &mut Vec<Cause>, res: &Value, path: &str) {
             let p = key(&child(path, part), name);
             match parse_quantity(q) {
                 None => e.push(Cause::invalid(p, q, QUANTITY_FORMAT_ERROR)),
-                Some(x) if x < 0.0 => e.push(Cause::invalid(
+                Some(x) if x.is_negative() => e.push(Cause::invalid(
                     p,
                     &json!(quantity_text(q)),
                     "must be greater than or equal to 0",
@@ -369,15 +369,14 @@ mod tests {
                 .message
                 .contains("quantities must match")
         );
-        assert_eq!(
-            parse_quantity(&json!("1.5Gi")),
-            Some(1.5 * 1024.0 * 1024.0 * 1024.0)
-        );
-        assert_eq!(parse_quantity(&json!("100m")), Some(0.1));
-        assert_eq!(parse_quantity(&json!("2e3")), Some(2000.0));
-        assert_eq!(parse_quantity(&json!(".5")), Some(0.5));
-        assert_eq!(parse_quantity(&json!(3)), Some(3.0));
-        for bad in ["", "m", "1.2.3", "1Gb", "1e", "abc"] {
+        let q = |s: &str| setpoint_api::quantity::Quantity::parse(s).ok();
+        assert_eq!(parse_quantity(&json!("1.5Gi")), q("1536Mi"));
+        assert_eq!(parse_quantity(&json!("100m")), q("0.1"));
+        assert_eq!(parse_quantity(&json!("2e3")), q("2k"));
+        assert_eq!(parse_quantity(&json!(".5")), q("500m"));
+        assert_eq!(parse_quantity(&json!(3)), q("3"));
+        assert_eq!(parse_quantity(&json!(0.25)), q("250m"));
+        for bad in ["", "m", "1.2.3", "1Gb", "1e", "abc", " 1"] {
             assert_eq!(parse_quantity(&json!(bad)), None, "{bad}");
         }
     }
