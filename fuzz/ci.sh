@@ -17,8 +17,7 @@ fi
 # past its own nightly expectations all the same. What is lost is AddressSanitizer, which safe
 # Rust needs least: the targets check their properties with assertions instead.
 export RUSTC_BOOTSTRAP=1
-# `--dev`: see the profiles in fuzz/Cargo.toml (a quicker build, slower runs).
-opts=(--dev --sanitizer none --codegen-units 16)
+opts=(--sanitizer none --codegen-units 16)
 seconds="${FUZZ_SECONDS:-20}"
 
 start=$(date +%s)
