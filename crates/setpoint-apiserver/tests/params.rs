@@ -420,22 +420,6 @@ async fn metric(r: &Running, sample: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// Waits until `done` holds, checking every few milliseconds, for at most `within`.
-async fn eventually<F, Fut>(within: Duration, mut done: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + within;
-    while tokio::time::Instant::now() < deadline {
-        if done().await {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    done().await
-}
-
 /// Opens a watch on a connection that is never read, with a small receive buffer so the
 /// kernel does not absorb much of what the server sends.
 async fn unread_watch(r: &Running, path: &str) -> tokio::net::TcpStream {
@@ -466,12 +450,10 @@ async fn a_watcher_that_falls_behind_its_byte_budget_is_dropped_and_a_reader_get
     let _stalled = unread_watch(&r, &format!("{CMS}?watch=true")).await;
     let (status, mut reader) = WatchStream::open(&r, &format!("{CMS}?watch=true")).await;
     assert_eq!(status, 200);
-    assert!(
-        eventually(Duration::from_secs(10), || async {
-            metric(&r, registered).await == 2.0
-        })
-        .await
-    );
+    setpoint_testing::eventually_within(Duration::from_secs(10), "two watchers", || async {
+        (metric(&r, registered).await == 2.0).then_some(())
+    })
+    .await;
 
     // 64 KiB objects, 300 of them: about 19 MiB, many times the budget and more than the
     // kernel and the connection buffer between the server and the stalled client.
@@ -490,13 +472,12 @@ async fn a_watcher_that_falls_behind_its_byte_budget_is_dropped_and_a_reader_get
         assert_eq!(ev["type"], "ADDED");
         assert_eq!(ev["object"]["metadata"]["name"], format!("c{i:03}"));
     }
-    assert!(
-        eventually(Duration::from_secs(10), || async {
-            metric(&r, dropped).await >= 1.0
-        })
-        .await,
-        "the stalled watcher was dropped"
-    );
+    setpoint_testing::eventually_within(
+        Duration::from_secs(10),
+        "the stalled watcher to be dropped",
+        || async { (metric(&r, dropped).await >= 1.0).then_some(()) },
+    )
+    .await;
     assert_eq!(metric(&r, dropped).await, 1.0, "only the stalled one");
     assert_eq!(metric(&r, registered).await, 1.0);
 
