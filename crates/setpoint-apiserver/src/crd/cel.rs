@@ -140,16 +140,55 @@ pub fn check(schema: &Value, value: &Value, old: Option<&Value>, path: &str) -> 
             Ok(other) => out.push(Cause::invalid(
                 field,
                 value,
-                &format!("rule {rule:?} did not evaluate to a bool: {other:?}"),
+                &format!(
+                    "rule {rule:?} did not evaluate to a bool: it evaluated to a {}",
+                    other.type_of()
+                ),
             )),
             Err(e) => out.push(Cause::invalid(
                 field,
                 value,
-                &format!("rule {rule:?} failed: {e}"),
+                &format!("rule {rule:?} failed: {}", execution_error(&e)),
             )),
         }
     }
     out
+}
+
+/// What an evaluation error says, by the types of the values involved and never their
+/// contents: the library's own text prints values with `Debug`, which is not meant for users
+/// and lists a map's entries in no fixed order, so one rule could fail with differing messages.
+fn execution_error(e: &cel::ExecutionError) -> String {
+    use cel::ExecutionError as E;
+    match e {
+        E::UnsupportedTargetType { target } => {
+            format!("invalid argument type: {}", target.type_of())
+        }
+        E::NotSupportedAsMethod { method, target } => {
+            format!("no such overload: {}.{method}()", target.type_of())
+        }
+        E::UnsupportedKeyType(key) => format!("unsupported key type: {}", key.type_of()),
+        E::ValuesNotComparable(a, b) => format!(
+            "no such overload: {} and {} cannot be compared",
+            a.type_of(),
+            b.type_of()
+        ),
+        E::UnsupportedBinaryOperator(op, a, b) => {
+            format!("no such overload: {} {op} {}", a.type_of(), b.type_of())
+        }
+        E::UnsupportedIndex(index, target) => format!(
+            "no such overload: {} cannot be indexed by {}",
+            target.type_of(),
+            index.type_of()
+        ),
+        E::DivisionByZero(_) => "division by zero".to_owned(),
+        E::RemainderByZero(_) => "modulus by zero".to_owned(),
+        E::Overflow(op, a, b) => format!("{} {op} {} overflows", a.type_of(), b.type_of()),
+        E::IndexOutOfBounds(_) => "index out of bounds".to_owned(),
+        E::DuplicateKey(key) => format!("repeated key of type {} in a map literal", key.type_of()),
+        // The rest name no values.
+        other => other.to_string(),
+    }
 }
 
 #[cfg(test)]
@@ -180,6 +219,34 @@ mod tests {
         assert!(causes[1]
             .message
             .contains("failed rule: self.name.startsWith('app-')"));
+    }
+
+    /// The fuzzer's finding: a rule that fails on a map literal was reported with the map's
+    /// entries in random order. Errors name the types only, the same every time.
+    #[test]
+    fn evaluation_errors_name_types_not_values() {
+        let rule = r#"size(self) > 0*{"b": 1, "a": {"c": true}, "d": "x", "e": [1]}"#;
+        let s = json!({"type": "object", "x-kubernetes-validations": [{"rule": rule}]});
+        let first = check(&s, &json!({}), None, "spec");
+        for _ in 0..20 {
+            assert_eq!(check(&s, &json!({}), None, "spec"), first);
+        }
+        assert_eq!(first.len(), 1);
+        assert!(
+            first[0]
+                .message
+                .ends_with("failed: no such overload: int mul map"),
+            "{}",
+            first[0].message
+        );
+        let s = json!({"type": "object", "x-kubernetes-validations": [{"rule": "{'a': 1}"}]});
+        let causes = check(&s, &json!({}), None, "spec");
+        assert!(
+            causes[0]
+                .message
+                .ends_with("did not evaluate to a bool: it evaluated to a map"),
+            "{causes:?}"
+        );
     }
 
     #[test]
