@@ -36,32 +36,23 @@ impl ControllerManager {
     /// Runs the ReplicaSet controller against the server in `kubeconfig`, rate limited so a
     /// scale-up takes seconds and can be interrupted half way.
     fn start(kubeconfig: &Path) -> ControllerManager {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_setpoint"))
-            .args(["controller-manager", "--controllers", "replicaset"])
-            // Two run at once: each serves its endpoint on a port of its own.
-            .args(["--secure-port", "0"])
-            .args([
-                "--kube-api-qps",
-                "10",
-                "--kube-api-burst",
-                "2",
-                "--kubeconfig",
-            ])
-            .arg(kubeconfig)
-            .env("SETPOINT_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start controller-manager");
-        let stderr = child.stderr.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                let _ = tx.send(line);
-            }
-        });
+        let (child, lines) = support::spawn_with_stderr_lines(
+            Command::new(env!("CARGO_BIN_EXE_setpoint"))
+                .args(["controller-manager", "--controllers", "replicaset"])
+                // Two run at once: each serves its endpoint on a port of its own.
+                .args(["--secure-port", "0"])
+                .args([
+                    "--kube-api-qps",
+                    "10",
+                    "--kube-api-burst",
+                    "2",
+                    "--kubeconfig",
+                ])
+                .arg(kubeconfig)
+                .env("SETPOINT_LOG", "info")
+                .env("NO_COLOR", "1")
+                .stdout(Stdio::null()),
+        );
         ControllerManager { child, lines }
     }
 

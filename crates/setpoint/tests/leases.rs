@@ -9,7 +9,6 @@
 //! Skipped (with a message) when etcd or kubectl is missing, unless `SETPOINT_REQUIRE_ETCD` /
 //! `SETPOINT_REQUIRE_KUBECTL` is set (CI sets both).
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -31,31 +30,22 @@ struct ControllerManager {
 
 impl ControllerManager {
     fn start(kubeconfig: &Path) -> ControllerManager {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_setpoint"))
-            .args([
-                "controller-manager",
-                "--secure-port",
-                "0",
-                "--leader-elect-retry-period",
-                "500ms",
-                "--kubeconfig",
-            ])
-            .arg(kubeconfig)
-            // Standbys say at trace level that someone else holds the Lease.
-            .env("SETPOINT_LOG", "info,setpoint_runtime::leader=trace")
-            .env("NO_COLOR", "1")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start controller-manager");
-        let stderr = child.stderr.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                let _ = tx.send(line);
-            }
-        });
+        let (child, lines) = support::spawn_with_stderr_lines(
+            Command::new(env!("CARGO_BIN_EXE_setpoint"))
+                .args([
+                    "controller-manager",
+                    "--secure-port",
+                    "0",
+                    "--leader-elect-retry-period",
+                    "500ms",
+                    "--kubeconfig",
+                ])
+                .arg(kubeconfig)
+                // Standbys say at trace level that someone else holds the Lease.
+                .env("SETPOINT_LOG", "info,setpoint_runtime::leader=trace")
+                .env("NO_COLOR", "1")
+                .stdout(Stdio::null()),
+        );
         ControllerManager {
             child,
             lines,

@@ -327,3 +327,21 @@ pub fn http_get(ip: &str, path: &str) -> String {
     let _ = s.read_to_string(&mut out);
     out.lines().next().unwrap_or("").to_string()
 }
+
+/// Starts `cmd` with its stderr piped, and a thread that forwards each line of it: the lines
+/// arrive on the receiver as the process logs them.
+pub fn spawn_with_stderr_lines(cmd: &mut Command) -> (Child, mpsc::Receiver<String>) {
+    let mut child = cmd
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the process");
+    let stderr = child.stderr.take().expect("piped stderr");
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            let _ = tx.send(line);
+        }
+    });
+    (child, lines)
+}
