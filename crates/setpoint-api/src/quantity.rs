@@ -4,6 +4,9 @@
 //! CPU in millicores and everything else in units. Like Kubernetes' `MilliValue()` and
 //! `Value()`, fractions round up, so `0.5m` of CPU is `1` millicore and never rounds to free.
 //! Quantities compare by value, as Kubernetes' `Cmp` does: `1` equals `1000m`.
+//!
+//! [`canonical_quantity`] is the text Kubernetes re-serialises a quantity as (`1000m` → `1`,
+//! `1.5Gi` → `1536Mi`), which its printers show.
 
 /// Why a quantity did not parse.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -16,11 +19,25 @@ pub enum QuantityError {
     Range(String),
 }
 
-/// A parsed quantity: `mantissa × 10^exponent` (binary suffixes are already multiplied in).
+/// A parsed quantity: `mantissa × 10^exponent` (binary suffixes are already multiplied in),
+/// and the notation it was written in, which its canonical form keeps. Equality and order
+/// are by value only.
 #[derive(Clone, Copy, Debug)]
 pub struct Quantity {
     mantissa: i128,
     exponent: i32,
+    format: Format,
+}
+
+/// Which notation a quantity was written in (Kubernetes' `Format`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Format {
+    /// `5e3`
+    DecimalExponent,
+    /// `5k`, `500m`, or no suffix
+    DecimalSi,
+    /// `5Ki`
+    BinarySi,
 }
 
 /// Binary suffixes: power of 1024.
@@ -76,22 +93,90 @@ impl Quantity {
                 .ok_or_else(range)?;
         }
         let mut exponent = -i32::try_from(frac.len()).map_err(|_| range())?;
-        if let Some((_, power)) = BINARY.iter().find(|(b, _)| *b == suffix) {
+        let format = if let Some((_, power)) = BINARY.iter().find(|(b, _)| *b == suffix) {
             mantissa = mantissa
                 .checked_mul(1024i128.pow(*power))
                 .ok_or_else(range)?;
+            Format::BinarySi
         } else if let Some((_, power)) = DECIMAL.iter().find(|(d, _)| *d == suffix) {
             exponent += power;
+            Format::DecimalSi
         } else if let Some(e) = suffix.strip_prefix(['e', 'E']).filter(|e| !e.is_empty()) {
             let e: i32 = e.parse().map_err(|_| syntax())?;
             exponent = exponent.checked_add(e).ok_or_else(range)?;
+            Format::DecimalExponent
         } else {
             return Err(syntax());
-        }
+        };
         if negative {
             mantissa = -mantissa;
         }
-        Ok(Quantity { mantissa, exponent })
+        Ok(Quantity {
+            mantissa,
+            exponent,
+            format,
+        })
+    }
+
+    /// The canonical text Kubernetes serialises this quantity as: the notation it was written
+    /// in, at most nano precision (finer values round away from zero), the smallest integer
+    /// mantissa with an exponent that is a multiple of three (`1500m`, `1k`, `12e6`), and for
+    /// binary notation the largest suffix that divides the value exactly (`1536Mi`). Binary
+    /// notation holds only whole values of at least 1024 in magnitude; others are shown in
+    /// decimal. `None` when the value is too large or too fine to handle exactly (above
+    /// 10^19 units of its written precision, or an exponent outside -30..=18), which no real
+    /// resource amount is.
+    pub fn canonical(&self) -> Option<String> {
+        let (mut amount, mut exp) = (self.mantissa, self.exponent);
+        // Bounds that keep every later step inside i128 (amount × 10^exp stays below 10^38).
+        if !(-30..=18).contains(&exp) || amount.abs() >= 10i128.pow(19) {
+            return None;
+        }
+        if exp < -9 {
+            let divisor = 10i128.pow((-9 - exp).unsigned_abs());
+            let rounded = (amount.abs() + divisor - 1) / divisor;
+            amount = rounded * amount.signum();
+            exp = -9;
+        }
+        if amount == 0 {
+            return Some("0".to_string());
+        }
+        let binary = match self.format {
+            Format::BinarySi => whole(amount, exp).filter(|v| v.abs() >= 1024),
+            _ => None,
+        };
+        if let Some(mut value) = binary {
+            // As many factors of 1024 moved into the suffix as divide the value exactly.
+            let mut power = 0;
+            while power < BINARY.len() && value % 1024 == 0 {
+                value /= 1024;
+                power += 1;
+            }
+            let suffix = match power {
+                0 => "",
+                p => BINARY[p - 1].0,
+            };
+            return Some(format!("{value}{suffix}"));
+        }
+        let (mut mantissa, mut exp) = (amount, exp);
+        while mantissa % 10 == 0 {
+            mantissa /= 10;
+            exp += 1;
+        }
+        while exp.rem_euclid(3) != 0 {
+            mantissa *= 10;
+            exp -= 1;
+        }
+        // Binary quantities that land here are shown as decimal SI.
+        let suffix = match self.format {
+            Format::DecimalExponent => None,
+            _ => DECIMAL.iter().find(|(_, p)| *p == exp).map(|(s, _)| *s),
+        };
+        Some(match suffix {
+            Some(s) => format!("{mantissa}{s}"),
+            None if exp == 0 => mantissa.to_string(),
+            None => format!("{mantissa}e{exp}"),
+        })
     }
 
     /// The value scaled by `10^scale`, rounded up (towards positive infinity).
@@ -190,14 +275,43 @@ impl std::ops::Add for Quantity {
         let e = self.exponent.min(other.exponent);
         let at = |q: &Quantity| {
             10i128
-                .checked_pow((q.exponent - e).unsigned_abs())
+                .checked_pow(q.exponent.abs_diff(e))
                 .and_then(|f| q.mantissa.checked_mul(f))
         };
         Some(Quantity {
             mantissa: at(&self)?.checked_add(at(&other)?)?,
             exponent: e,
+            // Kubernetes' `Add` keeps the receiver's notation unless the receiver is zero.
+            format: if self.mantissa == 0 {
+                other.format
+            } else {
+                self.format
+            },
         })
     }
+}
+
+/// `amount × 10^exp` as an integer, if it is one. The caller keeps `|amount| < 10^19` and
+/// `|exp| <= 30`, so nothing overflows.
+fn whole(amount: i128, exp: i32) -> Option<i128> {
+    let scale = 10i128.pow(exp.unsigned_abs());
+    if exp >= 0 {
+        Some(amount * scale)
+    } else if amount % scale == 0 {
+        Some(amount / scale)
+    } else {
+        None
+    }
+}
+
+/// The canonical form of a quantity ([`Quantity::canonical`]), or the text unchanged when it
+/// does not parse or is beyond what the canonical form handles exactly. Surrounding white
+/// space is ignored: this is for showing stored values, not for validating them.
+pub fn canonical_quantity(s: &str) -> String {
+    Quantity::parse(s.trim())
+        .ok()
+        .and_then(|q| q.canonical())
+        .unwrap_or_else(|| s.to_string())
 }
 
 /// Millicores in a CPU quantity; an unparsable or out-of-range quantity is an error.
@@ -216,6 +330,7 @@ pub fn units(s: &str) -> Result<i64, QuantityError> {
 
 #[cfg(test)]
 mod tests {
+    use super::canonical_quantity as c;
     use super::*;
 
     #[test]
@@ -302,5 +417,73 @@ mod tests {
         ));
         assert_eq!(units("0e400"), Ok(0));
         assert_eq!(units("1e-400"), Ok(1));
+    }
+
+    #[test]
+    fn canonical_decimal() {
+        assert_eq!(c("1000m"), "1");
+        assert_eq!(c("1500m"), "1500m");
+        assert_eq!(c("0.5"), "500m");
+        assert_eq!(c("1000"), "1k");
+        assert_eq!(c("1500"), "1500");
+        assert_eq!(c("100"), "100");
+        assert_eq!(c("2000000"), "2M");
+        assert_eq!(c("10"), "10");
+        assert_eq!(c("250m"), "250m");
+        assert_eq!(c("0.1m"), "100u");
+        assert_eq!(c("0"), "0");
+        assert_eq!(c("0m"), "0");
+        assert_eq!(c("-1000m"), "-1");
+        assert_eq!(c("1.5k"), "1500");
+        assert_eq!(c("1E"), "1E");
+    }
+
+    #[test]
+    fn canonical_binary() {
+        assert_eq!(c("1Gi"), "1Gi");
+        assert_eq!(c("1024Mi"), "1Gi");
+        assert_eq!(c("1.5Gi"), "1536Mi");
+        assert_eq!(c("0.5Gi"), "512Mi");
+        assert_eq!(c("512Ki"), "512Ki");
+        assert_eq!(c("1Ki"), "1Ki");
+        // Below 1024 binary reads oddly, so it turns decimal.
+        assert_eq!(c("0.5Ki"), "512");
+        // Not a whole number of bytes: decimal, to keep precision.
+        assert_eq!(c("1.1Ki"), "1126400m");
+        assert_eq!(c("100Mi"), "100Mi");
+        assert_eq!(c("1Ei"), "1Ei");
+        assert_eq!(c("2048Pi"), "2Ei");
+    }
+
+    #[test]
+    fn canonical_exponent() {
+        assert_eq!(c("1e3"), "1e3");
+        assert_eq!(c("12e6"), "12e6");
+        assert_eq!(c("1000e0"), "1e3");
+        assert_eq!(c("1.5e3"), "1500");
+    }
+
+    #[test]
+    fn canonical_passes_unparsable_text_through() {
+        assert_eq!(c("abc"), "abc");
+        assert_eq!(c("1Qi"), "1Qi");
+        assert_eq!(c(""), "");
+    }
+
+    #[test]
+    fn canonical_rounds_below_nano_and_keeps_the_notation_of_sums() {
+        assert_eq!(c("0.1n"), "1n");
+        assert_eq!(c("-0.1n"), "-1n");
+        assert_eq!(c("1.5n"), "2n");
+        assert_eq!(c("1e-10"), "1e-9");
+        assert_eq!(c(" 1000m "), "1");
+        assert_eq!(c("16Ei"), "16Ei");
+        let q = |s| Quantity::parse(s).unwrap();
+        assert_eq!(
+            (q("1Gi") + q("512Mi")).unwrap().canonical().unwrap(),
+            "1536Mi"
+        );
+        assert_eq!((q("0") + q("1Ki")).unwrap().canonical().unwrap(), "1Ki");
+        assert_eq!((q("1") + q("1Ki")).unwrap().canonical().unwrap(), "1025");
     }
 }

@@ -8,7 +8,6 @@
 
 mod apps;
 mod core;
-mod quantity;
 #[cfg(test)]
 mod tests;
 
@@ -16,7 +15,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
 pub(crate) use self::core::EventView;
-pub use quantity::canonical_quantity;
+pub use setpoint_api::quantity::canonical_quantity;
 
 /// One column of a `meta.k8s.io/v1` Table.
 #[derive(Clone, Debug, PartialEq, Eq)]
