@@ -4,7 +4,7 @@
 use serde_json::{json, Value};
 
 use crate::registry::ResourceDef;
-use crate::server::ApiServer;
+use crate::state::ApiServer;
 
 /// The Kubernetes version Setpoint implements. kubectl's version dispatcher picks its client
 /// from `minor`, so this must say 32.

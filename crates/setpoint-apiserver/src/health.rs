@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use http::StatusCode;
 
-use crate::server::ApiServer;
+use crate::state::ApiServer;
 
 /// How long the store may take to answer the `etcd` check.
 const STORE_CHECK_TIMEOUT: Duration = Duration::from_secs(5);

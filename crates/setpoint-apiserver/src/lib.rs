@@ -8,28 +8,35 @@
 //!
 //! Start reading at [`server::ApiServer`].
 
-pub mod apply;
-pub mod convert;
+mod admission;
+mod allocation;
+mod apply;
+mod compaction;
+mod connection;
+mod convert;
 pub mod crd;
-pub mod decoding;
-pub mod discovery;
+mod decoding;
+mod discovery;
 pub mod dupfields;
-pub mod health;
+mod health;
 pub mod http;
-pub mod metrics;
-pub mod objects;
+mod metrics;
+mod objects;
 pub mod openapi;
 pub mod patch;
-pub mod podlogs;
-pub mod pruned;
-pub mod registry;
-pub mod request;
+mod podlogs;
+mod pruned;
+mod registry;
+mod request;
+mod response;
 pub mod server;
-pub mod strategy;
-pub mod table;
+mod state;
+mod strategy;
+mod table;
 pub mod tls;
-pub mod typemeta;
+mod typemeta;
 pub mod watchcache;
-pub mod yamlbody;
+mod yamlbody;
 
-pub use server::{ApiServer, ServerConfig, StoreConfig, COMPACTION_GUARD_KEY};
+pub use server::COMPACTION_GUARD_KEY;
+pub use state::{ApiServer, ServerConfig, StoreConfig};

@@ -15,7 +15,7 @@ use setpoint_api::{meta, ApiError, Cause};
 use setpoint_store::{KeyValue, Precondition, RangeRequest, Revision, StoreError};
 
 use crate::registry::ResourceDef;
-use crate::server::ApiServer;
+use crate::state::ApiServer;
 use crate::strategy::{self, View};
 use crate::watchcache::{decode_object, served_json};
 
@@ -109,13 +109,6 @@ fn manager(opts: &WriteOptions) -> &str {
         .filter(|m| !m.is_empty())
         .unwrap_or(crate::apply::DEFAULT_MANAGER)
 }
-
-/// Namespaces the API server refuses to delete (Kubernetes' NamespaceLifecycle admission keeps
-/// these three; `kube-node-lease` is not among them).
-pub const IMMORTAL_NAMESPACES: [&str; 3] = ["default", "kube-system", "kube-public"];
-
-/// Where allocated service cluster IPs are reserved, so two services never share one.
-const SERVICE_IP_PREFIX: &str = "/registry/_allocations/serviceips/";
 
 fn store_err(res: &ResourceDef, name: &str, e: StoreError) -> ApiError {
     match e {
@@ -671,12 +664,7 @@ impl ApiServer {
             ));
         }
         crate::crd::admit(res, &mut obj);
-        if res.group.is_empty() && res.kind == "Pod" {
-            setpoint_kinds::defaults::default_tolerations(
-                &mut obj,
-                self.config.default_toleration_seconds,
-            );
-        }
+        crate::admission::admit(res, &mut obj, &self.config.admission());
         if track {
             crate::apply::record_update(res, None, &mut obj, manager(opts), None, &now);
         }
@@ -688,10 +676,7 @@ impl ApiServer {
                 let name = format!("{generate}{}", setpoint_api::names::generate_name_suffix());
                 meta::set_meta(&mut obj, "name", json!(name));
             }
-            if res.group == "batch" && res.kind == "Job" {
-                let uid = meta::uid(&obj).to_string();
-                setpoint_kinds::defaults::job_selector(&mut obj, &uid);
-            }
+            strategy::prepare_named(res, &mut obj);
             let mut causes = setpoint_kinds::validation::validate_with_type_errors(
                 &res.group,
                 &res.kind,
@@ -701,10 +686,11 @@ impl ApiServer {
             );
             causes.extend(crate::crd::validate(res, &obj, None));
             self.invalid_if_any(res, &obj, causes)?;
-            let mut reserved_ip = None;
-            if res.group.is_empty() && res.plural == "services" && !opts.dry_run {
-                reserved_ip = self.allocate_cluster_ip(&mut obj).await?;
-            }
+            let reserved = if opts.dry_run {
+                None
+            } else {
+                self.allocate_for(res, &mut obj).await?
+            };
             if opts.dry_run {
                 return Ok(Written {
                     object: obj,
@@ -716,8 +702,8 @@ impl ApiServer {
             let value = match encode(&obj) {
                 Ok(value) => value,
                 Err(e) => {
-                    if let Some(ip) = reserved_ip {
-                        self.release_cluster_ip(&ip).await;
+                    if let Some(r) = &reserved {
+                        self.release(r).await;
                     }
                     return Err(e);
                 }
@@ -737,8 +723,8 @@ impl ApiServer {
                     })
                 }
                 Err(e) => {
-                    if let Some(ip) = reserved_ip {
-                        self.release_cluster_ip(&ip).await;
+                    if let Some(r) = &reserved {
+                        self.release(r).await;
                     }
                     let retry =
                         matches!(e, StoreError::AlreadyExists { .. }) && attempt + 1 < attempts;
@@ -749,88 +735,6 @@ impl ApiServer {
             }
         }
         unreachable!("the loop returns on its last attempt")
-    }
-
-    /// Reserves a cluster IP for a new Service that needs one (type other than ExternalName,
-    /// `clusterIP` unset). Returns the reserved address.
-    async fn allocate_cluster_ip(&self, svc: &mut Value) -> Result<Option<String>, ApiError> {
-        let ty = svc
-            .pointer("/spec/type")
-            .and_then(Value::as_str)
-            .unwrap_or("ClusterIP");
-        if ty == "ExternalName" {
-            return Ok(None);
-        }
-        let requested = svc
-            .pointer("/spec/clusterIP")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        if requested == "None" {
-            return Ok(None);
-        }
-        let candidates: Vec<String> = if !requested.is_empty() {
-            vec![requested.clone()]
-        } else {
-            // 10.96.0.0/12 minus the network address and 10.96.0.1 (the `kubernetes` service).
-            let start: u32 = rand::random::<u32>() % ((1 << 20) - 3);
-            (0..64)
-                .map(|i| ip_in_range((start + i * 7919) % ((1 << 20) - 3) + 2))
-                .collect()
-        };
-        for ip in candidates {
-            let key = format!("{SERVICE_IP_PREFIX}{ip}");
-            match self
-                .store
-                .put(&key, Bytes::from_static(b"{}"), Precondition::NotExists)
-                .await
-            {
-                Ok(_) => {
-                    if let Some(spec) = svc.get_mut("spec").and_then(Value::as_object_mut) {
-                        spec.insert("clusterIP".into(), json!(ip));
-                        spec.insert("clusterIPs".into(), json!([ip]));
-                    }
-                    return Ok(Some(ip));
-                }
-                Err(StoreError::AlreadyExists { .. }) => {
-                    if !requested.is_empty() {
-                        return Err(ApiError::invalid(
-                            "",
-                            "Service",
-                            meta::name(svc),
-                            vec![Cause::invalid(
-                                "spec.clusterIPs",
-                                &json!([requested]),
-                                &format!("failed to allocate IP {requested}: provided IP is already allocated"),
-                            )],
-                        ));
-                    }
-                }
-                Err(e) => return Err(ApiError::internal(e.to_string())),
-            }
-        }
-        Err(ApiError::internal(
-            "failed to allocate a service cluster IP: range is full",
-        ))
-    }
-
-    async fn release_cluster_ip(&self, ip: &str) {
-        let _ = self
-            .store
-            .delete(&format!("{SERVICE_IP_PREFIX}{ip}"), Precondition::None)
-            .await;
-    }
-
-    /// Reserves an exact cluster IP (used at bootstrap for the `kubernetes` service).
-    pub(crate) async fn reserve_cluster_ip(&self, ip: &str) {
-        let _ = self
-            .store
-            .put(
-                &format!("{SERVICE_IP_PREFIX}{ip}"),
-                Bytes::from_static(b"{}"),
-                Precondition::NotExists,
-            )
-            .await;
     }
 
     /// PUT: replaces an object (or writes a subresource).
@@ -1057,7 +961,7 @@ impl ApiServer {
             if strategy::ready_to_remove(&new) {
                 match self.cas_delete(res, &key, name, kv.mod_revision).await {
                     Ok(Some(rev)) => {
-                        self.after_removal(res, &new).await;
+                        self.release_held(res, &new).await;
                         return Ok(Written {
                             object: respond(with_rv(new, rev)),
                             warnings: vec![],
@@ -1085,17 +989,6 @@ impl ApiServer {
         }
     }
 
-    /// Cleans up what an object held once it is gone (a service's cluster IP).
-    async fn after_removal(&self, res: &ResourceDef, obj: &Value) {
-        if res.group.is_empty() && res.plural == "services" {
-            if let Some(ip) = obj.pointer("/spec/clusterIP").and_then(Value::as_str) {
-                if !ip.is_empty() && ip != "None" {
-                    self.release_cluster_ip(ip).await;
-                }
-            }
-        }
-    }
-
     /// DELETE of one object, honouring preconditions, finalizers, propagation policy and
     /// (for pods on a node) the grace period.
     pub async fn delete(
@@ -1108,16 +1001,7 @@ impl ApiServer {
         let gr = res.group_resource();
         loop {
             let (cur, kv) = self.read(res, namespace, name).await?;
-            if res.group.is_empty()
-                && res.plural == "namespaces"
-                && IMMORTAL_NAMESPACES.contains(&name)
-            {
-                return Err(ApiError::forbidden(
-                    &gr,
-                    name,
-                    "this namespace may not be deleted",
-                ));
-            }
+            strategy::check_delete(res, name)?;
             if let Some(uid) = &opts.precondition_uid {
                 if uid != meta::uid(&cur) {
                     return Err(ApiError::conflict(
@@ -1165,19 +1049,9 @@ impl ApiServer {
                     ))
                 }
             }
-            let is_pod = res.group.is_empty() && res.plural == "pods";
-            let is_namespace = res.group.is_empty() && res.plural == "namespaces";
-            let grace = if is_pod {
-                self.pod_grace_period(&cur, opts)
-            } else {
-                0
-            };
-            let ns_finalizers = is_namespace
-                && cur
-                    .pointer("/spec/finalizers")
-                    .and_then(Value::as_array)
-                    .is_some_and(|a| !a.is_empty());
-            let pending = !finalizers.is_empty() || grace > 0 || ns_finalizers;
+            let grace = strategy::grace_period(res, &cur, opts.grace_period_seconds);
+            let pending =
+                !finalizers.is_empty() || grace > 0 || strategy::awaits_finalization(res, &cur);
             if pending {
                 let already = meta::deletion_timestamp(&cur).is_some();
                 let cur_grace = meta::metadata(&cur)
@@ -1201,14 +1075,7 @@ impl ApiServer {
                 if finalizers.is_empty() {
                     meta::remove_meta(&mut new, "finalizers");
                 }
-                if is_namespace {
-                    if let Some(obj) = new.as_object_mut() {
-                        let status = obj.entry("status").or_insert_with(|| json!({}));
-                        if let Some(s) = status.as_object_mut() {
-                            s.insert("phase".into(), json!("Terminating"));
-                        }
-                    }
-                }
+                strategy::mark_terminating(res, &mut new);
                 if !strategy::ready_to_remove(&new) {
                     if same_ignoring_rv(&new, &cur) || opts.dry_run {
                         return Ok(Deleted {
@@ -1236,39 +1103,12 @@ impl ApiServer {
             }
             let key = res.key(namespace, name);
             if let Some(rev) = self.cas_delete(res, &key, name, kv.mod_revision).await? {
-                self.after_removal(res, &cur).await;
+                self.release_held(res, &cur).await;
                 return Ok(Deleted {
                     object: with_rv(cur, rev),
                     removed: true,
                 });
             }
-        }
-    }
-
-    /// A pod bound to a node is deleted gracefully (its node agent removes it after stopping
-    /// the containers); one that never ran, or has finished, goes at once.
-    fn pod_grace_period(&self, pod: &Value, opts: &DeleteOptions) -> i64 {
-        let bound = pod
-            .pointer("/spec/nodeName")
-            .and_then(Value::as_str)
-            .is_some_and(|n| !n.is_empty());
-        let phase = pod
-            .pointer("/status/phase")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        if !bound || phase == "Succeeded" || phase == "Failed" {
-            return 0;
-        }
-        let default = pod
-            .pointer("/spec/terminationGracePeriodSeconds")
-            .and_then(Value::as_i64)
-            .unwrap_or(30);
-        let g = opts.grace_period_seconds.unwrap_or(default).max(0);
-        // Kubernetes treats 0 as "now" and anything positive as at least one second.
-        if g == 0 {
-            0
-        } else {
-            g.max(1)
         }
     }
 
@@ -1326,18 +1166,6 @@ impl ApiServer {
 }
 
 /// The `n`th address of 10.96.0.0/12.
-fn ip_in_range(n: u32) -> String {
-    let base: u32 = (10 << 24) | (96 << 16);
-    let ip = base + n;
-    format!(
-        "{}.{}.{}.{}",
-        ip >> 24,
-        (ip >> 16) & 255,
-        (ip >> 8) & 255,
-        ip & 255
-    )
-}
-
 /// How long a consistent read waits for the watch cache to catch up before giving up.
 pub const CACHE_WAIT: Duration = Duration::from_secs(3);
 
@@ -1402,16 +1230,5 @@ impl ApiServer {
                 return Ok(());
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn service_ips_stay_in_range() {
-        assert_eq!(ip_in_range(1), "10.96.0.1");
-        assert_eq!(ip_in_range((1 << 20) - 1), "10.111.255.255");
     }
 }

@@ -34,7 +34,7 @@ use setpoint_api::ApiError;
 use setpoint_protobuf::types::{self, FieldRef, Form, TypeRef};
 
 use crate::registry::ResourceDef;
-use crate::server::ApiServer;
+use crate::state::ApiServer;
 
 pub mod v2proto;
 

@@ -5,13 +5,10 @@
 //! pod to read them cost more than all the rest of keeping the cache. [`parse_keeping`] builds
 //! only the subtrees at the given paths; everything else is skipped unbuilt, though still
 //! checked to be well-formed JSON.
-//!
-//! ```
-//! use setpoint_apiserver::pruned::parse_keeping;
-//! let json = br#"{"metadata": {"name": "p", "uid": "u"}, "spec": {"nodeName": "n", "containers": []}}"#;
-//! let kept = parse_keeping(json, &["metadata.name", "spec.nodeName"]).unwrap();
-//! assert_eq!(kept, serde_json::json!({"metadata": {"name": "p"}, "spec": {"nodeName": "n"}}));
-//! ```
+//! For example, keeping `metadata.name` and `spec.nodeName` of
+//! `{"metadata": {"name": "p", "uid": "u"}, "spec": {"nodeName": "n", "containers": []}}`
+//! gives `{"metadata": {"name": "p"}, "spec": {"nodeName": "n"}}` (the test
+//! `keeps_only_the_paths_asked_for` below).
 
 use std::fmt;
 
@@ -116,6 +113,16 @@ impl<'de> Visitor<'de> for Keep<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keeps_only_the_paths_asked_for() {
+        let json = br#"{"metadata": {"name": "p", "uid": "u"}, "spec": {"nodeName": "n", "containers": []}}"#;
+        let kept = parse_keeping(json, &["metadata.name", "spec.nodeName"]).unwrap();
+        assert_eq!(
+            kept,
+            serde_json::json!({"metadata": {"name": "p"}, "spec": {"nodeName": "n"}})
+        );
+    }
     use serde_json::json;
 
     #[test]

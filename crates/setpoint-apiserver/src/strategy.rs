@@ -1,5 +1,9 @@
-//! Per-kind rules for the fields the server owns: what create sets, what update keeps from the
-//! stored object, which part a subresource may change, and when `metadata.generation` moves.
+//! Per-kind rules of the generic write path, as upstream's registry strategies hold them: the
+//! fields the server owns (what create sets, what update keeps from the stored object, which
+//! part a subresource may change, when `metadata.generation` moves) and how deletion goes
+//! (which objects may not be deleted, graceful deletion, what waits for finalization).
+//!
+//! The write path in [`crate::objects`] names no kind; it asks here.
 
 use serde_json::{json, Map, Value};
 use setpoint_api::meta;
@@ -74,6 +78,16 @@ pub fn prepare_for_create(res: &ResourceDef, obj: &mut Value, now: &str) {
         obj.as_object_mut()
             .expect("object")
             .insert("status".into(), status);
+    }
+}
+
+/// Sets what a kind derives from a new object's final name and uid, once generateName has
+/// been resolved: a Job's selector and its pods' `controller-uid`/`job-name` labels (upstream's
+/// Job strategy does this on create unless `spec.manualSelector` is true).
+pub fn prepare_named(res: &ResourceDef, obj: &mut Value) {
+    if is(res, "batch", "jobs") {
+        let uid = meta::uid(obj).to_string();
+        setpoint_kinds::defaults::job_selector(obj, &uid);
     }
 }
 
@@ -385,10 +399,134 @@ pub fn ready_to_remove(obj: &Value) -> bool {
     grace == 0
 }
 
+/// Namespaces the API server refuses to delete (Kubernetes' NamespaceLifecycle admission keeps
+/// these three; `kube-node-lease` is not among them).
+pub const IMMORTAL_NAMESPACES: [&str; 3] = ["default", "kube-system", "kube-public"];
+
+/// Refuses the deletion of what the cluster cannot do without: its own namespaces.
+pub fn check_delete(res: &ResourceDef, name: &str) -> Result<(), ApiError> {
+    if is(res, "", "namespaces") && IMMORTAL_NAMESPACES.contains(&name) {
+        return Err(ApiError::forbidden(
+            &res.group_resource(),
+            name,
+            "this namespace may not be deleted",
+        ));
+    }
+    Ok(())
+}
+
+/// How many seconds a deleted object stays for its owner to stop it (upstream's
+/// `CheckGracefulDelete`); 0 deletes it at once. Only pods are deleted gracefully: one bound
+/// to a node stays while its node agent stops the containers, for the requested period or
+/// else its `terminationGracePeriodSeconds` (default 30); one that never ran, or has
+/// finished, goes at once.
+pub fn grace_period(res: &ResourceDef, obj: &Value, requested: Option<i64>) -> i64 {
+    if !is(res, "", "pods") {
+        return 0;
+    }
+    let bound = obj
+        .pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .is_some_and(|n| !n.is_empty());
+    let phase = obj
+        .pointer("/status/phase")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if !bound || phase == "Succeeded" || phase == "Failed" {
+        return 0;
+    }
+    let default = obj
+        .pointer("/spec/terminationGracePeriodSeconds")
+        .and_then(Value::as_i64)
+        .unwrap_or(30);
+    let g = requested.unwrap_or(default).max(0);
+    // Kubernetes treats 0 as "now" and anything positive as at least one second.
+    if g == 0 {
+        0
+    } else {
+        g.max(1)
+    }
+}
+
+/// Whether a deleted object waits for finalizers beyond `metadata.finalizers`: a namespace
+/// with `spec.finalizers` stays until the namespace controller has emptied it.
+pub fn awaits_finalization(res: &ResourceDef, obj: &Value) -> bool {
+    is(res, "", "namespaces")
+        && obj
+            .pointer("/spec/finalizers")
+            .and_then(Value::as_array)
+            .is_some_and(|a| !a.is_empty())
+}
+
+/// What marking an object for deletion changes beyond its metadata: a namespace's
+/// `status.phase` becomes `Terminating`.
+pub fn mark_terminating(res: &ResourceDef, obj: &mut Value) {
+    if !is(res, "", "namespaces") {
+        return;
+    }
+    if let Some(obj) = obj.as_object_mut() {
+        let status = obj.entry("status").or_insert_with(|| json!({}));
+        if let Some(s) = status.as_object_mut() {
+            s.insert("phase".into(), json!("Terminating"));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::registry::Registry;
+
+    #[test]
+    fn only_bound_running_pods_are_deleted_gracefully() {
+        let reg = Registry::builtin();
+        let pods = reg.get("", "v1", "pods").unwrap();
+        let running = json!({"spec": {"nodeName": "n", "terminationGracePeriodSeconds": 12}, "status": {"phase": "Running"}});
+        assert_eq!(grace_period(pods, &running, None), 12);
+        assert_eq!(grace_period(pods, &running, Some(0)), 0);
+        assert_eq!(grace_period(pods, &running, Some(-5)), 0);
+        assert_eq!(grace_period(pods, &running, Some(3)), 3);
+        let defaulted = json!({"spec": {"nodeName": "n"}, "status": {"phase": "Running"}});
+        assert_eq!(grace_period(pods, &defaulted, None), 30);
+        let unbound = json!({"spec": {}, "status": {"phase": "Pending"}});
+        assert_eq!(grace_period(pods, &unbound, Some(10)), 0);
+        let finished = json!({"spec": {"nodeName": "n"}, "status": {"phase": "Succeeded"}});
+        assert_eq!(grace_period(pods, &finished, None), 0);
+        let deployments = reg.get("apps", "v1", "deployments").unwrap();
+        assert_eq!(grace_period(deployments, &running, None), 0);
+    }
+
+    #[test]
+    fn the_clusters_own_namespaces_are_not_deleted() {
+        let reg = Registry::builtin();
+        let ns = reg.get("", "v1", "namespaces").unwrap();
+        let e = check_delete(ns, "kube-system").unwrap_err();
+        assert_eq!(e.code, 403);
+        assert!(check_delete(ns, "kube-node-lease").is_ok());
+        assert!(check_delete(ns, "team-a").is_ok());
+        let cms = reg.get("", "v1", "configmaps").unwrap();
+        assert!(check_delete(cms, "kube-system").is_ok());
+    }
+
+    #[test]
+    fn namespaces_wait_for_their_spec_finalizers() {
+        let reg = Registry::builtin();
+        let ns = reg.get("", "v1", "namespaces").unwrap();
+        let with = json!({"spec": {"finalizers": ["kubernetes"]}});
+        assert!(awaits_finalization(ns, &with));
+        assert!(!awaits_finalization(
+            ns,
+            &json!({"spec": {"finalizers": []}})
+        ));
+        let cms = reg.get("", "v1", "configmaps").unwrap();
+        assert!(!awaits_finalization(cms, &with));
+        let mut obj = json!({"metadata": {"name": "a"}});
+        mark_terminating(ns, &mut obj);
+        assert_eq!(obj["status"]["phase"], "Terminating");
+        let mut cm = json!({"metadata": {"name": "a"}});
+        mark_terminating(cms, &mut cm);
+        assert!(cm.get("status").is_none());
+    }
 
     #[test]
     fn generation_moves_on_spec_changes_only() {

@@ -17,19 +17,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::server::connection::serve_connection;
-use crate::server::ConnectionConfig;
-
-/// Who made a request, as established by the transport.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Identity {
-    /// Presented a client certificate signed by the cluster CA.
-    Admin,
-    /// No credentials (allowed only for health and version endpoints).
-    Anonymous,
-    /// Plain HTTP mode: authentication is off.
-    Unauthenticated,
-}
+use crate::connection::ConnectionConfig;
+use crate::connection::{serve_connection, Identity};
 
 /// TLS material errors.
 #[derive(Debug, thiserror::Error)]

@@ -98,6 +98,7 @@ impl FieldSet {
     }
 
     /// Every member path, outermost element first, in key order.
+    #[cfg(test)]
     pub fn members(&self) -> Vec<Vec<String>> {
         let mut out = Vec::new();
         self.collect(&mut Vec::new(), &mut out, false);
@@ -169,6 +170,7 @@ impl FieldSet {
     }
 
     /// The paths in both sets.
+    #[cfg(test)]
     pub fn intersection(&self, other: &FieldSet) -> FieldSet {
         let children = self
             .children
@@ -189,6 +191,7 @@ impl FieldSet {
     }
 
     /// The `FieldsV1` JSON form.
+    #[cfg(test)]
     pub fn to_json(&self) -> Value {
         self.clone().into_json()
     }

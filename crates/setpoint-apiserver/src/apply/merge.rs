@@ -361,13 +361,6 @@ pub fn value_at<'a>(obj: &'a Value, path: &[String], shape: Shape) -> Option<&'a
     }
 }
 
-/// The fields an update from `old` to `new` set or changed (not the ones it removed).
-pub fn changed_fields(old: &Value, new: &Value, shape: Shape) -> FieldSet {
-    let mut set = FieldSet::new();
-    add_changed(&mut set, old, new, shape);
-    set
-}
-
 fn add_changed(node: &mut FieldSet, old: &Value, new: &Value, shape: Shape) {
     if let (Value::Object(o), Value::Object(n)) = (old, new) {
         changed_in(node, o, n, shape);
@@ -501,17 +494,6 @@ fn changed_value(node: &mut FieldSet, old: &Value, new: &Value, shape: Shape) {
     }
 }
 
-/// The fields `old` had that `new` no longer has: `fields_of(old)` minus `fields_of(new)`,
-/// computed by walking both objects together and skipping equal values, rather than by building
-/// both whole sets (a write usually changes a few fields of a large object).
-pub fn removed_fields(old: &Value, new: &Value, shape: Shape) -> FieldSet {
-    match (old, new) {
-        (Value::Object(o), Value::Object(n)) => removed_in(o, n, shape),
-        (Value::Object(_), _) => fields_of(old, shape),
-        _ => FieldSet::new(),
-    }
-}
-
 /// The fields of property `k` (of an object of `shape`) that `old` had and `new` no longer
 /// has, relative to the property; `None` if there are none.
 fn removed_property(k: &str, old: &Value, new: Option<&Value>, shape: Shape) -> Option<FieldSet> {
@@ -539,6 +521,27 @@ fn value_fields(value: &Value, shape: Shape) -> FieldSet {
     let mut set = FieldSet::new();
     add_value(&mut set, value, shape);
     set
+}
+
+/// The fields an update from `old` to `new` set or changed (not the ones it removed); the
+/// tests' reference for what the write path records.
+#[cfg(test)]
+fn changed_fields(old: &Value, new: &Value, shape: Shape) -> FieldSet {
+    let mut set = FieldSet::new();
+    add_changed(&mut set, old, new, shape);
+    set
+}
+
+/// The fields `old` had that `new` no longer has: `fields_of(old)` minus `fields_of(new)`,
+/// computed by walking both objects together and skipping equal values (the tests check it
+/// against the difference of the two whole sets).
+#[cfg(test)]
+fn removed_fields(old: &Value, new: &Value, shape: Shape) -> FieldSet {
+    match (old, new) {
+        (Value::Object(o), Value::Object(n)) => removed_in(o, n, shape),
+        (Value::Object(_), _) => fields_of(old, shape),
+        _ => FieldSet::new(),
+    }
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use setpoint_api::meta;
 use super::{resource_defs, CLEANUP_FINALIZER, CRD_GROUP};
 use crate::objects::{DeleteOptions, WriteOptions};
 use crate::registry::{Registry, ResourceDef};
-use crate::server::ApiServer;
+use crate::state::ApiServer;
 use crate::strategy::View;
 use crate::watchcache::{Filter, WatchStart};
 

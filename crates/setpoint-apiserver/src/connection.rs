@@ -33,7 +33,16 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Sleep;
 use tower::ServiceExt;
 
-use crate::tls::Identity;
+/// Who made a request, as established by the transport.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Identity {
+    /// Presented a client certificate signed by the cluster CA.
+    Admin,
+    /// No credentials (allowed only for health and version endpoints).
+    Anonymous,
+    /// Plain HTTP mode: authentication is off.
+    Unauthenticated,
+}
 
 /// Limits and timeouts of client connections. The defaults are kube-apiserver's, which serves
 /// with Go's `net/http`:
@@ -151,7 +160,7 @@ pub(crate) async fn serve_connection<I>(
         async move {
             let response = match refused {
                 Some(e) => {
-                    let mut r = crate::http::error_response(&e);
+                    let mut r = crate::response::error_response(&e);
                     r.headers_mut().insert(
                         http::header::CONNECTION,
                         http::HeaderValue::from_static("close"),

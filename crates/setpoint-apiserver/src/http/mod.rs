@@ -1,0 +1,281 @@
+//! The HTTP front: who is calling, which endpoint a path names, and the dispatch of API
+//! requests to the handlers of a collection ([`collection`]) or an object ([`object`]).
+//!
+//! The rest is one concern a module: content negotiation and body decoding
+//! ([`negotiation`]), the options of writes and deletes ([`options`]), the LIST protocol
+//! ([`list`]: selectors, pagination tokens, resourceVersion semantics), WATCH streaming
+//! ([`watch`]), pods' own operations ([`pods`]) and the responses built from API objects
+//! ([`respond`]).
+
+mod collection;
+mod list;
+mod negotiation;
+mod object;
+mod options;
+mod pods;
+mod respond;
+mod watch;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::response::Response;
+use axum::Router;
+use bytes::Bytes;
+use http::{HeaderMap, Method, StatusCode, Uri};
+use setpoint_api::ApiError;
+
+use crate::connection::Identity;
+use crate::registry::ResourceDef;
+use crate::request::{bool_param, parse_path, PathTarget, Query};
+use crate::state::ApiServer;
+
+use self::respond::discovery_response;
+use self::respond::openapi_v2_response;
+use crate::response::error_response;
+use crate::response::text_response;
+use crate::response::value_response;
+
+/// The router: every path goes through [`handle`].
+pub fn router(server: Arc<ApiServer>) -> Router {
+    Router::new().fallback(handle).with_state(server)
+}
+
+fn parse_query(uri: &Uri) -> Query {
+    crate::request::parse_query(uri.query())
+}
+
+/// The verb for metrics and logs.
+fn verb_of(method: &Method, target: &Result<PathTarget, ApiError>, q: &Query) -> &'static str {
+    match (method, target) {
+        (&Method::GET, Ok(PathTarget::Collection { .. })) if bool_param(q, "watch") => "WATCH",
+        (&Method::GET, Ok(PathTarget::Collection { .. })) => "LIST",
+        (&Method::GET, _) => "GET",
+        (&Method::POST, _) => "POST",
+        (&Method::PUT, _) => "PUT",
+        (&Method::PATCH, _) => "PATCH",
+        (&Method::DELETE, Ok(PathTarget::Collection { .. })) => "DELETECOLLECTION",
+        (&Method::DELETE, _) => "DELETE",
+        _ => "OTHER",
+    }
+}
+
+fn resource_label(target: &Result<PathTarget, ApiError>) -> String {
+    match target {
+        Ok(PathTarget::Collection { plural, .. }) => plural.clone(),
+        Ok(PathTarget::Object {
+            plural,
+            subresource: Some(s),
+            ..
+        }) => format!("{plural}/{s}"),
+        Ok(PathTarget::Object { plural, .. }) => plural.clone(),
+        Ok(_) => "discovery".into(),
+        Err(_) => "".into(),
+    }
+}
+
+/// Every request enters here.
+pub async fn handle(State(server): State<Arc<ApiServer>>, req: http::Request<Body>) -> Response {
+    let start = Instant::now();
+    let (parts, body) = req.into_parts();
+    let identity = parts
+        .extensions
+        .get::<Identity>()
+        .cloned()
+        .unwrap_or(Identity::Unauthenticated);
+    let path = parts.uri.path().to_string();
+    let span = tracing::debug_span!("request", method = %parts.method, path = %path);
+    let _enter = span.enter();
+    if let Some((code, text)) =
+        crate::health::answer(&server, &path, parts.uri.query().unwrap_or("")).await
+    {
+        return text_response(code, text);
+    }
+    if path == "/version" {
+        return value_response(StatusCode::OK, &crate::discovery::version());
+    }
+    if identity == Identity::Anonymous {
+        return error_response(&ApiError::unauthorized());
+    }
+    if path == "/metrics" {
+        use setpoint_api::exposition;
+        let accept = parts
+            .headers
+            .get(http::header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        let text = server.metrics.render();
+        let (content_type, body) = if exposition::wants_openmetrics(accept) {
+            (exposition::OPENMETRICS_TEXT, text)
+        } else {
+            (
+                exposition::PROMETHEUS_TEXT,
+                exposition::to_prometheus_text(&text),
+            )
+        };
+        return Response::builder()
+            .status(StatusCode::OK)
+            .header(http::header::CONTENT_TYPE, content_type)
+            .body(Body::from(body))
+            .expect("valid response");
+    }
+    if path == "/openapi/v2" {
+        let accept = parts
+            .headers
+            .get(http::header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        return match crate::openapi::v2(&server, accept) {
+            Ok(doc) => openapi_v2_response(&parts.headers, doc),
+            Err(e) => error_response(&e),
+        };
+    }
+    if path == "/openapi/v3" || path.starts_with("/openapi/v3/") {
+        return match crate::openapi::v3(&server, &path) {
+            Some(doc) => value_response(StatusCode::OK, &doc),
+            None => error_response(&ApiError::not_found_path()),
+        };
+    }
+    if !(path == "/api"
+        || path.starts_with("/api/")
+        || path == "/apis"
+        || path.starts_with("/apis/"))
+    {
+        return error_response(&ApiError::not_found_path());
+    }
+    let q = parse_query(&parts.uri);
+    let target = parse_path(&path);
+    let verb = verb_of(&parts.method, &target, &q);
+    let resource = resource_label(&target);
+    let response = match target {
+        Err(e) => error_response(&e),
+        Ok(t) => match serve(&server, &parts.method, t, &q, &parts.headers, body).await {
+            Ok(r) => r,
+            Err(e) => error_response(&e),
+        },
+    };
+    server
+        .metrics
+        .request(verb, &resource, response.status().as_u16(), start.elapsed());
+    tracing::debug!(
+        status = response.status().as_u16(),
+        elapsed_ms = start.elapsed().as_secs_f64() * 1000.0,
+        "done"
+    );
+    response
+}
+
+async fn read_body(server: &ApiServer, body: Body) -> Result<Bytes, ApiError> {
+    crate::connection::read_body(
+        body,
+        server.config.max_body_bytes,
+        server.config.connection.body_read_timeout,
+    )
+    .await
+}
+
+/// The storage-side resource of a request resource (itself, unless converted).
+fn storage_def(server: &ApiServer, res: &Arc<ResourceDef>) -> Arc<ResourceDef> {
+    if res.is_converted() {
+        server
+            .registry()
+            .all()
+            .iter()
+            .find(|r| {
+                !r.is_converted() && r.group == res.storage_group && r.plural == res.storage_plural
+            })
+            .cloned()
+            .unwrap_or_else(|| res.clone())
+    } else {
+        res.clone()
+    }
+}
+
+/// Serves a request for an API path: discovery documents, or a collection or object of a
+/// served resource.
+async fn serve(
+    server: &Arc<ApiServer>,
+    method: &Method,
+    target: PathTarget,
+    q: &Query,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    match target {
+        PathTarget::CoreVersions => Ok(discovery_response(server, headers, true)),
+        PathTarget::Groups => Ok(discovery_response(server, headers, false)),
+        PathTarget::Group { group } => crate::discovery::group(server, &group)
+            .map(|v| value_response(StatusCode::OK, &v))
+            .ok_or_else(ApiError::not_found_path),
+        PathTarget::ResourceList { group, version } => {
+            crate::discovery::resource_list(server, &group, &version)
+                .map(|v| value_response(StatusCode::OK, &v))
+                .ok_or_else(ApiError::not_found_path)
+        }
+        PathTarget::Collection {
+            group,
+            version,
+            plural,
+            namespace,
+        } => {
+            let res = served(server, &group, &version, &plural)?;
+            if !res.namespaced && namespace.is_some() {
+                return Err(ApiError::not_found_path());
+            }
+            let request = Request {
+                server,
+                res: &res,
+                q,
+                headers,
+            };
+            collection::serve(request, method, namespace.as_deref(), body).await
+        }
+        PathTarget::Object {
+            group,
+            version,
+            plural,
+            namespace,
+            name,
+            subresource,
+        } => {
+            let res = served(server, &group, &version, &plural)?;
+            if res.namespaced != namespace.is_some() {
+                return Err(ApiError::not_found_path());
+            }
+            let request = Request {
+                server,
+                res: &res,
+                q,
+                headers,
+            };
+            let ns = namespace.unwrap_or_default();
+            object::serve(request, method, &ns, &name, subresource.as_deref(), body).await
+        }
+    }
+}
+
+/// The served resource a path names, or 404.
+fn served(
+    server: &ApiServer,
+    group: &str,
+    version: &str,
+    plural: &str,
+) -> Result<Arc<ResourceDef>, ApiError> {
+    server
+        .registry()
+        .get(group, version, plural)
+        .cloned()
+        .ok_or_else(ApiError::not_found_path)
+}
+
+/// What every handler of a resource request needs: the server, the resource the path names,
+/// the query and the headers.
+#[derive(Clone, Copy)]
+struct Request<'a> {
+    server: &'a Arc<ApiServer>,
+    res: &'a Arc<ResourceDef>,
+    q: &'a Query,
+    headers: &'a HeaderMap,
+}

@@ -1,0 +1,211 @@
+//! Requests on one object or one of its subresources: GET, PUT, PATCH (including server-side
+//! apply) and DELETE.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::response::Response;
+use http::{Method, StatusCode};
+use serde_json::Value;
+use setpoint_api::{meta, ApiError};
+
+use super::list::wait_fresh;
+use super::negotiation::{
+    content_type, decode_apply_body, decode_object_body, partial_metadata, table_requested,
+    wants_metadata,
+};
+use super::options::{delete_options, with_default_manager, write_options};
+use super::pods::{bind_pod, pod_log};
+use super::respond::{to_api, written_response};
+use super::{read_body, storage_def, Request};
+use crate::objects::BodySyntax;
+use crate::patch::Patch;
+use crate::request::{opt_bool_param, rv_param, RvParam};
+use crate::response::value_response;
+use crate::strategy::View;
+
+/// Serves `method` on the object `ns`/`name` of `r.res`, or on its `subresource`.
+pub(super) async fn serve(
+    r: Request<'_>,
+    method: &Method,
+    ns: &str,
+    name: &str,
+    subresource: Option<&str>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let Request { server, res, q, .. } = r;
+    // Pods' binding and log are not views of the object but operations of their own, served
+    // by handlers of their own, as upstream registers them.
+    let is_pods = res.group.is_empty() && res.plural == "pods";
+    match subresource {
+        Some("binding") if is_pods => {
+            if *method != Method::POST {
+                return Err(ApiError::method_not_allowed());
+            }
+            let bytes = read_body(server, body).await?;
+            return bind_pod(server, res, ns, name, r.headers, &bytes, q).await;
+        }
+        Some("log") if is_pods => {
+            if *method != Method::GET {
+                return Err(ApiError::method_not_allowed());
+            }
+            return pod_log(server, res, ns, name, q).await;
+        }
+        _ => {}
+    }
+    let view = View::parse(res, subresource)?;
+    match *method {
+        Method::GET if view != View::Finalize => get(r, ns, name, view).await,
+        Method::PUT => put(r, ns, name, view, body).await,
+        Method::PATCH if view != View::Finalize => patch(r, ns, name, view, body).await,
+        Method::DELETE if view == View::Main => delete(r, ns, name, body).await,
+        _ => Err(ApiError::method_not_allowed()),
+    }
+}
+
+/// GET: the object (as a Table or partial metadata when the client asks), or its scale.
+async fn get(r: Request<'_>, ns: &str, name: &str, view: View) -> Result<Response, ApiError> {
+    let Request {
+        server,
+        res,
+        q,
+        headers,
+    } = r;
+    // A GET is served from the store, which is always current: a revision it names only has
+    // to be one the server has reached.
+    if let rv @ RvParam::At(_) = rv_param(q)? {
+        wait_fresh(server, rv.revision()).await?;
+    }
+    let sres = storage_def(server, res);
+    let obj = to_api(res, server.get_object(&sres, ns, name).await?);
+    let obj = if view == View::Scale {
+        crate::strategy::scale_of(res, &obj)
+    } else {
+        obj
+    };
+    if view == View::Main && table_requested(headers, q)? {
+        let rv = meta::resource_version(&obj).to_string();
+        let t = crate::table::table(res, &[Arc::new(obj)], &rv, None, q, true);
+        return Ok(value_response(StatusCode::OK, &t));
+    }
+    if let Some(v) = wants_metadata(headers).filter(|_| view == View::Main) {
+        let m = obj.get("metadata").cloned().unwrap_or(Value::Null);
+        return Ok(value_response(StatusCode::OK, &partial_metadata(m, v)));
+    }
+    Ok(value_response(StatusCode::OK, &obj))
+}
+
+/// PUT: replaces the object (or its status, scale or finalizers) with the body.
+async fn put(
+    r: Request<'_>,
+    ns: &str,
+    name: &str,
+    view: View,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let Request {
+        server,
+        res,
+        q,
+        headers,
+    } = r;
+    let opts = with_default_manager(write_options(q, "UpdateOptions")?, headers);
+    let bytes = read_body(server, body).await?;
+    let (obj, syntax) = if view == View::Scale {
+        let obj = serde_json::from_slice(&bytes).map_err(|e| {
+            ApiError::bad_request(format!(
+                "Scale in version \"v1\" cannot be handled as a Scale: {e}"
+            ))
+        })?;
+        (obj, BodySyntax::Json)
+    } else {
+        decode_object_body(res, headers, &bytes)?
+    };
+    let dups = server.check_duplicate_fields(res, syntax, &bytes, &opts)?;
+    let obj = if res.is_converted() {
+        crate::convert::to_storage(res, obj)
+    } else {
+        obj
+    };
+    let sres = storage_def(server, res);
+    let w = server.update(&sres, ns, name, view, obj, &opts).await?;
+    Ok(written_response(StatusCode::OK, res, view, w, dups))
+}
+
+/// PATCH: a JSON, merge or strategic merge patch, or server-side apply.
+async fn patch(
+    r: Request<'_>,
+    ns: &str,
+    name: &str,
+    view: View,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let Request {
+        server,
+        res,
+        q,
+        headers,
+    } = r;
+    let opts = with_default_manager(write_options(q, "PatchOptions")?, headers);
+    let bytes = read_body(server, body).await?;
+    let ct = content_type(headers);
+    let is_apply = ct == crate::patch::APPLY_PATCH;
+    // `force` is a pointer upstream: on a non-apply patch, giving it at all is forbidden,
+    // whatever its value.
+    let force = opt_bool_param(q, "force");
+    crate::apply::check_patch_options(
+        is_apply,
+        q.get("fieldManager").map(String::as_str),
+        if is_apply {
+            force == Some(true)
+        } else {
+            force.is_some()
+        },
+    )?;
+    let force = force == Some(true);
+    let sres = storage_def(server, res);
+    if is_apply {
+        let (config, syntax) = decode_apply_body(&bytes)?;
+        if res.is_converted() {
+            return Err(ApiError::method_not_allowed());
+        }
+        let dups = server.check_duplicate_fields(res, syntax, &bytes, &opts)?;
+        let (w, created) = server
+            .apply(&sres, ns, name, view, config, force, &opts)
+            .await?;
+        let code = if created {
+            StatusCode::CREATED
+        } else {
+            StatusCode::OK
+        };
+        return Ok(written_response(code, res, view, w, dups));
+    }
+    let strategic = crate::patch::strategic_type(res, view);
+    let patch = Patch::decode(&ct, &bytes, strategic)?;
+    if res.is_converted() {
+        return Err(ApiError::method_not_allowed());
+    }
+    let syntax = match patch {
+        Patch::Merge(_) | Patch::Strategic(..) => BodySyntax::Json,
+        Patch::Json(_) => BodySyntax::Other,
+    };
+    let dups = server.check_duplicate_fields(res, syntax, &bytes, &opts)?;
+    let w = server.patch(&sres, ns, name, view, &patch, &opts).await?;
+    Ok(written_response(StatusCode::OK, res, view, w, dups))
+}
+
+/// DELETE: deletes the object now, or marks it for deletion (202) while finalizers or a grace
+/// period hold it.
+async fn delete(r: Request<'_>, ns: &str, name: &str, body: Body) -> Result<Response, ApiError> {
+    let Request { server, res, q, .. } = r;
+    let bytes = read_body(server, body).await?;
+    let opts = delete_options(q, &bytes)?;
+    let sres = storage_def(server, res);
+    let d = server.delete(&sres, ns, name, &opts).await?;
+    let code = if d.removed {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
+    };
+    Ok(value_response(code, &to_api(res, d.object)))
+}

@@ -1,0 +1,106 @@
+//! Responses built from API objects: a written object (as the client's version sees it), the
+//! OpenAPI v2 document with its ETag, and the discovery documents.
+
+use axum::body::Body;
+use axum::response::Response;
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, StatusCode};
+use serde_json::Value;
+
+use crate::objects::Written;
+use crate::registry::ResourceDef;
+use crate::state::ApiServer;
+use crate::strategy::View;
+
+use super::negotiation::wants_aggregated;
+use crate::response::json_response;
+use crate::response::value_response;
+use crate::response::with_warnings;
+
+/// The response to a write through `view`, with the body's duplicate-field warnings `dups`
+/// and the write's own: the written object's JSON as stored when the write has it and the
+/// resource serves what it stores, else `object` serialized (converted for `res`, unless it
+/// is a Scale, which no resource version describes).
+pub(super) fn written_response(
+    code: StatusCode,
+    res: &ResourceDef,
+    view: View,
+    w: Written,
+    dups: Vec<String>,
+) -> Response {
+    let r = match w.json {
+        Some(json) if !res.transformed_on_read() => json_response(code, json),
+        _ if view == View::Scale => value_response(code, &w.object),
+        _ => value_response(code, &to_api(res, w.object)),
+    };
+    with_warnings(r, &[dups, w.warnings].concat())
+}
+
+/// An `/openapi/v2` response with its ETag; 304 when the client already holds it.
+pub(super) fn openapi_v2_response(
+    headers: &http::HeaderMap,
+    doc: crate::openapi::V2Doc,
+) -> Response {
+    use crate::openapi::V2Body;
+    let etag = format!("\"{}\"", doc.etag);
+    let (content_type, body) = match doc.body {
+        V2Body::Json(v) => (
+            "application/json",
+            Bytes::from(serde_json::to_vec(&v).unwrap_or_default()),
+        ),
+        V2Body::Protobuf(b) => (crate::openapi::V2_PROTOBUF, b),
+    };
+    let unchanged = headers
+        .get_all(http::header::IF_NONE_MATCH)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| {
+            let t = t.trim();
+            t == "*" || t.trim_start_matches("W/") == etag
+        });
+    let builder = Response::builder()
+        .header(http::header::CONTENT_TYPE, content_type)
+        .header(http::header::ETAG, &etag)
+        // One URL, two encodings: caches must key on Accept.
+        .header(http::header::VARY, "Accept");
+    let r = if unchanged {
+        builder.status(StatusCode::NOT_MODIFIED).body(Body::empty())
+    } else {
+        builder.status(StatusCode::OK).body(Body::from(body))
+    };
+    r.expect("valid response")
+}
+
+pub(super) fn to_api(res: &ResourceDef, obj: Value) -> Value {
+    if res.transformed_on_read() {
+        crate::convert::from_storage(res, obj)
+    } else {
+        obj
+    }
+}
+
+pub(super) fn discovery_response(server: &ApiServer, headers: &HeaderMap, core: bool) -> Response {
+    if wants_aggregated(headers) {
+        let doc = crate::discovery::aggregated(server, core);
+        let mut r = value_response(StatusCode::OK, &doc);
+        r.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static(
+                "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
+            ),
+        );
+        r.headers_mut()
+            .insert(http::header::VARY, HeaderValue::from_static("Accept"));
+        return r;
+    }
+    let doc = if core {
+        crate::discovery::core_versions(server)
+    } else {
+        crate::discovery::groups(server)
+    };
+    let mut r = value_response(StatusCode::OK, &doc);
+    r.headers_mut()
+        .insert(http::header::VARY, HeaderValue::from_static("Accept"));
+    r
+}

@@ -1,0 +1,137 @@
+//! The API server's shared state and its configuration: what every request handler and
+//! background loop reads. How the server starts and serves is in [`crate::server`].
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use setpoint_store::Store;
+use tokio::sync::watch;
+
+use crate::connection::ConnectionConfig;
+use crate::metrics::Metrics;
+use crate::registry::Registry;
+use crate::watchcache::{CacheConfig, Caches};
+
+/// Which store backs the server.
+#[derive(Clone, Debug)]
+pub enum StoreConfig {
+    /// In memory (tests): nothing survives the process.
+    Memory,
+    /// The durable embedded store in this directory.
+    Embedded(PathBuf),
+    /// An etcd cluster, which several API servers may share (see [`crate::COMPACTION_GUARD_KEY`]).
+    Etcd(setpoint_store::etcd::EtcdOptions),
+}
+
+impl StoreConfig {
+    /// Whether other API servers may be writing to (and compacting) the same store.
+    pub fn is_shared(&self) -> bool {
+        matches!(self, StoreConfig::Etcd(_))
+    }
+}
+
+/// How to run the API server.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// Address to listen on (port 0 picks a free port).
+    pub listen: SocketAddr,
+    /// Where certificates and the kubeconfig go (and the embedded store, by default).
+    pub data_dir: Option<PathBuf>,
+    pub store: StoreConfig,
+    /// Serve plain HTTP without authentication instead of HTTPS.
+    pub insecure_http: bool,
+    /// Largest request body accepted (bigger ones get 413).
+    pub max_body_bytes: usize,
+    /// Connection limits and timeouts (request heads, idle connections, TLS handshakes, how
+    /// long a request body may take); see [`ConnectionConfig`] for the upstream values.
+    pub connection: ConnectionConfig,
+    pub cache: CacheConfig,
+    /// How often old revisions are compacted, keeping this much history.
+    pub compaction_interval: Duration,
+    /// How long new pods tolerate their node being not ready or unreachable before they are
+    /// evicted (the `tolerationSeconds` added to pods that set none).
+    pub default_toleration_seconds: i64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: "127.0.0.1:6443".parse().expect("valid address"),
+            data_dir: None,
+            store: StoreConfig::Memory,
+            insecure_http: false,
+            max_body_bytes: 3 * 1024 * 1024,
+            connection: ConnectionConfig::default(),
+            cache: CacheConfig::default(),
+            compaction_interval: Duration::from_secs(300),
+            default_toleration_seconds: 300,
+        }
+    }
+}
+
+/// The server's shared state. Request handlers get an `Arc<ApiServer>`.
+pub struct ApiServer {
+    pub(crate) store: Arc<dyn Store>,
+    /// The served resources: a snapshot replaced whole when custom resources change, so a
+    /// request sees one consistent set.
+    pub(crate) registry: parking_lot::RwLock<Arc<Registry>>,
+    pub(crate) caches: Arc<Caches>,
+    pub(crate) metrics: Metrics,
+    pub(crate) config: ServerConfig,
+    /// The address the server actually serves on (for discovery's serverAddress).
+    pub(crate) address: parking_lot::RwLock<String>,
+    pub(crate) ready: AtomicBool,
+    /// Turns true when the server stops; background tasks end on it.
+    pub(crate) stopping: watch::Sender<bool>,
+    /// TLS towards node agents (for `pods/log`); set once serving HTTPS.
+    pub(crate) agent_tls: parking_lot::RwLock<Option<Arc<rustls::ClientConfig>>>,
+}
+
+impl ServerConfig {
+    /// The configuration of the built-in admission steps.
+    pub(crate) fn admission(&self) -> crate::admission::AdmissionConfig {
+        crate::admission::AdmissionConfig {
+            default_toleration_seconds: self.default_toleration_seconds,
+        }
+    }
+}
+
+impl ApiServer {
+    /// Whether the server has loaded its caches and bootstrap objects.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::SeqCst)
+    }
+
+    /// Whether the server has begun to stop.
+    pub fn is_stopping(&self) -> bool {
+        *self.stopping.borrow()
+    }
+
+    /// The registry of served resources.
+    pub fn registry(&self) -> Arc<Registry> {
+        self.registry.read().clone()
+    }
+
+    /// Replaces the served resources (custom resources were established or removed).
+    /// A receiver that turns true when the server stops (for its background loops).
+    pub(crate) fn stopping_signal(&self) -> watch::Receiver<bool> {
+        self.stopping.subscribe()
+    }
+
+    pub(crate) fn set_registry(&self, registry: Registry) {
+        *self.registry.write() = Arc::new(registry);
+    }
+
+    /// The metrics registry.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+}
