@@ -1,5 +1,6 @@
-//! The local node agent: one node, one runtime, the logs endpoint. [`run_agent`] is the
-//! entry point; [`AgentConfig::local`] fills the configuration from this machine.
+//! The local node agent: one node, one runtime, the endpoint for logs and metrics.
+//! [`run_agent`] is the entry point; [`AgentConfig::local`] fills the configuration from this
+//! machine.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -9,9 +10,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, NodeSystemInfo, Pod, Taint};
 use setpoint_runtime::client::{Client, ClientError};
-use setpoint_runtime::informer::{InformerError, Scope, SharedInformers};
+use setpoint_runtime::informer::{
+    InformerError, InformerOptions, Scope, SharedInformers, StartPolicy,
+};
 
 use crate::host::{self, HostedNode};
+use crate::metrics::NodeMetrics;
 use crate::runtime::PodRuntime;
 use crate::server::{LogServer, LogTargets, ServerError};
 
@@ -31,8 +35,8 @@ pub enum AgentError {
     /// An informer stopped before syncing.
     #[error("informer: {0}")]
     Informer(#[from] InformerError),
-    /// The logs endpoint could not start.
-    #[error("logs endpoint: {0}")]
+    /// The endpoint for logs and metrics could not start.
+    #[error("node agent endpoint: {0}")]
     Server(#[from] ServerError),
 }
 
@@ -114,7 +118,7 @@ fn local_address() -> String {
 pub struct AgentConfig {
     /// The Node's name.
     pub node_name: String,
-    /// `InternalIP` address, also each pod's `hostIP` and where the logs endpoint is reached.
+    /// `InternalIP` address, also each pod's `hostIP` and where its endpoint (logs, metrics) is reached.
     pub address: String,
     /// Capacity and allocatable.
     pub capacity: Capacity,
@@ -126,10 +130,11 @@ pub struct AgentConfig {
     pub taints: Vec<Taint>,
     /// `status.nodeInfo`; set `container_runtime_version` to name the runtime used.
     pub system_info: NodeSystemInfo,
-    /// Where the logs endpoint listens (port 0: a free port, which is what gets reported).
+    /// Where the endpoint for logs and `/metrics` listens (port 0: a free port, which is what
+    /// gets reported).
     pub server_listen: SocketAddr,
     /// The CA that signs accepted client certificates (the cluster CA). `None` disables the
-    /// logs endpoint (the node then reports port 0).
+    /// endpoint for logs and metrics (the node then reports port 0).
     pub client_ca_pem: Option<String>,
     /// Lease renewal interval (Kubernetes: 10 s).
     pub lease_interval: Duration,
@@ -145,8 +150,8 @@ pub struct AgentConfig {
 
 impl AgentConfig {
     /// The configuration of an agent for `node_name` on this machine: its CPUs, memory,
-    /// address, OS facts, the process runtime, the logs endpoint on 0.0.0.0:10250 (disabled
-    /// until `client_ca_pem` is set), Kubernetes' intervals.
+    /// address, OS facts, the process runtime, the logs and metrics endpoint on 0.0.0.0:10250
+    /// (disabled until `client_ca_pem` is set), Kubernetes' intervals.
     pub fn local(node_name: &str) -> AgentConfig {
         AgentConfig {
             node_name: node_name.into(),
@@ -190,15 +195,26 @@ pub(crate) fn serving_names(address: &str, node_name: &str) -> Vec<String> {
 }
 
 /// Runs the node agent for `config.node_name` on `runtime` until `shutdown` resolves:
-/// registers the Node, renews its Lease, runs the pods bound to it and serves their logs.
-/// Pods keep running in the runtime when it returns; a restarted agent adopts them.
+/// registers the Node, renews its Lease, runs the pods bound to it, and serves their logs and
+/// the agent's metrics ([`NodeMetrics`]: its API requests, informers and pod work queue are
+/// recorded there). Pods keep running in the runtime when it returns; a restarted agent
+/// adopts them.
 pub async fn run_agent(
     client: Client,
     config: AgentConfig,
     runtime: Arc<dyn PodRuntime>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), AgentError> {
-    let informers = SharedInformers::lean(client.clone());
+    let metrics = Arc::new(NodeMetrics::new());
+    let client = client.with_metrics(metrics.client().clone());
+    let informers = SharedInformers::with_options(
+        client.clone(),
+        InformerOptions {
+            metrics: Some(metrics.informers().clone()),
+            ..InformerOptions::lean()
+        },
+        StartPolicy::OnRequest,
+    );
     let pods =
         informers.typed::<Pod>(Scope::all().fields(&format!("spec.nodeName={}", config.node_name)));
     let nodes = informers
@@ -209,10 +225,20 @@ pub async fn run_agent(
                 crate::server::tls_config(&serving_names(&config.address, &config.node_name), ca)?;
             let mut targets = LogTargets::new(pods.store());
             targets.add(&config.node_name, runtime.clone());
-            Some(LogServer::start(config.server_listen, tls, Arc::new(targets)).await?)
+            Some(
+                LogServer::start(
+                    config.server_listen,
+                    tls,
+                    Arc::new(targets),
+                    metrics.clone(),
+                )
+                .await?,
+            )
         }
         None => {
-            tracing::warn!("no client CA configured: the logs endpoint is disabled");
+            tracing::warn!(
+                "no client CA configured: the endpoint for logs and metrics is disabled"
+            );
             None
         }
     };
@@ -221,6 +247,7 @@ pub async fn run_agent(
         config: Arc::new(config),
         runtime,
         lease_offset: Duration::ZERO,
+        queue_metrics: Some(metrics.workqueue().clone()),
     }];
     let result = host::run(client, pods, nodes, port, hosted, shutdown).await;
     informers.shutdown().await;

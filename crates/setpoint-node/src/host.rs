@@ -16,6 +16,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use parking_lot::Mutex;
 use setpoint_runtime::client::Client;
 use setpoint_runtime::informer::{Event, Informer};
+use setpoint_runtime::workqueue::WorkQueueMetrics;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -36,6 +37,8 @@ pub(crate) struct HostedNode {
     pub runtime: Arc<dyn PodRuntime>,
     /// Delay of the first periodic Lease renewal, to spread many nodes' renewals over the interval.
     pub lease_offset: Duration,
+    /// Where the node's pod work queue records its metrics, if anywhere.
+    pub queue_metrics: Option<WorkQueueMetrics>,
 }
 
 fn node_of(pod: &Pod) -> Option<&str> {
@@ -149,8 +152,12 @@ async fn register_node(
         node_name: config.node_name.clone(),
         host_ip: config.address.clone(),
     };
+    let workers = PodWorkers::new(client, context, node.runtime, pods.store());
+    if let Some(m) = &node.queue_metrics {
+        workers.record_metrics(m);
+    }
     Ok(Registered {
-        workers: PodWorkers::new(client, context, node.runtime, pods.store()),
+        workers,
         pod_workers: config.pod_workers,
         resync: config.resync_interval,
     })

@@ -19,11 +19,12 @@
 //! one process host a single local node ([`agent::run_agent`]) or thousands of simulated ones
 //! ([`simulation::run_simulated`]: one pod informer for all, Lease renewals spread over the
 //! interval) with the same code. [`server`] is the kubelet's HTTPS endpoint for container
-//! logs, requiring client certificates signed by the cluster CA.
+//! logs and [`metrics`] (`/metrics`), requiring client certificates signed by the cluster CA.
 
 pub mod agent;
 mod host;
 pub mod lease;
+pub mod metrics;
 pub mod node;
 pub mod podworker;
 pub mod process;
@@ -34,5 +35,6 @@ pub mod simulation;
 pub mod status;
 
 pub use agent::{run_agent, AgentConfig, AgentError, Capacity};
+pub use metrics::NodeMetrics;
 pub use simulated::{SimulatedConfig, SimulatedRuntime};
 pub use simulation::{run_simulated, run_simulated_on, SimulationConfig};

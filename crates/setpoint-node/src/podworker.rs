@@ -24,7 +24,7 @@ use parking_lot::Mutex;
 use setpoint_runtime::client::{Api, Client, ClientError, DeleteParams, PostParams};
 use setpoint_runtime::events::{EventRecorder, EventType, Reporter, ToObjectReference};
 use setpoint_runtime::informer::{Store, NODE_INDEX};
-use setpoint_runtime::workqueue::WorkQueue;
+use setpoint_runtime::workqueue::{WorkQueue, WorkQueueMetrics};
 use setpoint_runtime::ObjectKey;
 use tokio::task::JoinSet;
 use tracing::Instrument;
@@ -127,6 +127,11 @@ impl PodWorkers {
     /// The node these workers serve.
     pub fn node(&self) -> &NodeContext {
         &self.inner.node
+    }
+
+    /// Records the workers' queue (`pods-<node>`) in `metrics` from now on.
+    pub fn record_metrics(&self, metrics: &WorkQueueMetrics) {
+        self.inner.queue.record_metrics(metrics);
     }
 
     /// Asks for a sync of one pod.

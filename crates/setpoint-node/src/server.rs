@@ -1,10 +1,12 @@
 //! The kubelet HTTPS endpoint: `GET /containerLogs/{namespace}/{pod}/{container}` streams a
-//! container's log from the runtime (what the API server's `pods/log` proxies to).
+//! container's log from the runtime (what the API server's `pods/log` proxies to), and
+//! `GET /metrics` is the node agent's Prometheus exposition ([`NodeMetrics`]).
 //!
 //! TLS with a self-signed serving certificate generated at start (the API server, like
 //! kube-apiserver without `--kubelet-certificate-authority`, does not verify it), and a client
 //! certificate signed by the configured CA is required: a connection without one fails the
-//! handshake, so nothing is served to anonymous clients.
+//! handshake, so nothing is served to anonymous clients. Connections are accepted by the
+//! runtime's shared loop ([`setpoint_runtime::serving`]).
 //!
 //! Query parameters follow `pods/log`: `follow`, `previous`, `timestamps` (booleans),
 //! `tailLines` (≥ 0), `sinceSeconds` and `limitBytes` (≥ 1). Bad values get 400, unknown
@@ -13,7 +15,6 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
@@ -22,16 +23,14 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use futures::StreamExt;
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use k8s_openapi::api::core::v1::Pod;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use setpoint_runtime::informer::Store;
 use setpoint_runtime::ObjectKey;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
+use crate::metrics::NodeMetrics;
 use crate::runtime::{LogOptions, PodRuntime, RuntimeError, RuntimePod};
 
 /// What can go wrong starting the server.
@@ -45,8 +44,8 @@ pub enum ServerError {
     Tls(String),
 }
 
-/// Where log requests go: the runtimes of the nodes this process hosts, found through the
-/// pod informer's cache (pod → `spec.nodeName` → runtime).
+/// Where log requests go and what the kubelet gauges count: the runtimes of the nodes this
+/// process hosts, found through the pod informer's cache (pod → `spec.nodeName` → runtime).
 pub struct LogTargets {
     pods: Store<Pod>,
     runtimes: HashMap<String, Arc<dyn PodRuntime>>,
@@ -88,6 +87,29 @@ impl LogTargets {
         }
         None
     }
+
+    /// Every pod the runtimes hold, each with the pod as the informer cache has it when that
+    /// is the same pod (same uid).
+    async fn held(&self) -> Vec<Option<Arc<Pod>>> {
+        let mut held = Vec::new();
+        for rt in self.runtimes.values() {
+            for p in rt.pods().await {
+                let cached = self
+                    .pods
+                    .get(&ObjectKey::new(Some(&p.namespace), &p.name))
+                    .filter(|c| c.metadata.uid.as_deref() == Some(p.uid.as_str()));
+                held.push(cached);
+            }
+        }
+        held
+    }
+}
+
+/// What the endpoint's handlers share.
+#[derive(Clone)]
+struct Shared {
+    targets: Arc<LogTargets>,
+    metrics: Arc<NodeMetrics>,
 }
 
 fn parse_bool(q: &HashMap<String, String>, name: &str) -> Result<bool, String> {
@@ -134,7 +156,7 @@ fn text(code: StatusCode, msg: String) -> Response {
 }
 
 async fn container_logs(
-    State(targets): State<Arc<LogTargets>>,
+    State(Shared { targets, .. }): State<Shared>,
     Path((namespace, pod, container)): Path<(String, String, String)>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
@@ -166,14 +188,28 @@ async fn container_logs(
     }
 }
 
-/// The endpoint's routes.
-pub fn router(targets: Arc<LogTargets>) -> Router {
+async fn metrics(State(shared): State<Shared>, headers: axum::http::HeaderMap) -> Response {
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let held = shared.targets.held().await;
+    let (content_type, body) = shared
+        .metrics
+        .exposition(held.iter().map(Option::as_deref), accept);
+    ([(header::CONTENT_TYPE, content_type)], body).into_response()
+}
+
+/// The endpoint's routes: container logs from `targets`, and `metrics` with the kubelet
+/// gauges computed from `targets` at each scrape.
+pub fn router(targets: Arc<LogTargets>, metrics: Arc<NodeMetrics>) -> Router {
     Router::new()
         .route(
             "/containerLogs/{namespace}/{pod}/{container}",
             get(container_logs),
         )
-        .with_state(targets)
+        .route("/metrics", get(self::metrics))
+        .with_state(Shared { targets, metrics })
 }
 
 /// The rustls configuration: a fresh self-signed certificate for `names` (DNS names or IP
@@ -214,78 +250,42 @@ pub fn tls_config(
     Ok(cfg)
 }
 
-/// A running endpoint.
+/// A running endpoint; stops accepting connections when [`stop`](Self::stop)ped or dropped.
 pub struct LogServer {
-    addr: SocketAddr,
-    stop: watch::Sender<bool>,
-    task: JoinHandle<()>,
+    server: setpoint_runtime::serving::Server,
 }
 
 impl LogServer {
-    /// Binds `listen` (port 0 picks a free port) and serves `targets` over TLS.
+    /// Binds `listen` (port 0 picks a free port) and serves logs from `targets` and the
+    /// exposition of `metrics` over TLS.
     pub async fn start(
         listen: SocketAddr,
         tls: rustls::ServerConfig,
         targets: Arc<LogTargets>,
+        metrics: Arc<NodeMetrics>,
     ) -> Result<LogServer, ServerError> {
         let listener = TcpListener::bind(listen)
             .await
             .map_err(|e| ServerError::Bind(listen, e))?;
-        let addr = listener
-            .local_addr()
-            .map_err(|e| ServerError::Bind(listen, e))?;
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
-        let app = router(targets);
-        let (stop, mut stopped) = watch::channel(false);
-        let task = tokio::spawn(async move {
-            loop {
-                let accepted = tokio::select! {
-                    _ = stopped.wait_for(|s| *s) => return,
-                    accepted = listener.accept() => accepted,
-                };
-                let (tcp, peer) = match accepted {
-                    Ok(c) => c,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accepting a connection failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                let acceptor = acceptor.clone();
-                let app = app.clone();
-                tokio::spawn(async move {
-                    let tls =
-                        match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp))
-                            .await
-                        {
-                            Ok(Ok(s)) => s,
-                            Ok(Err(e)) => {
-                                tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                                return;
-                            }
-                            Err(_) => return,
-                        };
-                    let service = hyper_util::service::TowerToHyperService::new(app);
-                    let builder =
-                        hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-                    if let Err(e) = builder.serve_connection(TokioIo::new(tls), service).await {
-                        tracing::debug!(%peer, error = %e, "connection ended with an error");
-                    }
-                });
-            }
-        });
-        Ok(LogServer { addr, stop, task })
+        let app = router(targets, metrics);
+        let server = setpoint_runtime::serving::serve(
+            listener,
+            Some(Arc::new(tls)),
+            "node agent",
+            move |_| hyper_util::service::TowerToHyperService::new(app.clone()),
+        )
+        .map_err(|e| ServerError::Bind(listen, e))?;
+        Ok(LogServer { server })
     }
 
     /// The bound address (with the port chosen for port 0).
     pub fn local_addr(&self) -> SocketAddr {
-        self.addr
+        self.server.local_addr()
     }
 
     /// Stops accepting connections.
     pub async fn stop(self) {
-        let _ = self.stop.send(true);
-        let _ = self.task.await;
+        self.server.stop().await;
     }
 }
 

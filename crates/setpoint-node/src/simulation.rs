@@ -7,8 +7,10 @@
 //! interval instead of arriving together. Each node still has its own runtime, Lease and pod
 //! workers, exactly as the local agent does (the same code).
 //!
-//! The logs endpoint is optional and, when enabled, ONE server serves every simulated node:
-//! all of them advertise the same address and port, and a request is routed by the pod's node.
+//! The endpoint for logs and metrics is optional and, when enabled, ONE server serves every
+//! simulated node: all of them advertise the same address and port, a log request is routed
+//! by the pod's node, and `/metrics` sums over the nodes (each pod work queue keeps its own
+//! `name` label, `pods-<node>`).
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -22,6 +24,7 @@ use setpoint_runtime::informer::{Scope, SharedInformers};
 
 use crate::agent::{arch, AgentConfig, AgentError, Capacity, KUBELET_VERSION};
 use crate::host::{self, HostedNode};
+use crate::metrics::NodeMetrics;
 use crate::runtime::PodRuntime;
 use crate::server::{LogServer, LogTargets};
 use crate::simulated::{SimulatedConfig, SimulatedRuntime, RUNTIME_VERSION};
@@ -42,7 +45,7 @@ pub struct SimulationConfig {
     pub labels: BTreeMap<String, String>,
     /// Taints of every node.
     pub taints: Vec<Taint>,
-    /// `InternalIP` of every node (where the shared logs endpoint is reached).
+    /// `InternalIP` of every node (where the shared endpoint for logs and metrics is reached).
     pub address: String,
     /// How simulated containers behave.
     pub runtime: SimulatedConfig,
@@ -56,7 +59,8 @@ pub struct SimulationConfig {
     pub resync_interval: Duration,
     /// Concurrent pod syncs per node.
     pub pod_workers: usize,
-    /// Where the shared logs endpoint listens; it runs only with `client_ca_pem` set too.
+    /// Where the shared endpoint for logs and metrics listens; it runs only with
+    /// `client_ca_pem` set too.
     pub server_listen: Option<SocketAddr>,
     /// The CA signing accepted client certificates.
     pub client_ca_pem: Option<String>,
@@ -155,12 +159,16 @@ pub async fn run_simulated_on(
     let pods = informers.typed::<Pod>(Scope::all());
     let nodes = informers.typed::<Node>(Scope::all().labels(&format!("{SIMULATED_LABEL}=true")));
     let n = config.nodes.max(1);
+    // Informer metrics belong to whoever owns `informers`; the rest is this host's.
+    let metrics = Arc::new(NodeMetrics::new());
+    let client = client.with_metrics(metrics.client().clone());
     let hosted: Vec<HostedNode> = (0..config.nodes)
         .map(|i| HostedNode {
             config: Arc::new(config.agent_config(i)),
             runtime: Arc::new(SimulatedRuntime::new(config.runtime.clone())) as Arc<dyn PodRuntime>,
             // Node i renews at i/n of the interval, so renewals arrive evenly.
             lease_offset: config.lease_interval.mul_f64(i as f64 / n as f64),
+            queue_metrics: Some(metrics.workqueue().clone()),
         })
         .collect();
     let server = match (&config.client_ca_pem, config.server_listen) {
@@ -171,10 +179,10 @@ pub async fn run_simulated_on(
             for h in &hosted {
                 targets.add(&h.config.node_name, h.runtime.clone());
             }
-            Some(LogServer::start(listen, tls, Arc::new(targets)).await?)
+            Some(LogServer::start(listen, tls, Arc::new(targets), metrics.clone()).await?)
         }
         (None, Some(listen)) => {
-            tracing::warn!(%listen, "no client CA configured: the logs endpoint is disabled");
+            tracing::warn!(%listen, "no client CA configured: the endpoint for logs and metrics is disabled");
             None
         }
         _ => None,

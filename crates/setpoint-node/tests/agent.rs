@@ -658,6 +658,87 @@ async fn logs_endpoint_serves_over_tls_only_to_client_certificates_of_the_ca() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_endpoint_serves_the_agents_series_only_to_client_certificates_of_the_ca() {
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
+    let (ca, cert, key) = client_pki();
+    let mut config = agent_config("node-m");
+    config.client_ca_pem = Some(ca);
+    let agent = start_agent(
+        client.clone(),
+        config,
+        Arc::new(SimulatedRuntime::new(sim_config())),
+    );
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    pods.create(&PostParams::default(), &pod("web", "node-m"))
+        .await
+        .unwrap();
+    wait_ready(&pods, "web").await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let port = nodes
+        .get("node-m")
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.daemon_endpoints?.kubelet_endpoint)
+        .map(|e| u16::try_from(e.port).unwrap())
+        .unwrap();
+    let id = Some((cert.as_str(), key.as_str()));
+
+    // The agent's cache may see the pod's Running status a moment after the API does.
+    let metrics = eventually(
+        "the node's /metrics counts its running container",
+        || async {
+            let (code, body) = kubelet_get(port, "/metrics", id).await.unwrap();
+            assert_eq!(code, 200, "{body}");
+            body.contains("kubelet_running_containers{container_state=\"running\"} 1\n")
+                .then_some(body)
+        },
+    )
+    .await;
+    assert!(metrics.contains("kubelet_running_pods 1\n"), "{metrics}");
+    assert!(
+        metrics.contains("kubelet_running_containers{container_state=\"exited\"} 0\n"),
+        "{metrics}"
+    );
+    // The pod workers' queue, and the agent's own API requests.
+    assert!(
+        metrics.contains("workqueue_adds_total{name=\"pods-node-m\"}"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("rest_client_request_duration_seconds_count{"),
+        "{metrics}"
+    );
+
+    // Deleted: the gauges follow.
+    pods.delete("web", &DeleteParams::default()).await.unwrap();
+    eventually("the node's /metrics counts no pod", || async {
+        let (_, body) = kubelet_get(port, "/metrics", id).await.unwrap();
+        body.contains("kubelet_running_pods 0\n").then_some(())
+    })
+    .await;
+
+    // No client certificate, or one of another CA: refused at the handshake.
+    let anonymous = kubelet_get(port, "/metrics", None).await;
+    assert!(
+        anonymous.is_err(),
+        "served without a client cert: {anonymous:?}"
+    );
+    let (_, other_cert, other_key) = client_pki();
+    let stranger = kubelet_get(
+        port,
+        "/metrics",
+        Some((other_cert.as_str(), other_key.as_str())),
+    )
+    .await;
+    assert!(stranger.is_err(), "served to a foreign cert: {stranger:?}");
+
+    agent.stop().await;
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_stops_while_the_api_is_unreachable() {
     let cluster = TestCluster::start().await;
     let client = cluster.client();

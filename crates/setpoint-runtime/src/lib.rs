@@ -3,6 +3,7 @@
 //! - [`client`]: typed and dynamic API access over HTTPS (kubeconfig) or in-process;
 //! - [`workqueue`]: deduplicating work queue with per-key backoff and a rate limit;
 //! - [`metrics`]: Prometheus metrics with the names Go operators use;
+//! - [`serving`]: the accept loop (TLS handshake with a timeout, hyper) HTTP endpoints run on;
 //! - [`customresource`]: typed custom resources — `#[derive(CustomResource)]` on a spec
 //!   struct gives the resource type and its CustomResourceDefinition.
 
@@ -14,6 +15,7 @@ pub mod informer;
 pub mod leader;
 pub mod metrics;
 pub mod object;
+pub mod serving;
 pub mod workqueue;
 
 pub use client::{Api, Client, ClientError};

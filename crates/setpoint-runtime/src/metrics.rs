@@ -185,29 +185,18 @@ pub fn exposition(registry: &Registry, accept: &str) -> (&'static str, String) {
 
 /// A running metrics endpoint (see [`serve`]); stops when dropped or [`stop`](Self::stop)ped.
 pub struct MetricsServer {
-    addr: std::net::SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
+    server: crate::serving::Server,
 }
 
 impl MetricsServer {
     /// The bound address (with the port chosen when `addr` named port 0).
     pub fn local_addr(&self) -> std::net::SocketAddr {
-        self.addr
+        self.server.local_addr()
     }
 
     /// Stops accepting scrapes.
-    pub async fn stop(mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        let _ = (&mut self.task).await;
-    }
-}
-
-impl Drop for MetricsServer {
-    fn drop(&mut self) {
-        self.task.abort();
+    pub async fn stop(self) {
+        self.server.stop().await;
     }
 }
 
@@ -234,41 +223,15 @@ pub async fn serve(
     addr: std::net::SocketAddr,
     registry: std::sync::Arc<Registry>,
 ) -> std::io::Result<MetricsServer> {
-    use hyper_util::rt::{TokioExecutor, TokioIo};
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    let addr = listener.local_addr()?;
-    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        loop {
-            let (tcp, peer) = tokio::select! {
-                _ = &mut stopped => return,
-                accepted = listener.accept() => match accepted {
-                    Ok(c) => c,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "metrics endpoint: accepting a connection failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                },
-            };
+    let server = crate::serving::serve(listener, None, "metrics endpoint", move |_| {
+        let registry = registry.clone();
+        hyper::service::service_fn(move |req| {
             let registry = registry.clone();
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |req| {
-                    let registry = registry.clone();
-                    async move { Ok::<_, std::convert::Infallible>(metrics_response(&registry, &req)) }
-                });
-                let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-                if let Err(e) = builder.serve_connection(TokioIo::new(tcp), service).await {
-                    tracing::debug!(%peer, error = %e, "metrics endpoint: connection ended with an error");
-                }
-            });
-        }
-    });
-    Ok(MetricsServer {
-        addr,
-        stop: Some(stop),
-        task,
-    })
+            async move { Ok::<_, std::convert::Infallible>(metrics_response(&registry, &req)) }
+        })
+    })?;
+    Ok(MetricsServer { server })
 }
 
 fn metrics_response<B>(

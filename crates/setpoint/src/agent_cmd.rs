@@ -28,7 +28,8 @@ pub struct AgentArgs {
     /// Where the process runtime keeps its state, pod logs and pod addresses.
     #[arg(long, default_value = "setpoint-agent", env = "SETPOINT_AGENT_DIR")]
     data_dir: PathBuf,
-    /// Address of the logs endpoint the API server connects to.
+    /// Address of the node agent's HTTPS port: container logs (the API server connects to it)
+    /// and `/metrics`, for client certificates of the kubeconfig's CA.
     #[arg(long, default_value = "0.0.0.0:10250")]
     listen: SocketAddr,
     /// The address the Node reports (default: this host's primary address).
@@ -166,7 +167,7 @@ impl InProcess {
     }
 
     /// Starts `config.nodes` simulated nodes on the process's shared (lean) informers, with
-    /// one logs endpoint for all of them on a free loopback port.
+    /// one logs and metrics endpoint for all of them on a free loopback port.
     pub fn simulated(
         client: Client,
         informers: SharedInformers,

@@ -13,12 +13,10 @@
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context;
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use setpoint_runtime::metrics::Registry;
@@ -40,20 +38,13 @@ pub struct SecureServing {
 
 /// A running endpoint; stops when dropped.
 pub struct SecureServer {
-    addr: SocketAddr,
-    task: tokio::task::JoinHandle<()>,
+    server: setpoint_runtime::serving::Server,
 }
 
 impl SecureServer {
     /// The bound address.
     pub fn local_addr(&self) -> SocketAddr {
-        self.addr
-    }
-}
-
-impl Drop for SecureServer {
-    fn drop(&mut self) {
-        self.task.abort();
+        self.server.local_addr()
     }
 }
 
@@ -85,56 +76,23 @@ impl SecureServing {
         println!("Serving securely on {addr}");
         use std::io::Write;
         let _ = std::io::stdout().flush();
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
-        let task = tokio::spawn(async move {
-            loop {
-                let (tcp, peer) = match listener.accept().await {
-                    Ok(c) => c,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accepting a connection failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                let acceptor = acceptor.clone();
+        let server = setpoint_runtime::serving::serve(
+            listener,
+            Some(Arc::new(tls)),
+            "secure port",
+            move |connection| {
                 let registry = registry.clone();
-                tokio::spawn(async move {
-                    let tls =
-                        match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp))
-                            .await
-                        {
-                            Ok(Ok(s)) => s,
-                            Ok(Err(e)) => {
-                                tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                                return;
-                            }
-                            Err(_) => return,
-                        };
-                    // rustls verified any certificate the client sent against the client CA.
-                    let authenticated = tls
-                        .get_ref()
-                        .1
-                        .peer_certificates()
-                        .is_some_and(|c| !c.is_empty());
-                    let service = hyper::service::service_fn(move |req| {
-                        let registry = registry.clone();
-                        async move {
-                            Ok::<_, std::convert::Infallible>(respond(
-                                &registry,
-                                authenticated,
-                                &req,
-                            ))
-                        }
-                    });
-                    let builder =
-                        hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-                    if let Err(e) = builder.serve_connection(TokioIo::new(tls), service).await {
-                        tracing::debug!(%peer, error = %e, "connection ended with an error");
+                // rustls verified any certificate the client sent against the client CA.
+                let authenticated = connection.client_certificate;
+                hyper::service::service_fn(move |req| {
+                    let registry = registry.clone();
+                    async move {
+                        Ok::<_, std::convert::Infallible>(respond(&registry, authenticated, &req))
                     }
-                });
-            }
-        });
-        Ok(SecureServer { addr, task })
+                })
+            },
+        )?;
+        Ok(SecureServer { server })
     }
 
     /// The serving certificate (the files, or a self-signed one for this host) and the
