@@ -146,7 +146,9 @@ pub enum V2Body {
 /// hash; the response varies by Accept, as kube-apiserver's does).
 #[derive(Debug, Clone)]
 pub struct V2Doc {
+    /// The document, in the encoding the client accepts.
     pub body: V2Body,
+    /// The ETag value (unquoted).
     pub etag: String,
 }
 

@@ -27,7 +27,9 @@ const CACHE_WATCH_BUFFER: usize = 65_536;
 
 /// A running server: its address, the files a client needs, and a handle to stop it.
 pub struct Running {
+    /// The server's shared state.
     pub server: Arc<ApiServer>,
+    /// The address it listens on (the port chosen when the config asked for port 0).
     pub addr: SocketAddr,
     /// `https://…` or `http://…`.
     pub url: String,

@@ -40,6 +40,7 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     /// Where certificates and the kubeconfig go (and the embedded store, by default).
     pub data_dir: Option<PathBuf>,
+    /// Which store backs the server.
     pub store: StoreConfig,
     /// Serve plain HTTP without authentication instead of HTTPS.
     pub insecure_http: bool,
@@ -48,6 +49,7 @@ pub struct ServerConfig {
     /// Connection limits and timeouts (request heads, idle connections, TLS handshakes, how
     /// long a request body may take); see [`ConnectionConfig`] for the upstream values.
     pub connection: ConnectionConfig,
+    /// The watch cache's history and buffer sizes.
     pub cache: CacheConfig,
     /// How often old revisions are compacted, keeping this much history.
     pub compaction_interval: Duration,

@@ -23,12 +23,16 @@ use crate::connection::{serve_connection, Identity};
 /// TLS material errors.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
+    /// Making a certificate or key failed.
     #[error("certificate generation: {0}")]
     Generate(#[from] rcgen::Error),
+    /// Reading or writing a certificate file failed.
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),
+    /// rustls refused the certificates or keys.
     #[error("TLS configuration: {0}")]
     Rustls(#[from] rustls::Error),
+    /// A PEM file did not hold what it should.
     #[error("PEM: {0}")]
     Pem(String),
 }
@@ -36,11 +40,17 @@ pub enum TlsError {
 /// The cluster's certificates, as PEM.
 #[derive(Clone, Debug)]
 pub struct Pki {
+    /// The cluster CA's certificate, which signs every other one.
     pub ca_cert: String,
+    /// The cluster CA's private key.
     pub ca_key: String,
+    /// The API server's serving certificate.
     pub server_cert: String,
+    /// The serving certificate's private key.
     pub server_key: String,
+    /// The admin client certificate (`system:masters`), the one the kubeconfig holds.
     pub admin_cert: String,
+    /// The admin client certificate's private key.
     pub admin_key: String,
 }
 

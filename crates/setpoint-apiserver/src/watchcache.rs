@@ -42,8 +42,11 @@ use crate::metrics::Metrics;
 /// attributes filters read.
 #[derive(Debug)]
 pub struct CachedObject {
+    /// The object's store key.
     pub key: Arc<str>,
+    /// The revision that wrote this version (its `resourceVersion`).
     pub revision: Revision,
+    /// What label and field selectors read.
     pub attrs: Attrs,
     json: Json,
 }
@@ -580,12 +583,16 @@ impl std::fmt::Debug for Attrs {
 /// The type of a watch event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EventType {
+    /// The object appeared (or, for this watcher, came into its selection).
     Added,
+    /// The object changed.
     Modified,
+    /// The object is gone (or, for this watcher, left its selection).
     Deleted,
 }
 
 impl EventType {
+    /// The event's `type` on the wire: `ADDED`, `MODIFIED` or `DELETED`.
     pub fn as_str(self) -> &'static str {
         match self {
             EventType::Added => "ADDED",
@@ -599,9 +606,13 @@ impl EventType {
 /// deletion's revision.
 #[derive(Debug)]
 pub struct CacheEvent {
+    /// What happened.
     pub kind: EventType,
+    /// The new version (for a deletion, the last one).
     pub object: Arc<CachedObject>,
+    /// The version before, if the cache held one (selectors compare both).
     pub prev: Option<Arc<CachedObject>>,
+    /// The revision of the change.
     pub revision: Revision,
 }
 
@@ -620,8 +631,11 @@ pub type Predicate = Box<dyn Fn(&Attrs) -> bool + Send + Sync>;
 
 /// Decides which objects a list or watch sees.
 pub struct Filter {
+    /// Only objects in this namespace.
     pub namespace: Option<String>,
+    /// Only the object of this name (`metadata.name=` field selectors).
     pub name: Option<String>,
+    /// The label and field selectors, when there are any.
     pub predicate: Option<Predicate>,
 }
 
@@ -634,6 +648,7 @@ impl Filter {
             predicate: None,
         }
     }
+    /// Whether an object with these attributes passes the filter.
     pub fn matches(&self, attrs: &Attrs) -> bool {
         if let Some(ns) = &self.namespace {
             if attrs.namespace() != ns {
@@ -715,6 +730,7 @@ pub enum WatchStart {
 
 /// The cache of one storage resource.
 pub struct WatchCache {
+    /// The storage prefix the cache mirrors.
     pub prefix: String,
     /// The built-in kind stored under the prefix, if any (for [`Attrs`]).
     pub kind: StoredKind,

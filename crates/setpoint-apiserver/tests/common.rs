@@ -38,15 +38,20 @@ pub fn memory_config() -> ServerConfig {
     }
 }
 
+/// A server on an in-memory store with the default cache.
 pub async fn start() -> Running {
     start_with(StoreConfig::Memory, CacheConfig::default()).await
 }
 
 /// A response: status code, headers and the body parsed as JSON (Null if it isn't).
 pub struct Resp {
+    /// The status code.
     pub status: u16,
+    /// The response headers.
     pub headers: http::HeaderMap,
+    /// The body as JSON, or `Null`.
     pub body: Value,
+    /// The body as received.
     pub raw: Bytes,
 }
 
@@ -61,6 +66,7 @@ pub async fn call(
     call_with(running, method, path, content_type, body, &[]).await
 }
 
+/// One request on a fresh connection, with extra headers.
 pub async fn call_with(
     running: &Running,
     method: &str,
@@ -100,9 +106,11 @@ pub async fn call_with(
     }
 }
 
+/// GET `path`.
 pub async fn get(r: &Running, path: &str) -> Resp {
     call(r, "GET", path, None, None).await
 }
+/// POST `v` as JSON to `path`.
 pub async fn post(r: &Running, path: &str, v: &Value) -> Resp {
     call(
         r,
@@ -113,6 +121,7 @@ pub async fn post(r: &Running, path: &str, v: &Value) -> Resp {
     )
     .await
 }
+/// PUT `v` as JSON to `path`.
 pub async fn put(r: &Running, path: &str, v: &Value) -> Resp {
     call(
         r,
@@ -123,6 +132,7 @@ pub async fn put(r: &Running, path: &str, v: &Value) -> Resp {
     )
     .await
 }
+/// PATCH `path` with `v` as a patch of content type `ct`.
 pub async fn patch(r: &Running, path: &str, ct: &str, v: &Value) -> Resp {
     call(
         r,
@@ -133,6 +143,7 @@ pub async fn patch(r: &Running, path: &str, ct: &str, v: &Value) -> Resp {
     )
     .await
 }
+/// DELETE `path`.
 pub async fn delete(r: &Running, path: &str) -> Resp {
     call(r, "DELETE", path, None, None).await
 }
@@ -144,6 +155,7 @@ pub struct WatchStream {
 }
 
 impl WatchStream {
+    /// Opens a watch on `path`; returns the status code and the stream.
     pub async fn open(running: &Running, path: &str) -> (u16, WatchStream) {
         Self::open_with(running, path, &[]).await
     }
@@ -202,6 +214,7 @@ impl WatchStream {
     }
 }
 
+/// `v` in an `Arc`.
 pub fn shared<T>(v: T) -> Arc<T> {
     Arc::new(v)
 }

@@ -38,8 +38,11 @@ pub const CLEANUP_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io"
 /// `.spec.replicas`, as JSON pointers).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ScalePaths {
+    /// `specReplicasPath`: where the desired replica count is.
     pub spec_replicas: String,
+    /// `statusReplicasPath`: where the observed replica count is.
     pub status_replicas: String,
+    /// `labelSelectorPath`: where the pods' selector (in string form) is, if the CRD says.
     pub label_selector: Option<String>,
 }
 
@@ -55,6 +58,7 @@ pub struct CustomResource {
     pub schema: Option<Value>,
     /// The version's `additionalPrinterColumns`.
     pub columns: Vec<Value>,
+    /// The version's scale subresource, when it has one.
     pub scale: Option<ScalePaths>,
     /// The CRD is being deleted: no new objects.
     pub terminating: bool,

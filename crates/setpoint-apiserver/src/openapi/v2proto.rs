@@ -15,6 +15,11 @@
 //! YAML); the `google.protobuf.Any` field is never set. Keys Swagger 2.0 has no field for (an
 //! `anyOf` left in a custom resource's schema, `nullable`) cannot be represented and are
 //! dropped.
+//!
+//! Each message names the gnostic message it mirrors, and each field is the Swagger 2.0 field
+//! of the same name (in snake case), whose meaning is the specification's; the fields carry no
+//! doc comments of their own.
+#![allow(missing_docs)]
 
 use serde_json::{Map, Value};
 

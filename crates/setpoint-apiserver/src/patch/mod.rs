@@ -16,16 +16,21 @@ use setpoint_protobuf::types::{self, TypeRef};
 use crate::registry::ResourceDef;
 use crate::strategy::View;
 
-/// The patch media types the server understands.
+/// A JSON merge patch (RFC 7386), `kubectl patch --type merge`.
 pub const MERGE_PATCH: &str = "application/merge-patch+json";
+/// A JSON patch (RFC 6902), `kubectl patch --type json`.
 pub const JSON_PATCH: &str = "application/json-patch+json";
+/// A strategic merge patch, kubectl's default for built-in kinds.
 pub const STRATEGIC_MERGE_PATCH: &str = "application/strategic-merge-patch+json";
+/// A server-side apply configuration, `kubectl apply --server-side`.
 pub const APPLY_PATCH: &str = "application/apply-patch+yaml";
 
 /// A decoded patch.
 #[derive(Clone, Debug)]
 pub enum Patch {
+    /// A JSON merge patch document.
     Merge(Value),
+    /// A JSON patch's operations.
     Json(Vec<Value>),
     /// A strategic merge patch and the type of the object (or subresource view) it patches.
     Strategic(Value, TypeRef),
