@@ -30,29 +30,38 @@ pub fn meta_str<'a>(obj: &'a Value, field: &str) -> &'a str {
         .unwrap_or("")
 }
 
+/// `metadata.name` (`""` when absent).
 pub fn name(obj: &Value) -> &str {
     meta_str(obj, "name")
 }
+/// `metadata.namespace` (`""` when absent, as for cluster-scoped objects).
 pub fn namespace(obj: &Value) -> &str {
     meta_str(obj, "namespace")
 }
+/// `metadata.uid` (`""` when absent, as before the server assigns one).
 pub fn uid(obj: &Value) -> &str {
     meta_str(obj, "uid")
 }
+/// `metadata.resourceVersion` (`""` when absent).
 pub fn resource_version(obj: &Value) -> &str {
     meta_str(obj, "resourceVersion")
 }
+/// `metadata.generateName`, the prefix the server completes into a name (`""` when absent).
 pub fn generate_name(obj: &Value) -> &str {
     meta_str(obj, "generateName")
 }
+/// `metadata.creationTimestamp` as its RFC 3339 text (`""` when absent).
 pub fn creation_timestamp(obj: &Value) -> &str {
     meta_str(obj, "creationTimestamp")
 }
+/// `metadata.deletionTimestamp` as its RFC 3339 text; `None` unless the object is being
+/// deleted (or the field is not a string).
 pub fn deletion_timestamp(obj: &Value) -> Option<&str> {
     metadata(obj)
         .and_then(|m| m.get("deletionTimestamp"))
         .and_then(Value::as_str)
 }
+/// `metadata.generation` (0 when absent or not an integer).
 pub fn generation(obj: &Value) -> i64 {
     metadata(obj)
         .and_then(|m| m.get("generation"))

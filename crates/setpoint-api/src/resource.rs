@@ -5,7 +5,9 @@ use std::fmt;
 /// A group and a resource (plural), e.g. `deployments.apps`; `pods` in the core group.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct GroupResource {
+    /// The API group, `""` for the core group (`v1`).
     pub group: String,
+    /// The resource's lowercase plural name, as in URLs (`deployments`).
     pub resource: String,
 }
 
@@ -23,12 +25,16 @@ impl fmt::Display for GroupResource {
 /// A group, version and resource (plural).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct GroupVersionResource {
+    /// The API group, `""` for the core group.
     pub group: String,
+    /// The API version within the group (`v1`, `v1beta1`).
     pub version: String,
+    /// The resource's lowercase plural name, as in URLs (`deployments`).
     pub resource: String,
 }
 
 impl GroupVersionResource {
+    /// The resource `resource` of `group` (`""` for core) at `version`.
     pub fn new(group: &str, version: &str, resource: &str) -> Self {
         GroupVersionResource {
             group: group.into(),
@@ -36,6 +42,7 @@ impl GroupVersionResource {
             resource: resource.into(),
         }
     }
+    /// The same resource without its version, as errors and messages name it.
     pub fn group_resource(&self) -> GroupResource {
         GroupResource {
             group: self.group.clone(),
@@ -51,12 +58,16 @@ impl GroupVersionResource {
 /// A group, version and kind.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct GroupVersionKind {
+    /// The API group, `""` for the core group.
     pub group: String,
+    /// The API version within the group (`v1`, `v1beta1`).
     pub version: String,
+    /// The kind, in CamelCase as objects' `kind` field names it (`Deployment`).
     pub kind: String,
 }
 
 impl GroupVersionKind {
+    /// The kind `kind` of `group` (`""` for core) at `version`.
     pub fn new(group: &str, version: &str, kind: &str) -> Self {
         GroupVersionKind {
             group: group.into(),

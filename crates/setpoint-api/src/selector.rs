@@ -20,6 +20,7 @@ use crate::names;
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct SelectorError {
+    /// The error in upstream's words (`invalid selector: …`), shown as the error's text.
     pub message: String,
 }
 
@@ -172,9 +173,11 @@ impl Requirement {
         })
     }
 
+    /// The label key the requirement tests.
     pub fn key(&self) -> &str {
         &self.key
     }
+    /// How the key's value is tested.
     pub fn operator(&self) -> Operator {
         self.operator
     }
@@ -334,6 +337,8 @@ impl LabelSelector {
         self.nothing
     }
 
+    /// The requirements, all of which must hold, sorted by key; empty for both the
+    /// match-everything and the match-nothing selector.
     pub fn requirements(&self) -> &[Requirement] {
         &self.requirements
     }
@@ -725,11 +730,14 @@ impl Parser {
 /// The operator of one field requirement (`==` parses as [`FieldOperator::Equals`], as upstream).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FieldOperator {
+    /// `field=value` (or `field==value`): the field's value equals the given one.
     Equals,
+    /// `field!=value`: the field's value differs from the given one.
     NotEquals,
 }
 
 impl FieldOperator {
+    /// The operator as a selector string writes it: `=` or `!=`.
     pub fn as_str(self) -> &'static str {
         match self {
             FieldOperator::Equals => "=",
@@ -741,8 +749,11 @@ impl FieldOperator {
 /// One `field=value` or `field!=value` term, with the value unescaped.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct FieldRequirement {
+    /// The field path the term tests, as written (`metadata.name`, `spec.nodeName`).
     pub field: String,
+    /// Whether the field must equal or differ from `value`.
     pub operator: FieldOperator,
+    /// The value compared with, unescaped (`\,` in the selector string is `,` here).
     pub value: String,
 }
 
@@ -883,10 +894,12 @@ impl FieldSelector {
         FieldSelector { requirements }
     }
 
+    /// Whether the selector has no terms, and so matches every object.
     pub fn is_empty(&self) -> bool {
         self.requirements.is_empty()
     }
 
+    /// The terms, all of which must hold.
     pub fn requirements(&self) -> &[FieldRequirement] {
         &self.requirements
     }

@@ -11,12 +11,15 @@ pub struct Cause {
     /// `FieldValueInvalid`, `FieldValueRequired`, `FieldValueNotSupported`, `FieldValueDuplicate`,
     /// `FieldValueForbidden`, `FieldValueTooLong`, `FieldManagerConflict`, …
     pub reason: String,
+    /// `StatusCause.message`: the human-readable explanation, without the field path.
     pub message: String,
     /// The field path, e.g. `metadata.name` or `spec.template.spec.containers[0].image`.
     pub field: String,
 }
 
 impl Cause {
+    /// A cause with the given `reason` (a `metav1.CauseType` such as `FieldValueInvalid`),
+    /// field path and message, taken as they are.
     pub fn new(reason: &str, field: impl Into<String>, message: impl Into<String>) -> Self {
         Cause {
             reason: reason.into(),
@@ -104,24 +107,38 @@ impl Cause {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{code} {reason}: {message}")]
 pub struct ApiError {
+    /// `Status.code`: the HTTP status code the response carries (404, 409, 422, …).
     pub code: u16,
+    /// `Status.reason`: the machine-readable `metav1.StatusReason` (`NotFound`, `AlreadyExists`,
+    /// `Conflict`, `Invalid`, …) clients branch on.
     pub reason: String,
+    /// `Status.message`: the human-readable description kubectl prints.
     pub message: String,
+    /// `Status.details`, when the error names an object, carries causes or a retry delay;
+    /// boxed to keep the error small.
     pub details: Option<Box<Details>>,
 }
 
 /// `Status.details`.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct Details {
+    /// `details.name`: the name of the object the error is about; empty if none.
     pub name: String,
+    /// `details.group`: the API group of that object's resource; empty for the core group.
     pub group: String,
+    /// `details.kind`: the kind or, as upstream fills it for most errors, the resource
+    /// (`deployments`); empty if none.
     pub kind: String,
+    /// `details.uid`: the UID of the object, when the error is about one; empty otherwise.
     pub uid: String,
+    /// `details.causes`: the individual field errors (or conflicts), in order.
     pub causes: Vec<Cause>,
+    /// `details.retryAfterSeconds`: how long a client should wait before retrying, if set.
     pub retry_after_seconds: Option<u32>,
 }
 
 impl ApiError {
+    /// An error with the given HTTP code, `reason` and message, and no details.
     pub fn new(code: u16, reason: &str, message: impl Into<String>) -> Self {
         ApiError {
             code,

@@ -11,7 +11,9 @@ use chrono::{DateTime, FixedOffset, SecondsFormat, Utc};
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("parsing time {input:?} as RFC 3339: {reason}")]
 pub struct TimeError {
+    /// The text that failed to parse, as given.
     pub input: String,
+    /// Why it is not RFC 3339 (the parser's message).
     pub reason: String,
 }
 
