@@ -16,14 +16,21 @@ pub mod validation;
 /// Static facts about one built-in resource.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KindInfo {
+    /// The API group, `""` for the core group.
     pub group: &'static str,
+    /// The API version the resource is served at (`v1`).
     pub version: &'static str,
+    /// The kind, as objects' `kind` field names it (`Deployment`).
     pub kind: &'static str,
     /// The resource name in URLs (plural, lower case).
     pub plural: &'static str,
+    /// The singular name discovery lists and kubectl accepts (`deployment`).
     pub singular: &'static str,
+    /// Whether objects live in a namespace (`false` for cluster-scoped kinds such as nodes).
     pub namespaced: bool,
+    /// The short names discovery lists for kubectl (`deploy`, `po`); empty if none.
     pub short_names: &'static [&'static str],
+    /// The categories discovery lists (`all` makes `kubectl get all` include the resource).
     pub categories: &'static [&'static str],
     /// Has a `status` subresource: main writes ignore `.status`, status writes change only it.
     pub status: bool,

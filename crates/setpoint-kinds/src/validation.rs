@@ -65,6 +65,8 @@ pub fn validate(
 /// What one typed decode of an object finds: values of the wrong type, and unknown fields.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TypeCheck {
+    /// Values whose JSON type does not fit the schema, as `FieldValueInvalid` causes (what
+    /// [`type_errors`] returns).
     pub type_errors: Vec<Cause>,
     /// Paths as [`unknown_fields`] reports them.
     pub unknown: Vec<String>,
