@@ -62,6 +62,7 @@ pub enum Action {
 #[derive(Debug, thiserror::Error)]
 #[error("{message}")]
 pub struct ReconcileError {
+    /// What went wrong, as logged and recorded.
     pub message: String,
     /// Retrying cannot help (e.g. an invalid spec): don't requeue; record it in status and an
     /// event instead of hammering the API.

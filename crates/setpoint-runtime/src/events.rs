@@ -56,11 +56,14 @@ use crate::object::Object;
 /// `Normal` for routine progress, `Warning` for something a human may need to look at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum EventType {
+    /// Routine progress (`type: Normal`).
     Normal,
+    /// Something a human may need to look at (`type: Warning`).
     Warning,
 }
 
 impl EventType {
+    /// The Event's `type` text: `Normal` or `Warning`.
     pub fn as_str(self) -> &'static str {
         match self {
             EventType::Normal => "Normal",
@@ -120,6 +123,8 @@ impl Default for EventRecorderConfig {
 
 /// The `involvedObject` of an event about `self`.
 pub trait ToObjectReference {
+    /// An `ObjectReference` naming this object: apiVersion, kind, namespace, name, uid and
+    /// resourceVersion.
     fn object_reference(&self) -> ObjectReference;
 }
 

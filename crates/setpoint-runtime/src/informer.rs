@@ -66,7 +66,12 @@ pub enum Event<K> {
     /// The object appeared (created, or first seen: initial list, late subscription).
     Added(Arc<K>),
     /// The object changed (its `resourceVersion` differs), or a resync.
-    Updated { old: Arc<K>, new: Arc<K> },
+    Updated {
+        /// The state the cache held before.
+        old: Arc<K>,
+        /// The state the cache holds now.
+        new: Arc<K>,
+    },
     /// The object is gone. After a relist this is the last state the cache held, because the
     /// final state of an object deleted while disconnected is unknown.
     Deleted(Arc<K>),

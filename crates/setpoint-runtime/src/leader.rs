@@ -76,7 +76,9 @@ use crate::metrics::LeaderMetrics;
 /// Which Lease to hold, and who we are.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LeaseLock {
+    /// The Lease's namespace, e.g. `kube-system`.
     pub namespace: String,
+    /// The Lease's name, e.g. `kube-controller-manager`.
     pub name: String,
     /// Unique per process: two replicas with the same identity would both believe they lead.
     pub identity: String,
@@ -187,8 +189,11 @@ impl LeaderConfig {
 /// What can be wrong with an election's setup (runtime failures are retried, not returned).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum LeaderElectionError {
+    /// The [`LeaderConfig`] durations are out of range (the lease under 1 s or beyond an
+    /// `i32` of seconds) or break `0 < retry_period < renew_deadline < lease_duration`.
     #[error("invalid leader election configuration: {0}")]
     InvalidConfig(String),
+    /// The lock's namespace, name or identity is empty; says which.
     #[error("invalid lease lock: {0}")]
     InvalidLock(String),
 }

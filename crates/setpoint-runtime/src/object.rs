@@ -14,11 +14,14 @@ use crate::client::DynamicObject;
 /// The identity of an object within its resource: namespace (None for cluster-scoped) and name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ObjectKey {
+    /// The object's `metadata.namespace`; None for cluster-scoped objects (never `Some("")`).
     pub namespace: Option<String>,
+    /// The object's `metadata.name`.
     pub name: String,
 }
 
 impl ObjectKey {
+    /// A key from its parts; an empty namespace counts as none.
     pub fn new(namespace: Option<&str>, name: &str) -> Self {
         ObjectKey {
             namespace: namespace.filter(|n| !n.is_empty()).map(String::from),
@@ -44,13 +47,23 @@ impl fmt::Display for ObjectKey {
 /// Metadata access shared by typed objects (k8s-openapi types and user types with an
 /// `ObjectMeta`) and [`DynamicObject`].
 pub trait Object: Clone + DeserializeOwned + Serialize + Send + Sync + 'static {
+    /// `metadata.name`, or empty when unset.
     fn name(&self) -> String;
+    /// `metadata.namespace`; None when unset or empty.
     fn namespace(&self) -> Option<String>;
+    /// `metadata.uid`, once the server has assigned one.
     fn uid(&self) -> Option<String>;
+    /// `metadata.resourceVersion`, as read from the server.
     fn resource_version(&self) -> Option<String>;
+    /// `metadata.labels`; empty when unset.
     fn labels(&self) -> std::collections::BTreeMap<String, String>;
+    /// `metadata.ownerReferences`; empty when unset.
     fn owner_references(&self) -> Vec<OwnerReference>;
+    /// Whether `metadata.deletionTimestamp` is set: the object is being deleted and waits only for
+    /// its finalizers.
     fn deletion_timestamp_set(&self) -> bool;
+    /// `metadata.generation`: bumped by the server on every change of the spec (anything outside
+    /// metadata and status).
     fn generation(&self) -> Option<i64>;
     /// Removes `metadata.managedFields` (see `InformerOptions::strip_managed_fields`).
     fn strip_managed_fields(&mut self);

@@ -36,7 +36,9 @@ fn default_schedule() -> String {
 #[serde(rename_all = "camelCase")]
 #[schemars(crate = "setpoint_runtime::schemars")]
 pub struct CronBackupStatus {
+    /// A human-readable summary of the last backup.
     pub message: Option<String>,
+    /// The `metadata.generation` the operator last acted on.
     pub observed_generation: Option<i64>,
 }
 

@@ -22,7 +22,10 @@ pub struct DynamicObject(pub Value);
 /// A page of a LIST.
 #[derive(Clone, Debug)]
 pub struct ObjectList<K> {
+    /// The objects of this page (`items`).
     pub items: Vec<K>,
+    /// The list's `metadata.resourceVersion`: the store revision the page was read at, from which a
+    /// watch can continue.
     pub resource_version: String,
     /// Set when more pages remain.
     pub continue_token: Option<String>,

@@ -11,12 +11,22 @@ use super::ClientError;
 /// What a client needs from a kubeconfig's current context.
 #[derive(Clone, Debug, Default)]
 pub struct Kubeconfig {
+    /// The cluster's `server` URL, e.g. `https://127.0.0.1:6443`; empty when the cluster names
+    /// none.
     pub server: String,
+    /// The context's default `namespace`, if it sets one.
     pub namespace: Option<String>,
+    /// The cluster's CA bundle (PEM), from `certificate-authority-data` or the
+    /// `certificate-authority` file.
     pub ca_pem: Option<String>,
+    /// The user's client certificate (PEM), from `client-certificate-data` or the
+    /// `client-certificate` file.
     pub client_cert_pem: Option<String>,
+    /// The user's private key (PEM), from `client-key-data` or the `client-key` file.
     pub client_key_pem: Option<String>,
+    /// The user's bearer `token`, sent as `Authorization: Bearer`.
     pub token: Option<String>,
+    /// The cluster's `insecure-skip-tls-verify`: accept any server certificate (default false).
     pub insecure_skip_tls_verify: bool,
 }
 

@@ -71,6 +71,7 @@ impl ClientError {
             _ => None,
         }
     }
+    /// 404 Not Found: the object (or resource) does not exist.
     pub fn is_not_found(&self) -> bool {
         self.code() == Some(404)
     }
@@ -78,6 +79,7 @@ impl ClientError {
     pub fn is_conflict(&self) -> bool {
         matches!(self, ClientError::Api(e) if e.code == 409 && e.reason == "Conflict")
     }
+    /// 409 AlreadyExists: a create named an object that exists.
     pub fn is_already_exists(&self) -> bool {
         matches!(self, ClientError::Api(e) if e.code == 409 && e.reason == "AlreadyExists")
     }
@@ -170,12 +172,18 @@ impl Undecodable {
 /// One event from a watch stream, untyped.
 #[derive(Clone, Debug, PartialEq)]
 pub enum WatchEvent<T> {
+    /// The object was created, or is part of the initial state the watch started from.
     Added(T),
+    /// The object changed; this is its new state.
     Modified(T),
+    /// The object was deleted; this is its last state.
     Deleted(T),
     /// Progress: everything up to this resourceVersion has been delivered.
     Bookmark {
+        /// The bookmark's `metadata.resourceVersion`.
         resource_version: String,
+        /// The `k8s.io/initial-events-end` annotation: the initial events of a `sendInitialEvents`
+        /// watch have all been sent.
         initial_events_end: bool,
     },
     /// The server ended the watch with an error (410 means: relist).

@@ -9,24 +9,33 @@ fn push(q: &mut form_urlencoded::Serializer<'_, String>, k: &str, v: &str) {
 /// Options of a LIST.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ListParams {
+    /// `labelSelector`: only objects whose labels match, e.g. `app=web,tier!=db`.
     pub label_selector: Option<String>,
+    /// `fieldSelector`: only objects whose selectable fields match, e.g. `spec.nodeName=n1`.
     pub field_selector: Option<String>,
+    /// `limit`: at most this many items per page; the rest follow through `continue_token`.
     pub limit: Option<u32>,
+    /// `continue`: the token of the previous page's
+    /// [`ObjectList::continue_token`](super::ObjectList::continue_token), to read the next page.
     pub continue_token: Option<String>,
     /// `"0"` allows a cached answer; unset asks for the latest (consistent) state.
     pub resource_version: Option<String>,
+    /// `resourceVersionMatch` (`NotOlderThan` or `Exact`): how `resource_version` is interpreted.
     pub resource_version_match: Option<String>,
 }
 
 impl ListParams {
+    /// Sets the label selector.
     pub fn labels(mut self, selector: &str) -> Self {
         self.label_selector = Some(selector.into());
         self
     }
+    /// Sets the field selector.
     pub fn fields(mut self, selector: &str) -> Self {
         self.field_selector = Some(selector.into());
         self
     }
+    /// Sets the page size.
     pub fn limit(mut self, n: u32) -> Self {
         self.limit = Some(n);
         self
@@ -58,11 +67,16 @@ impl ListParams {
 /// Options of a WATCH.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WatchParams {
+    /// `labelSelector`: only events of objects whose labels match.
     pub label_selector: Option<String>,
+    /// `fieldSelector`: only events of objects whose selectable fields match.
     pub field_selector: Option<String>,
     /// Server-side timeout; the stream ends cleanly after it.
     pub timeout_seconds: Option<u32>,
+    /// `allowWatchBookmarks`: ask for BOOKMARK events carrying progress (default true).
     pub bookmarks: bool,
+    /// `sendInitialEvents` (with `resourceVersionMatch=NotOlderThan`): the watch starts with the
+    /// current objects as ADDED events, then a bookmark marking their end (default false).
     pub send_initial_events: bool,
 }
 
@@ -108,7 +122,9 @@ impl WatchParams {
 /// Options of a create or update.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PostParams {
+    /// `dryRun=All`: validate and admit, but persist nothing.
     pub dry_run: bool,
+    /// `fieldManager`: the manager the write's fields are recorded under in `managedFields`.
     pub field_manager: Option<String>,
 }
 
@@ -157,8 +173,13 @@ impl Patch {
 /// Options of a patch.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PatchParams {
+    /// `dryRun=All`: validate and admit, but persist nothing.
     pub dry_run: bool,
+    /// `fieldManager`: the manager the patch's fields are recorded under; required for server-side
+    /// apply.
     pub field_manager: Option<String>,
+    /// `force`: server-side apply takes over fields other managers own instead of failing with a
+    /// conflict.
     pub force: bool,
 }
 
@@ -188,27 +209,39 @@ impl PatchParams {
 /// Options of a delete.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DeleteParams {
+    /// `gracePeriodSeconds`: how long a pod's containers get to stop; 0 deletes at once; unset uses
+    /// the object's own period.
     pub grace_period_seconds: Option<i64>,
     /// `Foreground`, `Background` or `Orphan`.
     pub propagation_policy: Option<String>,
+    /// `preconditions.uid`: delete only if the object still has this uid (409 otherwise).
     pub precondition_uid: Option<String>,
+    /// `preconditions.resourceVersion`: delete only if the object is still at this version (409
+    /// otherwise).
     pub precondition_resource_version: Option<String>,
+    /// `dryRun=All`: check the delete, but change nothing.
     pub dry_run: bool,
 }
 
 impl DeleteParams {
+    /// `propagationPolicy: Foreground`: the object stays (with the `foregroundDeletion` finalizer)
+    /// until its dependents are gone.
     pub fn foreground() -> Self {
         DeleteParams {
             propagation_policy: Some("Foreground".into()),
             ..Default::default()
         }
     }
+    /// `propagationPolicy: Background`: the object goes now; the garbage collector deletes its
+    /// dependents afterwards.
     pub fn background() -> Self {
         DeleteParams {
             propagation_policy: Some("Background".into()),
             ..Default::default()
         }
     }
+    /// `propagationPolicy: Orphan`: the object goes; its dependents stay, with their owner
+    /// references to it removed.
     pub fn orphan() -> Self {
         DeleteParams {
             propagation_policy: Some("Orphan".into()),

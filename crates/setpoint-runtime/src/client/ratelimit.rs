@@ -14,6 +14,8 @@ pub struct TokenBucket {
 }
 
 impl TokenBucket {
+    /// A full bucket. A `burst` of 0 counts as 1, and a `qps` of zero or less as the smallest
+    /// positive rate.
     pub fn new(qps: f64, burst: u32) -> Self {
         let burst = f64::from(burst.max(1));
         TokenBucket {

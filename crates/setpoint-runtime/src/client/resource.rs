@@ -5,10 +5,16 @@ use std::any::TypeId;
 /// Group, version, kind, plural and scope of a resource.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ApiResource {
+    /// The API group, e.g. `apps`; empty for the core group.
     pub group: String,
+    /// The API version within the group, e.g. `v1`.
     pub version: String,
+    /// The object kind, e.g. `Deployment`.
     pub kind: String,
+    /// The resource name in URLs, e.g. `deployments`.
     pub plural: String,
+    /// Whether objects live in a namespace (`/namespaces/<ns>/<plural>`) rather than at cluster
+    /// scope.
     pub namespaced: bool,
 }
 

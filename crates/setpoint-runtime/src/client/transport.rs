@@ -24,6 +24,9 @@ pub type Body = UnsyncBoxBody<Bytes, BoxError>;
 /// Sends one request and returns the response with a streaming body.
 #[async_trait]
 pub trait Transport: Send + Sync + 'static {
+    /// Sends `req` and returns the response once its head has arrived. Any HTTP status is
+    /// `Ok`; an error means the request got no answer ([`ClientError::Transport`]) or could not
+    /// be formed ([`ClientError::Config`]).
     async fn send(&self, req: http::Request<Bytes>) -> Result<http::Response<Body>, ClientError>;
 }
 
@@ -34,6 +37,7 @@ pub struct ServiceTransport<S> {
 }
 
 impl<S> ServiceTransport<S> {
+    /// A transport that hands every request to a clone of `service`.
     pub fn new(service: S) -> Self {
         ServiceTransport { service }
     }

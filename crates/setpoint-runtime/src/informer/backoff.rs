@@ -7,7 +7,9 @@ use std::time::Duration;
 /// failed together (an API server restart) do not come back together.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Backoff {
+    /// The delay after the first failure.
     pub initial: Duration,
+    /// The longest delay, however many failures in a row.
     pub max: Duration,
     /// Fraction of the delay added at random, `0.0..=1.0`.
     pub jitter: f64,

@@ -18,7 +18,9 @@ use crate::object::Object;
 pub struct Scope {
     /// One namespace; None: all namespaces (and always None for cluster-scoped resources).
     pub namespace: Option<String>,
+    /// Only objects whose labels match this `labelSelector`; None: any labels.
     pub label_selector: Option<String>,
+    /// Only objects whose selectable fields match this `fieldSelector`; None: any.
     pub field_selector: Option<String>,
 }
 
