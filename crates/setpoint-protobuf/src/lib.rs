@@ -84,25 +84,37 @@ pub enum DecodeError {
         .field.map(|f| format!(" (field {f})")).unwrap_or_default()
     )]
     Truncated {
+        /// The fully qualified protobuf name of the message being read.
         message: &'static str,
+        /// The field number whose value is cut short; `None` when the input ends inside a key.
         field: Option<u32>,
     },
     /// A field has the wrong wire type or an invalid value.
     #[error("malformed field {field} in message {message}: {reason}")]
     MalformedField {
+        /// The fully qualified protobuf name of the message the field belongs to.
         message: &'static str,
+        /// The protobuf field number.
         field: u32,
+        /// What is wrong with the field's value or wire type.
         reason: String,
     },
     /// A message could not be split into fields (invalid key).
     #[error("malformed message {message}: {reason}")]
     MalformedMessage {
+        /// The fully qualified protobuf name of the message.
         message: &'static str,
+        /// Why its bytes do not split into fields.
         reason: String,
     },
     /// The envelope names a kind this crate has no schema for.
     #[error("unknown kind {kind} in {api_version}: no protobuf schema is known for it")]
-    UnknownKind { api_version: String, kind: String },
+    UnknownKind {
+        /// The envelope's `typeMeta.apiVersion`.
+        api_version: String,
+        /// The envelope's `typeMeta.kind`.
+        kind: String,
+    },
     /// The envelope is well-formed but cannot be handled (no type, compressed, other encoding).
     #[error("unsupported protobuf envelope: {0}")]
     UnsupportedEnvelope(String),

@@ -20,11 +20,18 @@ pub enum PatchStrategy {
     Default,
     /// `patchStrategy:"merge"` on a list. With a key, items are matched on that property and
     /// merged; without one (`finalizers`, `podCIDRs`) the list of scalars is an ordered set.
-    Merge { key: Option<&'static str> },
+    Merge {
+        /// The `patchMergeKey`: the item property lists of objects are matched on; `None` for
+        /// a list of scalars.
+        key: Option<&'static str>,
+    },
     /// `patchStrategy:"merge,retainKeys"` on a list of objects (`PodSpec.volumes`): items merge
     /// by `key`, and a client may send `$retainKeys` inside an item to clear the properties it
     /// does not list (how kubectl switches a volume from one source to another).
-    MergeRetainKeys { key: &'static str },
+    MergeRetainKeys {
+        /// The `patchMergeKey` items are matched on (`name` for volumes).
+        key: &'static str,
+    },
     /// `patchStrategy:"retainKeys"` on an object (`DeploymentSpec.strategy`): it merges, and
     /// clients send `$retainKeys` to clear the properties they do not list.
     RetainKeys,

@@ -68,12 +68,18 @@ pub fn description_of(name: &str) -> Option<&'static str> {
 pub enum Form {
     /// An object with typed properties.
     Object(TypeRef),
+    /// A string (protobuf `string`).
     String,
     /// base64-encoded `bytes`.
     Bytes,
+    /// A boolean (protobuf `bool`).
     Boolean,
+    /// An integer of protobuf type `int32` (OpenAPI format `int32`).
     Int32,
+    /// An integer of protobuf type `int64` (OpenAPI format `int64`), a JSON number, not the
+    /// string protobuf's own JSON mapping would write.
     Int64,
+    /// A number of protobuf type `double` (OpenAPI format `double`).
     Double,
     /// `resource.Quantity`: a string such as `500m` (a number is accepted too).
     Quantity,
