@@ -110,6 +110,8 @@ pub struct EtcdOptions {
     /// never see each other's `/registry/…` keys; still, prefer prefixes that are not prefixes
     /// of one another.
     pub prefix: String,
+    /// The CA and client certificate for `https://` endpoints; `None` for plain `http://`
+    /// (TLS options with an `http://` endpoint, or the reverse, are refused on connect).
     pub tls: Option<EtcdTls>,
     /// Largest value accepted ([`StoreError::TooLarge`] beyond it). etcd's own request limit
     /// also counts the key and a little framing; a write it refuses as too large is reported

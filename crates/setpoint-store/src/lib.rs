@@ -53,6 +53,7 @@ pub type Revision = i64;
 pub struct KeyValue {
     /// Shared (`Arc`): the latest value and every logged version of a key hold one copy.
     pub key: Arc<str>,
+    /// The stored bytes, exactly as written (the store does not interpret them).
     pub value: Bytes,
     /// Revision of the write that created this incarnation of the key.
     pub create_revision: Revision,
@@ -67,13 +68,18 @@ pub struct KeyValue {
 pub enum Event {
     /// A create or update. `prev` is the value before the write (None for a create).
     Put {
+        /// The key's value after the write; its `mod_revision` is the event's revision.
         kv: KeyValue,
+        /// The key's value before the write; `None` for a create.
         prev: Option<KeyValue>,
     },
     /// A delete at `revision`; `prev` is the last value the key had.
     Delete {
+        /// The deleted key.
         key: Arc<str>,
+        /// The revision of the delete itself (newer than `prev.mod_revision`).
         revision: Revision,
+        /// The key's last value before the delete.
         prev: KeyValue,
     },
 }
@@ -123,6 +129,7 @@ pub struct RangeRequest {
 /// The answer to a [`RangeRequest`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RangeResponse {
+    /// The matching keys' values, in key order, at most `limit` of them.
     pub kvs: Vec<KeyValue>,
     /// More keys remain after the last one returned.
     pub more: bool,
@@ -137,7 +144,9 @@ pub struct RangeResponse {
 /// notification).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WatchResponse {
+    /// The changes, in revision order; empty for a progress notification.
     pub events: Vec<Event>,
+    /// The revision through which this watcher has now seen every change under its prefix.
     pub revision: Revision,
 }
 
@@ -146,31 +155,48 @@ pub struct WatchResponse {
 pub enum StoreError {
     /// `Precondition::NotExists` and the key exists.
     #[error("key {key:?} already exists")]
-    AlreadyExists { key: String },
+    AlreadyExists {
+        /// The key that exists.
+        key: String,
+    },
     /// `Precondition::ModRevision` did not hold; `current` is the key's current value, if any.
     #[error("precondition failed for key {key:?}")]
     Conflict {
+        /// The key written or deleted.
         key: String,
+        /// The key's current value; `None` when the key does not exist.
         current: Option<Box<KeyValue>>,
     },
     /// Delete of a key that does not exist.
     #[error("key {key:?} not found")]
-    NotFound { key: String },
+    NotFound {
+        /// The missing key.
+        key: String,
+    },
     /// The requested revision is older than the compaction point.
     #[error("revision {requested} has been compacted (compacted through {compacted})")]
     Compacted {
+        /// The revision asked for.
         requested: Revision,
+        /// The compaction point: history at and before it is gone.
         compacted: Revision,
     },
     /// The requested revision is newer than the store's current revision.
     #[error("revision {requested} is in the future (current {current})")]
     FutureRevision {
+        /// The revision asked for.
         requested: Revision,
+        /// The store's latest committed revision when it answered.
         current: Revision,
     },
     /// The value exceeds the backend's size limit.
     #[error("value of {size} bytes exceeds the limit of {limit} bytes")]
-    TooLarge { size: usize, limit: usize },
+    TooLarge {
+        /// The value's size in bytes.
+        size: usize,
+        /// The largest value the backend accepts, in bytes.
+        limit: usize,
+    },
     /// A watcher fell too far behind and was dropped; it must resume from its last revision.
     #[error("watcher fell behind and was dropped")]
     WatcherLagged,

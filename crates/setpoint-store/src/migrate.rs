@@ -64,7 +64,9 @@ pub enum MigrateError {
     /// A store operation failed.
     #[error("store error while {context}: {source}")]
     Store {
+        /// What was being done (`reading a page`, `overwriting a key`, …).
         context: &'static str,
+        /// The store's error.
         #[source]
         source: StoreError,
     },
@@ -76,17 +78,30 @@ pub enum MigrateError {
     UnsupportedVersion(u64),
     /// A key line is malformed.
     #[error("line {line}: {reason}")]
-    BadLine { line: usize, reason: String },
+    BadLine {
+        /// The 1-based line number in the stream, the header being line 1.
+        line: usize,
+        /// What is wrong with the line.
+        reason: String,
+    },
     /// The target store already holds objects and `force` was not given.
     #[error(
         "the target store is not empty (it holds {key:?}, among others); \
          import into an empty store, or force to overwrite existing keys"
     )]
-    NotEmpty { key: String },
+    NotEmpty {
+        /// One key the target already holds.
+        key: String,
+    },
     /// The stream held a different number of key lines than its header announced (it was
     /// truncated or edited). Keys read before the problem was found have been written.
     #[error("the export announced {expected} keys but held {found}; it is truncated or damaged")]
-    CountMismatch { expected: u64, found: u64 },
+    CountMismatch {
+        /// The key count the header announced.
+        expected: u64,
+        /// The key lines the stream actually held.
+        found: u64,
+    },
 }
 
 fn store_err(context: &'static str) -> impl FnOnce(StoreError) -> MigrateError {
