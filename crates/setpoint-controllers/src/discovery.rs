@@ -10,7 +10,9 @@ use crate::Error;
 /// A served resource and the verbs the server allows on it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServedResource {
+    /// The resource's group, version, kind, plural and scope.
     pub resource: ApiResource,
+    /// The discovery document's `verbs`, e.g. `list`, `watch`, `deletecollection`.
     pub verbs: Vec<String>,
 }
 

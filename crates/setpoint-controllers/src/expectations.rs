@@ -153,7 +153,10 @@ pub enum BatchesEnd {
     /// Every pod was created.
     Done,
     /// `proceed` said no before a batch; `created` pods had been created by then.
-    Stopped { created: usize },
+    Stopped {
+        /// The pods created before it stopped.
+        created: usize,
+    },
     /// A create failed (the first error); the batches after it were skipped.
     Failed(String),
 }

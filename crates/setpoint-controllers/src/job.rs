@@ -51,7 +51,9 @@ pub const MAX_POD_CREATE_DELETE_PER_SYNC: usize = 500;
 pub struct Finish {
     /// `Complete` or `Failed`.
     pub condition: &'static str,
+    /// The condition's `reason`: `Completed`, `BackoffLimitExceeded` or `DeadlineExceeded`.
     pub reason: &'static str,
+    /// The condition's human-readable `message`.
     pub message: String,
 }
 
@@ -64,8 +66,11 @@ pub struct Plan {
     pub delete: Vec<ObjectKey>,
     /// The counts the pods imply.
     pub active: i32,
+    /// Pods that reached phase `Succeeded` (`status.succeeded`).
     pub succeeded: i32,
+    /// Pods that reached phase `Failed` (`status.failed`).
     pub failed: i32,
+    /// Active pods whose `Ready` condition is `True` (`status.ready`).
     pub ready: i32,
     /// The Job ends now (it had not before).
     pub finish: Option<Finish>,

@@ -49,5 +49,10 @@ pub enum Error {
     Client(#[from] setpoint_runtime::ClientError),
     /// A discovery document did not have the expected shape.
     #[error("discovery document {path}: {message}")]
-    Discovery { path: String, message: String },
+    Discovery {
+        /// The path of the document, e.g. `/apis/apps/v1`.
+        path: String,
+        /// What was wrong with it.
+        message: String,
+    },
 }

@@ -40,11 +40,17 @@ pub struct Options {
 /// the runtime's default.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Concurrency {
+    /// `--concurrent-deployment-syncs` (default 5).
     pub deployment: usize,
+    /// `--concurrent-replicaset-syncs` (default 5).
     pub replicaset: usize,
+    /// `--concurrent-job-syncs` (default 5).
     pub job: usize,
+    /// `--concurrent-cron-job-syncs` (default 5).
     pub cronjob: usize,
+    /// `--concurrent-namespace-syncs` (default 10).
     pub namespace: usize,
+    /// `--concurrent-gc-syncs` (default 20).
     pub garbagecollector: usize,
 }
 

@@ -51,8 +51,12 @@ const DISCOVERY_TTL: Duration = Duration::from_secs(30);
 pub struct Content {
     /// The resource, as `plural` or `plural.group`.
     pub resource: String,
+    /// The object's `metadata.name`.
     pub name: String,
+    /// The object's `metadata.uid`, sent as a delete precondition.
     pub uid: String,
+    /// The object's `metadata.finalizers`: while any remain, it blocks the namespace's
+    /// finalization.
     pub finalizers: Vec<String>,
     /// Already has a `deletionTimestamp`: deleting it again changes nothing.
     pub deleting: bool,
