@@ -7,10 +7,9 @@ use setpoint_api::ApiError;
 
 use super::list::{delete_collection, list};
 use super::negotiation::decode_object_body;
-use super::options::{with_default_manager, write_options};
-use super::respond::written_response;
+use super::respond::{to_storage, written_response};
 use super::watch::watch;
-use super::{read_body, storage_def, Request};
+use super::{storage_def, write_request, Request};
 use crate::request::bool_param;
 use crate::strategy::View;
 
@@ -21,15 +20,10 @@ pub(super) async fn serve(
     namespace: Option<&str>,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let Request {
-        server,
-        res,
-        q,
-        headers,
-    } = r;
+    let Request { server, res, q, .. } = r;
     match *method {
-        Method::GET if bool_param(q, "watch") => watch(server, res, namespace, q, headers).await,
-        Method::GET => list(server, res, namespace, q, headers).await,
+        Method::GET if bool_param(q, "watch") => watch(r, namespace).await,
+        Method::GET => list(r, namespace).await,
         Method::POST => {
             let ns = match (namespace, res.namespaced) {
                 (Some(ns), true) => ns.to_string(),
@@ -48,19 +42,14 @@ async fn create(r: Request<'_>, ns: &str, body: Body) -> Result<Response, ApiErr
     let Request {
         server,
         res,
-        q,
         headers,
+        ..
     } = r;
-    let opts = with_default_manager(write_options(q, "CreateOptions")?, headers);
-    let bytes = read_body(server, body).await?;
+    let (opts, bytes) = write_request(r, "CreateOptions", body).await?;
     let (obj, syntax) = decode_object_body(res, headers, &bytes)?;
     let dups = server.check_duplicate_fields(res, syntax, &bytes, &opts)?;
     let sres = storage_def(server, res);
-    let obj = if res.is_converted() {
-        crate::convert::to_storage(res, obj)
-    } else {
-        obj
-    };
+    let obj = to_storage(res, obj);
     let w = server.create(&sres, ns, obj, &opts).await?;
     Ok(written_response(
         StatusCode::CREATED,

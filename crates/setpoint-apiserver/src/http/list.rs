@@ -7,7 +7,7 @@ use axum::body::Body;
 use axum::response::Response;
 use base64::Engine;
 use bytes::{Bytes, BytesMut};
-use http::{HeaderMap, StatusCode};
+use http::StatusCode;
 use serde_json::{json, Value};
 use setpoint_api::selector::{FieldSelector, LabelSelector};
 use setpoint_api::ApiError;
@@ -25,7 +25,7 @@ use super::negotiation::wants_metadata;
 use super::options::delete_options;
 use super::read_body;
 use super::respond::to_api;
-use super::storage_def;
+use super::{storage_def, Request};
 use crate::response::json_response;
 use crate::response::value_response;
 
@@ -148,13 +148,15 @@ pub(super) async fn wait_fresh(
     }
 }
 
-pub(super) async fn list(
-    server: &Arc<ApiServer>,
-    res: &Arc<ResourceDef>,
-    namespace: Option<&str>,
-    q: &Query,
-    headers: &HeaderMap,
-) -> Result<Response, ApiError> {
+/// LIST of the collection: from the watch cache (or the store, for an exact revision), one
+/// page at a time when the client gives a limit; a Table or partial metadata when it asks.
+pub(super) async fn list(r: Request<'_>, namespace: Option<&str>) -> Result<Response, ApiError> {
+    let Request {
+        server,
+        res,
+        q,
+        headers,
+    } = r;
     let params = ListParams::parse(q)?;
     let filter = filter_for(server, res, namespace, q)?;
     let limit = params

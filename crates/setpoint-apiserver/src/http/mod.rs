@@ -256,6 +256,18 @@ async fn serve(
     }
 }
 
+/// The options of a write (named `kind` in errors: `CreateOptions`, `UpdateOptions`,
+/// `PatchOptions`), with the client's default field manager, and its body.
+async fn write_request(
+    r: Request<'_>,
+    kind: &str,
+    body: Body,
+) -> Result<(crate::objects::WriteOptions, Bytes), ApiError> {
+    let opts = options::with_default_manager(options::write_options(r.q, kind)?, r.headers);
+    let bytes = read_body(r.server, body).await?;
+    Ok((opts, bytes))
+}
+
 /// The served resource a path names, or 404.
 fn served(
     server: &ApiServer,

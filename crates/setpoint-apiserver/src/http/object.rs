@@ -14,10 +14,10 @@ use super::negotiation::{
     content_type, decode_apply_body, decode_object_body, partial_metadata, table_requested,
     wants_metadata,
 };
-use super::options::{delete_options, with_default_manager, write_options};
+use super::options::delete_options;
 use super::pods::{bind_pod, pod_log};
-use super::respond::{to_api, written_response};
-use super::{read_body, storage_def, Request};
+use super::respond::{to_api, to_storage, written_response};
+use super::{read_body, storage_def, write_request, Request};
 use crate::objects::BodySyntax;
 use crate::patch::Patch;
 use crate::request::{opt_bool_param, rv_param, RvParam};
@@ -106,11 +106,10 @@ async fn put(
     let Request {
         server,
         res,
-        q,
         headers,
+        ..
     } = r;
-    let opts = with_default_manager(write_options(q, "UpdateOptions")?, headers);
-    let bytes = read_body(server, body).await?;
+    let (opts, bytes) = write_request(r, "UpdateOptions", body).await?;
     let (obj, syntax) = if view == View::Scale {
         let obj = serde_json::from_slice(&bytes).map_err(|e| {
             ApiError::bad_request(format!(
@@ -122,11 +121,7 @@ async fn put(
         decode_object_body(res, headers, &bytes)?
     };
     let dups = server.check_duplicate_fields(res, syntax, &bytes, &opts)?;
-    let obj = if res.is_converted() {
-        crate::convert::to_storage(res, obj)
-    } else {
-        obj
-    };
+    let obj = to_storage(res, obj);
     let sres = storage_def(server, res);
     let w = server.update(&sres, ns, name, view, obj, &opts).await?;
     Ok(written_response(StatusCode::OK, res, view, w, dups))
@@ -146,8 +141,7 @@ async fn patch(
         q,
         headers,
     } = r;
-    let opts = with_default_manager(write_options(q, "PatchOptions")?, headers);
-    let bytes = read_body(server, body).await?;
+    let (opts, bytes) = write_request(r, "PatchOptions", body).await?;
     let ct = content_type(headers);
     let is_apply = ct == crate::patch::APPLY_PATCH;
     // `force` is a pointer upstream: on a non-apply patch, giving it at all is forbidden,

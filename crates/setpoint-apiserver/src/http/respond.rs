@@ -72,6 +72,16 @@ pub(super) fn openapi_v2_response(
     r.expect("valid response")
 }
 
+/// An object in a request's version as its storage version holds it (the inverse of
+/// [`to_api`]).
+pub(super) fn to_storage(res: &ResourceDef, obj: Value) -> Value {
+    if res.is_converted() {
+        crate::convert::to_storage(res, obj)
+    } else {
+        obj
+    }
+}
+
 pub(super) fn to_api(res: &ResourceDef, obj: Value) -> Value {
     if res.transformed_on_read() {
         crate::convert::from_storage(res, obj)

@@ -9,14 +9,13 @@ use axum::body::Body;
 use axum::response::Response;
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
-use http::{HeaderMap, StatusCode};
+use http::StatusCode;
 use serde_json::json;
 use setpoint_api::{meta, ApiError};
 use setpoint_store::Revision;
 
 use crate::registry::ResourceDef;
 use crate::request::{ListParams, Query, RvParam};
-use crate::state::ApiServer;
 use crate::watchcache::{CachedObject, EventType, WatchItem, WatchStart};
 
 use super::list::filter_for;
@@ -24,7 +23,7 @@ use super::list::wait_fresh;
 use super::negotiation::table_requested;
 use super::negotiation::wants_metadata;
 use super::respond::to_api;
-use super::storage_def;
+use super::{storage_def, Request};
 use crate::response::json_response;
 
 /// Formats one watch event line.
@@ -58,13 +57,15 @@ pub(super) fn watch_error(e: &ApiError) -> Response {
     json_response(StatusCode::OK, line)
 }
 
-pub(super) async fn watch(
-    server: &Arc<ApiServer>,
-    res: &Arc<ResourceDef>,
-    namespace: Option<&str>,
-    q: &Query,
-    headers: &HeaderMap,
-) -> Result<Response, ApiError> {
+/// WATCH of the collection: the initial state when asked for, then every change after the
+/// revision, filtered by the selectors, with bookmarks when the client allows them.
+pub(super) async fn watch(r: Request<'_>, namespace: Option<&str>) -> Result<Response, ApiError> {
+    let Request {
+        server,
+        res,
+        q,
+        headers,
+    } = r;
     let params = ListParams::parse(q)?;
     let filter = filter_for(server, res, namespace, q)?;
     let sres = storage_def(server, res);
