@@ -36,6 +36,7 @@ pub const SENT_ANNOTATION: &str = "setpoint-bench/sent-us";
 pub struct ApiConfig {
     /// Workers, each with one request in flight.
     pub concurrency: usize,
+    /// How long the load phase lasts.
     pub duration: Duration,
     /// Bytes of payload per ConfigMap.
     pub object_size: usize,
@@ -43,7 +44,10 @@ pub struct ApiConfig {
     pub watchers: usize,
     /// How long to wait for deliveries and deletion at the end.
     pub timeout: Duration,
+    /// Whether to show the progress line on stderr while the run goes.
     pub progress: bool,
+    /// Where to also write the raw event log (JSON lines), from which the report can be
+    /// recomputed; `None` writes none.
     pub raw_log: Option<PathBuf>,
     /// Which local processes to sample (besides this one).
     pub processes: crate::procstat::Scope,

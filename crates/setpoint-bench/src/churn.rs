@@ -50,10 +50,14 @@ pub struct ChurnConfig {
     pub nodes: usize,
     /// Operations outstanding at most; more due at once are skipped (backlog).
     pub max_in_flight: usize,
+    /// The container image of the pods and Deployments it creates.
     pub image: String,
     /// How long to wait for nodes, draining and deletion (each).
     pub timeout: Duration,
+    /// Whether to show the progress line on stderr while the run goes.
     pub progress: bool,
+    /// Where to also write the raw event log (JSON lines), from which the report can be
+    /// recomputed; `None` writes none.
     pub raw_log: Option<PathBuf>,
     /// Which local processes to sample (besides this one).
     pub processes: crate::procstat::Scope,

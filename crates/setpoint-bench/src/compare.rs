@@ -15,8 +15,12 @@ const SKIP: &[&str] = &["started_unix_ms", "run_id", "running_over_time", "pid"]
 /// One figure of both runs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Row {
+    /// The figure's dotted path in the report (`api.get pods.count`); list entries
+    /// are named by their verb and resource, role or name.
     pub path: String,
+    /// Its value in the first report; `None` when that report lacks it.
     pub a: Option<f64>,
+    /// Its value in the second report; `None` when that report lacks it.
     pub b: Option<f64>,
 }
 

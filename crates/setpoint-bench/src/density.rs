@@ -44,7 +44,9 @@ pub struct DensityConfig {
     /// Host no nodes: wait until the cluster has `nodes` Ready simulated nodes of its own
     /// (labelled `setpoint.dev/simulated=true`) and leave them in place at the end.
     pub reuse_nodes: bool,
+    /// Deployments to create.
     pub deployments: usize,
+    /// `spec.replicas` of each Deployment.
     pub replicas: i32,
     /// One namespace per Deployment instead of one for the run.
     pub namespace_per_deployment: bool,
@@ -53,6 +55,7 @@ pub struct DensityConfig {
     /// Deployment creates started per second (`None`: as fast as the cluster answers, with
     /// `create_concurrency` in flight).
     pub create_rate: Option<f64>,
+    /// The container image of the Deployments' pods.
     pub image: String,
     /// Leave everything in place at the end.
     pub keep: bool,
@@ -98,7 +101,9 @@ impl Default for DensityConfig {
 /// What a run leaves: the report and the log it was computed from.
 #[derive(Clone, Debug)]
 pub struct Outcome<R> {
+    /// The figures, computed from `log`.
     pub report: R,
+    /// The raw event log of the run, in time order.
     pub log: Vec<Entry>,
 }
 

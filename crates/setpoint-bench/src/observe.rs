@@ -28,9 +28,13 @@ use crate::BenchError;
 /// Live counts of first sightings, for the progress line.
 #[derive(Debug, Default)]
 pub struct Counts {
+    /// Pods of the run seen at all.
     pub created: AtomicU64,
+    /// Pods seen bound to a node.
     pub scheduled: AtomicU64,
+    /// Pods seen Running with every container ready.
     pub running: AtomicU64,
+    /// Deployments seen with every replica available.
     pub available: AtomicU64,
 }
 

@@ -31,9 +31,13 @@ const USER_HZ: u64 = 100;
 /// One sample of one process.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sample {
+    /// The process id.
     pub pid: u32,
+    /// What the report calls the process (see [`setpoint_processes`]).
     pub name: String,
+    /// Peak resident set so far, in kB (`VmHWM`).
     pub hwm_kb: u64,
+    /// User plus system CPU time so far, in milliseconds.
     pub cpu_ms: u64,
 }
 

@@ -52,52 +52,102 @@ pub enum Mark {
 pub enum Record {
     /// The first record: which benchmark, with what parameters, started when (wall clock).
     Start {
+        /// `density`, `churn` or `api`.
         benchmark: String,
+        /// The run's random id (see [`crate::density::run_id`]).
         run_id: String,
+        /// Wall-clock start, milliseconds since the Unix epoch.
         unix_ms: i64,
+        /// The run's configuration as the report needs it (counts, rates, sizes), a JSON object.
         params: serde_json::Value,
     },
     /// A milestone.
-    Mark { mark: Mark },
+    Mark {
+        /// Which milestone was reached.
+        mark: Mark,
+    },
     /// A pod (`namespace/name`) was first seen at all.
-    PodCreated { pod: String },
+    PodCreated {
+        /// `namespace/name`.
+        pod: String,
+    },
     /// A pod was first seen with `spec.nodeName`.
-    PodScheduled { pod: String, node: String },
+    PodScheduled {
+        /// `namespace/name`.
+        pod: String,
+        /// The `spec.nodeName` it was bound to.
+        node: String,
+    },
     /// A pod was first seen in phase Running with every container ready.
-    PodRunning { pod: String },
+    PodRunning {
+        /// `namespace/name`.
+        pod: String,
+    },
     /// A Deployment (`namespace/name`) was first seen with `availableReplicas` == replicas.
-    DeploymentAvailable { deployment: String },
+    DeploymentAvailable {
+        /// `namespace/name`.
+        deployment: String,
+    },
     /// One API request as the client saw it: sent at `t_us`, answered `us` later; `error` is
     /// `None` on success, else the HTTP code or `transport` / `decode`.
     Request {
+        /// The client call (`create`, `get`, `list`, `watch`, `patch`, …).
         verb: String,
+        /// The resource's plural name (`pods`).
         resource: String,
+        /// Microseconds from sending to the answer (or the failure).
         us: u64,
+        /// `None` on success; else the HTTP status code, `transport`, `decode`, `config` or
+        /// `timeout`.
         error: Option<String>,
     },
     /// A failed request is being retried.
     Retry {
+        /// The client call, as in [`Record::Request`].
         verb: String,
+        /// The resource's plural name.
         resource: String,
+        /// The failed attempt's `error`, as in [`Record::Request`].
         reason: String,
     },
     /// The sampler reset the peak resident set of a local process to its current size
     /// (`reset`), so its later `VmHWM` samples are the run's peak, not the process's; or
     /// could not (then they are the peak since the process started).
-    PeakReset { pid: u32, reset: bool },
+    PeakReset {
+        /// The process id.
+        pid: u32,
+        /// Whether the reset worked.
+        reset: bool,
+    },
     /// A sample of a local process: peak resident set (`VmHWM`) and CPU time so far.
     Process {
+        /// The process id.
         pid: u32,
+        /// What the report calls the process (see [`crate::procstat::setpoint_processes`]).
         name: String,
+        /// Peak resident set, in kB (`VmHWM`).
         hwm_kb: u64,
+        /// User plus system CPU time since the process started, in milliseconds.
         cpu_ms: u64,
     },
     /// What was still missing when a wait gave up.
-    Missing { what: String },
+    Missing {
+        /// What, in words (`namespace bench-1a2b3c still there after 60s`, or the error that
+        /// stopped a cleanup step).
+        what: String,
+    },
     /// A watcher received a change `us` after its writer sent it.
-    Delivery { watcher: u32, us: u64 },
+    Delivery {
+        /// The watcher's index, from 0.
+        watcher: u32,
+        /// Microseconds from the writer sending the change to the watcher receiving it.
+        us: u64,
+    },
     /// Churn: an operation was due but every slot was busy, so it was not sent (backlog).
-    Skipped { op: String },
+    Skipped {
+        /// The operation, such as `create pod` or `patch deployment`.
+        op: String,
+    },
 }
 
 /// Collects entries from many tasks; cheap to clone.

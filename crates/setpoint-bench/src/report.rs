@@ -20,10 +20,15 @@ pub const RUNNING_MEANS: &str = "phase Running and every container ready";
 /// Latency percentiles in milliseconds.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Percentiles {
+    /// How many durations were observed (0: every figure below is 0).
     pub count: u64,
+    /// The median, ms.
     pub p50: f64,
+    /// The 90th percentile, ms.
     pub p90: f64,
+    /// The 99th percentile, ms.
     pub p99: f64,
+    /// The longest observed, ms.
     pub max: f64,
 }
 
@@ -52,19 +57,24 @@ impl Percentiles {
 /// Client-side latency of one verb on one resource.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ApiLatency {
+    /// The client call (`create`, `get`, `list`, `watch`, `patch`, …).
     pub verb: String,
+    /// The resource's plural name (`pods`, `configmaps`).
     pub resource: String,
     /// Requests sent (retries included).
     pub count: u64,
     /// Requests that failed (any error, including those then retried).
     pub errors: u64,
+    /// Sent → answered (or failed), failures included.
     pub latency_ms: Percentiles,
 }
 
 /// CPU and memory of one local process over the run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ProcessUsage {
+    /// The process id.
     pub pid: u32,
+    /// The process as sampled: `setpoint` and its first arguments, or this process.
     pub name: String,
     /// What the process is, without the arguments that differ between clusters
     /// (`setpoint up`, `setpoint agent`, `benchmark`), so two runs' processes line up.
@@ -241,14 +251,19 @@ pub struct PhaseLatencies {
 /// The report of `bench density`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DensityReport {
+    /// Which benchmark the report is of (`density`); `compare` refuses to compare different ones.
     pub benchmark: String,
+    /// The run's random id; the run's namespaces are named after it (`bench-<id>…`).
     pub run_id: String,
+    /// When the run started, wall clock, milliseconds since the Unix epoch.
     pub started_unix_ms: i64,
     /// Ready nodes pods could land on (simulated ones included).
     pub nodes: u64,
     /// Simulated nodes this run hosted.
     pub simulated_nodes: u64,
+    /// Deployments the run created.
     pub deployments: u64,
+    /// `spec.replicas` of each of them.
     pub replicas: u64,
     /// Pods asked for: deployments × replicas.
     pub pods: u64,
@@ -256,6 +271,7 @@ pub struct DensityReport {
     /// cluster answered).
     #[serde(default)]
     pub create_rate: Option<f64>,
+    /// What counts as Running in the figures ([`RUNNING_MEANS`]), so a report read alone says.
     pub running_means: String,
     /// Creates started → every pod Running and every Deployment Available (or the last one
     /// seen, when the run timed out).
@@ -266,19 +282,33 @@ pub struct DensityReport {
     pub create_seconds: Option<f64>,
     /// Namespace deletes sent → namespaces gone (`None` with `--keep` or when it did not end).
     pub deletion_seconds: Option<f64>,
+    /// Pods of the run seen at all.
     pub pods_created: u64,
+    /// Pods seen bound to a node.
     pub pods_scheduled: u64,
+    /// Pods seen Running (as [`RUNNING_MEANS`] says).
     pub pods_running: u64,
+    /// Deployments seen with every replica available.
     pub deployments_available: u64,
+    /// Whether the wait for readiness gave up before everything was Running and Available.
     pub timed_out: bool,
+    /// What was still missing when a wait gave up, one line each; empty when nothing was.
     pub missing: Vec<String>,
+    /// Per-pod and per-Deployment phase latencies.
     pub latency_ms: PhaseLatencies,
+    /// Requests sent (retries included).
     pub requests: u64,
+    /// Requests that failed, whatever the error.
     pub errors: u64,
+    /// Requests that were retried after a transient failure.
     pub retries: u64,
+    /// Latency per verb and resource, over the whole run.
     pub api: Vec<ApiLatency>,
+    /// CPU and peak memory of each local process sampled.
     pub processes: Vec<ProcessUsage>,
+    /// Sum of the processes' peak RSS, MiB.
     pub peak_rss_mib_total: f64,
+    /// Sum of the processes' CPU seconds.
     pub cpu_seconds_total: f64,
     /// `[seconds since creates started, pods Running]`, at most 101 evenly spaced points.
     pub running_over_time: Vec<(f64, u64)>,
@@ -401,9 +431,11 @@ pub struct ChurnWindow {
     pub start_seconds: f64,
     /// Requests sent in the window.
     pub sent: u64,
+    /// Requests sent in the window that failed.
     pub errors: u64,
     /// Operations that were due but not sent because every slot was busy.
     pub skipped: u64,
+    /// Latency of the requests sent in the window.
     pub latency_ms: Percentiles,
 }
 
@@ -413,8 +445,11 @@ pub const CHURN_WINDOW_US: u64 = 5_000_000;
 /// The report of `bench churn`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ChurnReport {
+    /// Which benchmark the report is of (`churn`); `compare` refuses to compare different ones.
     pub benchmark: String,
+    /// The run's random id; the run's namespaces are named after it (`bench-<id>…`).
     pub run_id: String,
+    /// When the run started, wall clock, milliseconds since the Unix epoch.
     pub started_unix_ms: i64,
     /// Operations per second asked for.
     pub requested_rate: f64,
@@ -422,9 +457,13 @@ pub struct ChurnReport {
     pub duration_seconds: f64,
     /// Operations due over the load phase.
     pub due: u64,
+    /// Requests sent during the load.
     pub sent: u64,
+    /// Requests answered with success.
     pub succeeded: u64,
+    /// Requests that failed.
     pub errors: u64,
+    /// Operations due but not sent because `max_in_flight` were outstanding.
     pub skipped: u64,
     /// Succeeded operations per second of load.
     pub achieved_rate: f64,
@@ -439,8 +478,11 @@ pub struct ChurnReport {
     /// End of the load → settled.
     #[serde(default)]
     pub settle_seconds: Option<f64>,
+    /// Latency per verb and resource, during the load.
     pub api: Vec<ApiLatency>,
+    /// The load phase in consecutive windows of [`CHURN_WINDOW_US`].
     pub windows: Vec<ChurnWindow>,
+    /// CPU and peak memory of each local process sampled.
     pub processes: Vec<ProcessUsage>,
 }
 
@@ -519,19 +561,29 @@ pub fn churn(entries: &[Entry]) -> Result<ChurnReport, BenchError> {
 /// The report of `bench api`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ApiReport {
+    /// Which benchmark the report is of (`api`); `compare` refuses to compare different ones.
     pub benchmark: String,
+    /// The run's random id; the run's namespaces are named after it (`bench-<id>…`).
     pub run_id: String,
+    /// When the run started, wall clock, milliseconds since the Unix epoch.
     pub started_unix_ms: i64,
+    /// Workers, each with one request in flight.
     pub concurrency: u64,
+    /// Bytes of payload per ConfigMap.
     pub object_size: u64,
+    /// Watchers on the run's namespace.
     pub watchers: u64,
+    /// Length of the load phase as run, seconds.
     pub duration_seconds: f64,
+    /// Requests sent (retries included).
     pub requests: u64,
+    /// Requests that failed, whatever the error.
     pub errors: u64,
     /// All requests answered per second of load.
     pub requests_per_second: f64,
     /// Requests per second, per verb.
     pub per_second: BTreeMap<String, f64>,
+    /// Latency per verb and resource, during the load.
     pub api: Vec<ApiLatency>,
     /// Successful writes (create, update, patch) during the load.
     pub writes: u64,
@@ -539,6 +591,7 @@ pub struct ApiReport {
     pub deliveries: u64,
     /// Writer sent the change → a watcher received it.
     pub delivery_ms: Percentiles,
+    /// CPU and peak memory of each local process sampled.
     pub processes: Vec<ProcessUsage>,
 }
 
