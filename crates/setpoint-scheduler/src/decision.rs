@@ -186,7 +186,12 @@ pub enum Reason {
     /// Cordoned, and the pod does not tolerate it.
     Unschedulable,
     /// A NoSchedule/NoExecute taint the pod does not tolerate.
-    UntoleratedTaint { key: String, value: String },
+    UntoleratedTaint {
+        /// The taint's `key`.
+        key: String,
+        /// The taint's `value` (may be empty).
+        value: String,
+    },
     /// `nodeSelector` or required node affinity does not match.
     NodeAffinity,
     /// Not enough CPU left.

@@ -79,13 +79,21 @@ pub enum SchedulerError {
     /// The API refused or failed a bind.
     #[error("binding pod {pod} to node {node}: {source}")]
     Bind {
+        /// The pod being bound.
         pod: ObjectKey,
+        /// The node it was to be bound to.
         node: String,
+        /// The API's answer.
         source: ClientError,
     },
     /// Writing the pod's PodScheduled condition failed.
     #[error("updating the status of pod {pod}: {source}")]
-    Status { pod: ObjectKey, source: ClientError },
+    Status {
+        /// The pod whose status was being written.
+        pod: ObjectKey,
+        /// The API's answer.
+        source: ClientError,
+    },
 }
 
 fn bound_node(pod: &Pod) -> Option<&str> {
