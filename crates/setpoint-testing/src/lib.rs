@@ -272,14 +272,18 @@ pub struct Change {
     pub key: String,
     /// The revision the change was committed at.
     pub revision: i64,
+    /// Whether the key was created, updated or deleted.
     pub kind: ChangeKind,
 }
 
 /// What a [`Change`] did to its key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ChangeKind {
+    /// A put to a key that had no value.
     Created,
+    /// A put to a key that had a value.
     Updated,
+    /// The key was deleted.
     Deleted,
 }
 
