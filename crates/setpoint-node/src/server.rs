@@ -24,9 +24,9 @@ use axum::routing::get;
 use axum::Router;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use setpoint_runtime::informer::Store;
+use setpoint_runtime::serving::{self, ClientCertificates};
 use setpoint_runtime::ObjectKey;
 use tokio::net::TcpListener;
 
@@ -218,41 +218,23 @@ pub fn tls_config(
     names: &[String],
     client_ca_pem: &str,
 ) -> Result<rustls::ServerConfig, ServerError> {
-    let tls = |e: &dyn std::fmt::Display| ServerError::Tls(e.to_string());
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let generated = rcgen::generate_simple_self_signed(names.to_vec()).map_err(|e| tls(&e))?;
-    let cert = generated.cert.der().clone();
+    let generated = rcgen::generate_simple_self_signed(names.to_vec())
+        .map_err(|e| ServerError::Tls(e.to_string()))?;
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(
         generated.signing_key.serialize_der(),
     ));
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_slice_iter(client_ca_pem.as_bytes()) {
-        roots.add(c.map_err(|e| tls(&e))?).map_err(|e| tls(&e))?;
-    }
-    if roots.is_empty() {
-        return Err(ServerError::Tls(
-            "the client CA bundle holds no certificate".into(),
-        ));
-    }
-    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-        Arc::new(roots),
-        provider.clone(),
+    serving::tls_config(
+        vec![generated.cert.der().clone()],
+        key,
+        Some(client_ca_pem),
+        ClientCertificates::Required,
     )
-    .build()
-    .map_err(|e| tls(&e))?;
-    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| tls(&e))?
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(vec![cert], key)
-        .map_err(|e| tls(&e))?;
-    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(cfg)
+    .map_err(|e| ServerError::Tls(e.to_string()))
 }
 
 /// A running endpoint; stops accepting connections when [`stop`](Self::stop)ped or dropped.
 pub struct LogServer {
-    server: setpoint_runtime::serving::Server,
+    server: serving::Server,
 }
 
 impl LogServer {
@@ -268,12 +250,9 @@ impl LogServer {
             .await
             .map_err(|e| ServerError::Bind(listen, e))?;
         let app = router(targets, metrics);
-        let server = setpoint_runtime::serving::serve(
-            listener,
-            Some(Arc::new(tls)),
-            "node agent",
-            move |_| hyper_util::service::TowerToHyperService::new(app.clone()),
-        )
+        let server = serving::serve(listener, Some(Arc::new(tls)), "node agent", move |_| {
+            hyper_util::service::TowerToHyperService::new(app.clone())
+        })
         .map_err(|e| ServerError::Bind(listen, e))?;
         Ok(LogServer { server })
     }

@@ -98,7 +98,6 @@ impl SecureServing {
     /// The serving certificate (the files, or a self-signed one for this host) and the
     /// optional client certificate check.
     fn tls_config(&self, client_ca: Option<&str>) -> anyhow::Result<rustls::ServerConfig> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
         let (certs, key) = match (&self.tls_cert_file, &self.tls_private_key_file) {
             (Some(cert), Some(key)) => {
                 let certs = CertificateDer::pem_file_iter(cert)
@@ -122,31 +121,13 @@ impl SecureServing {
             }
             _ => anyhow::bail!("--tls-cert-file and --tls-private-key-file go together"),
         };
-        let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()?;
-        let mut roots = rustls::RootCertStore::empty();
-        for c in client_ca
-            .map(|pem| CertificateDer::pem_slice_iter(pem.as_bytes()).collect::<Vec<_>>())
-            .unwrap_or_default()
-        {
-            roots.add(c.context("parsing the client CA")?)?;
-        }
-        let mut cfg = if roots.is_empty() {
-            builder.with_no_client_auth().with_single_cert(certs, key)?
-        } else {
-            // A certificate is asked for but not required: health checks come without one.
-            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-                Arc::new(roots),
-                provider,
-            )
-            .allow_unauthenticated()
-            .build()?;
-            builder
-                .with_client_cert_verifier(verifier)
-                .with_single_cert(certs, key)?
-        };
-        cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-        Ok(cfg)
+        // A certificate is asked for but not required: health checks come without one.
+        Ok(setpoint_runtime::serving::tls_config(
+            certs,
+            key,
+            client_ca,
+            setpoint_runtime::serving::ClientCertificates::Optional,
+        )?)
     }
 }
 
