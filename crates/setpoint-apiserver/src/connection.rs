@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use crate::authentication::Identity;
 use axum::body::Body;
 use axum::Router;
 use bytes::{Buf, Bytes, BytesMut};
@@ -32,17 +33,6 @@ use setpoint_api::ApiError;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Sleep;
 use tower::ServiceExt;
-
-/// Who made a request, as established by the transport.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Identity {
-    /// Presented a client certificate signed by the cluster CA.
-    Admin,
-    /// No credentials (allowed only for health and version endpoints).
-    Anonymous,
-    /// Plain HTTP mode: authentication is off.
-    Unauthenticated,
-}
 
 /// Limits and timeouts of client connections. The defaults are kube-apiserver's, which serves
 /// with Go's `net/http`:

@@ -11,6 +11,8 @@
 mod admission;
 mod allocation;
 mod apply;
+pub mod authentication;
+pub mod authorization;
 mod compaction;
 mod connection;
 mod convert;

@@ -88,6 +88,9 @@ impl ApiServer {
         config: ServerConfig,
         store: Arc<dyn Store>,
     ) -> start_error::Result<Arc<ApiServer>> {
+        let authenticators =
+            crate::authentication::Authenticators::from_config(&config.authentication)
+                .map_err(|e| start_error::Error(format!("authentication: {e}")))?;
         let registry = Registry::builtin();
         let metrics = Metrics::new();
         let prefixes = registry
@@ -112,6 +115,8 @@ impl ApiServer {
             metrics,
             address: parking_lot::RwLock::new(config.listen.to_string()),
             agent_tls: parking_lot::RwLock::new(None),
+            authenticators,
+            authorizers: crate::authorization::Authorizers::default(),
             config,
             ready: AtomicBool::new(false),
             stopping,

@@ -51,6 +51,8 @@ pub struct ServerConfig {
     pub connection: ConnectionConfig,
     /// The watch cache's history and buffer sizes.
     pub cache: CacheConfig,
+    /// How callers are authenticated (anonymous requests, the static token file).
+    pub authentication: crate::authentication::AuthenticationConfig,
     /// How often old revisions are compacted, keeping this much history.
     pub compaction_interval: Duration,
     /// How long new pods tolerate their node being not ready or unreachable before they are
@@ -68,6 +70,7 @@ impl Default for ServerConfig {
             max_body_bytes: 3 * 1024 * 1024,
             connection: ConnectionConfig::default(),
             cache: CacheConfig::default(),
+            authentication: Default::default(),
             compaction_interval: Duration::from_secs(300),
             default_toleration_seconds: 300,
         }
@@ -88,6 +91,10 @@ pub struct ApiServer {
     pub(crate) ready: AtomicBool,
     /// Turns true when the server stops; background tasks end on it.
     pub(crate) stopping: watch::Sender<bool>,
+    /// Who is calling: the token authenticators and whether anonymous requests are allowed.
+    pub(crate) authenticators: crate::authentication::Authenticators,
+    /// What callers may do.
+    pub(crate) authorizers: crate::authorization::Authorizers,
     /// TLS towards node agents (for `pods/log`); set once serving HTTPS.
     pub(crate) agent_tls: parking_lot::RwLock<Option<Arc<rustls::ClientConfig>>>,
 }

@@ -17,8 +17,9 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::authentication::{certificate_user, Identity};
+use crate::connection::serve_connection;
 use crate::connection::ConnectionConfig;
-use crate::connection::{serve_connection, Identity};
 
 /// TLS material errors.
 #[derive(Debug, thiserror::Error)]
@@ -289,15 +290,17 @@ pub async fn serve_tls(
                     return;
                 }
             };
-            let identity = if stream
+            // The handshake verified the chain against the cluster CA; the leaf's subject
+            // names the user.
+            let identity = match stream
                 .get_ref()
                 .1
                 .peer_certificates()
-                .is_some_and(|c| !c.is_empty())
+                .and_then(|c| c.first())
+                .and_then(|leaf| certificate_user(leaf.as_ref()))
             {
-                Identity::Admin
-            } else {
-                Identity::Anonymous
+                Some(user) => Identity::Certificate(Arc::new(user)),
+                None => Identity::NoCertificate,
             };
             let http2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
             serve_connection(stream, router, identity, &config, http2).await;
@@ -325,7 +328,7 @@ pub async fn serve_plain(
         let router = router.clone();
         let config = config.clone();
         tokio::spawn(async move {
-            serve_connection(tcp, router, Identity::Unauthenticated, &config, false).await
+            serve_connection(tcp, router, Identity::Internal, &config, false).await
         });
     }
 }

@@ -118,6 +118,13 @@ struct ServeArgs {
     /// Seconds new pods tolerate an unreachable or not-ready node before eviction.
     #[arg(long, default_value_t = 300)]
     default_toleration_seconds: i64,
+    /// Requests without credentials are `system:anonymous` (true), or refused with 401
+    /// (false).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    anonymous_auth: bool,
+    /// A CSV file of static bearer tokens: `token,user,uid,"group1,group2"` per line.
+    #[arg(long)]
+    token_auth_file: Option<PathBuf>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -198,6 +205,10 @@ async fn run(args: ServeArgs, up: Option<Up>) -> anyhow::Result<()> {
         insecure_http: args.insecure_http,
         compaction_interval: Duration::from_secs(args.compaction_interval_seconds.max(1)),
         default_toleration_seconds: args.default_toleration_seconds.max(0),
+        authentication: setpoint_apiserver::authentication::AuthenticationConfig {
+            anonymous_auth: args.anonymous_auth,
+            token_auth_file: args.token_auth_file.clone(),
+        },
         ..ServerConfig::default()
     };
     let store = ApiServer::open_store(&config).await?;

@@ -27,7 +27,8 @@ use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode, Uri};
 use setpoint_api::ApiError;
 
-use crate::connection::Identity;
+use crate::authentication::Identity;
+use crate::authorization::Attributes;
 use crate::registry::ResourceDef;
 use crate::request::{bool_param, parse_path, PathTarget, Query};
 use crate::state::ApiServer;
@@ -84,10 +85,30 @@ pub async fn handle(State(server): State<Arc<ApiServer>>, req: http::Request<Bod
         .extensions
         .get::<Identity>()
         .cloned()
-        .unwrap_or(Identity::Unauthenticated);
+        .unwrap_or(Identity::Internal);
     let path = parts.uri.path().to_string();
     let span = tracing::debug_span!("request", method = %parts.method, path = %path);
     let _enter = span.enter();
+    let user = match server
+        .authenticators
+        .authenticate(&identity, &parts.headers)
+    {
+        Ok(user) => user,
+        Err(e) => return error_response(&e),
+    };
+    let q = parse_query(&parts.uri);
+    let api_path = path == "/api"
+        || path.starts_with("/api/")
+        || path == "/apis"
+        || path.starts_with("/apis/");
+    let target = api_path.then(|| parse_path(&path));
+    let attributes = match &target {
+        Some(Ok(t)) => Attributes::for_request(user, &parts.method, &path, t, &q),
+        _ => Attributes::non_resource(user, &parts.method, &path),
+    };
+    if let Err(e) = server.authorizers.authorize(&attributes) {
+        return error_response(&e);
+    }
     if let Some((code, text)) =
         crate::health::answer(&server, &path, parts.uri.query().unwrap_or("")).await
     {
@@ -95,9 +116,6 @@ pub async fn handle(State(server): State<Arc<ApiServer>>, req: http::Request<Bod
     }
     if path == "/version" {
         return value_response(StatusCode::OK, &crate::discovery::version());
-    }
-    if identity == Identity::Anonymous {
-        return error_response(&ApiError::unauthorized());
     }
     if path == "/metrics" {
         use setpoint_api::exposition;
@@ -138,15 +156,9 @@ pub async fn handle(State(server): State<Arc<ApiServer>>, req: http::Request<Bod
             None => error_response(&ApiError::not_found_path()),
         };
     }
-    if !(path == "/api"
-        || path.starts_with("/api/")
-        || path == "/apis"
-        || path.starts_with("/apis/"))
-    {
+    let Some(target) = target else {
         return error_response(&ApiError::not_found_path());
-    }
-    let q = parse_query(&parts.uri);
-    let target = parse_path(&path);
+    };
     let verb = verb_of(&parts.method, &target, &q);
     let resource = resource_label(&target);
     let response = match target {

@@ -1,0 +1,289 @@
+//! Who is calling, decided as kube-apiserver's authentication chain decides it:
+//!
+//! 1. a client certificate the TLS handshake verified against the cluster CA names the user
+//!    (its subject's CN) and the groups (its O values);
+//! 2. else an `Authorization: Bearer <token>` header is offered to each token authenticator in
+//!    turn (the static token file, then those that later modules add); the first that knows
+//!    the token names the user. A token nobody accepts is 401, even when anonymous requests are
+//!    allowed, as upstream;
+//! 3. else the request is anonymous: `system:anonymous` in group `system:unauthenticated` when
+//!    anonymous requests are enabled (`--anonymous-auth`, the default), and 401 otherwise.
+//!
+//! Every authenticated user is also in `system:authenticated`. Plain-HTTP servers (tests) and
+//! in-process callers (the components `setpoint up` runs in its own process) have no
+//! credentials to check; they act as [`UserInfo::internal`].
+
+mod token_file;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use http::HeaderMap;
+use setpoint_api::ApiError;
+
+pub use token_file::TokenFile;
+
+/// The group of every authenticated user.
+pub const AUTHENTICATED: &str = "system:authenticated";
+/// The group of anonymous requests.
+pub const UNAUTHENTICATED: &str = "system:unauthenticated";
+/// The user name of anonymous requests.
+pub const ANONYMOUS: &str = "system:anonymous";
+/// The group whose members every authorizer lets do anything.
+pub const MASTERS: &str = "system:masters";
+
+/// An authenticated (or anonymous) caller, as `user.Info` upstream.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct UserInfo {
+    /// The user name (`admin`, `system:serviceaccount:<ns>:<name>`, `system:node:<node>`).
+    pub username: String,
+    /// A unique id, when the authenticator knows one (a ServiceAccount's uid).
+    pub uid: String,
+    /// The groups the user is in.
+    pub groups: Vec<String>,
+    /// What else the authenticator knows (a bound token's pod name, say), by key.
+    pub extra: BTreeMap<String, Vec<String>>,
+}
+
+impl UserInfo {
+    /// A user with these groups, plus `system:authenticated`.
+    pub fn authenticated(username: impl Into<String>, groups: Vec<String>) -> UserInfo {
+        let mut user = UserInfo {
+            username: username.into(),
+            groups,
+            ..UserInfo::default()
+        };
+        if !user.in_group(AUTHENTICATED) {
+            user.groups.push(AUTHENTICATED.into());
+        }
+        user
+    }
+
+    /// `system:anonymous` in `system:unauthenticated`.
+    pub fn anonymous() -> UserInfo {
+        UserInfo {
+            username: ANONYMOUS.into(),
+            groups: vec![UNAUTHENTICATED.into()],
+            ..UserInfo::default()
+        }
+    }
+
+    /// The identity of callers inside the server's trust boundary (plain HTTP, in-process
+    /// components): `system:apiserver` in `system:masters`, as kube-apiserver's loopback
+    /// client is.
+    pub fn internal() -> UserInfo {
+        UserInfo::authenticated("system:apiserver", vec![MASTERS.into()])
+    }
+
+    /// Whether the user is in `group`.
+    pub fn in_group(&self, group: &str) -> bool {
+        self.groups.iter().any(|g| g == group)
+    }
+}
+
+/// What the connection established about its peer before any request was read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Identity {
+    /// A client certificate signed by the cluster CA: its subject's user and groups.
+    Certificate(Arc<UserInfo>),
+    /// A TLS connection without a client certificate: requests authenticate by token, or are
+    /// anonymous.
+    NoCertificate,
+    /// Plain HTTP or an in-process caller: no authentication; see [`UserInfo::internal`].
+    Internal,
+}
+
+/// A way to turn a bearer token into a user (the static token file, service-account tokens,
+/// bootstrap tokens).
+pub trait TokenAuthenticator: Send + Sync {
+    /// `Ok(Some(user))` when the token is this authenticator's and valid, `Ok(None)` when it is
+    /// not one of its tokens, and `Err(reason)` when it is one of its tokens but not valid
+    /// (expired, revoked); the reason goes to the log, never to the client.
+    fn authenticate(&self, token: &str) -> Result<Option<UserInfo>, String>;
+}
+
+/// How the server authenticates (kube-apiserver's flags of the same names).
+#[derive(Clone, Debug)]
+pub struct AuthenticationConfig {
+    /// `--anonymous-auth`: requests without credentials are `system:anonymous` (true, the
+    /// default) or refused with 401 (false).
+    pub anonymous_auth: bool,
+    /// `--token-auth-file`: a CSV file of `token,user,uid,"group1,group2"` lines.
+    pub token_auth_file: Option<std::path::PathBuf>,
+}
+
+impl Default for AuthenticationConfig {
+    fn default() -> Self {
+        AuthenticationConfig {
+            anonymous_auth: true,
+            token_auth_file: None,
+        }
+    }
+}
+
+/// The token authenticators, asked in order.
+#[derive(Default)]
+pub struct Authenticators {
+    tokens: Vec<Box<dyn TokenAuthenticator>>,
+    anonymous: bool,
+}
+
+impl Authenticators {
+    /// The chain a config describes. Fails when the token file cannot be read or parsed.
+    pub fn from_config(config: &AuthenticationConfig) -> Result<Authenticators, String> {
+        let mut tokens: Vec<Box<dyn TokenAuthenticator>> = Vec::new();
+        if let Some(path) = &config.token_auth_file {
+            tokens.push(Box::new(TokenFile::load(path)?));
+        }
+        Ok(Authenticators {
+            tokens,
+            anonymous: config.anonymous_auth,
+        })
+    }
+
+    /// Appends a token authenticator (asked after those already there).
+    pub fn push(&mut self, authenticator: Box<dyn TokenAuthenticator>) {
+        self.tokens.push(authenticator);
+    }
+
+    /// Who made a request that arrived over a connection with `identity` and has `headers`.
+    pub fn authenticate(
+        &self,
+        identity: &Identity,
+        headers: &HeaderMap,
+    ) -> Result<Arc<UserInfo>, ApiError> {
+        match identity {
+            Identity::Certificate(user) => return Ok(user.clone()),
+            Identity::Internal => return Ok(Arc::new(UserInfo::internal())),
+            Identity::NoCertificate => {}
+        }
+        if let Some(token) = bearer_token(headers) {
+            for authenticator in &self.tokens {
+                match authenticator.authenticate(token) {
+                    Ok(Some(user)) => return Ok(Arc::new(user)),
+                    Ok(None) => {}
+                    Err(reason) => {
+                        tracing::debug!(%reason, "a bearer token was refused");
+                        return Err(ApiError::unauthorized());
+                    }
+                }
+            }
+            return Err(ApiError::unauthorized());
+        }
+        if self.anonymous {
+            Ok(Arc::new(UserInfo::anonymous()))
+        } else {
+            Err(ApiError::unauthorized())
+        }
+    }
+}
+
+/// The token of an `Authorization: Bearer <token>` header (the scheme is case-insensitive, as
+/// upstream's); `None` without one or with an empty token.
+fn bearer_token(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// The user a verified client certificate names: CN the user, each O a group.
+pub fn certificate_user(der: &[u8]) -> Option<UserInfo> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let subject = cert.subject();
+    let cn = subject
+        .iter_common_name()
+        .next()?
+        .as_str()
+        .ok()?
+        .to_string();
+    if cn.is_empty() {
+        return None;
+    }
+    let groups = subject
+        .iter_organization()
+        .filter_map(|o| o.as_str().ok().map(str::to_string))
+        .collect();
+    Some(UserInfo::authenticated(cn, groups))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(auth: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(http::header::AUTHORIZATION, auth.parse().unwrap());
+        h
+    }
+
+    struct One;
+    impl TokenAuthenticator for One {
+        fn authenticate(&self, token: &str) -> Result<Option<UserInfo>, String> {
+            match token {
+                "good" => Ok(Some(UserInfo::authenticated("u", vec![]))),
+                "expired" => Err("expired".into()),
+                _ => Ok(None),
+            }
+        }
+    }
+
+    #[test]
+    fn the_chain_goes_certificate_token_anonymous() {
+        let mut chain = Authenticators::from_config(&AuthenticationConfig::default()).unwrap();
+        chain.push(Box::new(One));
+        let cert = Identity::Certificate(Arc::new(UserInfo::authenticated("c", vec![])));
+        assert_eq!(
+            chain
+                .authenticate(&cert, &headers("Bearer good"))
+                .unwrap()
+                .username,
+            "c"
+        );
+        let none = Identity::NoCertificate;
+        let u = chain.authenticate(&none, &headers("bearer good")).unwrap();
+        assert_eq!(u.username, "u");
+        assert!(u.in_group(AUTHENTICATED));
+        assert_eq!(
+            chain
+                .authenticate(&none, &headers("Bearer expired"))
+                .unwrap_err()
+                .code,
+            401
+        );
+        assert_eq!(
+            chain
+                .authenticate(&none, &headers("Bearer other"))
+                .unwrap_err()
+                .code,
+            401
+        );
+        let anon = chain.authenticate(&none, &HeaderMap::new()).unwrap();
+        assert_eq!(*anon, UserInfo::anonymous());
+        assert!(chain
+            .authenticate(&Identity::Internal, &HeaderMap::new())
+            .unwrap()
+            .in_group(MASTERS));
+    }
+
+    #[test]
+    fn without_anonymous_auth_no_credentials_is_401() {
+        let chain = Authenticators::from_config(&AuthenticationConfig {
+            anonymous_auth: false,
+            token_auth_file: None,
+        })
+        .unwrap();
+        let e = chain
+            .authenticate(&Identity::NoCertificate, &HeaderMap::new())
+            .unwrap_err();
+        assert_eq!((e.code, e.reason.as_str()), (401, "Unauthorized"));
+    }
+
+    #[test]
+    fn bearer_tokens_are_parsed_like_upstream() {
+        assert_eq!(bearer_token(&headers("Bearer abc")), Some("abc"));
+        assert_eq!(bearer_token(&headers("BEARER  abc ")), Some("abc"));
+        assert_eq!(bearer_token(&headers("Basic abc")), None);
+        assert_eq!(bearer_token(&headers("Bearer ")), None);
+    }
+}
