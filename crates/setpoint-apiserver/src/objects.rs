@@ -67,9 +67,14 @@ fn field_policy(
 /// Options shared by writes.
 #[derive(Clone, Debug, Default)]
 pub struct WriteOptions {
+    /// `dryRun=All`: everything but storing.
     pub dry_run: bool,
+    /// `fieldValidation`: what unknown and duplicate fields cause.
     pub field_validation: FieldValidation,
+    /// `fieldManager`, else the client's user agent.
     pub field_manager: Option<String>,
+    /// Who writes (`None` for the server's own writes), for rules that depend on the caller.
+    pub user: Option<std::sync::Arc<crate::authentication::UserInfo>>,
 }
 
 /// A successful write: the object as stored (or as it would be, for dry runs).

@@ -156,6 +156,7 @@ pub(super) async fn list(r: Request<'_>, namespace: Option<&str>) -> Result<Resp
         res,
         q,
         headers,
+        ..
     } = r;
     let params = ListParams::parse(q)?;
     let filter = filter_for(server, res, namespace, q)?;

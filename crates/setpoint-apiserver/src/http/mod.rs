@@ -27,7 +27,7 @@ use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode, Uri};
 use setpoint_api::ApiError;
 
-use crate::authentication::Identity;
+use crate::authentication::{Identity, UserInfo};
 use crate::authorization::Attributes;
 use crate::registry::ResourceDef;
 use crate::request::{bool_param, parse_path, PathTarget, Query};
@@ -163,7 +163,17 @@ pub async fn handle(State(server): State<Arc<ApiServer>>, req: http::Request<Bod
     let resource = resource_label(&target);
     let response = match target {
         Err(e) => error_response(&e),
-        Ok(t) => match serve(&server, &parts.method, t, &q, &parts.headers, body).await {
+        Ok(t) => match serve(
+            &server,
+            &attributes.user,
+            &parts.method,
+            t,
+            &q,
+            &parts.headers,
+            body,
+        )
+        .await
+        {
             Ok(r) => r,
             Err(e) => error_response(&e),
         },
@@ -209,6 +219,7 @@ fn storage_def(server: &ApiServer, res: &Arc<ResourceDef>) -> Arc<ResourceDef> {
 /// served resource.
 async fn serve(
     server: &Arc<ApiServer>,
+    user: &Arc<UserInfo>,
     method: &Method,
     target: PathTarget,
     q: &Query,
@@ -238,6 +249,7 @@ async fn serve(
             }
             let request = Request {
                 server,
+                user,
                 res: &res,
                 q,
                 headers,
@@ -258,6 +270,7 @@ async fn serve(
             }
             let request = Request {
                 server,
+                user,
                 res: &res,
                 q,
                 headers,
@@ -275,7 +288,8 @@ async fn write_request(
     kind: &str,
     body: Body,
 ) -> Result<(crate::objects::WriteOptions, Bytes), ApiError> {
-    let opts = options::with_default_manager(options::write_options(r.q, kind)?, r.headers);
+    let mut opts = options::with_default_manager(options::write_options(r.q, kind)?, r.headers);
+    opts.user = Some(r.user.clone());
     let bytes = read_body(r.server, body).await?;
     Ok((opts, bytes))
 }
@@ -299,6 +313,8 @@ fn served(
 #[derive(Clone, Copy)]
 struct Request<'a> {
     server: &'a Arc<ApiServer>,
+    /// Who asks.
+    user: &'a Arc<UserInfo>,
     res: &'a Arc<ResourceDef>,
     q: &'a Query,
     headers: &'a HeaderMap,

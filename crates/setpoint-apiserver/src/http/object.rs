@@ -70,6 +70,7 @@ async fn get(r: Request<'_>, ns: &str, name: &str, view: View) -> Result<Respons
         res,
         q,
         headers,
+        ..
     } = r;
     // A GET is served from the store, which is always current: a revision it names only has
     // to be one the server has reached.
@@ -140,6 +141,7 @@ async fn patch(
         res,
         q,
         headers,
+        ..
     } = r;
     let (opts, bytes) = write_request(r, "PatchOptions", body).await?;
     let ct = content_type(headers);

@@ -44,6 +44,7 @@ pub(super) fn write_options(q: &Query, kind: &str) -> Result<WriteOptions, ApiEr
         dry_run,
         field_validation,
         field_manager: manager,
+        user: None,
     })
 }
 

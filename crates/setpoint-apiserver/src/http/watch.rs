@@ -65,6 +65,7 @@ pub(super) async fn watch(r: Request<'_>, namespace: Option<&str>) -> Result<Res
         res,
         q,
         headers,
+        ..
     } = r;
     let params = ListParams::parse(q)?;
     let filter = filter_for(server, res, namespace, q)?;
