@@ -4,13 +4,13 @@
 //! after a restart they start empty and the cache is fresh.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use setpoint_runtime::client::{Api, PostParams};
 use setpoint_runtime::events::{EventRecorder, EventType};
-use setpoint_runtime::informer::Event;
+use setpoint_runtime::informer::{Event, HandlerId, Informer, Scope, SharedInformers, Store};
 use setpoint_runtime::{Object, ObjectKey};
 
 /// How long unobserved expectations are trusted before the cache is believed instead.
@@ -93,6 +93,43 @@ fn owner_key(pod: &Pod, owner: Owner) -> Option<ObjectKey> {
         .find(|r| r.controller == Some(true))?;
     (r.kind == owner.kind && r.api_version.starts_with(&format!("{}/", owner.group)))
         .then(|| ObjectKey::new(pod.namespace().as_deref(), &r.name))
+}
+
+/// The pods of a pod-owning controller (ReplicaSet, Job): the shared pod cache, and the
+/// expectations its pod events lower. Dropping it stops the observation.
+pub struct OwnedPods {
+    /// Every pod, from the shared informer.
+    pub pods: Store<Pod>,
+    /// The creations and deletions the controller waits to see.
+    pub expectations: Arc<Expectations>,
+    informer: Informer<Pod>,
+    subscription: Option<HandlerId>,
+}
+
+impl OwnedPods {
+    /// Starts observing the pods controlled by `owner`-kind objects.
+    pub fn watch(informers: &SharedInformers, owner: Owner) -> OwnedPods {
+        let informer = informers.typed::<Pod>(Scope::all());
+        let expectations = Arc::new(Expectations::default());
+        let observed = expectations.clone();
+        let subscription = informer.subscribe(Arc::new(move |ev: &Event<Pod>| {
+            observe(&observed, ev, owner)
+        }));
+        OwnedPods {
+            pods: informer.store(),
+            expectations,
+            informer,
+            subscription: Some(subscription),
+        }
+    }
+}
+
+impl Drop for OwnedPods {
+    fn drop(&mut self) {
+        if let Some(id) = self.subscription.take() {
+            self.informer.unsubscribe(id);
+        }
+    }
 }
 
 /// Lowers the expectations of `owner`-kind controllers as pod events arrive.

@@ -26,10 +26,10 @@ use setpoint_api::selector::LabelSelector;
 use setpoint_runtime::client::{Api, Client, DeleteParams, Patch, PatchParams};
 use setpoint_runtime::controller::{Action, Context, Controller, ReconcileError, Reconciler};
 use setpoint_runtime::events::{EventRecorder, EventType, Reporter, ToObjectReference};
-use setpoint_runtime::informer::{Event, HandlerId, Informer, Scope, SharedInformers, Store};
+use setpoint_runtime::informer::{Scope, SharedInformers, Store};
 use setpoint_runtime::{Object, ObjectKey};
 
-use crate::expectations::{BatchesEnd, Expectations, Owner};
+use crate::expectations::{BatchesEnd, OwnedPods, Owner};
 
 /// The controller's name (work queue, metrics, logs, event reporter).
 pub const NAME: &str = "job";
@@ -346,19 +346,8 @@ fn selector_of(job: &Job) -> LabelSelector {
 pub struct JobController {
     client: Client,
     jobs: Store<Job>,
-    pods: Store<Pod>,
-    expectations: Arc<Expectations>,
+    owned: OwnedPods,
     events: EventRecorder,
-    pod_informer: Informer<Pod>,
-    subscription: Option<HandlerId>,
-}
-
-impl Drop for JobController {
-    fn drop(&mut self) {
-        if let Some(id) = self.subscription.take() {
-            self.pod_informer.unsubscribe(id);
-        }
-    }
 }
 
 /// A new pod from the Job's template.
@@ -390,19 +379,20 @@ fn new_pod(job: &Job) -> Result<Pod, ReconcileError> {
 impl Reconciler for JobController {
     async fn reconcile(&self, _ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
         let Some(job) = self.jobs.get(key) else {
-            self.expectations.forget(key);
+            self.owned.expectations.forget(key);
             return Ok(Action::Done);
         };
         if job.metadata.deletion_timestamp.is_some() {
             return Ok(Action::Done);
         }
-        if !self.expectations.satisfied(key) {
+        if !self.owned.expectations.satisfied(key) {
             return Ok(Action::RequeueAfter(Duration::from_secs(1)));
         }
         let uid = job.uid().unwrap_or_default();
         let selector = selector_of(&job);
         let ns = job.namespace().unwrap_or_default();
         let pods: Vec<Arc<Pod>> = self
+            .owned
             .pods
             .by_owner(&uid)
             .into_iter()
@@ -422,7 +412,9 @@ impl Reconciler for JobController {
         let reference = job.object_reference();
         if p.create > 0 {
             let template = new_pod(&job)?;
-            self.expectations.expect(key, p.create, Default::default());
+            self.owned
+                .expectations
+                .expect(key, p.create, Default::default());
             let jobs: Api<Job> = Api::namespaced(self.client.clone(), &ns);
             let proceed = || {
                 let (jobs, cache, key, uid) =
@@ -444,7 +436,7 @@ impl Reconciler for JobController {
                 &api,
                 &template,
                 p.create,
-                &self.expectations,
+                &self.owned.expectations,
                 key,
                 &self.events,
                 &reference,
@@ -464,7 +456,7 @@ impl Reconciler for JobController {
             }
         }
         for k in &p.delete {
-            let Some(pod) = self.pods.get(k) else {
+            let Some(pod) = self.owned.pods.get(k) else {
                 continue;
             };
             let params = DeleteParams {
@@ -509,20 +501,11 @@ impl Reconciler for JobController {
 
 /// The Job controller on `informers`.
 pub fn controller(client: Client, informers: &SharedInformers) -> Controller {
-    let pod_informer = informers.typed::<Pod>(Scope::all());
-    let expectations = Arc::new(Expectations::default());
-    let observed = expectations.clone();
-    let subscription = pod_informer.subscribe(Arc::new(move |ev: &Event<Pod>| {
-        crate::expectations::observe(&observed, ev, OWNER)
-    }));
     let reconciler = JobController {
         events: EventRecorder::new(client.clone(), Reporter::new("job-controller")),
         client,
         jobs: informers.typed::<Job>(Scope::all()).store(),
-        pods: pod_informer.store(),
-        expectations,
-        pod_informer,
-        subscription: Some(subscription),
+        owned: OwnedPods::watch(informers, OWNER),
     };
     Controller::for_type::<Job>(NAME, informers, None)
         .owns::<Job, Pod>(None)

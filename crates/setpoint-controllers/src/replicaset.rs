@@ -21,10 +21,11 @@ use setpoint_api::selector::LabelSelector;
 use setpoint_runtime::client::{Api, Client, DeleteParams, Patch, PatchParams};
 use setpoint_runtime::controller::{Action, Context, Controller, ReconcileError, Reconciler};
 use setpoint_runtime::events::{EventRecorder, EventType, Reporter, ToObjectReference};
-use setpoint_runtime::informer::{Event, HandlerId, Informer, Scope, SharedInformers, Store};
+use setpoint_runtime::informer::{Scope, SharedInformers, Store};
 use setpoint_runtime::{Object, ObjectKey};
 
 pub use crate::expectations::Expectations;
+use crate::expectations::OwnedPods;
 
 /// The controller's name (work queue, metrics, logs, event reporter).
 pub const NAME: &str = "replicaset";
@@ -292,19 +293,8 @@ use crate::now;
 pub struct ReplicaSetController {
     client: Client,
     replicasets: Store<ReplicaSet>,
-    pods: Store<Pod>,
-    expectations: Arc<Expectations>,
+    owned: OwnedPods,
     events: EventRecorder,
-    pod_informer: Informer<Pod>,
-    subscription: Option<HandlerId>,
-}
-
-impl Drop for ReplicaSetController {
-    fn drop(&mut self) {
-        if let Some(id) = self.subscription.take() {
-            self.pod_informer.unsubscribe(id);
-        }
-    }
 }
 
 /// The controller reference a ReplicaSet puts on its pods.
@@ -344,7 +334,7 @@ fn new_pod(rs: &ReplicaSet) -> Result<Pod, ReconcileError> {
 
 impl ReplicaSetController {
     async fn adopt(&self, api: &Api<Pod>, rs: &ReplicaSet, key: &ObjectKey) {
-        let Some(pod) = self.pods.get(key) else {
+        let Some(pod) = self.owned.pods.get(key) else {
             return;
         };
         let mut refs: Vec<serde_json::Value> = pod
@@ -365,7 +355,7 @@ impl ReplicaSetController {
     }
 
     async fn release(&self, api: &Api<Pod>, rs: &ReplicaSet, key: &ObjectKey) {
-        let Some(pod) = self.pods.get(key) else {
+        let Some(pod) = self.owned.pods.get(key) else {
             return;
         };
         let uid = rs.uid().unwrap_or_default();
@@ -396,7 +386,7 @@ impl ReplicaSetController {
         let pod = match new_pod(rs) {
             Ok(p) => p,
             Err(e) => {
-                self.expectations.creation_observed(key, n);
+                self.owned.expectations.creation_observed(key, n);
                 return Some(e.message);
             }
         };
@@ -404,7 +394,7 @@ impl ReplicaSetController {
             api,
             &pod,
             n,
-            &self.expectations,
+            &self.owned.expectations,
             key,
             &self.events,
             &rs.object_reference(),
@@ -443,7 +433,7 @@ impl ReplicaSetController {
                         &format!("Deleted pod: {}", k.name),
                     ),
                     Err(e) => {
-                        self.expectations.deletion_observed(key, uid);
+                        self.owned.expectations.deletion_observed(key, uid);
                         // Already gone is what was wanted.
                         if !e.is_not_found() {
                             self.events.publish(
@@ -466,7 +456,7 @@ impl ReplicaSetController {
 impl Reconciler for ReplicaSetController {
     async fn reconcile(&self, _ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
         let Some(rs) = self.replicasets.get(key) else {
-            self.expectations.forget(key);
+            self.owned.expectations.forget(key);
             return Ok(Action::Done);
         };
         let ns = key.namespace.clone().unwrap_or_default();
@@ -474,8 +464,8 @@ impl Reconciler for ReplicaSetController {
         // indexes rather than by scanning every pod of the namespace (which made a namespace
         // with thousands of ReplicaSets quadratic).
         let uid = rs.metadata.uid.clone().unwrap_or_default();
-        let mut pods = self.pods.by_owner(&uid);
-        pods.extend(self.pods.orphans_in(&ns));
+        let mut pods = self.owned.pods.by_owner(&uid);
+        pods.extend(self.owned.pods.orphans_in(&ns));
         let now = now();
         let plan = plan(&rs, &pods, now);
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
@@ -488,10 +478,12 @@ impl Reconciler for ReplicaSetController {
         }
 
         let mut failure = None;
-        let waiting = !self.expectations.satisfied(key);
+        let waiting = !self.owned.expectations.satisfied(key);
         if !waiting {
             if plan.create > 0 {
-                self.expectations.expect(key, plan.create, HashSet::new());
+                self.owned
+                    .expectations
+                    .expect(key, plan.create, HashSet::new());
                 if let Some(e) = self.create(&api, &rs, key, plan.create).await {
                     failure = Some(("FailedCreate", e));
                 }
@@ -499,10 +491,10 @@ impl Reconciler for ReplicaSetController {
                 let victims: Vec<(ObjectKey, String)> = plan
                     .delete
                     .iter()
-                    .filter_map(|k| Some((k.clone(), self.pods.get(k)?.uid()?)))
+                    .filter_map(|k| Some((k.clone(), self.owned.pods.get(k)?.uid()?)))
                     .collect();
                 let uids = victims.iter().map(|(_, u)| u.clone()).collect();
-                self.expectations.expect(key, 0, uids);
+                self.owned.expectations.expect(key, 0, uids);
                 if let Some(e) = self.delete(&api, &rs, key, &victims).await {
                     failure = Some(("FailedDelete", e));
                 }
@@ -547,20 +539,11 @@ impl Reconciler for ReplicaSetController {
 
 /// The ReplicaSet controller, reconciling every ReplicaSet when it or one of its pods changes.
 pub fn controller(client: Client, informers: &SharedInformers) -> Controller {
-    let pod_informer = informers.typed::<Pod>(Scope::all());
-    let expectations = Arc::new(Expectations::default());
-    let observed = expectations.clone();
-    let subscription = pod_informer.subscribe(Arc::new(move |ev: &Event<Pod>| {
-        crate::expectations::observe(&observed, ev, OWNER)
-    }));
     let reconciler = ReplicaSetController {
         events: EventRecorder::new(client.clone(), Reporter::new("replicaset-controller")),
         client,
         replicasets: informers.typed::<ReplicaSet>(Scope::all()).store(),
-        pods: pod_informer.store(),
-        expectations,
-        pod_informer,
-        subscription: Some(subscription),
+        owned: OwnedPods::watch(informers, OWNER),
     };
     let sets = informers.typed::<ReplicaSet>(Scope::all()).store();
     Controller::for_type::<ReplicaSet>(NAME, informers, None)
