@@ -75,6 +75,7 @@ pub fn apply(group: &str, kind: &str, obj: &mut Value) {
         ("batch", "Job") => job(root),
         ("batch", "CronJob") => cron_job(root),
         ("autoscaling", "HorizontalPodAutoscaler") => hpa(root),
+        ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => rbac_binding(root),
         _ => {}
     }
 }
@@ -217,6 +218,23 @@ fn default_nonzero(m: &mut Obj, key: &str, v: i64) {
 /// The object at `key`, if it is one.
 fn child<'a>(m: &'a mut Obj, key: &str) -> Option<&'a mut Obj> {
     m.get_mut(key).and_then(Value::as_object_mut)
+}
+
+/// `SetDefaults_RoleBinding` and `SetDefaults_Subject` of `rbac/v1`: the role reference's
+/// group, and User and Group subjects' group, default to `rbac.authorization.k8s.io`.
+fn rbac_binding(root: &mut Obj) {
+    const GROUP: &str = "rbac.authorization.k8s.io";
+    if let Some(role_ref) = child(root, "roleRef") {
+        default_string(role_ref, "apiGroup", GROUP);
+    }
+    for subject in items(root, "subjects") {
+        if matches!(
+            subject.get("kind").and_then(Value::as_str),
+            Some("User" | "Group")
+        ) {
+            default_string(subject, "apiGroup", GROUP);
+        }
+    }
 }
 
 /// The object at `key`, created when absent or null; `None` when it holds another type.

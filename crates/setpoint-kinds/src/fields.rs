@@ -72,6 +72,7 @@ pub fn supported_fields(group: &str, kind: &str) -> &'static [&'static str] {
         ("", "Node") => &["metadata.name", "spec.unschedulable"],
         ("", "Namespace") => &["metadata.name", "status.phase"],
         ("apiextensions.k8s.io", "CustomResourceDefinition") => &["metadata.name"],
+        ("rbac.authorization.k8s.io", "ClusterRole" | "ClusterRoleBinding") => &["metadata.name"],
         ("", "Secret") => &["metadata.name", "metadata.namespace", "type"],
         ("", "Service") => &[
             "metadata.name",

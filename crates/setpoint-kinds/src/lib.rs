@@ -264,6 +264,32 @@ pub static BUILTIN: &[KindInfo] = &[
     .categories(&["api-extensions"])
     .status()
     .generation(),
+    // rbac.authorization.k8s.io/v1
+    kind(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "ClusterRoleBinding",
+        "clusterrolebindings",
+        "clusterrolebinding",
+        false,
+    ),
+    kind(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "ClusterRole",
+        "clusterroles",
+        "clusterrole",
+        false,
+    ),
+    kind(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "RoleBinding",
+        "rolebindings",
+        "rolebinding",
+        true,
+    ),
+    kind("rbac.authorization.k8s.io", "v1", "Role", "roles", "role", true),
     // events.k8s.io/v1 (stored with core events and converted on the way in and out)
     kind("events.k8s.io", "v1", "Event", "events", "event", true)
         .short(&["ev"])

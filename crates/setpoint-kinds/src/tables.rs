@@ -8,6 +8,7 @@
 
 mod apps;
 mod core;
+mod rbac;
 #[cfg(test)]
 mod tests;
 
@@ -128,6 +129,11 @@ fn printer(group: &str, kind: &str) -> (&'static [Column], CellFn) {
         ("batch", "CronJob") => (apps::CRON_JOB, apps::cron_job),
         ("autoscaling", "HorizontalPodAutoscaler") => (apps::HPA, apps::hpa),
         ("coordination.k8s.io", "Lease") => (apps::LEASE, apps::lease),
+        ("rbac.authorization.k8s.io", "Role" | "ClusterRole") => (rbac::ROLE, rbac::role),
+        ("rbac.authorization.k8s.io", "RoleBinding") => (rbac::BINDING, rbac::role_binding),
+        ("rbac.authorization.k8s.io", "ClusterRoleBinding") => {
+            (rbac::BINDING, rbac::cluster_role_binding)
+        }
         ("apiextensions.k8s.io", "CustomResourceDefinition") => (apps::CRD, apps::crd),
         _ => (DEFAULT, default_cells),
     }

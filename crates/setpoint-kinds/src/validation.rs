@@ -26,6 +26,7 @@ mod fields;
 mod meta;
 mod pod;
 mod quantity;
+mod rbac;
 mod service;
 #[cfg(test)]
 mod testutil;
@@ -167,6 +168,12 @@ pub fn validate_with_type_errors(
         ("batch", "Job") => job(e, obj, old),
         ("batch", "CronJob") => cron_job(e, obj, old),
         ("autoscaling", "HorizontalPodAutoscaler") => hpa(e, obj),
+        ("rbac.authorization.k8s.io", "Role") => rbac::role(e, obj),
+        ("rbac.authorization.k8s.io", "ClusterRole") => rbac::cluster_role(e, obj),
+        ("rbac.authorization.k8s.io", "RoleBinding") => rbac::role_binding(e, obj, old),
+        ("rbac.authorization.k8s.io", "ClusterRoleBinding") => {
+            rbac::cluster_role_binding(e, obj, old)
+        }
         ("coordination.k8s.io", "Lease") => {
             let spec = at(obj, "spec");
             if let Some(d) = int(spec, "leaseDurationSeconds") {

@@ -159,6 +159,16 @@ pub fn decoder(group: &str, version: &str, kind: &str) -> Option<DecodeFn> {
         }
         ("autoscaling", "v1", "Scale") => DecodeFn::of::<autoscaling::v1::Scale>(),
         ("coordination.k8s.io", "v1", "Lease") => DecodeFn::of::<coordination::v1::Lease>(),
+        ("rbac.authorization.k8s.io", "v1", "Role") => DecodeFn::of::<rbac::v1::Role>(),
+        ("rbac.authorization.k8s.io", "v1", "ClusterRole") => {
+            DecodeFn::of::<rbac::v1::ClusterRole>()
+        }
+        ("rbac.authorization.k8s.io", "v1", "RoleBinding") => {
+            DecodeFn::of::<rbac::v1::RoleBinding>()
+        }
+        ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding") => {
+            DecodeFn::of::<rbac::v1::ClusterRoleBinding>()
+        }
         ("events.k8s.io", "v1", "Event") => DecodeFn::of::<events::v1::Event>(),
         ("policy", "v1", "Eviction") => DecodeFn::of::<policy::v1::Eviction>(),
         ("policy", "v1", "PodDisruptionBudget") => {
