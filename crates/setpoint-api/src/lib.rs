@@ -11,6 +11,7 @@ pub mod names;
 pub mod packed;
 pub mod qos;
 pub mod quantity;
+pub mod quota;
 pub mod replicas;
 pub mod resource;
 pub mod selector;
