@@ -151,6 +151,15 @@ impl ResourceDef {
                 verbs: &["get"],
             });
         }
+        if self.group.is_empty() && self.plural == "serviceaccounts" {
+            out.push(Subresource {
+                name: "token",
+                group: "authentication.k8s.io".into(),
+                version: "v1".into(),
+                kind: "TokenRequest".into(),
+                verbs: &["create"],
+            });
+        }
         if self.group.is_empty() && self.plural == "namespaces" {
             out.push(Subresource {
                 name: "finalize",

@@ -88,7 +88,7 @@ impl ApiServer {
         config: ServerConfig,
         store: Arc<dyn Store>,
     ) -> start_error::Result<Arc<ApiServer>> {
-        let authenticators =
+        let mut authenticators =
             crate::authentication::Authenticators::from_config(&config.authentication)
                 .map_err(|e| start_error::Error(format!("authentication: {e}")))?;
         let registry = Registry::builtin();
@@ -108,6 +108,13 @@ impl ApiServer {
         )
         .await
         .map_err(|e| start_error::Error(format!("loading the watch cache: {e}")))?;
+        let service_accounts = service_account_issuer(&config, &*store).await?;
+        authenticators.push(Box::new(
+            crate::authentication::serviceaccount::Authenticator::new(
+                service_accounts.clone(),
+                caches.clone(),
+            ),
+        ));
         let server = Arc::new(ApiServer {
             store,
             registry: parking_lot::RwLock::new(Arc::new(registry)),
@@ -117,6 +124,7 @@ impl ApiServer {
             agent_tls: parking_lot::RwLock::new(None),
             authenticators,
             authorizers: crate::authorization::Authorizers::default(),
+            service_accounts,
             config,
             ready: AtomicBool::new(false),
             stopping,
@@ -247,6 +255,20 @@ impl ApiServer {
             task,
         })
     }
+}
+
+/// The service-account token issuer, with the key servers on one shared store share (see
+/// [`crate::authentication::serviceaccount::key`]).
+async fn service_account_issuer(
+    config: &ServerConfig,
+    store: &dyn Store,
+) -> start_error::Result<Arc<crate::authentication::serviceaccount::Issuer>> {
+    use crate::authentication::serviceaccount::{key::SigningKey, Issuer, DEFAULT_ISSUER};
+    let key =
+        SigningKey::load_or_create(store, config.store.is_shared(), config.data_dir.as_deref())
+            .await
+            .map_err(|e| start_error::Error(format!("service-account key: {e}")))?;
+    Ok(Arc::new(Issuer::new(key, DEFAULT_ISSUER)))
 }
 
 /// A tiny error type for start-up failures, so the library needs no `anyhow`.

@@ -95,6 +95,8 @@ pub struct ApiServer {
     pub(crate) authenticators: crate::authentication::Authenticators,
     /// What callers may do.
     pub(crate) authorizers: crate::authorization::Authorizers,
+    /// The service-account token issuer (its key, name and the API's audiences).
+    pub(crate) service_accounts: Arc<crate::authentication::serviceaccount::Issuer>,
     /// TLS towards node agents (for `pods/log`); set once serving HTTPS.
     pub(crate) agent_tls: parking_lot::RwLock<Option<Arc<rustls::ClientConfig>>>,
 }

@@ -192,6 +192,10 @@ const DISCOVERY: &[&str] = &[
     "/readyz",
     "/version",
     "/version/",
+    // The service-account issuer's documents: upstream grants them to `system:serviceaccounts`
+    // (`system:service-account-issuer-discovery`); to any authenticated user until RBAC does.
+    "/.well-known/openid-configuration",
+    "/openid/v1/jwks",
 ];
 
 /// Whether `path` matches a non-resource URL rule: exactly, or by prefix when the rule ends

@@ -117,6 +117,21 @@ pub async fn handle(State(server): State<Arc<ApiServer>>, req: http::Request<Bod
     if path == "/version" {
         return value_response(StatusCode::OK, &crate::discovery::version());
     }
+    // The service-account issuer's discovery documents.
+    if path == "/.well-known/openid-configuration" || path == "/openid/v1/jwks" {
+        let issuer = &server.service_accounts;
+        let (doc, content_type) = if path == "/openid/v1/jwks" {
+            (issuer.jwks(), "application/jwk-set+json")
+        } else {
+            let address = server.address.read().clone();
+            (issuer.openid_configuration(&address), "application/json")
+        };
+        return Response::builder()
+            .status(StatusCode::OK)
+            .header(http::header::CONTENT_TYPE, content_type)
+            .body(Body::from(doc.to_string()))
+            .expect("valid response");
+    }
     if path == "/metrics" {
         use setpoint_api::exposition;
         let accept = parts

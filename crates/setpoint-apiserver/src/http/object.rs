@@ -45,6 +45,24 @@ pub(super) async fn serve(
             let bytes = read_body(server, body).await?;
             return bind_pod(server, res, ns, name, r.headers, &bytes, q).await;
         }
+        // TokenRequest: a token minted for the service account, never stored.
+        Some("token") if res.group.is_empty() && res.plural == "serviceaccounts" => {
+            if *method != Method::POST {
+                return Err(ApiError::method_not_allowed());
+            }
+            let bytes = read_body(server, body).await?;
+            let def = crate::registry::ResourceDef {
+                group: "authentication.k8s.io".into(),
+                kind: "TokenRequest".into(),
+                ..(**res).clone()
+            };
+            let (request, _) = decode_object_body(&def, r.headers, &bytes)?;
+            let out = crate::authentication::serviceaccount::tokenrequest::create(
+                server, ns, name, request,
+            )
+            .await?;
+            return Ok(value_response(StatusCode::CREATED, &out));
+        }
         Some("log") if is_pods => {
             if *method != Method::GET {
                 return Err(ApiError::method_not_allowed());
