@@ -115,6 +115,10 @@ impl ApiServer {
                 caches.clone(),
             ),
         ));
+        // RBAC decides after the privileged-groups check, from the caches just loaded.
+        let rbac = crate::authorization::rbac::Rbac::new(caches.clone());
+        let mut authorizers = crate::authorization::Authorizers::default();
+        authorizers.push(Box::new(rbac.clone()));
         let server = Arc::new(ApiServer {
             store,
             registry: parking_lot::RwLock::new(Arc::new(registry)),
@@ -123,7 +127,8 @@ impl ApiServer {
             address: parking_lot::RwLock::new(config.listen.to_string()),
             agent_tls: parking_lot::RwLock::new(None),
             authenticators,
-            authorizers: crate::authorization::Authorizers::default(),
+            authorizers,
+            rbac,
             service_accounts,
             config,
             ready: AtomicBool::new(false),

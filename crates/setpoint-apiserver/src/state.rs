@@ -95,6 +95,9 @@ pub struct ApiServer {
     pub(crate) authenticators: crate::authentication::Authenticators,
     /// What callers may do.
     pub(crate) authorizers: crate::authorization::Authorizers,
+    /// The RBAC authorizer (also on `authorizers`), for what asks which rules a user holds:
+    /// escalation checks and rules reviews.
+    pub(crate) rbac: crate::authorization::rbac::Rbac,
     /// The service-account token issuer (its key, name and the API's audiences).
     pub(crate) service_accounts: Arc<crate::authentication::serviceaccount::Issuer>,
     /// TLS towards node agents (for `pods/log`); set once serving HTTPS.

@@ -835,6 +835,18 @@ impl WatchCache {
         self.inner.read().revision
     }
 
+    /// The revision of the last change to an object under this prefix (or of the last
+    /// reset): unlike [`WatchCache::revision`], which every store event advances, it moves
+    /// only when this cache's contents do, so what is derived from them can be kept until it
+    /// moves.
+    pub fn last_change(&self) -> Revision {
+        let inner = self.inner.read();
+        inner
+            .events
+            .back()
+            .map_or(inner.window_start, |e| e.revision)
+    }
+
     /// Objects under `key_prefix` that pass `filter`, in key order, and the revision of the
     /// snapshot.
     pub fn list(&self, key_prefix: &str, filter: &Filter) -> (Vec<Arc<CachedObject>>, Revision) {
