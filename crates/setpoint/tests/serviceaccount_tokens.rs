@@ -1,0 +1,174 @@
+//! End to end: ServiceAccount tokens through the real kubectl against `setpoint server`.
+//! `kubectl create token` mints a token that authenticates as the service account; a token
+//! bound to a pod stops working once the pod is gone; an audience other than the API's is
+//! refused; the issuer's discovery documents answer; the token subresource is in discovery;
+//! tokens survive a restart of the server; deleting the service account ends them.
+//!
+//! Skipped (with a message) when kubectl is missing, unless `SETPOINT_REQUIRE_KUBECTL` is set.
+
+use std::process::Command;
+use std::time::Duration;
+
+mod support;
+
+use support::{eventually, expect_failure, Setpoint};
+
+/// `curl -k` of `url` with a bearer token: (status code, body).
+fn curl_with_token(url: &str, token: &str) -> (u16, String) {
+    let out = Command::new("curl")
+        .args(["-sk", "-w", "\n%{http_code}", "-H"])
+        .arg(format!("Authorization: Bearer {token}"))
+        .arg(url)
+        .output()
+        .expect("run curl");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (body, code) = text.rsplit_once('\n').expect("curl printed the code");
+    (
+        code.trim().parse().expect("a status code"),
+        body.to_string(),
+    )
+}
+
+#[test]
+fn service_account_tokens_authenticate_until_their_binding_is_gone() {
+    if !support::kubectl_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let s = Setpoint::start(&["server"], &dir.path().join("data"));
+    s.ok(&["create", "namespace", "a"]);
+    s.ok(&["create", "sa", "bot", "-n", "a"]);
+
+    // The subresource is in discovery.
+    let v1 = s.ok(&["get", "--raw", "/api/v1"]);
+    assert!(v1.contains(r#""name":"serviceaccounts/token""#), "{v1}");
+
+    let token = s
+        .ok(&["create", "token", "bot", "-n", "a"])
+        .trim()
+        .to_string();
+    assert_eq!(token.split('.').count(), 3, "a JWT: {token}");
+    let (code, body) = curl_with_token(&format!("{}/apis", s.url), &token);
+    assert_eq!(code, 200, "discovery as the service account: {body}");
+    // kubectl with the token alone: authenticated as the service account, which holds no role.
+    let as_bot = |token: &str, args: &[&str]| {
+        let mut cmd = s.kubectl_command(args);
+        cmd.args(["--kubeconfig=/dev/null", "--insecure-skip-tls-verify"])
+            .arg(format!("--token={token}"))
+            .arg(format!("--server={}", s.url));
+        cmd.output().expect("run kubectl")
+    };
+    let err = expect_failure(
+        "kubectl get pods as the service account",
+        &as_bot(&token, &["get", "pods", "-n", "a"]),
+    );
+    assert!(
+        err.contains(
+            r#"pods is forbidden: User "system:serviceaccount:a:bot" cannot list resource "pods" in API group "" in the namespace "a""#
+        ),
+        "{err}"
+    );
+
+    // Upstream's validation of the duration.
+    let err = s.fails(&["create", "token", "bot", "-n", "a", "--duration", "1m"]);
+    assert!(
+        err.contains("spec.expirationSeconds: Invalid value: 60: may not specify a duration less than 10 minutes"),
+        "{err}"
+    );
+    // Another audience: a valid token, but not for this API.
+    let other = s
+        .ok(&["create", "token", "bot", "-n", "a", "--audience", "x"])
+        .trim()
+        .to_string();
+    assert_eq!(curl_with_token(&format!("{}/apis", s.url), &other).0, 401);
+
+    // A token bound to a pod works while the pod exists, and is refused once it is gone.
+    s.apply(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: a}\n\
+         spec: {serviceAccountName: bot, containers: [{name: c, image: busybox}]}\n",
+    );
+    let bound = s
+        .ok(&[
+            "create",
+            "token",
+            "bot",
+            "-n",
+            "a",
+            "--duration",
+            "10m",
+            "--bound-object-kind",
+            "Pod",
+            "--bound-object-name",
+            "p",
+        ])
+        .trim()
+        .to_string();
+    let err = s.fails(&[
+        "create",
+        "token",
+        "bot",
+        "-n",
+        "a",
+        "--audience",
+        "x",
+        "--bound-object-kind",
+        "Pod",
+        "--bound-object-name",
+        "missing",
+    ]);
+    assert!(err.contains(r#"pods "missing" not found"#), "{err}");
+    let apis = format!("{}/apis", s.url);
+    eventually("the bound token works", Duration::from_secs(10), || {
+        (curl_with_token(&apis, &bound).0 == 200).then_some(())
+    });
+    s.ok(&[
+        "delete",
+        "pod",
+        "p",
+        "-n",
+        "a",
+        "--grace-period=0",
+        "--force",
+        "--wait",
+    ]);
+    eventually(
+        "the token of a deleted pod is refused",
+        Duration::from_secs(10),
+        || (curl_with_token(&apis, &bound).0 == 401).then_some(()),
+    );
+    assert_eq!(curl_with_token(&apis, &token).0, 200, "unbound token");
+
+    // The issuer's documents, to an authenticated caller.
+    let (code, body) = curl_with_token(
+        &format!("{}/.well-known/openid-configuration", s.url),
+        &token,
+    );
+    assert_eq!(code, 200, "{body}");
+    let doc: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        doc["issuer"],
+        "https://kubernetes.default.svc.cluster.local"
+    );
+    let jwks_uri = doc["jwks_uri"].as_str().unwrap();
+    assert!(jwks_uri.ends_with("/openid/v1/jwks"), "{jwks_uri}");
+    let (code, body) = curl_with_token(&format!("{}/openid/v1/jwks", s.url), &token);
+    assert_eq!(code, 200, "{body}");
+    let jwks: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(jwks["keys"][0]["alg"], "ES256");
+    assert_eq!(jwks["keys"][0]["use"], "sig");
+
+    // The key is kept in the data dir: a restarted server accepts the tokens it minted.
+    s.stop();
+    let s = Setpoint::start(&["server"], &dir.path().join("data"));
+    let apis = format!("{}/apis", s.url);
+    assert_eq!(curl_with_token(&apis, &token).0, 200, "after a restart");
+
+    // Deleting the service account ends all its tokens.
+    s.ok(&["delete", "sa", "bot", "-n", "a"]);
+    eventually(
+        "the token of a deleted service account is refused",
+        Duration::from_secs(10),
+        || (curl_with_token(&apis, &token).0 == 401).then_some(()),
+    );
+    s.stop();
+}
