@@ -191,9 +191,25 @@ fn containers<'a>(pod: &'a Value, field: &str) -> impl Iterator<Item = &'a Value
         .flatten()
 }
 
-/// A pod's effective requests and limits: the containers' sum, raised to any one init
-/// container's amount where that is larger, plus the pod's `overhead`.
+/// A pod's effective requests and limits: [`containers_requests_limits`] plus the pod's
+/// `overhead` (for the resources the containers ask for), as quota charges them.
 pub fn pod_requests_limits(pod: &Value) -> (ResourceList, ResourceList) {
+    let (mut requests, mut limits) = containers_requests_limits(pod);
+    let overhead = parse_list(pod.pointer("/spec/overhead"));
+    for (k, q) in &overhead {
+        if requests.contains_key(k) {
+            add_to(&mut requests, k, *q);
+        }
+        if limits.contains_key(k) {
+            add_to(&mut limits, k, *q);
+        }
+    }
+    (requests, limits)
+}
+
+/// What a pod's containers ask for together: their sum, raised to any one init container's
+/// amount where that is larger (init containers run one at a time, before the others).
+pub fn containers_requests_limits(pod: &Value) -> (ResourceList, ResourceList) {
     let mut requests = ResourceList::new();
     let mut limits = ResourceList::new();
     for c in containers(pod, "containers") {
@@ -208,17 +224,6 @@ pub fn pod_requests_limits(pod: &Value) -> (ResourceList, ResourceList) {
                 if total.get(&k).is_none_or(|t| *t < q) {
                     total.insert(k, q);
                 }
-            }
-        }
-    }
-    let overhead = parse_list(pod.pointer("/spec/overhead"));
-    if !overhead.is_empty() {
-        for (k, q) in &overhead {
-            if requests.contains_key(k) {
-                add_to(&mut requests, k, *q);
-            }
-            if limits.contains_key(k) {
-                add_to(&mut limits, k, *q);
             }
         }
     }
@@ -491,22 +496,19 @@ pub enum Refusal {
 
 /// The admission decision for one quota that covers an object: the quota's new
 /// `status.used` when the object's `delta` fits within `status.hard`, else why not.
-/// `required` is the quota's limited resources the object is charged under.
+/// `restricted` is the quota's limited resources that objects of this kind are charged
+/// under ([`covers`]).
 pub fn charge(
     quota_name: &str,
+    restricted: &[&str],
     hard: &ResourceList,
     used: &ResourceList,
     delta: &ResourceList,
 ) -> Result<ResourceList, Refusal> {
-    let restricted: Vec<&String> = hard.keys().filter(|k| delta.contains_key(*k)).collect();
     if restricted.iter().any(|k| !used.contains_key(*k)) {
         return Err(Refusal::StatusUnknown {
             quota: quota_name.to_string(),
-            resources: restricted
-                .iter()
-                .map(|s| s.as_str())
-                .collect::<Vec<_>>()
-                .join(","),
+            resources: restricted.join(","),
         });
     }
     let requested: ResourceList = delta
@@ -671,16 +673,16 @@ mod tests {
         let hard = list(&[("pods", "2"), ("services", "5")]);
         let used = list(&[("pods", "2"), ("services", "0")]);
         let delta = list(&[("pods", "1"), ("count/pods", "1")]);
-        let e = charge("q", &hard, &used, &delta).unwrap_err();
+        let e = charge("q", &["pods"], &hard, &used, &delta).unwrap_err();
         assert_eq!(
             e.to_string(),
             "exceeded quota: q, requested: pods=1, used: pods=2, limited: pods=2"
         );
         let used = list(&[("pods", "1"), ("services", "0")]);
-        let new = charge("q", &hard, &used, &delta).unwrap();
+        let new = charge("q", &["pods"], &hard, &used, &delta).unwrap();
         assert_eq!(new, list(&[("pods", "2"), ("services", "0")]));
         // Usage not yet computed.
-        let e = charge("q", &hard, &ResourceList::new(), &delta).unwrap_err();
+        let e = charge("q", &["pods"], &hard, &ResourceList::new(), &delta).unwrap_err();
         assert_eq!(
             e.to_string(),
             "status unknown for quota: q, resources: pods"
@@ -690,7 +692,7 @@ mod tests {
         let used = list(&[("pods", "1"), ("requests.cpu", "800m")]);
         let delta = list(&[("pods", "1"), ("requests.cpu", "500m")]);
         assert_eq!(
-            charge("compute", &hard, &used, &delta)
+            charge("compute", &["pods", "requests.cpu"], &hard, &used, &delta)
                 .unwrap_err()
                 .to_string(),
             "exceeded quota: compute, requested: requests.cpu=500m, used: requests.cpu=800m, limited: requests.cpu=1"

@@ -3,6 +3,9 @@
 
 use serde_json::Value;
 
+pub mod limitrange;
+mod quota;
+
 use crate::registry::ResourceDef;
 
 /// What the admission steps are configured with (the API server's flags).

@@ -39,7 +39,7 @@ pub enum BodySyntax {
 
 /// The one place `fieldValidation` decides about problem fields of a write (`what` is `unknown`
 /// or `duplicate`): a 400 for `Strict`, warnings for `Warn`, nothing for `Ignore`.
-fn field_policy(
+pub(crate) fn field_policy(
     res: &ResourceDef,
     fields: &[String],
     what: &str,
@@ -144,7 +144,7 @@ fn store_err(res: &ResourceDef, name: &str, e: StoreError) -> ApiError {
 /// An object whose JSON is larger than [`MAX_OBJECT_BYTES`] is refused here, before anything is
 /// written, whatever the write path: compression must not let a repetitive object of any size
 /// in (it would be that size again in every reader's memory).
-fn encode(obj: &Value) -> Result<Bytes, ApiError> {
+pub(crate) fn encode(obj: &Value) -> Result<Bytes, ApiError> {
     /// Objects up to this size (most of them) reuse the buffer; a larger one's is dropped.
     const KEEP_BUFFER: usize = 64 * 1024;
     thread_local! {
@@ -670,6 +670,7 @@ impl ApiServer {
         }
         crate::crd::admit(res, &mut obj);
         crate::admission::admit(res, &mut obj, &self.config.admission());
+        self.default_limits(res, namespace, &mut obj);
         if track {
             crate::apply::record_update(res, None, &mut obj, manager(opts), None, &now);
         }
@@ -691,6 +692,13 @@ impl ApiServer {
             );
             causes.extend(crate::crd::validate(res, &obj, None));
             self.invalid_if_any(res, &obj, causes)?;
+            crate::authorization::escalation::check(self, res, namespace, &obj, opts.user.as_ref())?;
+            // Validating admission (LimitRanger, then ResourceQuota), charged once however
+            // many names a generateName takes.
+            if attempt == 0 {
+                self.check_limits(res, namespace, &obj)?;
+                self.charge_quotas(res, namespace, &obj, opts.dry_run).await?;
+            }
             let reserved = if opts.dry_run {
                 None
             } else {
@@ -940,6 +948,9 @@ impl ApiServer {
             crate::typemeta::own(res, &mut new);
             meta::set_meta(&mut new, "resourceVersion", json!(cur_rv));
             self.validate_update(res, &mut new, Some(&cur), view == View::Status)?;
+            if view == View::Main {
+                crate::authorization::escalation::check(self, res, namespace, &new, opts.user.as_ref())?;
+            }
             let respond = |obj: Value| {
                 if view == View::Scale {
                     strategy::scale_of(res, &obj)
