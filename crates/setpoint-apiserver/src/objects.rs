@@ -692,6 +692,7 @@ impl ApiServer {
             );
             causes.extend(crate::crd::validate(res, &obj, None));
             self.invalid_if_any(res, &obj, causes)?;
+            self.check_escalation(res, namespace, &obj, opts)?;
             crate::authorization::escalation::check(self, res, namespace, &obj, opts.user.as_ref())?;
             // Validating admission (LimitRanger, then ResourceQuota), charged once however
             // many names a generateName takes.
@@ -948,6 +949,9 @@ impl ApiServer {
             crate::typemeta::own(res, &mut new);
             meta::set_meta(&mut new, "resourceVersion", json!(cur_rv));
             self.validate_update(res, &mut new, Some(&cur), view == View::Status)?;
+            if view == View::Main {
+                self.check_escalation(res, namespace, &new, opts)?;
+            }
             if view == View::Main {
                 crate::authorization::escalation::check(self, res, namespace, &new, opts.user.as_ref())?;
             }
