@@ -30,6 +30,7 @@ mod podlogs;
 mod pruned;
 mod registry;
 mod request;
+mod reviews;
 mod response;
 pub mod server;
 mod state;

@@ -101,8 +101,18 @@ impl ResourceDef {
             format!("{}{}", self.storage_prefix(), name)
         }
     }
+    /// Whether the resource is served only as `create` and never stored: a review, answered
+    /// by [`crate::reviews`].
+    pub fn is_create_only(&self) -> bool {
+        self.custom.is_none()
+            && setpoint_kinds::by_resource(&self.group, &self.version, &self.plural)
+                .is_some_and(|k| k.create_only)
+    }
     /// Verbs served on the main resource.
     pub fn verbs(&self) -> Vec<&'static str> {
+        if self.is_create_only() {
+            return vec!["create"];
+        }
         vec![
             "create",
             "delete",

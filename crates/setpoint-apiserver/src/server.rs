@@ -96,6 +96,8 @@ impl ApiServer {
         let prefixes = registry
             .all()
             .iter()
+            // Reviews are never stored, so they have nothing to cache.
+            .filter(|r| !r.is_create_only())
             .map(|r| r.storage_prefix())
             .collect::<std::collections::BTreeSet<_>>();
         let (stopping, stop_rx) = watch::channel(false);

@@ -41,6 +41,10 @@ pub struct KindInfo {
     /// The storage prefix segment when it differs from `group/plural` (resources that share
     /// storage with another version or group, e.g. events.k8s.io events live with core events).
     pub storage: Option<(&'static str, &'static str)>,
+    /// Served only as `create`, never stored: a POST runs the resource's handler and answers
+    /// with the object and its `status` filled in (upstream's review resources, such as
+    /// SubjectAccessReview). Such resources have no cache, printer or selectable fields.
+    pub create_only: bool,
 }
 
 const ALL: &[&str] = &["all"];
@@ -67,6 +71,7 @@ const fn kind(
         scale: false,
         generation: false,
         storage: None,
+        create_only: false,
     }
 }
 
@@ -97,6 +102,10 @@ impl KindInfo {
     }
     const fn stored_as(mut self, group: &'static str, plural: &'static str) -> Self {
         self.storage = Some((group, plural));
+        self
+    }
+    const fn create_only(mut self) -> Self {
+        self.create_only = true;
         self
     }
 
@@ -294,6 +303,62 @@ pub static BUILTIN: &[KindInfo] = &[
     kind("events.k8s.io", "v1", "Event", "events", "event", true)
         .short(&["ev"])
         .stored_as("", "events"),
+    // authentication.k8s.io/v1 and authorization.k8s.io/v1: reviews, answered on create and
+    // never stored
+    kind(
+        "authentication.k8s.io",
+        "v1",
+        "SelfSubjectReview",
+        "selfsubjectreviews",
+        "selfsubjectreview",
+        false,
+    )
+    .create_only(),
+    kind(
+        "authentication.k8s.io",
+        "v1",
+        "TokenReview",
+        "tokenreviews",
+        "tokenreview",
+        false,
+    )
+    .create_only(),
+    kind(
+        "authorization.k8s.io",
+        "v1",
+        "LocalSubjectAccessReview",
+        "localsubjectaccessreviews",
+        "localsubjectaccessreview",
+        true,
+    )
+    .create_only(),
+    kind(
+        "authorization.k8s.io",
+        "v1",
+        "SelfSubjectAccessReview",
+        "selfsubjectaccessreviews",
+        "selfsubjectaccessreview",
+        false,
+    )
+    .create_only(),
+    kind(
+        "authorization.k8s.io",
+        "v1",
+        "SelfSubjectRulesReview",
+        "selfsubjectrulesreviews",
+        "selfsubjectrulesreview",
+        false,
+    )
+    .create_only(),
+    kind(
+        "authorization.k8s.io",
+        "v1",
+        "SubjectAccessReview",
+        "subjectaccessreviews",
+        "subjectaccessreview",
+        false,
+    )
+    .create_only(),
 ];
 
 /// Looks up a built-in resource by group, version and plural.

@@ -13,6 +13,7 @@
 //! in-process callers (the components `setpoint up` runs in its own process) have no
 //! credentials to check; they act as [`UserInfo::internal`].
 
+pub mod impersonation;
 pub mod serviceaccount;
 mod token_file;
 
@@ -145,6 +146,18 @@ impl Authenticators {
     /// Appends a token authenticator (asked after those already there).
     pub fn push(&mut self, authenticator: Box<dyn TokenAuthenticator>) {
         self.tokens.push(authenticator);
+    }
+
+    /// What the token authenticators make of `token` alone (a TokenReview): the user of the
+    /// first that accepts it, `Ok(None)` when none knows it, or the reason the first that
+    /// knows it refused it.
+    pub fn authenticate_token(&self, token: &str) -> Result<Option<UserInfo>, String> {
+        for authenticator in &self.tokens {
+            if let Some(user) = authenticator.authenticate(token)? {
+                return Ok(Some(user));
+            }
+        }
+        Ok(None)
     }
 
     /// Who made a request that arrived over a connection with `identity` and has `headers`.

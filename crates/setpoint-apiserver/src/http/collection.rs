@@ -11,6 +11,7 @@ use super::respond::{to_storage, written_response};
 use super::watch::watch;
 use super::{storage_def, write_request, Request};
 use crate::request::bool_param;
+use crate::response::{value_response, with_warnings};
 use crate::strategy::View;
 
 /// Serves `method` on the collection of `r.res` in `namespace` (all namespaces when `None`).
@@ -21,6 +22,13 @@ pub(super) async fn serve(
     body: Body,
 ) -> Result<Response, ApiError> {
     let Request { server, res, q, .. } = r;
+    // Reviews are only ever created: upstream registers no other handler for them.
+    if res.is_create_only() {
+        return match *method {
+            Method::POST => review(r, namespace.unwrap_or_default(), body).await,
+            _ => Err(ApiError::method_not_allowed()),
+        };
+    }
     match *method {
         Method::GET if bool_param(q, "watch") => watch(r, namespace).await,
         Method::GET => list(r, namespace).await,
@@ -57,5 +65,53 @@ async fn create(r: Request<'_>, ns: &str, body: Body) -> Result<Response, ApiErr
         View::Main,
         w,
         dups,
+    ))
+}
+
+/// POST of a review: decoded and checked as a create is, then answered by [`crate::reviews`]
+/// with nothing stored.
+async fn review(r: Request<'_>, ns: &str, body: Body) -> Result<Response, ApiError> {
+    let Request {
+        server,
+        res,
+        headers,
+        ..
+    } = r;
+    let (opts, bytes) = write_request(r, "CreateOptions", body).await?;
+    let (mut obj, syntax) = decode_object_body(res, headers, &bytes)?;
+    let dups = server.check_duplicate_fields(res, syntax, &bytes, &opts)?;
+    crate::typemeta::check_body(res, &mut obj)?;
+    let check = setpoint_kinds::validation::check_types(&res.group, &res.version, &res.kind, &obj);
+    if let Some(e) = crate::decoding::type_error(res, &obj, &check.type_errors) {
+        return Err(e);
+    }
+    check.drop_unknown(&mut obj);
+    let unknown = crate::objects::field_policy(res, &check.unknown, "unknown", &opts)?;
+    // A namespaced review takes its namespace from the path, as every create does.
+    if res.namespaced {
+        let meta = &mut obj["metadata"];
+        if !meta.is_object() {
+            *meta = serde_json::json!({});
+        }
+        match meta.get("namespace").and_then(serde_json::Value::as_str) {
+            None | Some("") => meta["namespace"] = ns.into(),
+            Some(given) if given != ns => {
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    let reviewer = crate::reviews::Reviewer {
+        authenticators: &server.authenticators,
+        authorizers: &server.authorizers,
+        caller: r.user,
+        rules: None,
+    };
+    let answer = reviewer.review(res, ns, obj)?;
+    Ok(with_warnings(
+        value_response(StatusCode::CREATED, &answer),
+        &[dups, unknown].concat(),
     ))
 }

@@ -96,6 +96,19 @@ pub async fn handle(State(server): State<Arc<ApiServer>>, req: http::Request<Bod
         Ok(user) => user,
         Err(e) => return error_response(&e),
     };
+    // `kubectl --as`: from here on the request is the impersonated user's, if it may be.
+    use crate::authentication::impersonation::{impersonate, Refusal};
+    let user = match impersonate(&server.authorizers, user, &parts.headers) {
+        Ok(user) => user,
+        Err(Refusal::Forbidden(e)) => return error_response(&e),
+        Err(Refusal::Malformed(m)) => {
+            let uri = parts.uri.path_and_query().map_or(path.as_str(), |p| p.as_str());
+            return text_response(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("Internal Server Error: {uri:?}: {m}\n"),
+            );
+        }
+    };
     let q = parse_query(&parts.uri);
     let api_path = path == "/api"
         || path.starts_with("/api/")
@@ -280,7 +293,8 @@ async fn serve(
             subresource,
         } => {
             let res = served(server, &group, &version, &plural)?;
-            if res.namespaced != namespace.is_some() {
+            // Reviews have no objects to name.
+            if res.namespaced != namespace.is_some() || res.is_create_only() {
                 return Err(ApiError::not_found_path());
             }
             let request = Request {

@@ -4,7 +4,8 @@ use super::{supported, supported_fields, unsupported_message, value, value_sourc
 
 #[test]
 fn metadata_fields_everywhere_namespace_only_when_namespaced() {
-    for k in crate::BUILTIN {
+    // Reviews are never listed, so no field selects them.
+    for k in crate::BUILTIN.iter().filter(|k| !k.create_only) {
         assert!(supported(k.group, k.kind, "metadata.name"), "{}", k.kind);
         assert_eq!(
             supported(k.group, k.kind, "metadata.namespace"),

@@ -92,7 +92,8 @@ fn human_duration_boundaries() {
 
 #[test]
 fn every_builtin_kind_has_a_printer() {
-    for k in crate::BUILTIN {
+    // Reviews are never listed, so they print nothing of their own.
+    for k in crate::BUILTIN.iter().filter(|k| !k.create_only) {
         let cols = columns(k.group, k.kind);
         let name_cols: Vec<&Column> = cols.iter().filter(|c| c.format == "name").collect();
         assert_eq!(name_cols.len(), 1, "{}: one name column", k.kind);
