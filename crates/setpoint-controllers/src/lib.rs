@@ -15,7 +15,10 @@
 //! - [`cronjob`]: creates a Job each time a CronJob's schedule ([`setpoint_api::cron`]) comes round;
 //! - [`job`]: runs a Job's pods to `completions` within `parallelism` and `backoffLimit`;
 //! - [`nodelifecycle`]: marks nodes whose agent went silent `Unknown`, taints them, and
-//!   evicts their pods once the pods' tolerations run out.
+//!   evicts their pods once the pods' tolerations run out;
+//! - [`serviceaccount`]: a `default` ServiceAccount in every active namespace;
+//! - [`rootca`]: the `kube-root-ca.crt` ConfigMap (the cluster CA) in every namespace;
+//! - [`resourcequota`]: keeps ResourceQuotas' `status.hard` and `status.used` right.
 //!
 //! Every controller separates a pure decision (unit-tested without a server) from the I/O
 //! that carries it out.
@@ -30,6 +33,9 @@ pub mod manager;
 pub mod namespace;
 pub mod nodelifecycle;
 pub mod replicaset;
+pub mod resourcequota;
+pub mod rootca;
+pub mod serviceaccount;
 
 /// The current time in whole seconds, as the API stores timestamps (the `jiff` build that
 /// `k8s-openapi` uses has no clock of its own).
