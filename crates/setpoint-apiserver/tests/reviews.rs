@@ -192,7 +192,7 @@ async fn self_reviews_describe_the_caller_or_whom_it_impersonates() {
     let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
         "metadata": {"name": "reviewer"},
         "rules": [{"apiGroups": ["authentication.k8s.io", "authorization.k8s.io"],
-                   "resources": ["selfsubjectreviews", "selfsubjectaccessreviews"],
+                   "resources": ["selfsubjectreviews", "selfsubjectaccessreviews", "selfsubjectrulesreviews"],
                    "verbs": ["create"]}]});
     let created = post(&r, "/apis/rbac.authorization.k8s.io/v1/clusterroles", &role).await;
     assert_eq!(created.status, 201, "{}", created.body);
@@ -263,6 +263,26 @@ async fn self_reviews_describe_the_caller_or_whom_it_impersonates() {
     assert_eq!(ssrr.status, 201, "{}", ssrr.body);
     let status = &ssrr.body["status"];
     assert!(status["resourceRules"]
+        .as_array()
+        .unwrap()
+        .contains(&json!({"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]})));
+    assert_eq!(status["incomplete"], false);
+    let theirs = post_as(
+        &r,
+        &format!("{AUTHZ}/selfsubjectrulesreviews"),
+        &rules,
+        &[("Impersonate-User", "alice")],
+    )
+    .await;
+    assert_eq!(theirs.status, 201, "{}", theirs.body);
+    assert!(theirs.body["status"]["resourceRules"]
+        .as_array()
+        .unwrap()
+        .contains(&json!({"verbs": ["create"],
+            "apiGroups": ["authentication.k8s.io", "authorization.k8s.io"],
+            "resources": ["selfsubjectreviews", "selfsubjectaccessreviews", "selfsubjectrulesreviews"]})),
+        "{}", theirs.body);
+    assert!(!theirs.body["status"]["resourceRules"]
         .as_array()
         .unwrap()
         .contains(&json!({"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]})));

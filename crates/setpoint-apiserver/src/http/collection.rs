@@ -103,11 +103,19 @@ async fn review(r: Request<'_>, ns: &str, body: Body) -> Result<Response, ApiErr
             Some(_) => {}
         }
     }
+    let rbac_rules = |user: &crate::authentication::UserInfo, namespace: &str| {
+        server
+            .rbac
+            .rules_for(user, namespace)
+            .iter()
+            .filter_map(|rule| serde_json::to_value(rule).ok())
+            .collect()
+    };
     let reviewer = crate::reviews::Reviewer {
         authenticators: &server.authenticators,
         authorizers: &server.authorizers,
         caller: r.user,
-        rules: None,
+        rules: Some(&rbac_rules),
     };
     let answer = reviewer.review(res, ns, obj)?;
     Ok(with_warnings(
