@@ -160,6 +160,7 @@ impl ApiServer {
 
     /// Creates the namespaces and the `kubernetes` service every cluster has, if missing.
     async fn bootstrap(&self) -> Result<(), ApiError> {
+        self.bootstrap_rbac().await?;
         let ns = self
             .registry()
             .get("", "v1", "namespaces")

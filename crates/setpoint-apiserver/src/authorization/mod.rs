@@ -5,6 +5,7 @@
 //! The first authorizer with an opinion decides; without one the request is refused. Members
 //! of `system:masters` may do anything, as upstream's privileged-group check lets them.
 
+pub mod bootstrap;
 pub mod escalation;
 pub mod rbac;
 
