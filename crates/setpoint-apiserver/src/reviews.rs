@@ -24,14 +24,13 @@ use crate::authentication::{Authenticators, UserInfo};
 use crate::authorization::{Attributes, Authorizers, Decision};
 use crate::registry::ResourceDef;
 
-/// The audience of tokens meant for this API when a TokenReview names none: kube-apiserver's
-/// default `--api-audiences`, its service-account issuer.
-pub const API_AUDIENCE: &str = "https://kubernetes.default.svc.cluster.local";
-
 /// What a review is answered with: the server's authenticators and authorizers, and who asks.
 pub struct Reviewer<'a> {
     /// The token authenticators (TokenReview).
     pub authenticators: &'a Authenticators,
+    /// The audiences the API identifies as (`--api-audiences`): a TokenReview that names no
+    /// audiences asks for these.
+    pub api_audiences: &'a [String],
     /// The authorizers (the access reviews).
     pub authorizers: &'a Authorizers,
     /// The caller (the self reviews).
@@ -158,9 +157,12 @@ impl Reviewer<'_> {
         }
         let mut asked = spec_list(&spec, "audiences");
         if asked.is_empty() {
-            asked = vec![API_AUDIENCE.to_string()];
+            asked = self.api_audiences.to_vec();
         }
-        let audiences: Vec<String> = asked.into_iter().filter(|a| a == API_AUDIENCE).collect();
+        let audiences: Vec<String> = asked
+            .into_iter()
+            .filter(|a| self.api_audiences.contains(a))
+            .collect();
         let mut status = Map::new();
         let outcome = if audiences.is_empty() {
             Ok(None)

@@ -113,6 +113,7 @@ async fn review(r: Request<'_>, ns: &str, body: Body) -> Result<Response, ApiErr
     };
     let reviewer = crate::reviews::Reviewer {
         authenticators: &server.authenticators,
+        api_audiences: server.service_accounts.api_audiences(),
         authorizers: &server.authorizers,
         caller: r.user,
         rules: Some(&rbac_rules),
