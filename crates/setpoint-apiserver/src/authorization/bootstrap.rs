@@ -164,11 +164,19 @@ fn roles() -> Vec<Role> {
         ),
         role(
             "system:basic-user",
-            vec![rule(
-                &["create"],
-                &["authorization.k8s.io"],
-                &["selfsubjectaccessreviews", "selfsubjectrulesreviews"],
-            )],
+            vec![
+                rule(
+                    &["create"],
+                    &["authorization.k8s.io"],
+                    &["selfsubjectaccessreviews", "selfsubjectrulesreviews"],
+                ),
+                // `kubectl auth whoami`.
+                rule(
+                    &["create"],
+                    &["authentication.k8s.io"],
+                    &["selfsubjectreviews"],
+                ),
+            ],
         ),
         role(
             "system:public-info-viewer",
