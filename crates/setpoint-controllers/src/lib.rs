@@ -18,11 +18,14 @@
 //!   evicts their pods once the pods' tolerations run out;
 //! - [`serviceaccount`]: a `default` ServiceAccount in every active namespace;
 //! - [`rootca`]: the `kube-root-ca.crt` ConfigMap (the cluster CA) in every namespace;
-//! - [`resourcequota`]: keeps ResourceQuotas' `status.hard` and `status.used` right.
+//! - [`resourcequota`]: keeps ResourceQuotas' `status.hard` and `status.used` right;
+//! - [`clusterroleaggregation`]: gives ClusterRoles with an `aggregationRule` the rules of
+//!   the ClusterRoles they select.
 //!
 //! Every controller separates a pure decision (unit-tested without a server) from the I/O
 //! that carries it out.
 
+pub mod clusterroleaggregation;
 pub mod cronjob;
 pub mod deployment;
 pub mod discovery;

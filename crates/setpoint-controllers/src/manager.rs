@@ -20,6 +20,7 @@ pub const ALL: &[&str] = &[
     "nodelifecycle",
     "job",
     "cronjob",
+    "clusterrole-aggregation",
 ];
 
 /// Settings of the controllers that have any.
@@ -101,6 +102,7 @@ pub async fn build(
             "replicaset" => crate::replicaset::controller(c, informers),
             "job" => crate::job::controller(c, informers),
             "cronjob" => crate::cronjob::controller(c, informers),
+            "clusterrole-aggregation" => crate::clusterroleaggregation::controller(c, informers),
             "nodelifecycle" => {
                 crate::nodelifecycle::controller(c, informers, options.node_lifecycle.clone())
             }
