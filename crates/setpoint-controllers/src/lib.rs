@@ -39,6 +39,7 @@ pub mod replicaset;
 pub mod resourcequota;
 pub mod rootca;
 pub mod serviceaccount;
+pub mod tokens;
 
 /// The current time in whole seconds, as the API stores timestamps (the `jiff` build that
 /// `k8s-openapi` uses has no clock of its own).

@@ -21,6 +21,7 @@ pub const ALL: &[&str] = &[
     "job",
     "cronjob",
     "clusterrole-aggregation",
+    "serviceaccount-token",
 ];
 
 /// Settings of the controllers that have any.
@@ -30,6 +31,9 @@ pub struct Options {
     pub node_lifecycle: crate::nodelifecycle::NodeLifecycleConfig,
     /// How many objects of each kind are reconciled at once.
     pub concurrency: Concurrency,
+    /// The cluster CA (PEM) the token controller publishes in token Secrets as `ca.crt`
+    /// (kube-controller-manager's `--root-ca-file`, by default its kubeconfig's CA).
+    pub root_ca_pem: Option<String>,
     /// Where the controllers record `controller_runtime_reconcile_*` and their queues'
     /// `workqueue_*` series (one set shared by every controller); none when `None`.
     pub metrics: Option<ControllerMetrics>,
@@ -103,6 +107,9 @@ pub async fn build(
             "job" => crate::job::controller(c, informers),
             "cronjob" => crate::cronjob::controller(c, informers),
             "clusterrole-aggregation" => crate::clusterroleaggregation::controller(c, informers),
+            "serviceaccount-token" => {
+                crate::tokens::controller(c, informers, options.root_ca_pem.clone())
+            }
             "nodelifecycle" => {
                 crate::nodelifecycle::controller(c, informers, options.node_lifecycle.clone())
             }

@@ -124,6 +124,7 @@ impl ControllerManagerArgs {
                 ),
             },
             concurrency: self.concurrency.concurrency(),
+            root_ca_pem: None,
             metrics: None,
         }
     }
@@ -161,6 +162,8 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
         crate::leadership::elect(&client, LEASE, &args.leader_election, Some(leader_metrics))?;
     let options = manager::Options {
         metrics: Some(controller_metrics),
+        // Upstream's `--root-ca-file` defaults to the CA the kubeconfig trusts.
+        root_ca_pem: kubeconfig.ca_pem.clone(),
         ..args.options()
     };
     manager::run_on(
@@ -189,6 +192,7 @@ pub fn start_in_process(
     informers: SharedInformers,
     leading: Option<tokio::sync::watch::Receiver<bool>>,
     metrics: Option<setpoint_runtime::controller::ControllerMetrics>,
+    root_ca_pem: Option<String>,
 ) -> manager::InProcess {
     manager::InProcess::start_leading_on(
         client,
@@ -197,6 +201,7 @@ pub fn start_in_process(
                 grace_period: node_grace,
             },
             concurrency,
+            root_ca_pem,
             metrics,
         },
         informers,

@@ -266,6 +266,7 @@ async fn run(args: ServeArgs, up: Option<Up>) -> anyhow::Result<()> {
                 informers.clone(),
                 leading,
                 Some(controller_metrics.clone()),
+                running.pki.as_ref().map(|p| p.ca_cert.clone()),
             ))
         }
         None => None,

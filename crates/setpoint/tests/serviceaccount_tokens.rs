@@ -2,7 +2,9 @@
 //! `kubectl create token` mints a token that authenticates as the service account; a token
 //! bound to a pod stops working once the pod is gone; an audience other than the API's is
 //! refused; the issuer's discovery documents answer; the token subresource is in discovery;
-//! tokens survive a restart of the server; deleting the service account ends them.
+//! tokens survive a restart of the server; deleting the service account ends them. A legacy
+//! token Secret is filled in by the token controller of a standalone controller manager, and
+//! its token works while the Secret exists.
 //!
 //! Skipped (with a message) when kubectl is missing, unless `SETPOINT_REQUIRE_KUBECTL` is set.
 
@@ -170,5 +172,91 @@ fn service_account_tokens_authenticate_until_their_binding_is_gone() {
         Duration::from_secs(10),
         || (curl_with_token(&apis, &token).0 == 401).then_some(()),
     );
+    drop(controllers);
+    s.stop();
+}
+
+/// A child process killed (and reaped) when dropped, pass or fail.
+struct Stopped(std::process::Child);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn legacy_token_secrets_are_filled_in_and_live_while_the_secret_does() {
+    if !support::kubectl_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let s = Setpoint::start(&["server"], &dir.path().join("data"));
+    // A standalone controller manager running only the token controller: it mints through
+    // the API, without the server's key.
+    let controllers = Stopped(
+        Command::new(env!("CARGO_BIN_EXE_setpoint"))
+            .args(["controller-manager", "--kubeconfig"])
+            .arg(&s.kubeconfig)
+            .args([
+                "--controllers",
+                "serviceaccount-token",
+                "--secure-port",
+                "0",
+                "--leader-elect=false",
+            ])
+            .env("SETPOINT_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("start the controller manager"),
+    );
+    s.ok(&["create", "sa", "robot", "-n", "default"]);
+    s.apply(
+        "apiVersion: v1\nkind: Secret\ntype: kubernetes.io/service-account-token\n\
+         metadata:\n  name: robot-token\n  namespace: default\n  annotations:\n    \
+         kubernetes.io/service-account.name: robot\n",
+    );
+    // A secret field, decoded (kubectl's templates have base64decode).
+    let field = |key: &str| {
+        let template = format!("--template={{{{index .data \"{key}\" | base64decode}}}}");
+        let out = s.kubectl(&[
+            "get",
+            "secret",
+            "robot-token",
+            "-o",
+            "go-template",
+            &template,
+        ]);
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        (out.status.success() && !text.is_empty() && !text.contains("no value")).then_some(text)
+    };
+    let token = eventually(
+        "the token controller fills in the secret",
+        Duration::from_secs(20),
+        || field("token"),
+    );
+    assert_eq!(field("namespace").as_deref(), Some("default"));
+    let ca = field("ca.crt").unwrap();
+    assert!(ca.contains("BEGIN CERTIFICATE"), "{ca}");
+    let secret: serde_json::Value =
+        serde_json::from_str(&s.ok(&["get", "secret", "robot-token", "-o", "json"])).unwrap();
+    let sa_uid = s.ok(&["get", "sa", "robot", "-o", "jsonpath={.metadata.uid}"]);
+    assert_eq!(
+        secret["metadata"]["annotations"]["kubernetes.io/service-account.uid"],
+        sa_uid.trim()
+    );
+
+    let apis = format!("{}/apis", s.url);
+    eventually("the secret's token works", Duration::from_secs(10), || {
+        (curl_with_token(&apis, &token).0 == 200).then_some(())
+    });
+    s.ok(&["delete", "secret", "robot-token"]);
+    eventually(
+        "the token of a deleted secret is refused",
+        Duration::from_secs(10),
+        || (curl_with_token(&apis, &token).0 == 401).then_some(()),
+    );
+    drop(controllers);
     s.stop();
 }
