@@ -579,6 +579,14 @@ fn group_version_doc(defs: &[&Arc<ResourceDef>]) -> Value {
             b["required"] = false.into();
             delete_extra["requestBody"] = b;
         }
+        // A review is only ever created: its collection takes a POST, and it has no objects.
+        if r.is_create_only() {
+            paths.insert(
+                collection,
+                json!({"post": op("post", r, &object_schema, json!({"parameters": write_params(), "requestBody": body(&object_schema, &["application/json", "application/yaml"])}))}),
+            );
+            continue;
+        }
         paths.insert(
             collection.clone(),
             json!({

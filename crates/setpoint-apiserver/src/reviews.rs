@@ -372,10 +372,9 @@ fn empty_metadata_cause(obj: &Map<String, Value>, namespace_allowed: bool) -> Op
     let set: Map<String, Value> = meta
         .iter()
         .filter(|(k, v)| {
-            !v.is_null()
-                && k.as_str() != "managedFields"
-                && !(namespace_allowed && k.as_str() == "namespace")
-                && !is_empty(v)
+            let skipped =
+                k.as_str() == "managedFields" || (namespace_allowed && k.as_str() == "namespace");
+            !skipped && !is_empty(v)
         })
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();

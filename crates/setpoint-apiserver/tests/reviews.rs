@@ -57,6 +57,18 @@ async fn discovery_lists_only_create_and_other_verbs_are_refused() {
     let doc = get(&r, AUTHN).await.body;
     assert_eq!(doc["resources"].as_array().unwrap().len(), 2);
 
+    // OpenAPI describes the POST alone.
+    let doc = get(&r, "/openapi/v3/apis/authorization.k8s.io/v1")
+        .await
+        .body;
+    let paths = doc["paths"].as_object().unwrap();
+    let sar_path = &paths["/apis/authorization.k8s.io/v1/subjectaccessreviews"];
+    assert_eq!(
+        sar_path.as_object().unwrap().keys().collect::<Vec<_>>(),
+        ["post"]
+    );
+    assert!(!paths.keys().any(|p| p.ends_with("{name}")), "{paths:?}");
+
     let list = get(&r, &format!("{AUTHZ}/subjectaccessreviews")).await;
     assert_eq!(list.status, 405);
     assert_eq!(list.body["reason"], "MethodNotAllowed");
