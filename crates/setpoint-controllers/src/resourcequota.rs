@@ -2,10 +2,10 @@
 //! `status.used` equal to what the namespace's objects cost ([`setpoint_api::quota`], the
 //! same rules the API server's admission charges by).
 //!
-//! A change to a pod, service, ConfigMap, Secret, PersistentVolumeClaim or
-//! ReplicationController wakes every quota of its namespace, so usage follows deletes and
-//! pods finishing at once rather than on a period. `count/<resource>.<group>` of other
-//! resources is counted by listing them, and those quotas are recomputed every
+//! A change to a pod, service, ConfigMap, Secret or ReplicationController wakes every quota
+//! of its namespace, so usage follows deletes and pods finishing at once rather than on a
+//! period. Other resources (`count/<resource>.<group>`, and PersistentVolumeClaims where a
+//! server serves them) are counted by listing them, and those quotas are recomputed every
 //! [`LISTED_RECHECK`]. [`status`] is the pure decision.
 
 use std::collections::BTreeMap;
@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{
-    ConfigMap, PersistentVolumeClaim, Pod, ReplicationController, ResourceQuota, Secret, Service,
+    ConfigMap, Pod, ReplicationController, ResourceQuota, Secret, Service,
 };
 use serde_json::{json, Value};
 use setpoint_api::quota as q;
@@ -55,7 +55,6 @@ struct Caches {
     services: Store<Service>,
     config_maps: Store<ConfigMap>,
     secrets: Store<Secret>,
-    claims: Store<PersistentVolumeClaim>,
     controllers: Store<ReplicationController>,
 }
 
@@ -78,7 +77,6 @@ impl Caches {
             "services" => json(&self.services, namespace),
             "configmaps" => json(&self.config_maps, namespace),
             "secrets" => json(&self.secrets, namespace),
-            "persistentvolumeclaims" => json(&self.claims, namespace),
             "replicationcontrollers" => json(&self.controllers, namespace),
             _ => return None,
         })
@@ -187,7 +185,8 @@ impl Reconciler for QuotaController {
             .await
         {
             Ok(_) => Ok(next),
-            Err(e) if e.is_not_found() => Ok(Action::Done),
+            // Changed meanwhile (admission charged it): its update event brings it back.
+            Err(e) if e.is_not_found() || e.is_conflict() => Ok(Action::Done),
             Err(e) => Err(e.into()),
         }
     }
@@ -208,9 +207,6 @@ pub fn controller(client: Client, informers: &SharedInformers) -> Controller {
         services: informers.typed::<Service>(Scope::all()).store(),
         config_maps: informers.typed::<ConfigMap>(Scope::all()).store(),
         secrets: informers.typed::<Secret>(Scope::all()).store(),
-        claims: informers
-            .typed::<PersistentVolumeClaim>(Scope::all())
-            .store(),
         controllers: informers
             .typed::<ReplicationController>(Scope::all())
             .store(),
@@ -221,8 +217,7 @@ pub fn controller(client: Client, informers: &SharedInformers) -> Controller {
         caches,
         discovered: Mutex::new(None),
     };
-    let (a, b, c, d, e, f) = (
-        quotas.clone(),
+    let (a, b, c, d, e) = (
         quotas.clone(),
         quotas.clone(),
         quotas.clone(),
@@ -242,11 +237,8 @@ pub fn controller(client: Client, informers: &SharedInformers) -> Controller {
         .watches::<Secret>(None, move |o| {
             quotas_of(&d, o.metadata.namespace.as_deref())
         })
-        .watches::<PersistentVolumeClaim>(None, move |o| {
-            quotas_of(&e, o.metadata.namespace.as_deref())
-        })
         .watches::<ReplicationController>(None, move |o| {
-            quotas_of(&f, o.metadata.namespace.as_deref())
+            quotas_of(&e, o.metadata.namespace.as_deref())
         })
         .build(Arc::new(reconciler))
 }
