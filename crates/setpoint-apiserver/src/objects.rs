@@ -693,7 +693,6 @@ impl ApiServer {
             causes.extend(crate::crd::validate(res, &obj, None));
             self.invalid_if_any(res, &obj, causes)?;
             self.check_escalation(res, namespace, &obj, opts)?;
-            crate::authorization::escalation::check(self, res, namespace, &obj, opts.user.as_ref())?;
             // Validating admission (LimitRanger, then ResourceQuota), charged once however
             // many names a generateName takes.
             if attempt == 0 {
@@ -951,9 +950,6 @@ impl ApiServer {
             self.validate_update(res, &mut new, Some(&cur), view == View::Status)?;
             if view == View::Main {
                 self.check_escalation(res, namespace, &new, opts)?;
-            }
-            if view == View::Main {
-                crate::authorization::escalation::check(self, res, namespace, &new, opts.user.as_ref())?;
             }
             let respond = |obj: Value| {
                 if view == View::Scale {
