@@ -22,6 +22,9 @@ pub const ALL: &[&str] = &[
     "cronjob",
     "clusterrole-aggregation",
     "serviceaccount-token",
+    "serviceaccount",
+    "root-ca-cert-publisher",
+    "resourcequota",
 ];
 
 /// Settings of the controllers that have any.
@@ -107,6 +110,18 @@ pub async fn build(
             "job" => crate::job::controller(c, informers),
             "cronjob" => crate::cronjob::controller(c, informers),
             "clusterrole-aggregation" => crate::clusterroleaggregation::controller(c, informers),
+            "serviceaccount" => crate::serviceaccount::controller(c, informers),
+            "resourcequota" => crate::resourcequota::controller(c, informers),
+            "root-ca-cert-publisher" => match &options.root_ca_pem {
+                Some(ca) => crate::rootca::controller(c, informers, ca.clone()),
+                None => {
+                    tracing::info!(
+                        controller = %name,
+                        "no cluster CA is known (plain HTTP): not publishing kube-root-ca.crt"
+                    );
+                    continue;
+                }
+            },
             "serviceaccount-token" => {
                 crate::tokens::controller(c, informers, options.root_ca_pem.clone())
             }
