@@ -480,3 +480,166 @@ fn user_info(user: &UserInfo) -> Value {
     }
     Value::Object(m)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::authentication::MASTERS;
+
+    fn res(group: &str, kind: &str, plural: &str, namespaced: bool) -> ResourceDef {
+        crate::registry::Registry::builtin()
+            .get(group, "v1", plural)
+            .map(|r| (**r).clone())
+            .filter(|r| r.kind == kind && r.namespaced == namespaced)
+            .expect("a built-in review")
+    }
+
+    fn reviewer<'a>(
+        authn: &'a Authenticators,
+        authz: &'a Authorizers,
+        caller: &'a Arc<UserInfo>,
+        audiences: &'a [String],
+    ) -> Reviewer<'a> {
+        Reviewer {
+            authenticators: authn,
+            api_audiences: audiences,
+            authorizers: authz,
+            caller,
+            rules: None,
+        }
+    }
+
+    #[test]
+    fn access_review_specs_become_the_authorizers_attributes() {
+        let user = Arc::new(UserInfo::authenticated("u", vec![]));
+        let spec = json!({"resourceAttributes": {"namespace": "a", "verb": "get", "group": "apps",
+            "version": "v1", "resource": "deployments", "subresource": "scale", "name": "web"}});
+        let a = attributes_of(user.clone(), &spec);
+        assert!(a.resource_request);
+        assert_eq!(
+            (
+                a.verb.as_str(),
+                a.namespace.as_str(),
+                a.api_group.as_str(),
+                a.resource.as_str(),
+                a.subresource.as_str(),
+                a.name.as_str()
+            ),
+            ("get", "a", "apps", "deployments", "scale", "web")
+        );
+        let a = attributes_of(
+            user,
+            &json!({"nonResourceAttributes": {"path": "/healthz", "verb": "get"}}),
+        );
+        assert!(!a.resource_request);
+        assert_eq!((a.verb.as_str(), a.path.as_str()), ("get", "/healthz"));
+        // The subject is taken as given: no group is added.
+        let subject = subject_of(&json!({"user": "x", "uid": "1", "groups": ["g"],
+                                         "extra": {"k": ["v"]}}));
+        assert_eq!(subject.groups, ["g"]);
+        assert_eq!(subject.extra["k"], ["v"]);
+        assert_eq!(subject.uid, "1");
+    }
+
+    #[test]
+    fn metadata_of_access_reviews_must_be_empty() {
+        let with = |meta: Value| {
+            let mut m = Map::new();
+            m.insert("metadata".into(), meta);
+            m
+        };
+        assert_eq!(empty_metadata_cause(&with(json!({})), false), None);
+        assert_eq!(
+            empty_metadata_cause(&with(json!({"creationTimestamp": null, "name": ""})), false),
+            None
+        );
+        let c = empty_metadata_cause(&with(json!({"name": "x"})), false).unwrap();
+        assert_eq!(c.field, "metadata");
+        assert!(c.message.ends_with(": must be empty"), "{}", c.message);
+        assert_eq!(
+            empty_metadata_cause(&with(json!({"namespace": "a"})), true),
+            None
+        );
+        assert!(empty_metadata_cause(&with(json!({"namespace": "a"})), false).is_some());
+    }
+
+    #[test]
+    fn without_rbac_rules_a_rules_review_says_it_is_incomplete() {
+        let authn = Authenticators::default();
+        let authz = Authorizers::default();
+        let bob = Arc::new(UserInfo::authenticated("bob", vec![]));
+        let r = reviewer(&authn, &authz, &bob, &[]);
+        let ssrr = res(
+            "authorization.k8s.io",
+            "SelfSubjectRulesReview",
+            "selfsubjectrulesreviews",
+            false,
+        );
+        let out = r
+            .review(&ssrr, "", json!({"spec": {"namespace": "a"}}))
+            .unwrap();
+        assert_eq!(out["status"]["incomplete"], true);
+        assert_eq!(out["status"]["resourceRules"], json!([]));
+        assert!(out["status"]["evaluationError"].is_string());
+
+        let admin = Arc::new(UserInfo::authenticated("root", vec![MASTERS.into()]));
+        let rules = |_: &UserInfo, ns: &str| {
+            vec![
+                json!({"verbs": ["get"], "apiGroups": [""], "resources": ["pods"],
+                        "resourceNames": [ns]}),
+                json!({"verbs": ["get"], "nonResourceURLs": ["/healthz"]}),
+            ]
+        };
+        let r = Reviewer {
+            rules: Some(&rules),
+            ..reviewer(&authn, &authz, &admin, &[])
+        };
+        let out = r
+            .review(&ssrr, "", json!({"spec": {"namespace": "a"}}))
+            .unwrap();
+        assert_eq!(
+            out["status"],
+            json!({"incomplete": false,
+                   "resourceRules": [
+                       {"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]},
+                       {"verbs": ["get"], "apiGroups": [""], "resources": ["pods"], "resourceNames": ["a"]}],
+                   "nonResourceRules": [
+                       {"verbs": ["*"], "nonResourceURLs": ["*"]},
+                       {"verbs": ["get"], "nonResourceURLs": ["/healthz"]}]})
+        );
+    }
+
+    #[test]
+    fn token_reviews_report_refusals_and_unknown_tokens() {
+        struct Expired;
+        impl crate::authentication::TokenAuthenticator for Expired {
+            fn authenticate(&self, token: &str) -> Result<Option<UserInfo>, String> {
+                match token {
+                    "old" => Err("token has expired".into()),
+                    _ => Ok(None),
+                }
+            }
+        }
+        let mut authn = Authenticators::default();
+        authn.push(Box::new(Expired));
+        let authz = Authorizers::default();
+        let caller = Arc::new(UserInfo::internal());
+        let audiences = ["api".to_string()];
+        let r = reviewer(&authn, &authz, &caller, &audiences);
+        let tr = res(
+            "authentication.k8s.io",
+            "TokenReview",
+            "tokenreviews",
+            false,
+        );
+        let out = r
+            .review(&tr, "", json!({"spec": {"token": "old"}}))
+            .unwrap();
+        assert_eq!(
+            out["status"],
+            json!({"user": {}, "error": "token has expired"})
+        );
+        let out = r.review(&tr, "", json!({"spec": {"token": "x"}})).unwrap();
+        assert_eq!(out["status"]["error"], "invalid bearer token");
+    }
+}
