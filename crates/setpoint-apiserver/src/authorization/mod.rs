@@ -3,7 +3,9 @@
 //! what was refused, word for word as kube-apiserver writes it.
 //!
 //! The first authorizer with an opinion decides; without one the request is refused. Members
-//! of `system:masters` may do anything, as upstream's privileged-group check lets them.
+//! of `system:masters` may do anything, as upstream's privileged-group check lets them; the
+//! server then asks [`rbac`], whose bootstrap policy ([`bootstrap`]) lets anyone read the
+//! health endpoints and the version, and authenticated users read discovery.
 
 pub mod bootstrap;
 pub mod escalation;
@@ -175,58 +177,12 @@ impl Authorizer for PrivilegedGroups {
     }
 }
 
-/// Upstream's bootstrap rules for non-resource paths, which RBAC's default ClusterRoles hold:
-/// anyone, anonymous included, may read the health endpoints and the version
-/// (`system:public-info-viewer`); any authenticated user may also read discovery and the
-/// OpenAPI documents (`system:discovery`).
-struct PublicPaths;
-
-/// `system:public-info-viewer`'s paths.
-const PUBLIC_INFO: &[&str] = &["/healthz", "/livez", "/readyz", "/version", "/version/"];
-/// `system:discovery`'s paths (a trailing `*` matches any rest).
-const DISCOVERY: &[&str] = &[
-    "/api",
-    "/api/*",
-    "/apis",
-    "/apis/*",
-    "/healthz",
-    "/livez",
-    "/openapi",
-    "/openapi/*",
-    "/readyz",
-    "/version",
-    "/version/",
-    // The service-account issuer's documents: upstream grants them to `system:serviceaccounts`
-    // (`system:service-account-issuer-discovery`); to any authenticated user until RBAC does.
-    "/.well-known/openid-configuration",
-    "/openid/v1/jwks",
-];
-
 /// Whether `path` matches a non-resource URL rule: exactly, or by prefix when the rule ends
 /// in `*`, as RBAC matches `nonResourceURLs`.
 pub fn non_resource_url_matches(rule: &str, path: &str) -> bool {
     match rule.strip_suffix('*') {
         Some(prefix) => path.starts_with(prefix),
         None => rule == path,
-    }
-}
-
-impl Authorizer for PublicPaths {
-    fn authorize(&self, a: &Attributes) -> Decision {
-        if a.resource_request || a.verb != "get" {
-            return Decision::NoOpinion;
-        }
-        // The health endpoints have sub-paths for each check (`/livez/ping`).
-        let health = ["/healthz/", "/livez/", "/readyz/"]
-            .iter()
-            .any(|p| a.path.starts_with(p));
-        let matches = |rules: &[&str]| rules.iter().any(|r| non_resource_url_matches(r, &a.path));
-        let authenticated = a.user.in_group(crate::authentication::AUTHENTICATED);
-        if matches(PUBLIC_INFO) || health || (authenticated && matches(DISCOVERY)) {
-            Decision::Allow
-        } else {
-            Decision::NoOpinion
-        }
     }
 }
 
@@ -239,7 +195,7 @@ pub struct Authorizers {
 impl Default for Authorizers {
     fn default() -> Self {
         Authorizers {
-            chain: vec![Box::new(PrivilegedGroups), Box::new(PublicPaths)],
+            chain: vec![Box::new(PrivilegedGroups)],
         }
     }
 }
