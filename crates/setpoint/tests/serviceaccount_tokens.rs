@@ -172,7 +172,6 @@ fn service_account_tokens_authenticate_until_their_binding_is_gone() {
         Duration::from_secs(10),
         || (curl_with_token(&apis, &token).0 == 401).then_some(()),
     );
-    drop(controllers);
     s.stop();
 }
 
