@@ -189,17 +189,16 @@ impl Reviewer<'_> {
         Ok(Value::Object(obj))
     }
 
-    /// SelfSubjectReview: the caller as the server authenticated it.
-    fn self_subject_review(&self, mut obj: Map<String, Value>) -> Value {
-        let meta = obj.entry("metadata").or_insert_with(|| json!({}));
-        if let Value::Object(m) = meta {
-            m.insert(
-                "creationTimestamp".into(),
-                json!(setpoint_api::time::now_rfc3339()),
-            );
-        }
-        obj.insert("status".into(), json!({"userInfo": user_info(self.caller)}));
-        Value::Object(obj)
+    /// SelfSubjectReview: the caller as the server authenticated it, in a new object (what
+    /// the body held besides its type is not looked at, as upstream).
+    fn self_subject_review(&self, obj: Map<String, Value>) -> Value {
+        let mut out = type_of(&obj);
+        out.insert(
+            "metadata".into(),
+            json!({"creationTimestamp": setpoint_api::time::now_rfc3339()}),
+        );
+        out.insert("status".into(), json!({"userInfo": user_info(self.caller)}));
+        Value::Object(out)
     }
 
     /// The status of an access review: the authorizers' decision on the spec's attributes
@@ -274,17 +273,20 @@ impl Reviewer<'_> {
         }
         status.insert("resourceRules".into(), Value::Array(resource_rules));
         status.insert("nonResourceRules".into(), Value::Array(non_resource_rules));
-        let mut out = Map::new();
-        for key in ["kind", "apiVersion"] {
-            if let Some(v) = obj.get(key) {
-                out.insert(key.into(), v.clone());
-            }
-        }
+        let mut out = type_of(&obj);
         out.insert("metadata".into(), json!({"creationTimestamp": null}));
         out.insert("spec".into(), json!({}));
         out.insert("status".into(), Value::Object(status));
         Ok(Value::Object(out))
     }
+}
+
+/// A new object of the body's type (`apiVersion` and `kind`, which the server checked).
+fn type_of(obj: &Map<String, Value>) -> Map<String, Value> {
+    ["kind", "apiVersion"]
+        .iter()
+        .filter_map(|k| Some((k.to_string(), obj.get(*k)?.clone())))
+        .collect()
 }
 
 /// 422 with upstream's `Kind.group "" is invalid: …` when there are causes.

@@ -193,13 +193,18 @@ async fn local_reviews_stay_in_their_namespace() {
 async fn self_reviews_describe_the_caller_or_whom_it_impersonates() {
     let r = start().await;
     let whoami = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"});
-    let me = post(&r, &format!("{AUTHN}/selfsubjectreviews"), &whoami).await;
+    let mut named = whoami.clone();
+    named["metadata"] = json!({"name": "ignored", "labels": {"a": "b"}});
+    let me = post(&r, &format!("{AUTHN}/selfsubjectreviews"), &named).await;
     assert_eq!(me.status, 201, "{}", me.body);
     assert_eq!(
         me.body["status"]["userInfo"]["username"],
         "system:apiserver"
     );
     assert!(me.body["metadata"]["creationTimestamp"].is_string());
+    assert_eq!(me.body["metadata"].as_object().unwrap().len(), 1);
+    assert_eq!(me.body["kind"], "SelfSubjectReview");
+    assert_eq!(me.body["apiVersion"], "authentication.k8s.io/v1");
     // What upstream's system:basic-user grants every user, here for alice alone.
     let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
         "metadata": {"name": "reviewer"},
