@@ -748,6 +748,9 @@ pub fn reconcile_binding(existing: &Value, expected: &Value) -> Option<Value> {
     (out != *existing).then_some(out)
 }
 
+/// How an existing object is brought up to its bootstrap version.
+type Reconcile = fn(&Value, &Value) -> Option<Value>;
+
 impl ApiServer {
     /// Creates or reconciles the bootstrap ClusterRoles and ClusterRoleBindings.
     pub(crate) async fn bootstrap_rbac(&self) -> Result<(), ApiError> {
@@ -760,7 +763,7 @@ impl ApiServer {
             .get(GROUP, "v1", "clusterrolebindings")
             .expect("built in")
             .clone();
-        let plan: [(_, Vec<Value>, fn(&Value, &Value) -> Option<Value>); 2] = [
+        let plan: [(_, Vec<Value>, Reconcile); 2] = [
             (roles, cluster_roles(), reconcile_role),
             (bindings, cluster_role_bindings(), reconcile_binding),
         ];

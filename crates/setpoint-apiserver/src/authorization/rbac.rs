@@ -91,7 +91,7 @@ impl PolicyRule {
             .any(|g| g == "*" || *g == a.api_group)
             && resource_matches(&self.resources, &combined, &a.subresource)
             && (self.resource_names.is_empty()
-                || (!a.name.is_empty() && self.resource_names.iter().any(|n| *n == a.name)))
+                || (!a.name.is_empty() && self.resource_names.contains(&a.name)))
     }
 }
 
