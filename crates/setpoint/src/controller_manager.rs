@@ -23,7 +23,7 @@ pub struct ControllerManagerArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "namespace,garbagecollector,replicaset,deployment,nodelifecycle,job,cronjob",
+        default_value = "namespace,garbagecollector,replicaset,deployment,nodelifecycle,job,cronjob,clusterrole-aggregation,serviceaccount-token,serviceaccount,root-ca-cert-publisher,resourcequota",
         value_parser = clap::builder::PossibleValuesParser::new(ALL)
     )]
     controllers: Vec<String>,

@@ -193,6 +193,11 @@ fn namespace_defaults_quotas_and_limit_ranges() {
         Some(vec!["count/configmaps".into(), "1".into(), "3".into()]),
         "{described}"
     );
+    let table = s.ok(&["get", "quota", "q", "-n", "team"]);
+    assert!(
+        table.contains("count/configmaps: 1/3, pods: 2/2"),
+        "{table}"
+    );
     // Usage follows deletes: then the third pod fits.
     s.ok(&["delete", "pod", "p1", "-n", "team", "--wait=true"]);
     eventually("pods usage after the delete", WAIT, || {
@@ -255,5 +260,59 @@ fn namespace_defaults_quotas_and_limit_ranges() {
         ),
         "{err}"
     );
+    s.stop();
+}
+
+/// A background `setpoint` component, killed when dropped.
+struct Component(std::process::Child);
+
+impl Drop for Component {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_standalone_controller_manager_publishes_its_kubeconfigs_ca() {
+    if !support::kubectl_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let s = Setpoint::start(&["server"], &dir.path().join("data"));
+    let _cm = Component(
+        std::process::Command::new(env!("CARGO_BIN_EXE_setpoint"))
+            .args([
+                "controller-manager",
+                "--leader-elect=false",
+                "--secure-port",
+                "0",
+            ])
+            .arg("--kubeconfig")
+            .arg(&s.kubeconfig)
+            .env("SETPOINT_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("start the controller manager"),
+    );
+    s.ok(&["create", "namespace", "solo"]);
+    let ca = eventually("kube-root-ca.crt", WAIT, || {
+        jsonpath(
+            &s,
+            &["configmap", "kube-root-ca.crt"],
+            "solo",
+            r"{.data.ca\.crt}",
+        )
+    });
+    let trusted = std::fs::read_to_string(s.data_dir.join("pki").join("ca.crt")).unwrap();
+    assert_eq!(ca.trim(), trusted.trim());
+    eventually("the default ServiceAccount", WAIT, || {
+        jsonpath(
+            &s,
+            &["serviceaccount", "default"],
+            "solo",
+            "{.metadata.name}",
+        )
+    });
     s.stop();
 }
