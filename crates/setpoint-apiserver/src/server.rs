@@ -271,12 +271,22 @@ async fn service_account_issuer(
     config: &ServerConfig,
     store: &dyn Store,
 ) -> start_error::Result<Arc<crate::authentication::serviceaccount::Issuer>> {
-    use crate::authentication::serviceaccount::{key::SigningKey, Issuer, DEFAULT_ISSUER};
+    use crate::authentication::serviceaccount::{key::SigningKey, Issuer};
     let key =
         SigningKey::load_or_create(store, config.store.is_shared(), config.data_dir.as_deref())
             .await
             .map_err(|e| start_error::Error(format!("service-account key: {e}")))?;
-    Ok(Arc::new(Issuer::new(key, DEFAULT_ISSUER)))
+    let authn = &config.authentication;
+    if authn.service_account_issuer.is_empty() {
+        return Err(start_error::Error(
+            "service-account-issuer: must not be empty".into(),
+        ));
+    }
+    Ok(Arc::new(Issuer::with_audiences(
+        key,
+        &authn.service_account_issuer,
+        authn.api_audiences.clone(),
+    )))
 }
 
 /// A tiny error type for start-up failures, so the library needs no `anyhow`.

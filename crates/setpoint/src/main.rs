@@ -125,6 +125,13 @@ struct ServeArgs {
     /// A CSV file of static bearer tokens: `token,user,uid,"group1,group2"` per line.
     #[arg(long)]
     token_auth_file: Option<PathBuf>,
+    /// The issuer (`iss`) of the service-account tokens this server mints and accepts.
+    #[arg(long, default_value = setpoint_apiserver::authentication::serviceaccount::DEFAULT_ISSUER)]
+    service_account_issuer: String,
+    /// The audiences the API identifies as, comma-separated: a bearer token must be for one of
+    /// them (default: the service-account issuer).
+    #[arg(long, value_delimiter = ',')]
+    api_audiences: Vec<String>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -208,6 +215,8 @@ async fn run(args: ServeArgs, up: Option<Up>) -> anyhow::Result<()> {
         authentication: setpoint_apiserver::authentication::AuthenticationConfig {
             anonymous_auth: args.anonymous_auth,
             token_auth_file: args.token_auth_file.clone(),
+            service_account_issuer: args.service_account_issuer.clone(),
+            api_audiences: args.api_audiences.clone(),
         },
         ..ServerConfig::default()
     };

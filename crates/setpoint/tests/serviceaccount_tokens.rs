@@ -259,3 +259,50 @@ fn legacy_token_secrets_are_filled_in_and_live_while_the_secret_does() {
     drop(controllers);
     s.stop();
 }
+
+#[test]
+fn the_issuer_and_api_audiences_are_flags() {
+    if !support::kubectl_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let s = Setpoint::start(
+        &[
+            "server",
+            "--service-account-issuer",
+            "https://issuer.example",
+            "--api-audiences",
+            "api,vault",
+        ],
+        &dir.path().join("data"),
+    );
+    s.ok(&["create", "sa", "bot"]);
+    let apis = format!("{}/apis", s.url);
+    // Tokens default to the API's audiences, and name the configured issuer.
+    let token = s.ok(&["create", "token", "bot"]).trim().to_string();
+    assert_eq!(curl_with_token(&apis, &token).0, 200);
+    let vault = s
+        .ok(&["create", "token", "bot", "--audience", "vault"])
+        .trim()
+        .to_string();
+    assert_eq!(curl_with_token(&apis, &vault).0, 200);
+    let issuer_audience = s
+        .ok(&[
+            "create",
+            "token",
+            "bot",
+            "--audience",
+            "https://issuer.example",
+        ])
+        .trim()
+        .to_string();
+    assert_eq!(curl_with_token(&apis, &issuer_audience).0, 401);
+    let (code, body) = curl_with_token(
+        &format!("{}/.well-known/openid-configuration", s.url),
+        &token,
+    );
+    assert_eq!(code, 200, "{body}");
+    let doc: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(doc["issuer"], "https://issuer.example");
+    s.stop();
+}

@@ -112,6 +112,12 @@ pub struct AuthenticationConfig {
     pub anonymous_auth: bool,
     /// `--token-auth-file`: a CSV file of `token,user,uid,"group1,group2"` lines.
     pub token_auth_file: Option<std::path::PathBuf>,
+    /// `--service-account-issuer`: the `iss` of the service-account tokens the server mints
+    /// and accepts.
+    pub service_account_issuer: String,
+    /// `--api-audiences`: the audiences the API identifies as; a token must name one of them.
+    /// Empty means the issuer, as upstream defaults it.
+    pub api_audiences: Vec<String>,
 }
 
 impl Default for AuthenticationConfig {
@@ -119,6 +125,8 @@ impl Default for AuthenticationConfig {
         AuthenticationConfig {
             anonymous_auth: true,
             token_auth_file: None,
+            service_account_issuer: serviceaccount::DEFAULT_ISSUER.to_string(),
+            api_audiences: Vec::new(),
         }
     }
 }
@@ -284,7 +292,7 @@ mod tests {
     fn without_anonymous_auth_no_credentials_is_401() {
         let chain = Authenticators::from_config(&AuthenticationConfig {
             anonymous_auth: false,
-            token_auth_file: None,
+            ..AuthenticationConfig::default()
         })
         .unwrap();
         let e = chain

@@ -181,6 +181,20 @@ impl Issuer {
         }
     }
 
+    /// An issuer named `issuer` for an API that identifies as `audiences` (kube-apiserver's
+    /// `--api-audiences`; the issuer when empty).
+    pub fn with_audiences(
+        key: SigningKey,
+        issuer: impl Into<String>,
+        audiences: Vec<String>,
+    ) -> Issuer {
+        let mut i = Issuer::new(key, issuer);
+        if !audiences.is_empty() {
+            i.audiences = audiences;
+        }
+        i
+    }
+
     /// The issuer's name (`iss`).
     pub fn name(&self) -> &str {
         &self.issuer
@@ -508,6 +522,20 @@ mod tests {
             600,
         );
         assert!(i.verify(&both.token, NOW, &objects()).unwrap().is_some());
+    }
+
+    #[test]
+    fn api_audiences_can_be_other_than_the_issuer() {
+        let i = Issuer::with_audiences(
+            SigningKey::generate().unwrap(),
+            DEFAULT_ISSUER,
+            vec!["api".into(), "vault".into()],
+        );
+        assert_eq!(i.api_audiences(), ["api", "vault"]);
+        let m = i.mint(&bot(), &["vault".to_string()], NOW, 600);
+        assert!(i.verify(&m.token, NOW, &objects()).unwrap().is_some());
+        let m = i.mint(&bot(), &[DEFAULT_ISSUER.to_string()], NOW, 600);
+        assert!(i.verify(&m.token, NOW, &objects()).is_err());
     }
 
     #[test]
