@@ -181,4 +181,19 @@ async fn bound_tokens_follow_their_object() {
     .await;
     assert_eq!(d.status, 200, "{}", d.body);
     until_refused(&r, &token, "the token outlived its pod").await;
+
+    // Bound to a node (`kubectl create token --bound-object-kind Node`).
+    let node = post(&r, "/api/v1/nodes", &json!({"metadata": {"name": "n1"}})).await;
+    assert_eq!(node.status, 201, "{}", node.body);
+    let minted = token_request(&r, "bot", bound("Node", "n1", "")).await;
+    assert_eq!(minted.status, 201, "{}", minted.body);
+    let token = minted.body["status"]["token"].as_str().unwrap().to_string();
+    let status = review(&r, &token).await;
+    assert_eq!(status["authenticated"], true, "{status}");
+    assert_eq!(
+        status["user"]["extra"]["authentication.kubernetes.io/node-name"],
+        json!(["n1"])
+    );
+    assert_eq!(delete(&r, "/api/v1/nodes/n1").await.status, 200);
+    until_refused(&r, &token, "the token outlived its node").await;
 }

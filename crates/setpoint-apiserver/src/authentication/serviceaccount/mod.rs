@@ -79,7 +79,8 @@ pub struct Binding {
     pub service_account: ObjectRef,
     /// The pod the token is bound to, if any.
     pub pod: Option<ObjectRef>,
-    /// The node that pod runs on, when it has one (named in the token as upstream does).
+    /// The node that pod runs on, when it has one (named in the token as upstream does, but
+    /// not checked), or the node the token is bound to when it names no pod.
     pub node: Option<ObjectRef>,
     /// The secret the token is bound to, if any.
     pub secret: Option<ObjectRef>,
@@ -127,6 +128,8 @@ pub enum Kind {
     Pod,
     /// A bound Secret.
     Secret,
+    /// A bound Node (cluster-scoped: looked up without the namespace).
+    Node,
 }
 
 /// What a lookup found of an object a token names.
@@ -291,8 +294,13 @@ impl Issuer {
             return Err("token subject does not match its service account".into());
         }
         let check = |kind: Kind, r: &ObjectRef| -> Result<(), String> {
-            let what = format!("{kind:?} {}/{}", binding.namespace, r.name);
-            match lookup.find(kind, &binding.namespace, &r.name) {
+            let namespace = if kind == Kind::Node {
+                ""
+            } else {
+                binding.namespace.as_str()
+            };
+            let what = format!("{kind:?} {namespace}/{}", r.name);
+            match lookup.find(kind, namespace, &r.name) {
                 None => Err(format!("{what} has been deleted")),
                 Some(f) if f.uid != r.uid => Err(format!(
                     "{what} uid ({}) does not match the token's ({})",
@@ -311,6 +319,10 @@ impl Issuer {
         }
         if let Some(secret) = &binding.secret {
             check(Kind::Secret, secret)?;
+        }
+        // A pod's node is informational; a token bound to a node alone lives with the node.
+        if let (None, Some(node)) = (&binding.pod, &binding.node) {
+            check(Kind::Node, node)?;
         }
         let mut user = UserInfo::authenticated(
             sub,
@@ -391,12 +403,15 @@ impl Lookup for CacheLookup {
             Kind::ServiceAccount => "serviceaccounts",
             Kind::Pod => "pods",
             Kind::Secret => "secrets",
+            Kind::Node => "nodes",
         };
         let prefix = crate::registry::storage_prefix("", plural);
-        let obj = self
-            .0
-            .get(&prefix)
-            .get(&format!("{prefix}{namespace}/{name}"))?;
+        let key = if namespace.is_empty() {
+            format!("{prefix}{name}")
+        } else {
+            format!("{prefix}{namespace}/{name}")
+        };
+        let obj = self.0.get(&prefix).get(&key)?;
         let metadata = obj.metadata();
         let deleting_since = metadata
             .get("deletionTimestamp")
@@ -419,15 +434,20 @@ mod tests {
     #[derive(Default)]
     struct Objects(HashMap<(&'static str, String), Found>);
 
+    fn kind_key(kind: Kind) -> &'static str {
+        match kind {
+            Kind::ServiceAccount => "sa",
+            Kind::Pod => "pod",
+            Kind::Secret => "secret",
+            Kind::Node => "node",
+        }
+    }
+
     impl Objects {
         fn add(&mut self, kind: Kind, name: &str, uid: &str) {
-            let k = match kind {
-                Kind::ServiceAccount => "sa",
-                Kind::Pod => "pod",
-                Kind::Secret => "secret",
-            };
+            let ns = if kind == Kind::Node { "" } else { "a" };
             self.0.insert(
-                (k, format!("a/{name}")),
+                (kind_key(kind), format!("{ns}/{name}")),
                 Found {
                     uid: uid.into(),
                     deleting_since: None,
@@ -438,12 +458,9 @@ mod tests {
 
     impl Lookup for Objects {
         fn find(&self, kind: Kind, namespace: &str, name: &str) -> Option<Found> {
-            let k = match kind {
-                Kind::ServiceAccount => "sa",
-                Kind::Pod => "pod",
-                Kind::Secret => "secret",
-            };
-            self.0.get(&(k, format!("{namespace}/{name}"))).cloned()
+            self.0
+                .get(&(kind_key(kind), format!("{namespace}/{name}")))
+                .cloned()
         }
     }
 
@@ -600,6 +617,32 @@ mod tests {
         assert!(i.verify(&m.token, NOW, &o).unwrap().is_some());
         o.0.remove(&("secret", "a/s".into()));
         assert!(i.verify(&m.token, NOW, &o).is_err());
+    }
+
+    #[test]
+    fn a_node_bound_token_lives_with_the_node_and_a_pods_node_is_not_checked() {
+        let i = issuer();
+        let node = ObjectRef {
+            name: "n1".into(),
+            uid: "node-uid".into(),
+        };
+        let mut b = bot();
+        b.node = Some(node.clone());
+        let m = i.mint(&b, i.api_audiences(), NOW, 600);
+        let mut o = objects();
+        assert!(i.verify(&m.token, NOW, &o).is_err(), "the node is missing");
+        o.add(Kind::Node, "n1", "node-uid");
+        let user = i.verify(&m.token, NOW, &o).unwrap().unwrap();
+        assert_eq!(user.extra[EXTRA_NODE_NAME], ["n1"]);
+        // Bound to a pod on that node: the pod decides, not the node.
+        b.pod = Some(ObjectRef {
+            name: "p".into(),
+            uid: "pod-uid".into(),
+        });
+        let m = i.mint(&b, i.api_audiences(), NOW, 600);
+        let mut o = objects();
+        o.add(Kind::Pod, "p", "pod-uid");
+        assert!(i.verify(&m.token, NOW, &o).unwrap().is_some());
     }
 
     #[test]

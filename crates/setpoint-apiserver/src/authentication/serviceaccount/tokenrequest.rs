@@ -156,6 +156,15 @@ pub(crate) async fn create(
                 binding.pod = Some(pod_ref.clone());
                 pod_ref
             }
+            ("", "Node") => {
+                let node = server.get_object(&*def("nodes")?, "", object).await?;
+                let node_ref = ObjectRef {
+                    name: object.clone(),
+                    uid: uid_of(&node),
+                };
+                binding.node = Some(node_ref.clone());
+                node_ref
+            }
             ("", "Secret") => {
                 let secret = server.get_object(&*def("secrets")?, ns, object).await?;
                 let secret_ref = ObjectRef {
