@@ -26,7 +26,17 @@ async fn namespace(r: &setpoint_apiserver::server::Running, name: &str) {
 
 /// Sets a quota's status as the controller would.
 async fn set_status(r: &setpoint_apiserver::server::Running, ns: &str, status: Value) {
-    let path = format!("/api/v1/namespaces/{ns}/resourcequotas/q");
+    set_status_of(r, ns, "q", status).await
+}
+
+/// Sets the status of the quota `name`.
+async fn set_status_of(
+    r: &setpoint_apiserver::server::Running,
+    ns: &str,
+    name: &str,
+    status: Value,
+) {
+    let path = format!("/api/v1/namespaces/{ns}/resourcequotas/{name}");
     let mut q = get(r, &path).await.body;
     q["status"] = status;
     let resp = put(r, &format!("{path}/status"), &q).await;
@@ -230,4 +240,49 @@ async fn limit_ranges_default_and_bound_pods() {
         resp.body["message"],
         r#"pods "big" is forbidden: maximum cpu usage per Container is 2, but limit is 3"#
     );
+}
+
+#[tokio::test]
+async fn a_refusal_by_one_quota_charges_none() {
+    let r = start().await;
+    namespace(&r, "two").await;
+    for (name, hard) in [("a", "10"), ("b", "1")] {
+        let quota = json!({"apiVersion": "v1", "kind": "ResourceQuota",
+            "metadata": {"name": name}, "spec": {"hard": {"pods": hard}}});
+        let resp = post(&r, "/api/v1/namespaces/two/resourcequotas", &quota).await;
+        assert_eq!(resp.status, 201, "{}", resp.body);
+    }
+    set_status_of(
+        &r,
+        "two",
+        "a",
+        json!({"hard": {"pods": "10"}, "used": {"pods": "0"}}),
+    )
+    .await;
+    set_status_of(
+        &r,
+        "two",
+        "b",
+        json!({"hard": {"pods": "1"}, "used": {"pods": "1"}}),
+    )
+    .await;
+    let refused = eventually("both quotas are seen", || async {
+        let resp = post(
+            &r,
+            "/api/v1/namespaces/two/pods?dryRun=All",
+            &pod("x", json!({})),
+        )
+        .await;
+        (resp.body["message"]
+            == r#"pods "x" is forbidden: exceeded quota: b, requested: pods=1, used: pods=1, limited: pods=1"#)
+            .then_some(resp)
+    })
+    .await;
+    assert_eq!(refused.status, 403);
+    let resp = post(&r, "/api/v1/namespaces/two/pods", &pod("x", json!({}))).await;
+    assert_eq!(resp.status, 403, "{}", resp.body);
+    let a = get(&r, "/api/v1/namespaces/two/resourcequotas/a")
+        .await
+        .body;
+    assert_eq!(a["status"]["used"]["pods"], "0");
 }

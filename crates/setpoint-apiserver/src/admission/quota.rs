@@ -94,15 +94,25 @@ impl ApiServer {
         }
         let now = chrono::Utc::now();
         let delta = q::usage(&res.group, &res.plural, obj, now);
-        // The cached copies say which quotas apply; each is then charged on its latest
-        // stored version.
-        for cached in quotas {
-            let hard = q::parse_list(cached.pointer("/status/hard"));
-            if !q::quota_matches(&cached, &hard, &res.group, &res.plural, obj) {
-                continue;
+        // The cached copies say which quotas apply; each is then checked, and charged, on
+        // its latest stored version. Every quota is checked before any is charged, so a
+        // refusal by one leaves the others as they were (as upstream's admission).
+        let applicable: Vec<&str> = quotas
+            .iter()
+            .filter(|cached| {
+                let hard = q::parse_list(cached.pointer("/status/hard"));
+                q::quota_matches(cached, &hard, &res.group, &res.plural, obj)
+            })
+            .map(meta::name)
+            .collect();
+        for check_only in [true, false] {
+            if !check_only && dry_run {
+                break;
             }
-            self.charge_one(res, namespace, meta::name(&cached), obj, &delta, dry_run)
-                .await?;
+            for name in &applicable {
+                self.charge_one(res, namespace, name, obj, &delta, check_only)
+                    .await?;
+            }
         }
         Ok(())
     }
