@@ -359,7 +359,14 @@ impl Schemas {
             s.insert("description".into(), t.description().into());
         }
         s.insert("type".into(), "object".into());
-        let required = t.required();
+        let mut required = t.required();
+        // Every kind's (and list's) metadata is optional upstream (`metadata,omitempty`); the
+        // type graph marks it required, which would make kubectl's client-side validation
+        // (which it runs for kinds without a PATCH, such as the reviews) refuse bodies
+        // without metadata.
+        if has_type_meta(t) {
+            required.retain(|r| *r != "metadata");
+        }
         if !required.is_empty() {
             s.insert("required".into(), json!(required));
         }

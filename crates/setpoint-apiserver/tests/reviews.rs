@@ -68,6 +68,9 @@ async fn discovery_lists_only_create_and_other_verbs_are_refused() {
         ["post"]
     );
     assert!(!paths.keys().any(|p| p.ends_with("{name}")), "{paths:?}");
+    // Without a PATCH, kubectl validates bodies against the schema: metadata is optional.
+    let schema = &doc["components"]["schemas"]["io.k8s.api.authorization.v1.SubjectAccessReview"];
+    assert_eq!(schema["required"], json!(["spec"]));
 
     let list = get(&r, &format!("{AUTHZ}/subjectaccessreviews")).await;
     assert_eq!(list.status, 405);
