@@ -5,6 +5,7 @@
 //! Skipped (with a message) when kubectl is missing, unless `SETPOINT_REQUIRE_KUBECTL` is set.
 
 use std::process::Output;
+use std::time::Duration;
 
 mod support;
 
@@ -59,6 +60,41 @@ fn whoami_can_i_reviews_and_impersonation() {
     let no = s.kubectl(&["auth", "can-i", "list", "pods", "-n", "a", "--as=alice"]);
     assert_eq!(no.status.code(), Some(1), "{no:?}");
     assert_eq!(String::from_utf8_lossy(&no.stdout).trim(), "no");
+    // --as a ServiceAccount: what its RoleBinding grants, in its namespace only.
+    s.ok(&["create", "namespace", "a"]);
+    s.ok(&[
+        "create",
+        "role",
+        "pod-reader",
+        "--verb=get,list",
+        "--resource=pods",
+        "-n",
+        "a",
+    ]);
+    s.ok(&[
+        "create",
+        "rolebinding",
+        "bot-reads",
+        "--role=pod-reader",
+        "--serviceaccount=a:bot",
+        "-n",
+        "a",
+    ]);
+    let bot = "--as=system:serviceaccount:a:bot";
+    // The authorizer sees the binding once its cache has it.
+    support::eventually(
+        "the binding to take effect",
+        Duration::from_secs(10),
+        || {
+            let out = s.kubectl(&["auth", "can-i", "list", "pods", "-n", "a", bot]);
+            (String::from_utf8_lossy(&out.stdout).trim() == "yes").then_some(())
+        },
+    );
+    let other = s.kubectl(&["auth", "can-i", "list", "pods", "-n", "b", bot]);
+    assert_eq!(String::from_utf8_lossy(&other.stdout).trim(), "no");
+    let create = s.kubectl(&["auth", "can-i", "create", "pods", "-n", "a", bot]);
+    assert_eq!(String::from_utf8_lossy(&create.stdout).trim(), "no");
+
     // What carol may do: the basic-user rules every authenticated user holds.
     let list = expect_success(
         "can-i --list as carol",
