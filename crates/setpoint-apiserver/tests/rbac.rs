@@ -85,6 +85,15 @@ async fn bootstrap_policy_is_served_and_reconciled() {
     basic["rules"] = json!([]);
     assert_eq!(put(&r, &path, &basic).await.status, 200);
 
+    // And a binding is made again with another role.
+    let path = format!("{RBAC}/clusterrolebindings/system:basic-user");
+    assert_eq!(call(&r, "DELETE", &path, None, None).await.status, 200);
+    let moved = json!({"metadata": {"name": "system:basic-user"},
+        "roleRef": {"apiGroup": G, "kind": "ClusterRole", "name": "view"},
+        "subjects": [{"kind": "User", "apiGroup": G, "name": "erin"}]});
+    let resp = post(&r, &format!("{RBAC}/clusterrolebindings"), &moved).await;
+    assert_eq!(resp.status, 201, "{}", resp.body);
+
     // The next start puts the missing rules back, keeps the user's own, and leaves the
     // protected role alone.
     let second = ApiServer::new(config, store).await.unwrap();
@@ -104,6 +113,21 @@ async fn bootstrap_policy_is_served_and_reconciled() {
         .await
         .body;
     assert_eq!(basic["rules"], json!([]), "{basic}");
+    // The binding is recreated with its role, keeping the subjects it had.
+    let b = get(
+        &r2,
+        &format!("{RBAC}/clusterrolebindings/system:basic-user"),
+    )
+    .await
+    .body;
+    assert_eq!(b["roleRef"]["name"], "system:basic-user", "{b}");
+    let names: Vec<&str> = b["subjects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["erin", "system:authenticated"]);
     r2.shutdown().await;
     r.shutdown().await;
 }

@@ -11,7 +11,7 @@ use setpoint_api::ApiError;
 
 use super::escalation::covers;
 use super::rbac::{PolicyRule, GROUP};
-use crate::objects::WriteOptions;
+use crate::objects::{DeleteOptions, WriteOptions};
 use crate::state::ApiServer;
 use crate::strategy::View;
 
@@ -721,13 +721,25 @@ pub fn reconcile_role(existing: &Value, expected: &Value) -> Option<Value> {
     (out != *existing).then_some(out)
 }
 
+/// Whether a binding must be deleted and created again to be reconciled: its `roleRef`, which
+/// cannot change, is not the bootstrap one (and it is not protected).
+pub fn must_recreate(existing: &Value, expected: &Value) -> bool {
+    !protected(existing) && existing.get("roleRef") != expected.get("roleRef")
+}
+
 /// The reconciled ClusterRoleBinding (missing subjects, labels and annotations added), or
-/// `None` when nothing changes.
+/// `None` when nothing changes. When [`must_recreate`] says so, the result carries the
+/// expected `roleRef` and no server-set metadata, ready to be created anew.
 pub fn reconcile_binding(existing: &Value, expected: &Value) -> Option<Value> {
     if protected(existing) {
         return None;
     }
     let mut out = existing.clone();
+    if must_recreate(existing, expected) {
+        out["roleRef"] = expected["roleRef"].clone();
+        let meta = out["metadata"].as_object_mut()?;
+        meta.retain(|k, _| matches!(k.as_str(), "name" | "labels" | "annotations"));
+    }
     merge_meta(&mut out, expected);
     let key = |s: &Value| {
         (
@@ -787,6 +799,29 @@ impl ApiServer {
                             continue;
                         };
                         tracing::info!(kind = %res.kind, name, "reconciling bootstrap RBAC");
+                        if res.kind == "ClusterRoleBinding" && must_recreate(&existing, &expected) {
+                            // `roleRef` cannot change: upstream deletes and creates again.
+                            let precondition = DeleteOptions {
+                                precondition_uid: existing
+                                    .pointer("/metadata/uid")
+                                    .and_then(Value::as_str)
+                                    .map(str::to_string),
+                                ..DeleteOptions::default()
+                            };
+                            match self.delete(&res, "", name, &precondition).await {
+                                Err(e) if e.code == 404 || e.code == 409 => continue,
+                                other => {
+                                    other?;
+                                }
+                            }
+                            match self.create(&res, "", updated, &opts).await {
+                                Err(e) if e.reason == "AlreadyExists" => {}
+                                other => {
+                                    other?;
+                                }
+                            }
+                            continue;
+                        }
                         match self
                             .update(&res, "", name, View::Main, updated, &opts)
                             .await
@@ -871,5 +906,16 @@ mod tests {
         let out = reconcile_binding(&existing, expected).unwrap();
         assert_eq!(out["subjects"].as_array().unwrap().len(), 3);
         assert!(reconcile_binding(&out, expected).is_none());
+        // A changed roleRef can only be put back by creating the binding again.
+        let mut moved = out.clone();
+        moved["roleRef"]["name"] = json!("cluster-admin");
+        moved["metadata"]["uid"] = json!("u1");
+        moved["metadata"]["resourceVersion"] = json!("7");
+        assert!(must_recreate(&moved, expected));
+        let again = reconcile_binding(&moved, expected).unwrap();
+        assert_eq!(again["roleRef"], expected["roleRef"]);
+        assert!(again["metadata"].get("uid").is_none());
+        assert!(again["metadata"].get("resourceVersion").is_none());
+        assert_eq!(again["subjects"], out["subjects"]);
     }
 }
