@@ -13,7 +13,7 @@ use std::time::Duration;
 
 mod support;
 
-use support::{eventually, expect_failure, Setpoint};
+use support::{eventually, expect_failure, expect_success, Setpoint};
 
 /// `curl -k` of `url` with a bearer token: (status code, body).
 fn curl_with_token(url: &str, token: &str) -> (u16, String) {
@@ -69,6 +69,25 @@ fn service_account_tokens_authenticate_until_their_binding_is_gone() {
             r#"pods is forbidden: User "system:serviceaccount:a:bot" cannot list resource "pods" in API group "" in the namespace "a""#
         ),
         "{err}"
+    );
+
+    let whoami = expect_success(
+        "kubectl auth whoami as the service account",
+        &as_bot(&token, &["auth", "whoami", "-o", "json"]),
+    );
+    let review: serde_json::Value = serde_json::from_str(&whoami).unwrap();
+    let user = &review["status"]["userInfo"];
+    assert_eq!(user["username"], "system:serviceaccount:a:bot", "{whoami}");
+    let groups = user["groups"].as_array().unwrap();
+    assert!(
+        groups.iter().any(|g| g == "system:serviceaccounts:a"),
+        "{whoami}"
+    );
+    assert!(
+        user["extra"]["authentication.kubernetes.io/credential-id"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("JTI=")
     );
 
     // Upstream's validation of the duration.
