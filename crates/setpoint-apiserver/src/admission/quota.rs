@@ -21,6 +21,20 @@ use crate::watchcache::{decode_object, Filter};
 /// How often a charge is retried when other writers keep changing the quota first.
 const CAS_ATTEMPTS: usize = 16;
 
+/// Charges to one namespace's quotas take turns on this server (by a lock chosen by the
+/// namespace's hash), so its concurrent creates do not spend their compare-and-swap attempts
+/// on each other; the compare-and-swap still orders them against other servers and the
+/// controller. Upstream's admission likewise works through one namespace's charges at a time.
+static TURNS: std::sync::LazyLock<Vec<tokio::sync::Mutex<()>>> =
+    std::sync::LazyLock::new(|| (0..64).map(|_| tokio::sync::Mutex::new(())).collect());
+
+fn turn(namespace: &str) -> &'static tokio::sync::Mutex<()> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    namespace.hash(&mut h);
+    &TURNS[(h.finish() % TURNS.len() as u64) as usize]
+}
+
 impl ApiServer {
     /// The objects of a built-in core resource in one namespace, from the watch cache (the
     /// policy objects admission reads on every create; a write moments old may not be seen,
@@ -105,6 +119,10 @@ impl ApiServer {
             })
             .map(meta::name)
             .collect();
+        if applicable.is_empty() {
+            return Ok(());
+        }
+        let _turn = turn(namespace).lock().await;
         for check_only in [true, false] {
             if !check_only && dry_run {
                 break;
