@@ -63,13 +63,7 @@ impl Reviewer<'_> {
             ("authorization.k8s.io", "SubjectAccessReview") => {
                 let spec = spec_of(&obj);
                 let mut causes = access_spec_causes(&spec);
-                if spec_str(&spec, "user").is_empty() && spec_list(&spec, "groups").is_empty() {
-                    causes.push(Cause::invalid(
-                        "spec.user",
-                        &json!(spec_str(&spec, "user")),
-                        "at least one of user or group must be specified",
-                    ));
-                }
+                causes.extend(subject_cause(&spec));
                 causes.extend(empty_metadata_cause(&obj, false));
                 invalid(res, causes)?;
                 let user = Arc::new(subject_of(&spec));
@@ -79,13 +73,7 @@ impl Reviewer<'_> {
             ("authorization.k8s.io", "LocalSubjectAccessReview") => {
                 let spec = spec_of(&obj);
                 let mut causes = access_spec_causes(&spec);
-                if spec_str(&spec, "user").is_empty() && spec_list(&spec, "groups").is_empty() {
-                    causes.push(Cause::invalid(
-                        "spec.user",
-                        &json!(spec_str(&spec, "user")),
-                        "at least one of user or group must be specified",
-                    ));
-                }
+                causes.extend(subject_cause(&spec));
                 causes.extend(empty_metadata_cause(&obj, true));
                 let meta_ns = obj
                     .get("metadata")
@@ -365,6 +353,18 @@ fn access_spec_causes(spec: &Value) -> Vec<Cause> {
         ));
     }
     causes
+}
+
+/// The non-self access reviews must name someone: a user or a group.
+fn subject_cause(spec: &Value) -> Option<Cause> {
+    let user = spec_str(spec, "user");
+    (user.is_empty() && spec_list(spec, "groups").is_empty()).then(|| {
+        Cause::invalid(
+            "spec.user",
+            &json!(user),
+            "at least one of user or group must be specified",
+        )
+    })
 }
 
 /// Access reviews take no metadata (a namespace only, for the local one): upstream refuses
