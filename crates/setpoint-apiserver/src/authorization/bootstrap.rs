@@ -558,6 +558,224 @@ fn roles() -> Vec<Role> {
     ]
 }
 
+/// The prefix of the per-controller roles, each bound to the ServiceAccount `kube-system/<rest
+/// of the name>` a controller manager with `--use-service-account-credentials` runs it as.
+const CONTROLLER_PREFIX: &str = "system:controller:";
+
+/// Upstream's roles of the controllers Setpoint runs (and of the CSR controllers).
+fn controller_roles() -> Vec<Role> {
+    let c = |name: &'static str, mut rules: Vec<PolicyRule>, events_too: bool| {
+        if events_too {
+            rules.push(events());
+        }
+        role(name, rules)
+    };
+    vec![
+        c(
+            "system:controller:clusterrole-aggregation-controller",
+            vec![rule(
+                &["escalate", "get", "list", "watch", "update", "patch"],
+                &[GROUP],
+                &["clusterroles"],
+            )],
+            false,
+        ),
+        c(
+            "system:controller:cronjob-controller",
+            vec![
+                rule(
+                    &["get", "list", "watch", "update"],
+                    &["batch"],
+                    &["cronjobs"],
+                ),
+                rule(
+                    &[
+                        "get", "list", "watch", "create", "update", "delete", "patch",
+                    ],
+                    &["batch"],
+                    &["jobs"],
+                ),
+                rule(&["update"], &["batch"], &["cronjobs/status"]),
+                rule(&["update"], &["batch"], &["cronjobs/finalizers"]),
+                rule(&["list", "watch", "delete"], &[""], &["pods"]),
+            ],
+            true,
+        ),
+        c(
+            "system:controller:deployment-controller",
+            vec![
+                rule(
+                    &["get", "list", "watch", "update"],
+                    &["extensions", "apps"],
+                    &["deployments"],
+                ),
+                rule(
+                    &["update"],
+                    &["extensions", "apps"],
+                    &["deployments/status"],
+                ),
+                rule(
+                    &["update"],
+                    &["extensions", "apps"],
+                    &["deployments/finalizers"],
+                ),
+                rule(
+                    &[
+                        "get", "list", "watch", "create", "update", "patch", "delete",
+                    ],
+                    &["apps", "extensions"],
+                    &["replicasets"],
+                ),
+                rule(&["get", "list", "watch", "update"], &[""], &["pods"]),
+            ],
+            true,
+        ),
+        c(
+            "system:controller:generic-garbage-collector",
+            vec![rule(
+                &["get", "list", "watch", "patch", "update", "delete"],
+                &["*"],
+                &["*"],
+            )],
+            true,
+        ),
+        c(
+            "system:controller:job-controller",
+            vec![
+                rule(
+                    &["get", "list", "watch", "update", "patch"],
+                    &["batch"],
+                    &["jobs"],
+                ),
+                rule(&["update"], &["batch"], &["jobs/status"]),
+                rule(&["update"], &["batch"], &["jobs/finalizers"]),
+                rule(
+                    &["list", "watch", "create", "delete", "patch"],
+                    &[""],
+                    &["pods"],
+                ),
+            ],
+            true,
+        ),
+        c(
+            "system:controller:namespace-controller",
+            vec![
+                rule(&["get", "list", "watch", "delete"], &[""], &["namespaces"]),
+                rule(
+                    &["update"],
+                    &[""],
+                    &["namespaces/finalize", "namespaces/status"],
+                ),
+                rule(
+                    &["get", "list", "watch", "delete", "deletecollection"],
+                    &["*"],
+                    &["*"],
+                ),
+            ],
+            false,
+        ),
+        c(
+            "system:controller:node-controller",
+            vec![
+                rule(
+                    &["get", "list", "watch", "update", "delete", "patch"],
+                    &[""],
+                    &["nodes"],
+                ),
+                rule(&["patch", "update"], &[""], &["nodes/status"]),
+                rule(&["patch", "update"], &[""], &["pods/status"]),
+                rule(&["list", "watch", "get", "delete"], &[""], &["pods"]),
+            ],
+            true,
+        ),
+        c(
+            "system:controller:replicaset-controller",
+            vec![
+                rule(
+                    &["get", "list", "watch", "update"],
+                    &["apps", "extensions"],
+                    &["replicasets"],
+                ),
+                rule(
+                    &["update"],
+                    &["apps", "extensions"],
+                    &["replicasets/status"],
+                ),
+                rule(
+                    &["update"],
+                    &["apps", "extensions"],
+                    &["replicasets/finalizers"],
+                ),
+                rule(
+                    &["list", "watch", "patch", "create", "delete"],
+                    &[""],
+                    &["pods"],
+                ),
+            ],
+            true,
+        ),
+        c(
+            "system:controller:resourcequota-controller",
+            vec![
+                rule(&["list", "watch"], &["*"], &["*"]),
+                rule(&["update"], &[""], &["resourcequotas/status"]),
+            ],
+            true,
+        ),
+        c(
+            "system:controller:service-account-controller",
+            vec![rule(&["create"], &[""], &["serviceaccounts"])],
+            true,
+        ),
+        c(
+            "system:controller:root-ca-cert-publisher",
+            vec![rule(&["create", "update"], &[""], &["configmaps"])],
+            true,
+        ),
+        c(
+            "system:controller:certificate-controller",
+            vec![
+                rule(
+                    &["get", "list", "watch", "delete"],
+                    &["certificates.k8s.io"],
+                    &["certificatesigningrequests"],
+                ),
+                rule(
+                    &["update"],
+                    &["certificates.k8s.io"],
+                    &[
+                        "certificatesigningrequests/status",
+                        "certificatesigningrequests/approval",
+                    ],
+                ),
+                named(
+                    &["approve"],
+                    &["certificates.k8s.io"],
+                    &["signers"],
+                    &["kubernetes.io/kube-apiserver-client-kubelet"],
+                ),
+                named(
+                    &["sign"],
+                    &["certificates.k8s.io"],
+                    &["signers"],
+                    &[
+                        "kubernetes.io/legacy-unknown",
+                        "kubernetes.io/kube-apiserver-client",
+                        "kubernetes.io/kube-apiserver-client-kubelet",
+                        "kubernetes.io/kubelet-serving",
+                    ],
+                ),
+                rule(
+                    &["create"],
+                    &["authorization.k8s.io"],
+                    &["subjectaccessreviews"],
+                ),
+            ],
+            true,
+        ),
+    ]
+}
+
 /// The bootstrap ClusterRoleBindings: (role, user subjects, group subjects).
 const BINDINGS: &[(&str, &[&str], &[&str])] = &[
     ("cluster-admin", &[], &["system:masters"]),
@@ -598,6 +816,7 @@ fn metadata(name: &str, extra_labels: &[(&str, &str)]) -> Value {
 pub fn cluster_roles() -> Vec<Value> {
     roles()
         .into_iter()
+        .chain(controller_roles())
         .map(|r| {
             let mut obj = json!({
                 "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -630,18 +849,31 @@ pub fn cluster_role_bindings() -> Vec<Value> {
                         .map(|g| json!({"kind": "Group", "apiGroup": GROUP, "name": g})),
                 )
                 .collect();
-            let mut obj = json!({
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRoleBinding",
-                "metadata": metadata(role, &[]),
-                "roleRef": {"apiGroup": GROUP, "kind": "ClusterRole", "name": role},
-            });
-            if !subjects.is_empty() {
-                obj["subjects"] = Value::Array(subjects);
-            }
-            obj
+            binding(role, subjects)
         })
+        .chain(controller_roles().into_iter().map(|r| {
+            let account = r.name.trim_start_matches(CONTROLLER_PREFIX);
+            binding(
+                r.name,
+                vec![
+                    json!({"kind": "ServiceAccount", "name": account, "namespace": "kube-system"}),
+                ],
+            )
+        }))
         .collect()
+}
+
+fn binding(role: &str, subjects: Vec<Value>) -> Value {
+    let mut obj = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": metadata(role, &[]),
+        "roleRef": {"apiGroup": GROUP, "kind": "ClusterRole", "name": role},
+    });
+    if !subjects.is_empty() {
+        obj["subjects"] = Value::Array(subjects);
+    }
+    obj
 }
 
 /// Whether the owner of `existing` asked reconciliation to leave it alone.
@@ -860,6 +1092,14 @@ mod tests {
                 setpoint_kinds::validation::validate(GROUP, "v1", "ClusterRoleBinding", &obj, None);
             assert!(causes.is_empty(), "{obj}: {causes:?}");
         }
+        let gc = cluster_role_bindings()
+            .into_iter()
+            .find(|b| b["metadata"]["name"] == "system:controller:generic-garbage-collector")
+            .unwrap();
+        assert_eq!(
+            gc["subjects"],
+            json!([{"kind": "ServiceAccount", "name": "generic-garbage-collector", "namespace": "kube-system"}])
+        );
         let admin = cluster_roles()
             .into_iter()
             .find(|r| r["metadata"]["name"] == "admin")
