@@ -102,7 +102,10 @@ pub async fn handle(State(server): State<Arc<ApiServer>>, req: http::Request<Bod
         Ok(user) => user,
         Err(Refusal::Forbidden(e)) => return error_response(&e),
         Err(Refusal::Malformed(m)) => {
-            let uri = parts.uri.path_and_query().map_or(path.as_str(), |p| p.as_str());
+            let uri = parts
+                .uri
+                .path_and_query()
+                .map_or(path.as_str(), |p| p.as_str());
             return text_response(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 format!("Internal Server Error: {uri:?}: {m}\n"),
