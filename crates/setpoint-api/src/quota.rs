@@ -11,6 +11,8 @@
 //!   costs `pods` one plus its compute resources: `requests.cpu`/`cpu`, `requests.memory`/
 //!   `memory`, `limits.cpu`, `limits.memory` (and the same for `ephemeral-storage`), each the
 //!   larger of the containers' sum and any one init container;
+//! - a service costs `services.loadbalancers` (type `LoadBalancer`) and
+//!   `services.nodeports` (its node ports);
 //! - a PersistentVolumeClaim costs `requests.storage` (and the per-StorageClass names).
 //!
 //! Scopes (`Terminating`, `NotTerminating`, `BestEffort`, `NotBestEffort`, also as
@@ -163,6 +165,7 @@ pub fn covers(group: &str, plural: &str, name: &str) -> bool {
     }
     match (group, plural) {
         ("", "pods") => POD_COMPUTE.contains(&name) || name.starts_with("requests.hugepages-"),
+        ("", "services") => name == "services.loadbalancers" || name == "services.nodeports",
         ("", "persistentvolumeclaims") => {
             name == "requests.storage"
                 || name
@@ -285,6 +288,10 @@ pub fn usage(group: &str, plural: &str, obj: &Value, now: DateTime<Utc>) -> Reso
                 out.extend(compute_usage(&requests, &limits));
             }
         }
+        "services" => {
+            out.insert("services".into(), one());
+            out.extend(service_usage(obj));
+        }
         "persistentvolumeclaims" => {
             out.insert("persistentvolumeclaims".into(), one());
             let storage = obj
@@ -313,6 +320,43 @@ pub fn usage(group: &str, plural: &str, obj: &Value, now: DateTime<Utc>) -> Reso
                 out.insert(name.to_string(), one());
             }
         }
+    }
+    out
+}
+
+/// A service's load balancers and node ports: a `NodePort` service takes a node port per
+/// port; a `LoadBalancer` one a load balancer and, unless it turns node port allocation off
+/// (then only the ports that name one), a node port per port.
+fn service_usage(svc: &Value) -> ResourceList {
+    let mut out = ResourceList::new();
+    let ports: Vec<&Value> = svc
+        .pointer("/spec/ports")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .collect();
+    let count = |n: usize| Quantity::parse(&n.to_string()).unwrap_or_else(|_| zero());
+    match svc.pointer("/spec/type").and_then(Value::as_str) {
+        Some("NodePort") => {
+            out.insert("services.nodeports".into(), count(ports.len()));
+        }
+        Some("LoadBalancer") => {
+            let allocate = svc
+                .pointer("/spec/allocateLoadBalancerNodePorts")
+                .and_then(Value::as_bool)
+                .unwrap_or(true);
+            let node_ports = if allocate {
+                ports.len()
+            } else {
+                ports
+                    .iter()
+                    .filter(|p| p.get("nodePort").and_then(Value::as_i64).unwrap_or(0) != 0)
+                    .count()
+            };
+            out.insert("services.nodeports".into(), count(node_ports));
+            out.insert("services.loadbalancers".into(), one());
+        }
+        _ => {}
     }
     out
 }
@@ -552,6 +596,9 @@ pub fn source_of(name: &str) -> Option<(String, String)> {
     if covers("", "pods", name) {
         return Some((String::new(), "pods".into()));
     }
+    if covers("", "services", name) {
+        return Some((String::new(), "services".into()));
+    }
     if covers("", "persistentvolumeclaims", name) {
         return Some((String::new(), "persistentvolumeclaims".into()));
     }
@@ -660,6 +707,19 @@ mod tests {
         let u = usage("", "persistentvolumeclaims", &pvc, now);
         assert_eq!(u["requests.storage"], Quantity::parse("5Gi").unwrap());
         assert!(u.contains_key("fast.storageclass.storage.k8s.io/requests.storage"));
+        let lb = json!({"spec": {"type": "LoadBalancer", "ports": [{"port": 80}, {"port": 443}]}});
+        let u = usage("", "services", &lb, now);
+        assert_eq!(u["services.loadbalancers"], Quantity::parse("1").unwrap());
+        assert_eq!(u["services.nodeports"], Quantity::parse("2").unwrap());
+        let np = json!({"spec": {"type": "NodePort", "ports": [{"port": 80}]}});
+        assert_eq!(
+            usage("", "services", &np, now)["services.nodeports"],
+            Quantity::parse("1").unwrap()
+        );
+        assert_eq!(
+            source_of("services.nodeports"),
+            Some(("".into(), "services".into()))
+        );
         assert_eq!(
             counted_resource("count/deployments.apps"),
             Some(("apps".into(), "deployments".into()))
