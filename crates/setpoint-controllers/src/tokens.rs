@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use serde_json::{json, Map, Value};
-use setpoint_runtime::client::{Api, Client, DeleteParams, Patch, PatchParams};
+use setpoint_runtime::client::{Api, Client, DeleteParams, PostParams};
 use setpoint_runtime::controller::{Action, Context, Controller, ReconcileError, Reconciler};
 use setpoint_runtime::informer::{Scope, SharedInformers, Store};
 use setpoint_runtime::ObjectKey;
@@ -106,6 +106,29 @@ pub fn plan(secret: &Secret, account_uid: Option<&str>, root_ca: Option<&str>) -
         patch["data"] = Value::Object(patch_data);
     }
     Plan::Fill { mint, patch }
+}
+
+/// `secret` with a [`Plan::Fill`] patch merged in (its annotations and data keys set; its
+/// `resourceVersion` kept, so the update is a compare-and-swap).
+pub fn filled(secret: &Secret, patch: &Value) -> Result<Secret, serde_json::Error> {
+    let mut obj = serde_json::to_value(secret)?;
+    for (section, path) in [("annotations", "/metadata/annotations"), ("data", "/data")] {
+        let Some(Value::Object(entries)) = patch.pointer(path) else {
+            continue;
+        };
+        let target = if section == "data" {
+            &mut obj["data"]
+        } else {
+            &mut obj["metadata"]["annotations"]
+        };
+        if !target.is_object() {
+            *target = json!({});
+        }
+        for (k, v) in entries {
+            target[k.as_str()] = v.clone();
+        }
+    }
+    serde_json::from_value(obj)
 }
 
 fn base64(bytes: &[u8]) -> String {
@@ -201,12 +224,12 @@ impl Reconciler for TokenController {
                     let token = self.mint(&ns, &account, &secret).await?;
                     patch["data"]["token"] = json!(base64(token.as_bytes()));
                 }
-                // Written only over the version the decision was made on, so two passes never
-                // leave two different tokens behind.
-                patch["metadata"]["resourceVersion"] =
-                    json!(secret.metadata.resource_version.clone().unwrap_or_default());
+                // An update (what upstream's controller role may do), over the version the
+                // decision was made on, so two passes never leave two different tokens behind.
+                let filled = filled(&secret, &patch)
+                    .map_err(|e| ReconcileError::terminal(format!("filling the secret: {e}")))?;
                 match api
-                    .patch(&key.name, &PatchParams::default(), &Patch::Merge(patch))
+                    .replace(&key.name, &PostParams::default(), &filled)
                     .await
                 {
                     Ok(_) => Ok(Action::Done),
@@ -288,6 +311,31 @@ mod tests {
         assert_eq!(patch["metadata"]["annotations"][UID_ANNOTATION], "sa-uid");
         assert_eq!(patch["data"]["ca.crt"], base64(b"CA"));
         assert_eq!(patch["data"]["namespace"], base64(b"a"));
+    }
+
+    #[test]
+    fn a_fill_keeps_the_rest_of_the_secret() {
+        let mut s = secret(&[(NAME_ANNOTATION, "bot")], &[("other", "x")]);
+        s.metadata.resource_version = Some("7".into());
+        let Plan::Fill { mut patch, .. } = plan(&s, Some("sa-uid"), Some("CA")) else {
+            panic!("a fill")
+        };
+        patch["data"]["token"] = json!(base64(b"t"));
+        let f = filled(&s, &patch).unwrap();
+        assert_eq!(f.metadata.resource_version.as_deref(), Some("7"));
+        let annotations = f.metadata.annotations.unwrap();
+        assert_eq!(annotations[NAME_ANNOTATION], "bot");
+        assert_eq!(annotations[UID_ANNOTATION], "sa-uid");
+        let data = f.data.unwrap();
+        assert_eq!(data["token"].0, b"t");
+        assert_eq!(data["ca.crt"].0, b"CA");
+        assert_eq!(data["other"].0, b"x");
+        // A secret without data or annotations at all.
+        let mut bare = secret(&[], &[]);
+        bare.data = None;
+        bare.metadata.annotations = None;
+        let f = filled(&bare, &patch).unwrap();
+        assert_eq!(f.data.unwrap()["namespace"].0, b"a");
     }
 
     #[test]
