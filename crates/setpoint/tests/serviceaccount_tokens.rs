@@ -4,9 +4,11 @@
 //! refused; the issuer's discovery documents answer; the token subresource is in discovery;
 //! tokens survive a restart of the server; deleting the service account ends them. A legacy
 //! token Secret is filled in by the token controller of a standalone controller manager, and
-//! its token works while the Secret exists.
+//! its token works while the Secret exists. Two servers on one etcd share one key: each
+//! accepts the other's tokens. The issuer and the API's audiences are flags.
 //!
-//! Skipped (with a message) when kubectl is missing, unless `SETPOINT_REQUIRE_KUBECTL` is set.
+//! Skipped (with a message) when kubectl (or, for the etcd test, etcd) is missing, unless
+//! `SETPOINT_REQUIRE_KUBECTL` / `SETPOINT_REQUIRE_ETCD` is set.
 
 use std::process::Command;
 use std::time::Duration;
@@ -324,4 +326,41 @@ fn the_issuer_and_api_audiences_are_flags() {
     let doc: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(doc["issuer"], "https://issuer.example");
     s.stop();
+}
+
+#[test]
+fn servers_on_one_etcd_accept_each_others_tokens() {
+    if !support::kubectl_available() {
+        return;
+    }
+    let Some(etcd) = support::Etcd::start() else {
+        return;
+    };
+    let on_etcd = |dir: &std::path::Path| {
+        Setpoint::start(
+            &["server", "--store", "etcd", "--etcd-endpoints", &etcd.url],
+            dir,
+        )
+    };
+    let dir_a = tempfile::tempdir().unwrap();
+    let dir_b = tempfile::tempdir().unwrap();
+    let a = on_etcd(dir_a.path());
+    support::share_pki(dir_a.path(), dir_b.path());
+    let b = on_etcd(dir_b.path());
+    a.ok(&["create", "sa", "bot"]);
+    let from_a = a.ok(&["create", "token", "bot"]).trim().to_string();
+    let from_b = b.ok(&["create", "token", "bot"]).trim().to_string();
+    for (token, server) in [(&from_a, &b), (&from_b, &a)] {
+        let apis = format!("{}/apis", server.url);
+        eventually(
+            "a token minted by one server works on the other",
+            Duration::from_secs(10),
+            || (curl_with_token(&apis, token).0 == 200).then_some(()),
+        );
+    }
+    // One key, published the same by both.
+    let jwks = |s: &Setpoint| curl_with_token(&format!("{}/openid/v1/jwks", s.url), &from_a).1;
+    assert_eq!(jwks(&a), jwks(&b));
+    b.stop();
+    a.stop();
 }
