@@ -9,6 +9,7 @@ pub mod jsonkey;
 pub mod meta;
 pub mod names;
 pub mod packed;
+pub mod podsecurity;
 pub mod qos;
 pub mod quantity;
 pub mod quota;
