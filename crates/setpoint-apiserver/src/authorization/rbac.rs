@@ -476,6 +476,70 @@ mod tests {
         assert!(p.allows(&healthz));
     }
 
+    /// The index is rebuilt when an RBAC object changes, and only then.
+    #[tokio::test]
+    async fn the_policy_is_rebuilt_only_when_rbac_objects_change() {
+        use setpoint_store::{Precondition, Store};
+        let store: Arc<dyn Store> = Arc::new(setpoint_store::memory::MemoryStore::new());
+        let (_stop, stop_rx) = tokio::sync::watch::channel(false);
+        let mut prefixes: Vec<String> = PREFIXES.iter().map(|p| p.to_string()).collect();
+        prefixes.push("/registry/core/configmaps/".into());
+        let caches = Caches::start(
+            store.clone(),
+            prefixes,
+            Default::default(),
+            crate::metrics::Metrics::new(),
+            stop_rx,
+        )
+        .await
+        .unwrap();
+        let rbac = Rbac::new(caches.clone());
+        let put = |key: &'static str, v: Value| {
+            let store = store.clone();
+            async move {
+                let value = serde_json::to_vec(&v).unwrap().into();
+                store
+                    .put(key, value, Precondition::None)
+                    .await
+                    .unwrap()
+                    .mod_revision
+            }
+        };
+        let first = rbac.policy();
+        assert!(Arc::ptr_eq(&first, &rbac.policy()));
+        let rev = put(
+            "/registry/core/configmaps/a/c",
+            json!({"metadata": {"name": "c", "namespace": "a"}}),
+        )
+        .await;
+        assert!(
+            caches
+                .wait_for(rev, std::time::Duration::from_secs(10))
+                .await
+        );
+        assert!(
+            Arc::ptr_eq(&first, &rbac.policy()),
+            "a ConfigMap is not RBAC"
+        );
+        let rev = put(
+            "/registry/rbac.authorization.k8s.io/clusterroles/x",
+            json!({"metadata": {"name": "x"}, "rules": [{"verbs": ["get"], "nonResourceURLs": ["/x"]}]}),
+        )
+        .await;
+        assert!(
+            caches
+                .wait_for(rev, std::time::Duration::from_secs(10))
+                .await
+        );
+        let second = rbac.policy();
+        assert!(!Arc::ptr_eq(&first, &second));
+        assert_eq!(
+            second.cluster_role("x").unwrap()[0].non_resource_urls,
+            ["/x"]
+        );
+        assert!(Arc::ptr_eq(&second, &rbac.policy()));
+    }
+
     #[test]
     fn rules_for_lists_cluster_then_namespace_rules() {
         let p = policy();
