@@ -18,7 +18,9 @@ use k8s_openapi::api::core::v1::{
 use serde_json::{json, Value};
 use setpoint_api::quota as q;
 use setpoint_runtime::client::{Api, Client, DynamicObject, ListParams, PostParams};
-use setpoint_runtime::controller::{Action, Context, Controller, ReconcileError, Reconciler};
+use setpoint_runtime::controller::{
+    Action, Context, Controller, ControllerOptions, ReconcileError, Reconciler,
+};
 use setpoint_runtime::informer::{Scope, SharedInformers, Store, NAMESPACE_INDEX};
 use setpoint_runtime::ObjectKey;
 
@@ -30,6 +32,9 @@ pub const NAME: &str = "resourcequota";
 pub const LISTED_RECHECK: Duration = Duration::from_secs(10);
 /// How long a discovery answer is reused.
 const DISCOVERY_TTL: Duration = Duration::from_secs(30);
+/// Every quota is recounted at least this often (kube-controller-manager's
+/// `--resource-quota-sync-period`): a charge whose create then failed is given back by then.
+pub const RESYNC: Duration = Duration::from_secs(300);
 
 /// The quota's status as it should be: `hard` = `spec.hard`, `used` from `objects` (each
 /// with its group and plural). `None` when the current status already says so.
@@ -225,6 +230,10 @@ pub fn controller(client: Client, informers: &SharedInformers) -> Controller {
         quotas,
     );
     Controller::for_type::<ResourceQuota>(NAME, informers, None)
+        .options(ControllerOptions {
+            resync: Some(RESYNC),
+            ..ControllerOptions::default()
+        })
         .watches::<Pod>(None, move |o| {
             quotas_of(&a, o.metadata.namespace.as_deref())
         })
