@@ -4,6 +4,7 @@
 use serde_json::Value;
 
 pub mod limitrange;
+mod podsecurity;
 mod quota;
 
 use crate::registry::ResourceDef;

@@ -633,7 +633,7 @@ impl ApiServer {
         } else {
             types.unknown.clone()
         };
-        let warnings = self.unknown_field_policy(res, &unknown, opts)?;
+        let mut warnings = self.unknown_field_policy(res, &unknown, opts)?;
         // Unknown fields of built-in kinds are never stored (custom resources are pruned by
         // their schema in `crd::admit`).
         types.drop_unknown(&mut obj);
@@ -693,10 +693,11 @@ impl ApiServer {
             causes.extend(crate::crd::validate(res, &obj, None));
             self.invalid_if_any(res, &obj, causes)?;
             self.check_escalation(res, namespace, &obj, opts)?;
-            // Validating admission (LimitRanger, then ResourceQuota), charged once however
-            // many names a generateName takes.
+            // Validating admission (LimitRanger, PodSecurity, then ResourceQuota), charged
+            // once however many names a generateName takes.
             if attempt == 0 {
                 self.check_limits(res, namespace, &obj)?;
+                warnings.extend(self.pod_security_on_create(res, namespace, &obj).await?);
                 self.charge_quotas(res, namespace, &obj, opts.dry_run).await?;
             }
             let reserved = if opts.dry_run {
@@ -782,6 +783,10 @@ impl ApiServer {
             })
             .await?;
         written.warnings = warnings;
+        if view == View::Main {
+            let template = self.pod_security_workload_warnings(res, namespace, &written.object);
+            written.warnings.extend(template);
+        }
         Ok(written)
     }
 
@@ -813,6 +818,10 @@ impl ApiServer {
                 Ok(Cow::Owned(patched))
             })
             .await?;
+        if view == View::Main {
+            let template = self.pod_security_workload_warnings(res, namespace, &written.object);
+            warnings.extend(template);
+        }
         Ok(Written {
             object: written.object,
             warnings,
@@ -950,6 +959,7 @@ impl ApiServer {
             self.validate_update(res, &mut new, Some(&cur), view == View::Status)?;
             if view == View::Main {
                 self.check_escalation(res, namespace, &new, opts)?;
+                self.pod_security_on_update(res, namespace, &new, &cur)?;
             }
             let respond = |obj: Value| {
                 if view == View::Scale {
