@@ -399,8 +399,9 @@ pub fn ready_to_remove(obj: &Value) -> bool {
     grace == 0
 }
 
-/// Namespaces the API server refuses to delete (Kubernetes' NamespaceLifecycle admission keeps
-/// these three; `kube-node-lease` is not among them).
+/// Namespaces the API server refuses to delete: the immortal namespaces kube-apiserver's
+/// NamespaceLifecycle admission registers (still these three in 1.32). `kube-node-lease` is
+/// not among them there, so it may be deleted here too.
 pub const IMMORTAL_NAMESPACES: [&str; 3] = ["default", "kube-system", "kube-public"];
 
 /// Refuses the deletion of what the cluster cannot do without: its own namespaces.
