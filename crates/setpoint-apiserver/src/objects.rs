@@ -874,7 +874,14 @@ impl ApiServer {
                 })
                 .await;
             match updated {
-                Ok(w) => return Ok((w, false)),
+                Ok(mut w) => {
+                    if view == View::Main {
+                        let template =
+                            self.pod_security_workload_warnings(res, namespace, &w.object);
+                        w.warnings.extend(template);
+                    }
+                    return Ok((w, false));
+                }
                 Err(e) if e.code == 404 && view == View::Main && attempts < 3 => {
                     let obj = request.new_object(res, &now);
                     match self.create_tracked(res, namespace, obj, opts, false).await {

@@ -134,6 +134,38 @@ async fn warn_answers_with_warning_headers_for_pods_and_templates() {
 }
 
 #[tokio::test]
+async fn server_side_apply_of_a_template_warns_on_create_and_update() {
+    let r = start().await;
+    let resp = namespace(
+        &r,
+        "w",
+        json!({"pod-security.kubernetes.io/warn": "baseline"}),
+    )
+    .await;
+    assert_eq!(resp.status, 201, "{}", resp.body);
+    let path = "/apis/apps/v1/namespaces/w/deployments/d?fieldManager=test";
+    let deployment = |spec: Value| {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+            "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {
+                "metadata": {"labels": {"a": "b"}}, "spec": spec}}})
+    };
+    let fine = deployment(json!({"containers": [{"name": "c", "image": "x"}]}));
+    let resp = patch(&r, path, "application/apply-patch+yaml", &fine).await;
+    assert_eq!(resp.status, 201, "{}", resp.body);
+    assert!(warnings(&resp).is_empty(), "{:?}", warnings(&resp));
+    let host_ports = deployment(json!({"containers": [{"name": "c", "image": "x",
+        "ports": [{"containerPort": 80, "hostPort": 80}]}]}));
+    let resp = patch(&r, path, "application/apply-patch+yaml", &host_ports).await;
+    assert_eq!(resp.status, 200, "{}", resp.body);
+    assert_eq!(
+        warnings(&resp),
+        vec![
+            r#"299 - "would violate PodSecurity \"baseline:latest\": hostPort (container \"c\" uses hostPort 80)""#
+        ]
+    );
+}
+
+#[tokio::test]
 async fn namespace_labels_are_validated() {
     let r = start().await;
     let resp = namespace(
