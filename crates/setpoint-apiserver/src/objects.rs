@@ -777,6 +777,7 @@ impl ApiServer {
         } else {
             vec![]
         };
+        let before = self.pod_security_before_update(res, name);
         let mut written = self
             .guaranteed_update(res, namespace, name, view, opts, true, |_cur| {
                 Ok(Cow::Borrowed(&body))
@@ -784,8 +785,8 @@ impl ApiServer {
             .await?;
         written.warnings = warnings;
         if view == View::Main {
-            let template = self.pod_security_workload_warnings(res, namespace, &written.object);
-            written.warnings.extend(template);
+            let ps = self.pod_security_after_update(res, namespace, &written.object, before);
+            written.warnings.extend(ps);
         }
         Ok(written)
     }
@@ -801,6 +802,7 @@ impl ApiServer {
         opts: &WriteOptions,
     ) -> Result<Written, ApiError> {
         let mut warnings = Vec::new();
+        let before = self.pod_security_before_update(res, name);
         let written = self
             .guaranteed_update(res, namespace, name, view, opts, true, |cur| {
                 let mut patched = patch.apply(cur)?;
@@ -819,8 +821,8 @@ impl ApiServer {
             })
             .await?;
         if view == View::Main {
-            let template = self.pod_security_workload_warnings(res, namespace, &written.object);
-            warnings.extend(template);
+            let ps = self.pod_security_after_update(res, namespace, &written.object, before);
+            warnings.extend(ps);
         }
         Ok(Written {
             object: written.object,
@@ -868,6 +870,7 @@ impl ApiServer {
         loop {
             attempts += 1;
             let now = setpoint_api::time::now_rfc3339();
+            let before = self.pod_security_before_update(res, name);
             let updated = self
                 .guaranteed_update(res, namespace, name, view, opts, false, |cur| {
                     request.apply_to(res, cur, &now).map(Cow::Owned)
@@ -876,9 +879,8 @@ impl ApiServer {
             match updated {
                 Ok(mut w) => {
                     if view == View::Main {
-                        let template =
-                            self.pod_security_workload_warnings(res, namespace, &w.object);
-                        w.warnings.extend(template);
+                        let ps = self.pod_security_after_update(res, namespace, &w.object, before);
+                        w.warnings.extend(ps);
                     }
                     return Ok((w, false));
                 }

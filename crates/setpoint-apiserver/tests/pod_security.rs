@@ -222,6 +222,8 @@ async fn pod_updates_are_enforced_only_when_what_the_checks_read_changes() {
     )
     .await;
     assert_eq!(resp.status, 201, "{}", resp.body);
+    // A consistent LIST: the pod cache the namespace update reads holds the pod.
+    assert_eq!(get(&r, "/api/v1/namespaces/late/pods").await.status, 200);
     let resp = patch(
         &r,
         "/api/v1/namespaces/late",
@@ -230,7 +232,25 @@ async fn pod_updates_are_enforced_only_when_what_the_checks_read_changes() {
     )
     .await;
     assert_eq!(resp.status, 200, "{}", resp.body);
+    // The namespace's new enforce level is checked against the pods already there.
+    assert_eq!(
+        warnings(&resp),
+        vec![
+            r#"299 - "existing pods in namespace \"late\" violate the new PodSecurity enforce level \"baseline:latest\"""#,
+            r#"299 - "p: host namespaces""#,
+        ]
+    );
     caught_up(&r).await;
+    // Relaxing it checks nothing.
+    let resp = patch(
+        &r,
+        "/api/v1/namespaces/late",
+        "application/merge-patch+json",
+        &json!({"metadata": {"labels": {"team": "x"}}}),
+    )
+    .await;
+    assert_eq!(resp.status, 200, "{}", resp.body);
+    assert!(warnings(&resp).is_empty(), "{:?}", warnings(&resp));
 
     // A label change is not re-checked...
     let resp = patch(

@@ -177,14 +177,43 @@ impl ApiServer {
         Ok(())
     }
 
-    /// The `warn` answers (and `audit` log lines) for an update of a workload's pod
-    /// template, read after the write from the stored object.
-    pub(crate) fn pod_security_workload_warnings(
+    /// What an update's Pod Security answer needs from before the write: the enforce level
+    /// of a namespace about to be updated (from the cache), `None` for other resources.
+    pub(crate) fn pod_security_before_update(
+        &self,
+        res: &ResourceDef,
+        name: &str,
+    ) -> Option<LevelVersion> {
+        is_namespaces(res).then(|| {
+            self.cached_pod_security_policy(name)
+                .unwrap_or_default()
+                .enforce
+        })
+    }
+
+    /// The warnings of an update, read after the write from the stored object: for a
+    /// workload, its pod template against `warn` (and `audit` to the log); for a namespace
+    /// whose enforce level became stricter (`before` is the old one), the existing pods that
+    /// violate the new level, as upstream dry-runs them.
+    pub(crate) fn pod_security_after_update(
         &self,
         res: &ResourceDef,
         namespace: &str,
         obj: &Value,
+        before: Option<LevelVersion>,
     ) -> Vec<String> {
+        if is_namespaces(res) {
+            let Some(old) = before else {
+                return vec![];
+            };
+            let (policy, _) = ps::policy_from_labels(labels(obj));
+            let name = meta::name(obj);
+            if !enforce_tightened(&old, &policy.enforce) {
+                return vec![];
+            }
+            let pods = self.core_objects_in("pods", name);
+            return existing_pod_warnings(name, &policy.enforce, &pods);
+        }
         let Some(template) = ps::workload_template(&res.group, &res.plural, obj) else {
             return vec![];
         };
@@ -208,6 +237,78 @@ impl ApiServer {
             .any(|k| k.starts_with(ps::LABEL_PREFIX))
             .then(|| ps::policy_from_labels(Some(labels)).0)
     }
+}
+
+/// Whether existing pods are checked against a namespace's new enforce level: not when it
+/// is unchanged or privileged, nor when only the level was relaxed at the same version.
+fn enforce_tightened(old: &LevelVersion, new: &LevelVersion) -> bool {
+    if new == old || new.level == Level::Privileged {
+        return false;
+    }
+    !(new.version == old.version && new.level <= old.level)
+}
+
+/// Upstream checks at most this many existing pods when a namespace's enforce level changes.
+const MAX_PODS_TO_CHECK: usize = 3000;
+
+/// The warnings for a namespace's new enforce level over its existing pods, in upstream's
+/// form: a summary, then one line per distinct set of failed checks, naming the first pod
+/// (by name) and how many others share it, sorted.
+fn existing_pod_warnings(namespace: &str, enforce: &LevelVersion, pods: &[Value]) -> Vec<String> {
+    let checked = &pods[..pods.len().min(MAX_PODS_TO_CHECK)];
+    // reason list -> (first pod name, count), in the order first seen.
+    let mut seen: Vec<(String, String, usize)> = Vec::new();
+    let empty = Value::Null;
+    for pod in checked {
+        let found = ps::evaluate(
+            enforce.level,
+            pod.get("metadata").unwrap_or(&empty),
+            pod.get("spec").unwrap_or(&empty),
+        );
+        if found.is_empty() {
+            continue;
+        }
+        let reasons = found
+            .iter()
+            .map(|v| v.reason.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let name = meta::name(pod).to_string();
+        match seen.iter_mut().find(|(r, _, _)| *r == reasons) {
+            Some((_, first, count)) => {
+                *count += 1;
+                if name < *first {
+                    *first = name;
+                }
+            }
+            None => seen.push((reasons, name, 1)),
+        }
+    }
+    let mut out = Vec::new();
+    if checked.len() < pods.len() {
+        out.push(format!(
+            "new PodSecurity enforce level only checked against the first {} of {} existing pods",
+            checked.len(),
+            pods.len()
+        ));
+    }
+    if seen.is_empty() {
+        return out;
+    }
+    out.push(format!(
+        "existing pods in namespace \"{namespace}\" violate the new PodSecurity enforce level \"{enforce}\""
+    ));
+    let mut lines: Vec<String> = seen
+        .into_iter()
+        .map(|(reasons, first, count)| match count {
+            1 => format!("{first}: {reasons}"),
+            2 => format!("{first} (and 1 other pod): {reasons}"),
+            n => format!("{first} (and {} other pods): {reasons}", n - 1),
+        })
+        .collect();
+    lines.sort();
+    out.extend(lines);
+    out
 }
 
 /// The `warn` level's answer: `would violate PodSecurity "<level>:<version>": ...`.
@@ -255,6 +356,48 @@ mod tests {
         assert!(significant_pod_update(&new_image, &cur));
         let apparmor = json!({"metadata": {"annotations": {"container.apparmor.security.beta.kubernetes.io/c": "unconfined"}}, "spec": cur["spec"]});
         assert!(significant_pod_update(&apparmor, &cur));
+    }
+
+    #[test]
+    fn existing_pods_are_summarised_per_set_of_failed_checks() {
+        let lv = |level, version: &str| LevelVersion {
+            level,
+            version: version.into(),
+        };
+        let restricted = lv(Level::Restricted, "latest");
+        let pods = vec![
+            json!({"metadata": {"name": "b"}, "spec": {"hostNetwork": true, "containers": [{"name": "c"}]}}),
+            json!({"metadata": {"name": "a"}, "spec": {"hostNetwork": true, "containers": [{"name": "c"}]}}),
+            json!({"metadata": {"name": "z"}, "spec": {"securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+                "containers": [{"name": "c", "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}]}}),
+            json!({"metadata": {"name": "y"}, "spec": {"securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+                "containers": [{"name": "c", "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}, "runAsUser": 0}}]}}),
+        ];
+        assert_eq!(
+            existing_pod_warnings("ns", &restricted, &pods),
+            vec![
+                r#"existing pods in namespace "ns" violate the new PodSecurity enforce level "restricted:latest""#,
+                "a (and 1 other pod): host namespaces, allowPrivilegeEscalation != false, unrestricted capabilities, runAsNonRoot != true, seccompProfile",
+                "y: runAsUser=0",
+            ]
+        );
+        assert!(existing_pod_warnings("ns", &restricted, &pods[2..3]).is_empty());
+
+        let baseline = lv(Level::Baseline, "latest");
+        assert!(enforce_tightened(
+            &lv(Level::Privileged, "latest"),
+            &baseline
+        ));
+        assert!(!enforce_tightened(&baseline, &baseline));
+        assert!(!enforce_tightened(&restricted, &baseline), "relaxed");
+        assert!(!enforce_tightened(
+            &baseline,
+            &lv(Level::Privileged, "latest")
+        ));
+        assert!(
+            enforce_tightened(&restricted, &lv(Level::Baseline, "v1.30")),
+            "another version"
+        );
     }
 
     #[test]
