@@ -1,8 +1,8 @@
 //! End to end: Pod Security admission with the real kubectl against `setpoint server`. A
 //! namespace labelled `enforce=restricted` refuses a privileged pod with upstream's message;
 //! `warn=baseline` lets a pod with a host namespace in and kubectl prints the warning, for a
-//! Deployment's template too; labels that name no level are refused; the cluster's own
-//! namespaces cannot be deleted.
+//! Deployment's template too; tightening `enforce` warns about the pods already there; labels
+//! that name no level are refused; the cluster's own namespaces cannot be deleted.
 //!
 //! Skipped (with a message) when kubectl is missing, unless `SETPOINT_REQUIRE_KUBECTL` is set.
 
@@ -144,6 +144,25 @@ spec:
         "{err}"
     );
 
+    // Tightening enforce over pods that violate it warns about them (a LIST first, which
+    // waits until the API server's cache holds every pod).
+    s.ok(&["get", "pods", "-n", "warned"]);
+    let out = s.kubectl(&[
+        "label",
+        "namespace",
+        "warned",
+        "pod-security.kubernetes.io/enforce=baseline",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(
+            r#"Warning: existing pods in namespace "warned" violate the new PodSecurity enforce level "baseline:latest""#
+        ),
+        "{err}"
+    );
+    assert!(err.contains("Warning: h: host namespaces"), "{err}");
+
     // A level that does not exist is refused (422; kubectl prints an Invalid status without
     // causes as upstream's does) and the label is not stored.
     let err = s.fails(&[
@@ -151,6 +170,7 @@ spec:
         "namespace",
         "warned",
         "pod-security.kubernetes.io/enforce=strict",
+        "--overwrite",
     ]);
     assert!(
         err.contains(r#"The namespaces "warned" is invalid"#),
@@ -163,7 +183,10 @@ spec:
         "-o",
         "jsonpath={.metadata.labels}",
     ]);
-    assert!(!labels.contains("enforce"), "{labels}");
+    assert!(
+        labels.contains(r#""pod-security.kubernetes.io/enforce":"baseline""#),
+        "{labels}"
+    );
 
     // NamespaceLifecycle keeps the cluster's own namespaces.
     let err = s.fails(&["delete", "namespace", "default"]);
