@@ -15,6 +15,7 @@ use setpoint_api::status::ApiError;
 
 use crate::registry::ResourceDef;
 use crate::state::ApiServer;
+use crate::watchcache::CachedObject;
 
 fn is_pods(res: &ResourceDef) -> bool {
     res.group.is_empty() && res.plural == "pods"
@@ -81,10 +82,10 @@ impl ApiServer {
     async fn pod_security_policy(&self, namespace: &str) -> Option<Policy> {
         let ns_res = self.registry().get("", "v1", "namespaces")?.clone();
         let key = ns_res.key("", namespace);
-        let ns = match self.caches.get(&ns_res.storage_prefix()).get(&key) {
-            Some(cached) => cached.object(),
-            None => self.get_object(&ns_res, "", namespace).await.ok()?,
-        };
+        if let Some(cached) = self.caches.get(&ns_res.storage_prefix()).get(&key) {
+            return cached_policy(&cached);
+        }
+        let ns = self.get_object(&ns_res, "", namespace).await.ok()?;
         let labels = labels(&ns)?;
         if !labels.keys().any(|k| k.starts_with(ps::LABEL_PREFIX)) {
             return None;
@@ -226,17 +227,30 @@ impl ApiServer {
 
     fn cached_pod_security_policy(&self, namespace: &str) -> Option<Policy> {
         let ns_res = self.registry().get("", "v1", "namespaces")?.clone();
-        let ns = self
+        let cached = self
             .caches
             .get(&ns_res.storage_prefix())
-            .get(&ns_res.key("", namespace))?
-            .object();
-        let labels = labels(&ns)?;
-        labels
-            .keys()
-            .any(|k| k.starts_with(ps::LABEL_PREFIX))
-            .then(|| ps::policy_from_labels(Some(labels)).0)
+            .get(&ns_res.key("", namespace))?;
+        cached_policy(&cached)
     }
+}
+
+/// The policy of a cached namespace, read from the labels its cache entry records (every
+/// create in a namespace asks, so the namespace's JSON is not parsed); `None` without any
+/// Pod Security label.
+fn cached_policy(ns: &CachedObject) -> Option<Policy> {
+    let labels: Map<String, Value> = [
+        ps::ENFORCE_LEVEL_LABEL,
+        ps::ENFORCE_VERSION_LABEL,
+        ps::AUDIT_LEVEL_LABEL,
+        ps::AUDIT_VERSION_LABEL,
+        ps::WARN_LEVEL_LABEL,
+        ps::WARN_VERSION_LABEL,
+    ]
+    .into_iter()
+    .filter_map(|k| ns.attrs.label(k).map(|v| (k.to_string(), Value::from(v))))
+    .collect();
+    (!labels.is_empty()).then(|| ps::policy_from_labels(Some(&labels)).0)
 }
 
 /// Whether existing pods are checked against a namespace's new enforce level: not when it
