@@ -133,8 +133,8 @@ impl Reviewer<'_> {
     }
 
     /// TokenReview: runs the token authenticators on `spec.token` for the audiences asked
-    /// (the API's own when none are). Every token this server accepts is meant for the API,
-    /// so a review for other audiences authenticates nothing.
+    /// (the API's own when none are). A ServiceAccount token is valid for the audiences it was
+    /// minted for; other tokens only for the API's own, as upstream's implicit audiences.
     fn token_review(&self, mut obj: Map<String, Value>) -> Result<Value, ApiError> {
         let spec = spec_of(&obj);
         let token = spec_str(&spec, "token");
@@ -147,18 +147,12 @@ impl Reviewer<'_> {
         if asked.is_empty() {
             asked = self.api_audiences.to_vec();
         }
-        let audiences: Vec<String> = asked
-            .into_iter()
-            .filter(|a| self.api_audiences.contains(a))
-            .collect();
         let mut status = Map::new();
-        let outcome = if audiences.is_empty() {
-            Ok(None)
-        } else {
-            self.authenticators.authenticate_token(&token)
-        };
+        let outcome =
+            self.authenticators
+                .authenticate_token_for(&token, &asked, self.api_audiences);
         match outcome {
-            Ok(Some(user)) => {
+            Ok(Some((user, audiences))) => {
                 status.insert("authenticated".into(), json!(true));
                 status.insert("user".into(), user_info(&user));
                 status.insert("audiences".into(), json!(audiences));

@@ -102,6 +102,27 @@ pub trait TokenAuthenticator: Send + Sync {
     /// not one of its tokens, and `Err(reason)` when it is one of its tokens but not valid
     /// (expired, revoked); the reason goes to the log, never to the client.
     fn authenticate(&self, token: &str) -> Result<Option<UserInfo>, String>;
+
+    /// For a TokenReview that names `audiences`: the user and the audiences (of those asked)
+    /// the token is valid for. By default a token is audience-agnostic, as static and
+    /// bootstrap tokens are: upstream treats it as valid for the API's own audiences only
+    /// (`api_audiences`), so it authenticates for the asked audiences that are the API's.
+    fn authenticate_for(
+        &self,
+        token: &str,
+        audiences: &[String],
+        api_audiences: &[String],
+    ) -> Result<Option<(UserInfo, Vec<String>)>, String> {
+        let valid: Vec<String> = audiences
+            .iter()
+            .filter(|a| api_audiences.contains(a))
+            .cloned()
+            .collect();
+        if valid.is_empty() {
+            return Ok(None);
+        }
+        Ok(self.authenticate(token)?.map(|user| (user, valid)))
+    }
 }
 
 /// How the server authenticates (kube-apiserver's flags of the same names).
@@ -163,6 +184,22 @@ impl Authenticators {
         for authenticator in &self.tokens {
             if let Some(user) = authenticator.authenticate(token)? {
                 return Ok(Some(user));
+            }
+        }
+        Ok(None)
+    }
+
+    /// What a TokenReview for `audiences` makes of `token`: the first authenticator that knows
+    /// it answers with the user and the audiences it is valid for.
+    pub fn authenticate_token_for(
+        &self,
+        token: &str,
+        audiences: &[String],
+        api_audiences: &[String],
+    ) -> Result<Option<(UserInfo, Vec<String>)>, String> {
+        for authenticator in &self.tokens {
+            if let Some(found) = authenticator.authenticate_for(token, audiences, api_audiences)? {
+                return Ok(Some(found));
             }
         }
         Ok(None)

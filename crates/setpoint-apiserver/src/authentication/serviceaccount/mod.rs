@@ -247,6 +247,20 @@ impl Issuer {
         now: i64,
         lookup: &dyn Lookup,
     ) -> Result<Option<UserInfo>, String> {
+        Ok(self
+            .verify_for(token, now, lookup, &self.audiences)?
+            .map(|(user, _)| user))
+    }
+
+    /// [`Self::verify`] for a token meant for any of `accepted` audiences (a TokenReview's):
+    /// the user and the token's audiences among them.
+    pub fn verify_for(
+        &self,
+        token: &str,
+        now: i64,
+        lookup: &dyn Lookup,
+        accepted: &[String],
+    ) -> Result<Option<(UserInfo, Vec<String>)>, String> {
         let Some(parsed) = jwt::parse(token) else {
             return Ok(None);
         };
@@ -279,10 +293,12 @@ impl Issuer {
             Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).collect(),
             _ => Vec::new(),
         };
-        if !audiences
+        let valid: Vec<String> = audiences
             .iter()
-            .any(|a| self.audiences.iter().any(|b| b == a))
-        {
+            .filter(|a| accepted.iter().any(|b| b == *a))
+            .map(|a| a.to_string())
+            .collect();
+        if valid.is_empty() {
             return Err("token audiences are invalid for the API's audiences".into());
         }
         let binding = claims
@@ -348,7 +364,7 @@ impl Issuer {
             user.extra
                 .insert(EXTRA_CREDENTIAL_ID.into(), vec![format!("JTI={jti}")]);
         }
-        Ok(Some(user))
+        Ok(Some((user, valid)))
     }
 
     /// `/.well-known/openid-configuration`: the issuer's OpenID Connect discovery document;
@@ -390,6 +406,20 @@ impl TokenAuthenticator for Authenticator {
     fn authenticate(&self, token: &str) -> Result<Option<UserInfo>, String> {
         self.issuer
             .verify(token, chrono::Utc::now().timestamp(), &self.lookup)
+    }
+
+    fn authenticate_for(
+        &self,
+        token: &str,
+        audiences: &[String],
+        _api_audiences: &[String],
+    ) -> Result<Option<(UserInfo, Vec<String>)>, String> {
+        self.issuer.verify_for(
+            token,
+            chrono::Utc::now().timestamp(),
+            &self.lookup,
+            audiences,
+        )
     }
 }
 
@@ -539,6 +569,23 @@ mod tests {
             600,
         );
         assert!(i.verify(&both.token, NOW, &objects()).unwrap().is_some());
+    }
+
+    #[test]
+    fn a_review_for_another_audience_authenticates_tokens_minted_for_it() {
+        let i = issuer();
+        let vault = vec!["vault".to_string()];
+        let m = i.mint(&bot(), &vault, NOW, 600);
+        let (user, valid) = i
+            .verify_for(&m.token, NOW, &objects(), &vault)
+            .unwrap()
+            .unwrap();
+        assert_eq!(user.username, "system:serviceaccount:a:bot");
+        assert_eq!(valid, vault);
+        let other = vec!["other".to_string()];
+        assert!(i.verify_for(&m.token, NOW, &objects(), &other).is_err());
+        let api = i.mint(&bot(), i.api_audiences(), NOW, 600);
+        assert!(i.verify_for(&api.token, NOW, &objects(), &vault).is_err());
     }
 
     #[test]
