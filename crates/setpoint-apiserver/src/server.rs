@@ -117,6 +117,10 @@ impl ApiServer {
                 caches.clone(),
             ),
         ));
+        // Bootstrap tokens of joining machines, from `bootstrap-token-<id>` Secrets.
+        authenticators.push(Box::new(
+            crate::authentication::bootstrap_token::Authenticator::new(caches.clone()),
+        ));
         // RBAC decides after the privileged-groups check, from the caches just loaded.
         let rbac = crate::authorization::rbac::Rbac::new(caches.clone());
         let mut authorizers = crate::authorization::Authorizers::default();

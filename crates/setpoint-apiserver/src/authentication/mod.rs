@@ -13,6 +13,7 @@
 //! in-process callers (the components `setpoint up` runs in its own process) have no
 //! credentials to check; they act as [`UserInfo::internal`].
 
+pub mod bootstrap_token;
 pub mod impersonation;
 pub mod serviceaccount;
 mod token_file;

@@ -803,6 +803,28 @@ const BINDINGS: &[(&str, &[&str], &[&str])] = &[
     ),
 ];
 
+/// The bindings that let machines join with a bootstrap token, as kubeadm adds them (its
+/// `kubeadm:kubelet-bootstrap`, `kubeadm:node-autoapprove-bootstrap` and
+/// `kubeadm:node-autoapprove-certificate-rotation`): bootstrappers may create CSRs and have
+/// node client CSRs approved, nodes may have their renewals approved. (name, role, group).
+const JOIN_BINDINGS: &[(&str, &str, &str)] = &[
+    (
+        "setpoint:kubelet-bootstrap",
+        "system:node-bootstrapper",
+        "system:bootstrappers",
+    ),
+    (
+        "setpoint:node-autoapprove-bootstrap",
+        "system:certificates.k8s.io:certificatesigningrequests:nodeclient",
+        "system:bootstrappers",
+    ),
+    (
+        "setpoint:node-autoapprove-certificate-rotation",
+        "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
+        "system:nodes",
+    ),
+];
+
 fn metadata(name: &str, extra_labels: &[(&str, &str)]) -> Value {
     let mut labels = Map::new();
     labels.insert(BOOTSTRAPPING_LABEL.0.into(), BOOTSTRAPPING_LABEL.1.into());
@@ -851,6 +873,14 @@ pub fn cluster_role_bindings() -> Vec<Value> {
                 .collect();
             binding(role, subjects)
         })
+        .chain(JOIN_BINDINGS.iter().map(|(name, role, group)| {
+            let mut obj = binding(
+                role,
+                vec![json!({"kind": "Group", "apiGroup": GROUP, "name": group})],
+            );
+            obj["metadata"]["name"] = json!(name);
+            obj
+        }))
         .chain(controller_roles().into_iter().map(|r| {
             let account = r.name.trim_start_matches(CONTROLLER_PREFIX);
             binding(
