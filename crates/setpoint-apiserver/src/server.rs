@@ -124,6 +124,11 @@ impl ApiServer {
         // RBAC decides after the privileged-groups check, from the caches just loaded.
         let rbac = crate::authorization::rbac::Rbac::new(caches.clone());
         let mut authorizers = crate::authorization::Authorizers::default();
+        // Node, RBAC: upstream's `--authorization-mode=Node,RBAC`.
+        authorizers.push(Box::new(crate::authorization::node::NodeAuthorizer::new(
+            caches.clone(),
+            rbac.clone(),
+        )));
         authorizers.push(Box::new(rbac.clone()));
         let server = Arc::new(ApiServer {
             store,

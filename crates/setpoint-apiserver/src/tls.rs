@@ -214,13 +214,46 @@ impl Pki {
 
     /// An admin kubeconfig with the certificates embedded.
     pub fn kubeconfig(&self, server_url: &str) -> String {
+        self.client_kubeconfig(server_url, "admin", &self.admin_cert, &self.admin_key)
+    }
+
+    /// A kubeconfig for `server_url` with the CA and this user's client certificate and key
+    /// embedded.
+    pub fn client_kubeconfig(&self, server_url: &str, user: &str, cert: &str, key: &str) -> String {
         let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s.as_bytes());
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: setpoint\n  cluster:\n    server: {server_url}\n    certificate-authority-data: {}\nusers:\n- name: admin\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\ncontexts:\n- name: setpoint\n  context:\n    cluster: setpoint\n    user: admin\n    namespace: default\ncurrent-context: setpoint\n",
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: setpoint\n  cluster:\n    server: {server_url}\n    certificate-authority-data: {}\nusers:\n- name: {user:?}\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\ncontexts:\n- name: setpoint\n  context:\n    cluster: setpoint\n    user: {user:?}\n    namespace: default\ncurrent-context: setpoint\n",
             b64(&self.ca_cert),
-            b64(&self.admin_cert),
-            b64(&self.admin_key)
+            b64(cert),
+            b64(key)
         )
+    }
+
+    /// Issues a client certificate signed by the cluster CA for user `cn` in group `org` (the
+    /// certificate's CN and O, as the API server reads them), returning (certificate PEM,
+    /// key PEM).
+    pub fn issue_client(&self, cn: &str, org: Option<&str>) -> Result<(String, String), TlsError> {
+        let ca_key = KeyPair::from_pem(&self.ca_key)?;
+        let ca_p = ca_params()?;
+        let issuer = Issuer::from_params(&ca_p, &ca_key);
+        let key = KeyPair::generate()?;
+        let cert =
+            leaf(cn, org, vec![], ExtendedKeyUsagePurpose::ClientAuth)?.signed_by(&key, &issuer)?;
+        Ok((cert.pem(), key.serialize_pem()))
+    }
+
+    /// Writes `path`, a kubeconfig for `server_url` as user `cn` in group `org`, with a client
+    /// certificate issued for it, readable by its owner only.
+    pub fn write_client_kubeconfig(
+        &self,
+        path: &Path,
+        server_url: &str,
+        cn: &str,
+        org: Option<&str>,
+    ) -> Result<(), TlsError> {
+        let (cert, key) = self.issue_client(cn, org)?;
+        write_private(path, &self.client_kubeconfig(server_url, cn, &cert, &key))?;
+        Ok(())
     }
 
     /// The rustls server configuration: our serving certificate, HTTP/2 and HTTP/1.1, and
@@ -330,5 +363,25 @@ pub async fn serve_plain(
         tokio::spawn(async move {
             serve_connection(tcp, router, Identity::Internal, &config, false).await
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn issued_client_certificates_name_the_user_and_group() {
+        let pki = Pki::load_or_create(None, "127.0.0.1:0".parse().unwrap()).unwrap();
+        let (cert, key) = pki
+            .issue_client("system:node:n1", Some("system:nodes"))
+            .unwrap();
+        let der = CertificateDer::from_pem_slice(cert.as_bytes()).unwrap();
+        let user = certificate_user(&der).unwrap();
+        assert_eq!(user.username, "system:node:n1");
+        assert_eq!(user.groups, ["system:nodes", "system:authenticated"]);
+        let kubeconfig =
+            pki.client_kubeconfig("https://127.0.0.1:6443", "system:node:n1", &cert, &key);
+        assert!(kubeconfig.contains("user: \"system:node:n1\""));
     }
 }

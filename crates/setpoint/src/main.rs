@@ -223,6 +223,15 @@ async fn run(args: ServeArgs, up: Option<Up>) -> anyhow::Result<()> {
     let store = ApiServer::open_store(&config).await?;
     let server = ApiServer::new(config, store.clone()).await?;
     let running = server.serve().await?;
+    let component_kubeconfigs = match (&running.pki, &running.kubeconfig) {
+        (Some(pki), Some(_)) => write_component_kubeconfigs(
+            pki,
+            &data_dir,
+            &running.url,
+            &agent_cmd::local_node_name(),
+        )?,
+        _ => Vec::new(),
+    };
     // The controllers and the scheduler share one set of informers: one cache of every pod
     // in this process, not one per component. The runtime metrics they record (reconciles,
     // work queues, leader election, API requests, objects skipped because they do not
@@ -334,6 +343,13 @@ async fn run(args: ServeArgs, up: Option<Up>) -> anyhow::Result<()> {
             "Point kubectl at it with:\n\n    export KUBECONFIG={}\n",
             kc.display()
         );
+        if !component_kubeconfigs.is_empty() {
+            println!("Components running apart from this process use their own identities:\n");
+            for (command, path) in &component_kubeconfigs {
+                println!("    setpoint {command} --kubeconfig {}", path.display());
+            }
+            println!();
+        }
     } else {
         println!(
             "Setpoint is running at {} (plain HTTP, no authentication)",
@@ -374,6 +390,46 @@ async fn run(args: ServeArgs, up: Option<Up>) -> anyhow::Result<()> {
     drop(server);
     drop(store);
     Ok(())
+}
+
+/// Writes, next to the admin kubeconfig, one kubeconfig per component with a client
+/// certificate of its own identity (upstream's users `system:kube-controller-manager`,
+/// `system:kube-scheduler` and `system:node:<name>` in `system:nodes`), so that a component
+/// run apart holds only what its role grants. Returns each with the command that uses it.
+fn write_component_kubeconfigs(
+    pki: &setpoint_apiserver::tls::Pki,
+    data_dir: &std::path::Path,
+    url: &str,
+    node: &str,
+) -> anyhow::Result<Vec<(String, std::path::PathBuf)>> {
+    let components = [
+        (
+            "controller-manager".to_string(),
+            "controller-manager.kubeconfig".to_string(),
+            "system:kube-controller-manager".to_string(),
+            None,
+        ),
+        (
+            "scheduler".to_string(),
+            "scheduler.kubeconfig".to_string(),
+            "system:kube-scheduler".to_string(),
+            None,
+        ),
+        (
+            format!("agent --node-name {node}"),
+            format!("node-{node}.kubeconfig"),
+            format!("system:node:{node}"),
+            Some("system:nodes"),
+        ),
+    ];
+    let mut written = Vec::new();
+    for (command, file, user, group) in components {
+        let path = data_dir.join(file);
+        pki.write_client_kubeconfig(&path, url, &user, group)
+            .with_context(|| format!("writing {}", path.display()))?;
+        written.push((command, path));
+    }
+    Ok(written)
 }
 
 async fn wait_for_signal() {

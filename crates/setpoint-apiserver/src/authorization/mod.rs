@@ -9,6 +9,7 @@
 
 pub mod bootstrap;
 pub mod escalation;
+pub mod node;
 pub mod rbac;
 
 use std::sync::Arc;
