@@ -57,6 +57,11 @@ pub struct ControllerManagerArgs {
     node_monitor_grace_period_seconds: u64,
     #[command(flatten)]
     concurrency: ConcurrencyFlags,
+    /// Run each controller as its own ServiceAccount in `kube-system` (upstream's
+    /// `system:controller:<name>` roles), with tokens this manager requests and renews;
+    /// otherwise every controller uses the kubeconfig's credentials.
+    #[arg(long)]
+    use_service_account_credentials: bool,
 }
 
 /// How many objects each controller reconciles at once (kube-controller-manager's flags and
@@ -143,7 +148,7 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
     let informer_metrics = setpoint_runtime::metrics::InformerMetrics::new(&mut registry);
     let client = client
         .with_rate_limit(args.kube_api_qps.max(0.1), args.kube_api_burst.max(1))
-        .with_metrics(client_metrics);
+        .with_metrics(client_metrics.clone());
     // `manager::run`'s informers, recording into this registry.
     let informers = SharedInformers::with_options(
         client.clone(),
@@ -166,15 +171,68 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
         root_ca_pem: kubeconfig.ca_pem.clone(),
         ..args.options()
     };
-    manager::run_on(
-        client,
-        args.controllers,
-        options,
-        leadership.leading.clone(),
-        &informers,
-        crate::wait_for_signal(),
-    )
-    .await;
+    if args.use_service_account_credentials {
+        let (stop_tx, stop) = tokio::sync::watch::channel(false);
+        let signal = tokio::spawn(async move {
+            crate::wait_for_signal().await;
+            let _ = stop_tx.send(true);
+        });
+        // Informers stay on the manager's own identity (it may list and watch everything),
+        // shared by every controller as upstream's are; writes go through each controller's
+        // own client.
+        let mut runs = Vec::new();
+        let mut own = Vec::new();
+        for name in &args.controllers {
+            let Some(account) = crate::sa_credentials::service_account_of(name) else {
+                own.push(name.clone());
+                continue;
+            };
+            let Some(c) =
+                crate::sa_credentials::client_for(&client, &kubeconfig, account, stop.clone())
+                    .await?
+            else {
+                break;
+            };
+            let c = c
+                .with_rate_limit(args.kube_api_qps.max(0.1), args.kube_api_burst.max(1))
+                .with_metrics(client_metrics.clone())
+                .with_user_agent(COMPONENT);
+            tracing::info!(controller = %name, account, "controller runs as its service account");
+            runs.push((c, vec![name.clone()]));
+        }
+        if !own.is_empty() {
+            runs.push((client.clone(), own));
+        }
+        let tasks: Vec<_> = runs
+            .into_iter()
+            .map(|(c, names)| {
+                let options = options.clone();
+                let leading = leadership.leading.clone();
+                let informers = informers.clone();
+                let mut stop = stop.clone();
+                tokio::spawn(async move {
+                    manager::run_on(c, names, options, leading, &informers, async move {
+                        let _ = stop.wait_for(|s| *s).await;
+                    })
+                    .await
+                })
+            })
+            .collect();
+        for t in tasks {
+            let _ = t.await;
+        }
+        signal.abort();
+    } else {
+        manager::run_on(
+            client,
+            args.controllers,
+            options,
+            leadership.leading.clone(),
+            &informers,
+            crate::wait_for_signal(),
+        )
+        .await;
+    }
     informers.shutdown().await;
     leadership.release().await;
     drop(server);

@@ -38,6 +38,7 @@ mod agent_cmd;
 mod bench_cmd;
 mod controller_manager;
 mod leadership;
+mod sa_credentials;
 mod scheduler_cmd;
 mod secure_serving;
 mod store_cmd;
@@ -404,7 +405,7 @@ fn write_component_kubeconfigs(
 ) -> anyhow::Result<Vec<(String, std::path::PathBuf)>> {
     let components = [
         (
-            "controller-manager".to_string(),
+            "controller-manager --use-service-account-credentials".to_string(),
             "controller-manager.kubeconfig".to_string(),
             "system:kube-controller-manager".to_string(),
             None,
