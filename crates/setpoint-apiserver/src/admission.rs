@@ -4,6 +4,7 @@
 use serde_json::Value;
 
 pub mod limitrange;
+pub mod noderestriction;
 mod podsecurity;
 mod quota;
 

@@ -693,6 +693,14 @@ impl ApiServer {
             causes.extend(crate::crd::validate(res, &obj, None));
             self.invalid_if_any(res, &obj, causes)?;
             self.check_escalation(res, namespace, &obj, opts)?;
+            crate::admission::noderestriction::admit(
+                res,
+                namespace,
+                &obj,
+                None,
+                false,
+                opts.user.as_deref(),
+            )?;
             // Validating admission (LimitRanger, PodSecurity, then ResourceQuota), charged
             // once however many names a generateName takes.
             if attempt == 0 {
@@ -969,6 +977,16 @@ impl ApiServer {
             if view == View::Main {
                 self.check_escalation(res, namespace, &new, opts)?;
                 self.pod_security_on_update(res, namespace, &new, &cur)?;
+            }
+            if matches!(view, View::Main | View::Status) {
+                crate::admission::noderestriction::admit(
+                    res,
+                    namespace,
+                    &new,
+                    Some(&cur),
+                    view == View::Status,
+                    opts.user.as_deref(),
+                )?;
             }
             let respond = |obj: Value| {
                 if view == View::Scale {
