@@ -13,6 +13,7 @@ mod allocation;
 mod apply;
 pub mod authentication;
 pub mod authorization;
+mod certificates;
 mod compaction;
 mod connection;
 mod convert;

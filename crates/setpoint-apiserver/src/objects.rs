@@ -656,6 +656,7 @@ impl ApiServer {
         }
         let now = setpoint_api::time::now_rfc3339();
         strategy::prepare_for_create(res, &mut obj, &now);
+        crate::certificates::prepare_for_create(res, &mut obj, opts.user.as_deref());
         setpoint_kinds::defaults::apply(&res.group, &res.kind, &mut obj);
         setpoint_kinds::defaults::on_create(&res.group, &res.kind, &mut obj);
         if crate::crd::is_crd(res) {
@@ -769,7 +770,10 @@ impl ApiServer {
         mut body: Value,
         opts: &WriteOptions,
     ) -> Result<Written, ApiError> {
-        if view == View::Main || view == View::Status || view == View::Finalize {
+        if matches!(
+            view,
+            View::Main | View::Status | View::Finalize | View::Approval
+        ) {
             self.check_type_and_namespace(res, namespace, &mut body)?;
         }
         let body_name = meta::name(&body);
@@ -956,7 +960,17 @@ impl ApiServer {
                     new
                 }
                 // Tracked writes record ownership from `cur`'s entries.
-                View::Status => strategy::apply_status(&cur, &desired, !track),
+                View::Status => {
+                    let mut new = strategy::apply_status(&cur, &desired, !track);
+                    let now = setpoint_api::time::now_rfc3339();
+                    crate::certificates::status_update(res, &mut new, &cur, &now);
+                    new
+                }
+                View::Approval => crate::certificates::apply_approval(
+                    &cur,
+                    &desired,
+                    &setpoint_api::time::now_rfc3339(),
+                ),
                 View::Finalize => strategy::apply_finalize(&cur, &desired),
                 View::Scale => strategy::apply_scale(res, &cur, &desired)?,
             };
@@ -974,6 +988,10 @@ impl ApiServer {
             crate::typemeta::own(res, &mut new);
             meta::set_meta(&mut new, "resourceVersion", json!(cur_rv));
             self.validate_update(res, &mut new, Some(&cur), view == View::Status)?;
+            if matches!(view, View::Approval | View::Status) {
+                let approving = view == View::Approval;
+                self.check_csr_write(res, approving, &new, &cur, opts.user.as_ref())?;
+            }
             if view == View::Main {
                 self.check_escalation(res, namespace, &new, opts)?;
                 self.pod_security_on_update(res, namespace, &new, &cur)?;

@@ -22,6 +22,8 @@ pub enum View {
     Scale,
     /// `/finalize` on namespaces: only `spec.finalizers` changes.
     Finalize,
+    /// `/approval` on CertificateSigningRequests: only `status.conditions` change.
+    Approval,
 }
 
 impl View {
@@ -33,6 +35,7 @@ impl View {
             Some("finalize") if res.group.is_empty() && res.plural == "namespaces" => {
                 Ok(View::Finalize)
             }
+            Some("approval") if crate::certificates::is_csr(res) => Ok(View::Approval),
             _ => Err(ApiError::not_found_path()),
         }
     }
@@ -42,6 +45,7 @@ impl View {
             View::Status => Some("status"),
             View::Scale => Some("scale"),
             View::Finalize => Some("finalize"),
+            View::Approval => Some("approval"),
         }
     }
 }
@@ -155,6 +159,7 @@ pub fn prepare_for_update(res: &ResourceDef, new: &mut Value, old: &Value) {
             };
         }
     }
+    crate::certificates::prepare_for_update(res, new, old);
     bump_generation(res, new, old);
 }
 

@@ -273,6 +273,17 @@ pub static BUILTIN: &[KindInfo] = &[
     .categories(&["api-extensions"])
     .status()
     .generation(),
+    // certificates.k8s.io/v1
+    kind(
+        "certificates.k8s.io",
+        "v1",
+        "CertificateSigningRequest",
+        "certificatesigningrequests",
+        "certificatesigningrequest",
+        false,
+    )
+    .short(&["csr"])
+    .status(),
     // rbac.authorization.k8s.io/v1
     kind(
         "rbac.authorization.k8s.io",

@@ -8,6 +8,7 @@
 
 mod apps;
 mod core;
+mod certificates;
 mod rbac;
 #[cfg(test)]
 mod tests;
@@ -135,6 +136,9 @@ fn printer(group: &str, kind: &str) -> (&'static [Column], CellFn) {
             (rbac::BINDING, rbac::cluster_role_binding)
         }
         ("apiextensions.k8s.io", "CustomResourceDefinition") => (apps::CRD, apps::crd),
+        ("certificates.k8s.io", "CertificateSigningRequest") => {
+            (certificates::CSR, certificates::csr)
+        }
         _ => (DEFAULT, default_cells),
     }
 }

@@ -26,6 +26,7 @@ mod fields;
 mod meta;
 mod pod;
 mod quantity;
+pub mod certificates;
 mod rbac;
 mod service;
 #[cfg(test)]
@@ -173,6 +174,9 @@ pub fn validate_with_type_errors(
         ("rbac.authorization.k8s.io", "RoleBinding") => rbac::role_binding(e, obj, old),
         ("rbac.authorization.k8s.io", "ClusterRoleBinding") => {
             rbac::cluster_role_binding(e, obj, old)
+        }
+        ("certificates.k8s.io", "CertificateSigningRequest") => {
+            certificates::csr(e, obj, old, certificates::parse_request)
         }
         ("coordination.k8s.io", "Lease") => {
             let spec = at(obj, "spec");

@@ -42,7 +42,7 @@ pub enum Patch {
 pub fn strategic_type(res: &ResourceDef, view: View) -> Option<TypeRef> {
     match view {
         View::Scale => types::for_kind("autoscaling", "v1", "Scale"),
-        View::Main | View::Status | View::Finalize => {
+        View::Main | View::Status | View::Finalize | View::Approval => {
             types::for_kind(&res.group, &res.version, &res.kind)
         }
     }
