@@ -17,7 +17,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use serde_json::{json, Value};
-use setpoint_runtime::client::{Api, Client, DeleteParams, Patch, PatchParams, PostParams};
+use setpoint_runtime::client::{Api, Client, DeleteParams, PostParams};
 use setpoint_runtime::controller::{Action, Context, Controller, ReconcileError, Reconciler};
 use setpoint_runtime::events::{EventRecorder, EventType, Reporter, ToObjectReference};
 use setpoint_runtime::informer::{Scope, SharedInformers, Store};
@@ -359,12 +359,13 @@ impl Reconciler for CronJobController {
         let same = |k: &str| current.get(k).unwrap_or(&Value::Null) == &status[k];
         if !(same("active") && same("lastScheduleTime") && same("lastSuccessfulTime")) {
             let api: Api<CronJob> = Api::namespaced(self.client.clone(), &ns);
-            api.patch_status(
-                &cj.name(),
-                &PatchParams::default(),
-                &Patch::Merge(json!({"status": status})),
-            )
-            .await?;
+            // An update, as upstream's controller writes it: its role
+            // (`system:controller:cronjob-controller`) grants update of cronjobs/status, not
+            // patch.
+            let mut next = CronJob::clone(&cj);
+            next.status = Some(serde_json::from_value(status).map_err(ReconcileError::terminal)?);
+            api.replace_status(&cj.name(), &PostParams::default(), &next)
+                .await?;
         }
         Ok(match p.next {
             // A second of slack so the pass lands after the scheduled minute has begun.

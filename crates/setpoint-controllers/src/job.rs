@@ -23,7 +23,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
 use setpoint_api::selector::LabelSelector;
-use setpoint_runtime::client::{Api, Client, DeleteParams, Patch, PatchParams};
+use setpoint_runtime::client::{Api, Client, DeleteParams, PostParams};
 use setpoint_runtime::controller::{Action, Context, Controller, ReconcileError, Reconciler};
 use setpoint_runtime::events::{EventRecorder, EventType, Reporter, ToObjectReference};
 use setpoint_runtime::informer::{Scope, SharedInformers, Store};
@@ -477,12 +477,12 @@ impl Reconciler for JobController {
         let new_status = status(&job, &p, now);
         if job.status.as_ref() != Some(&new_status) {
             let jobs: Api<Job> = Api::namespaced(self.client.clone(), &ns);
-            jobs.patch_status(
-                &job.name(),
-                &PatchParams::default(),
-                &Patch::Merge(json!({"status": new_status})),
-            )
-            .await?;
+            // An update, as upstream's controller writes it: its role
+            // (`system:controller:job-controller`) grants update of jobs/status, not patch.
+            let mut next = Job::clone(&job);
+            next.status = Some(new_status);
+            jobs.replace_status(&job.name(), &PostParams::default(), &next)
+                .await?;
             if let Some(f) = &p.finish {
                 let (kind, reason) = if f.condition == "Complete" {
                     (EventType::Normal, "Completed")

@@ -15,10 +15,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use k8s_openapi::api::core::v1::{Namespace, NamespaceCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use serde_json::json;
-use setpoint_runtime::client::{
-    Api, Client, DeleteParams, DynamicObject, ListParams, Patch, PatchParams,
-};
+use setpoint_runtime::client::{Api, Client, DeleteParams, DynamicObject, ListParams, PostParams};
 use setpoint_runtime::controller::{Action, Context, Controller, ReconcileError, Reconciler};
 use setpoint_runtime::informer::{Scope, SharedInformers, Store};
 use setpoint_runtime::{Object, ObjectKey};
@@ -311,10 +308,14 @@ impl NamespaceController {
         };
         let api: Api<Namespace> = Api::all(self.client.clone());
         let name = ns.metadata.name.clone().unwrap_or_default();
-        let patch = Patch::Merge(json!({"status": {"conditions": merged}}));
+        // An update, as upstream's controller writes it: its role
+        // (`system:controller:namespace-controller`) grants update of namespaces/status, not
+        // patch.
+        let mut next = ns.clone();
+        next.status.get_or_insert_with(Default::default).conditions = Some(merged);
         // Conditions only report progress: failing to write them must not hold up deletion.
         if let Err(e) = api
-            .patch_status(&name, &PatchParams::default(), &patch)
+            .replace_status(&name, &PostParams::default(), &next)
             .await
         {
             tracing::warn!(namespace = %name, error = %e, "could not update namespace conditions");
@@ -430,6 +431,7 @@ pub fn controller(client: Client, informers: &SharedInformers) -> Controller {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn item(resource: &str, name: &str, finalizers: &[&str], deleting: bool) -> Content {
         Content {

@@ -18,7 +18,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
 use setpoint_api::selector::LabelSelector;
-use setpoint_runtime::client::{Api, Client, DeleteParams, Patch, PatchParams};
+use setpoint_runtime::client::{Api, Client, DeleteParams, Patch, PatchParams, PostParams};
 use setpoint_runtime::controller::{Action, Context, Controller, ReconcileError, Reconciler};
 use setpoint_runtime::events::{EventRecorder, EventType, Reporter, ToObjectReference};
 use setpoint_runtime::informer::{Scope, SharedInformers, Store};
@@ -512,17 +512,28 @@ impl Reconciler for ReplicaSetController {
         status.conditions = (!conds.is_empty()).then_some(conds);
         if !same_status(&status, &current) {
             let rs_api: Api<ReplicaSet> = Api::namespaced(self.client.clone(), &ns);
-            let patch = Patch::Merge(json!({ "status": {
-                "replicas": status.replicas,
-                "fullyLabeledReplicas": status.fully_labeled_replicas,
-                "readyReplicas": status.ready_replicas,
-                "availableReplicas": status.available_replicas,
-                "observedGeneration": status.observed_generation,
-                "conditions": status.conditions,
-            }}));
-            rs_api
-                .patch_status(&key.name, &PatchParams::default(), &patch)
-                .await?;
+            // An update of the status, as upstream's controller writes it (its role,
+            // `system:controller:replicaset-controller`, grants update of
+            // replicasets/status, not patch); on a conflict once more over a fresh read, as
+            // upstream's `updateReplicaSetStatus` retries.
+            let mut next = (*rs).clone();
+            for attempt in 0..2 {
+                next.status = Some(status.clone());
+                match rs_api
+                    .replace_status(&key.name, &PostParams::default(), &next)
+                    .await
+                {
+                    Ok(_) => break,
+                    Err(e) if e.is_conflict() && attempt == 0 => {
+                        match rs_api.get_opt(&key.name).await? {
+                            Some(fresh) => next = fresh,
+                            None => break,
+                        }
+                    }
+                    Err(e) if e.is_not_found() => break,
+                    Err(e) => return Err(e.into()),
+                }
+            }
         }
 
         if let Some((_, e)) = failure {

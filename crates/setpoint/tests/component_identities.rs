@@ -159,6 +159,29 @@ fn components_run_on_their_own_identities() {
             (nodes.len() == 3 && nodes.iter().all(|n| *n == node)).then_some(())
         },
     );
+    // The controllers' status writes went through with only their roles' verbs.
+    eventually(
+        "the Deployment and its ReplicaSet reporting three ready replicas",
+        Duration::from_secs(60),
+        || {
+            let d = s.ok(&[
+                "get",
+                "deployment",
+                "sleepers",
+                "-o",
+                "jsonpath={.status.readyReplicas}/{.metadata.annotations.deployment\\.kubernetes\\.io/revision}",
+            ]);
+            let rs = s.ok(&[
+                "get",
+                "replicasets",
+                "-l",
+                "app=sleepers",
+                "-o",
+                "jsonpath={.items[0].status.readyReplicas}",
+            ]);
+            (d.trim() == "3/1" && rs.trim() == "3").then_some(())
+        },
+    );
     // The controllers wrote as their own ServiceAccounts, which the manager made.
     for account in ["deployment-controller", "replicaset-controller"] {
         s.ok(&["-n", "kube-system", "get", "serviceaccount", account]);

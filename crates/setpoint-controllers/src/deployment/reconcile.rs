@@ -50,6 +50,13 @@ fn selects(d: &Deployment, labels: &BTreeMap<String, String>) -> bool {
 /// The field manager of the controller's writes, as Kubernetes names it.
 pub const FIELD_MANAGER: &str = "kube-controller-manager";
 
+fn post_params() -> PostParams {
+    PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    }
+}
+
 fn write_params() -> PatchParams {
     PatchParams {
         field_manager: Some(FIELD_MANAGER.into()),
@@ -159,12 +166,14 @@ impl Reconciler for DeploymentController {
                         .and_then(|s| s.collision_count)
                         .unwrap_or(0)
                         + 1;
-                    dapi.patch_status(
-                        &d.name(),
-                        &write_params(),
-                        &Patch::Merge(json!({"status": {"collisionCount": count}})),
-                    )
-                    .await?;
+                    // An update, as upstream's controller writes (its role grants no patch
+                    // of deployments/status).
+                    let mut next = (*d).clone();
+                    next.status
+                        .get_or_insert_with(Default::default)
+                        .collision_count = Some(count);
+                    dapi.replace_status(&d.name(), &post_params(), &next)
+                        .await?;
                     // The status write's own event brings the Deployment back.
                     return Ok(Action::Done);
                 }
@@ -197,33 +206,31 @@ impl Reconciler for DeploymentController {
             }
         }
         let mut resource_version = d.metadata.resource_version.clone();
+        // The revision annotation and the status are written with updates guarded by the
+        // resourceVersion, as upstream's controller writes them: its role
+        // (`system:controller:deployment-controller`) grants update, not patch, of
+        // deployments and their status.
         if let Some(rev) = &p.revision {
-            let patched = dapi
-                .patch(
-                    &d.name(),
-                    &write_params(),
-                    &Patch::Merge(json!({"metadata": {
-                        "annotations": {REVISION: rev},
-                        "resourceVersion": resource_version,
-                    }})),
-                )
-                .await?;
-            resource_version = patched.metadata.resource_version;
+            let mut next = (*d).clone();
+            next.metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(REVISION.to_string(), rev.clone());
+            next.metadata.resource_version = resource_version.clone();
+            let updated = dapi.replace(&d.name(), &post_params(), &next).await?;
+            resource_version = updated.metadata.resource_version;
         }
         if let Some(st) = &p.status {
-            match dapi
-                .patch_status(
-                    &d.name(),
-                    &write_params(),
-                    // Guarded by the resourceVersion: conditions written by others since the
-                    // cache was filled must not be lost.
-                    &Patch::Merge(json!({
-                        "metadata": {"resourceVersion": resource_version},
-                        "status": st,
-                    })),
-                )
-                .await
-            {
+            let mut next = (*d).clone();
+            let mut status = st.clone();
+            if status.collision_count.is_none() {
+                status.collision_count = d.status.as_ref().and_then(|s| s.collision_count);
+            }
+            next.status = Some(status);
+            // Guarded by the resourceVersion: conditions written by others since the cache
+            // was filled must not be lost.
+            next.metadata.resource_version = resource_version;
+            match dapi.replace_status(&d.name(), &post_params(), &next).await {
                 Ok(_) => {}
                 Err(e) if e.is_not_found() => {}
                 // Changed meanwhile: the newer version's event queues this key again. Asking
