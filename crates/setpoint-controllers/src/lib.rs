@@ -27,6 +27,8 @@
 
 pub mod clusterroleaggregation;
 pub mod cronjob;
+pub mod csrapproving;
+pub mod csrsigning;
 pub mod deployment;
 pub mod discovery;
 pub mod expectations;

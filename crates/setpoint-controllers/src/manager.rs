@@ -25,6 +25,8 @@ pub const ALL: &[&str] = &[
     "serviceaccount",
     "root-ca-cert-publisher",
     "resourcequota",
+    "csrapproving",
+    "csrsigning",
 ];
 
 /// Settings of the controllers that have any.
@@ -37,6 +39,9 @@ pub struct Options {
     /// The cluster CA (PEM) the token controller publishes in token Secrets as `ca.crt`
     /// (kube-controller-manager's `--root-ca-file`, by default its kubeconfig's CA).
     pub root_ca_pem: Option<String>,
+    /// The CA the CSR signing controller signs with (`--cluster-signing-cert-file` and
+    /// `--cluster-signing-key-file`); without one it does not run.
+    pub cluster_signing: Option<crate::csrsigning::SigningCa>,
     /// Where the controllers record `controller_runtime_reconcile_*` and their queues'
     /// `workqueue_*` series (one set shared by every controller); none when `None`.
     pub metrics: Option<ControllerMetrics>,
@@ -118,6 +123,17 @@ pub async fn build(
                     tracing::info!(
                         controller = %name,
                         "no cluster CA is known (plain HTTP): not publishing kube-root-ca.crt"
+                    );
+                    continue;
+                }
+            },
+            "csrapproving" => crate::csrapproving::controller(c, informers),
+            "csrsigning" => match &options.cluster_signing {
+                Some(ca) => crate::csrsigning::controller(c, informers, ca.clone()),
+                None => {
+                    tracing::info!(
+                        controller = %name,
+                        "no cluster signing CA is configured: not signing certificate requests"
                     );
                     continue;
                 }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use setpoint_runtime::client::Client;
 use setpoint_runtime::informer::SharedInformers;
 
+use setpoint_controllers::csrsigning::{self, SigningCa};
 use setpoint_controllers::manager::{self, Concurrency, ALL};
 
 /// The Lease replicas of the controller manager elect their leader on (the name Kubernetes
@@ -23,7 +24,7 @@ pub struct ControllerManagerArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "namespace,garbagecollector,replicaset,deployment,nodelifecycle,job,cronjob,clusterrole-aggregation,serviceaccount-token,serviceaccount,root-ca-cert-publisher,resourcequota",
+        default_value = "namespace,garbagecollector,replicaset,deployment,nodelifecycle,job,cronjob,clusterrole-aggregation,serviceaccount-token,serviceaccount,root-ca-cert-publisher,resourcequota,csrapproving,csrsigning",
         value_parser = clap::builder::PossibleValuesParser::new(ALL)
     )]
     controllers: Vec<String>,
@@ -52,6 +53,12 @@ pub struct ControllerManagerArgs {
     /// Requests the controllers may send in a burst above `--kube-api-qps`.
     #[arg(long, default_value_t = 100)]
     kube_api_burst: u32,
+    /// The CA certificate (PEM) the CSR signing controller issues certificates with.
+    #[arg(long, requires = "cluster_signing_key_file")]
+    cluster_signing_cert_file: Option<PathBuf>,
+    /// The private key (PEM) of `--cluster-signing-cert-file`.
+    #[arg(long, requires = "cluster_signing_cert_file")]
+    cluster_signing_key_file: Option<PathBuf>,
     /// Seconds a node may go without renewing its Lease before it is marked unreachable.
     #[arg(long, default_value_t = 50)]
     node_monitor_grace_period_seconds: u64,
@@ -130,7 +137,21 @@ impl ControllerManagerArgs {
             },
             concurrency: self.concurrency.concurrency(),
             root_ca_pem: None,
+            cluster_signing: None,
             metrics: None,
+        }
+    }
+
+    /// The CA of `--cluster-signing-cert-file` and `--cluster-signing-key-file`, if given.
+    pub fn cluster_signing(&self) -> anyhow::Result<Option<SigningCa>> {
+        match (
+            &self.cluster_signing_cert_file,
+            &self.cluster_signing_key_file,
+        ) {
+            (Some(cert), Some(key)) => SigningCa::load(cert, key, csrsigning::DEFAULT_DURATION)
+                .map(Some)
+                .map_err(|e| anyhow::anyhow!("--cluster-signing-cert-file: {e}")),
+            _ => Ok(None),
         }
     }
 }
@@ -169,6 +190,7 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
         metrics: Some(controller_metrics),
         // Upstream's `--root-ca-file` defaults to the CA the kubeconfig trusts.
         root_ca_pem: kubeconfig.ca_pem.clone(),
+        cluster_signing: args.cluster_signing()?,
         ..args.options()
     };
     if args.use_service_account_credentials {
@@ -243,6 +265,7 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
 /// `up` joins the same election on `kube-system/kube-controller-manager` as a standalone
 /// `setpoint controller-manager`, so that one pointed at the same server stands by until `up`
 /// stops (and releases the Lease), and `kubectl -n kube-system get lease` names the holder.
+#[allow(clippy::too_many_arguments)]
 pub fn start_in_process(
     client: Client,
     node_grace: std::time::Duration,
@@ -251,6 +274,7 @@ pub fn start_in_process(
     leading: Option<tokio::sync::watch::Receiver<bool>>,
     metrics: Option<setpoint_runtime::controller::ControllerMetrics>,
     root_ca_pem: Option<String>,
+    cluster_signing: Option<SigningCa>,
 ) -> manager::InProcess {
     manager::InProcess::start_leading_on(
         client,
@@ -260,6 +284,7 @@ pub fn start_in_process(
             },
             concurrency,
             root_ca_pem,
+            cluster_signing,
             metrics,
         },
         informers,

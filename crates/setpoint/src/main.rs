@@ -286,6 +286,15 @@ async fn run(args: ServeArgs, up: Option<Up>) -> anyhow::Result<()> {
                 leading,
                 Some(controller_metrics.clone()),
                 running.pki.as_ref().map(|p| p.ca_cert.clone()),
+                // `up` signs with the CA it generated into its data dir.
+                running
+                    .pki
+                    .as_ref()
+                    .map(|p| setpoint_controllers::csrsigning::SigningCa {
+                        cert_pem: p.ca_cert.clone(),
+                        key_pem: p.ca_key.clone(),
+                        max_duration: setpoint_controllers::csrsigning::DEFAULT_DURATION,
+                    }),
             ))
         }
         None => None,

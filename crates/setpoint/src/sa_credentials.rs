@@ -36,6 +36,7 @@ pub fn service_account_of(controller: &str) -> Option<&'static str> {
         "serviceaccount" => "service-account-controller",
         "root-ca-cert-publisher" => "root-ca-cert-publisher",
         "resourcequota" => "resourcequota-controller",
+        "csrapproving" | "csrsigning" => "certificate-controller",
         _ => return None,
     })
 }
