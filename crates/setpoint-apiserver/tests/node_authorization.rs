@@ -138,6 +138,23 @@ async fn nodes_read_only_what_their_pods_use() {
         as_node(&r, "n1", "GET", "/api/v1/pods", None).await.status,
         200
     );
+    // Upstream's node authorizer cannot list what it allows.
+    let review = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview",
+        "spec": {"namespace": "default"}});
+    let resp = as_node(
+        &r,
+        "n1",
+        "POST",
+        "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews",
+        Some(&review),
+    )
+    .await;
+    assert_eq!(resp.status, 201, "{:?}", resp.body);
+    assert_eq!(resp.body["status"]["incomplete"], true);
+    assert_eq!(
+        resp.body["status"]["evaluationError"],
+        "node authorizer does not support user rule resolution"
+    );
     // A user that is not in system:nodes is not a node.
     let resp = call_with(
         &r,
