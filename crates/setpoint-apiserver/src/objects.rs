@@ -96,6 +96,9 @@ pub struct DeleteOptions {
     pub precondition_uid: Option<String>,
     pub precondition_resource_version: Option<String>,
     pub dry_run: bool,
+    /// Who deletes (NodeRestriction limits nodes to their own pods); `None` for the
+    /// server's own deletes.
+    pub user: Option<std::sync::Arc<crate::authentication::UserInfo>>,
 }
 
 /// What a delete did.
@@ -1073,6 +1076,7 @@ impl ApiServer {
         loop {
             let (cur, kv) = self.read(res, namespace, name).await?;
             strategy::check_delete(res, name)?;
+            crate::admission::noderestriction::admit_delete(res, &cur, opts.user.as_deref())?;
             if let Some(uid) = &opts.precondition_uid {
                 if uid != meta::uid(&cur) {
                     return Err(ApiError::conflict(

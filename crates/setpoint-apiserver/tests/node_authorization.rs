@@ -269,4 +269,27 @@ async fn node_restriction_limits_writes_to_the_nodes_own_objects() {
         message(&resp),
         "pods \"on-n2\" is forbidden: node \"n1\" can only update pod status for pods with spec.nodeName set to itself"
     );
+    // Deletes: only its own pods.
+    let resp = as_node(
+        &r,
+        "n1",
+        "DELETE",
+        "/api/v1/namespaces/default/pods/on-n2",
+        None,
+    )
+    .await;
+    assert_eq!(resp.status, 403);
+    assert_eq!(
+        message(&resp),
+        "pods \"on-n2\" is forbidden: node \"n1\" can only delete pods with spec.nodeName set to itself"
+    );
+    let resp = as_node(
+        &r,
+        "n1",
+        "DELETE",
+        "/api/v1/namespaces/default/pods/on-n1",
+        None,
+    )
+    .await;
+    assert!(resp.status == 200 || resp.status == 202, "{:?}", resp.body);
 }

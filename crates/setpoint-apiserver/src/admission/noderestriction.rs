@@ -187,6 +187,36 @@ pub fn admit(
     }
 }
 
+/// Checks a delete of `obj` by `user`: a node deletes only pods bound to itself, and no Node
+/// but its own. `Ok` for everyone but nodes.
+pub fn admit_delete(
+    res: &ResourceDef,
+    obj: &Value,
+    user: Option<&UserInfo>,
+) -> Result<(), ApiError> {
+    let Some(node) = user.and_then(node_name) else {
+        return Ok(());
+    };
+    let name = str_at(obj, "/metadata/name");
+    let gr = GroupResource {
+        group: res.group.clone(),
+        resource: res.plural.clone(),
+    };
+    match (res.group.as_str(), res.plural.as_str()) {
+        ("", "pods") if str_at(obj, "/spec/nodeName") != node => Err(ApiError::forbidden(
+            &gr,
+            name,
+            &format!("node {node:?} can only delete pods with spec.nodeName set to itself"),
+        )),
+        ("", "nodes") if name != node => Err(ApiError::forbidden(
+            &gr,
+            name,
+            &format!("node {node:?} is not allowed to modify node {name:?}"),
+        )),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

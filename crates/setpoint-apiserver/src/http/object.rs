@@ -211,9 +211,16 @@ async fn patch(
 /// DELETE: deletes the object now, or marks it for deletion (202) while finalizers or a grace
 /// period hold it.
 async fn delete(r: Request<'_>, ns: &str, name: &str, body: Body) -> Result<Response, ApiError> {
-    let Request { server, res, q, .. } = r;
+    let Request {
+        server,
+        res,
+        q,
+        user,
+        ..
+    } = r;
     let bytes = read_body(server, body).await?;
-    let opts = delete_options(q, &bytes)?;
+    let mut opts = delete_options(q, &bytes)?;
+    opts.user = Some(user.clone());
     let sres = storage_def(server, res);
     let d = server.delete(&sres, ns, name, &opts).await?;
     let code = if d.removed {
