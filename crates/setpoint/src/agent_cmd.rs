@@ -20,8 +20,18 @@ pub const COMPONENT: &str = setpoint_node::podworker::FIELD_MANAGER;
 pub struct AgentArgs {
     /// Kubeconfig of the API server (default: `$KUBECONFIG`, then `~/.kube/config`). Its CA
     /// also vouches for the API server when it asks this agent for logs.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "token")]
     kubeconfig: Option<PathBuf>,
+    /// Join the cluster at this URL (`https://<address>:6443`) with `--token` and
+    /// `--ca-cert-hash`, as `setpoint up` prints them.
+    #[arg(long, requires_all = ["token", "ca_cert_hash"])]
+    server: Option<String>,
+    /// The bootstrap token (`<id>.<secret>`) the agent asks for its certificate with.
+    #[arg(long, requires = "server")]
+    token: Option<String>,
+    /// `sha256:<hex>` of the cluster CA's public key: the agent trusts only that CA.
+    #[arg(long, requires = "server")]
+    ca_cert_hash: Option<String>,
     /// The Node's name (default: this host's name).
     #[arg(long)]
     node_name: Option<String>,
@@ -107,7 +117,23 @@ fn hostname() -> String {
 
 /// `setpoint agent`.
 pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
-    let (client, kubeconfig) = crate::leadership::connect(args.kubeconfig.as_deref(), COMPONENT)?;
+    let (client, kubeconfig) = match (&args.server, &args.token, &args.ca_cert_hash) {
+        (Some(server), Some(token), Some(hash)) => {
+            if args.simulation.simulate.is_some() {
+                anyhow::bail!("--token joins one node: it cannot host simulated nodes");
+            }
+            let name = args.node_name.clone().unwrap_or_else(hostname);
+            let flags = crate::join::JoinFlags {
+                server: server.clone(),
+                token: token.clone(),
+                ca_cert_hash: hash.clone(),
+            };
+            let kubeconfig = crate::join::join(&flags, &name, &args.data_dir).await?;
+            let client = Client::from_kubeconfig(&kubeconfig)?.with_user_agent(COMPONENT);
+            (client, kubeconfig)
+        }
+        _ => crate::leadership::connect(args.kubeconfig.as_deref(), COMPONENT)?,
+    };
     let client = client.without_rate_limit();
     let lease_interval = Duration::from_secs(args.lease_interval_seconds.max(1));
     if let Some(mut config) = args.simulation.config(lease_interval) {

@@ -37,6 +37,7 @@ fn tune_allocator() {
 mod agent_cmd;
 mod bench_cmd;
 mod controller_manager;
+mod join;
 mod leadership;
 mod sa_credentials;
 mod scheduler_cmd;
@@ -353,6 +354,24 @@ async fn run(args: ServeArgs, up: Option<Up>) -> anyhow::Result<()> {
             "Point kubectl at it with:\n\n    export KUBECONFIG={}\n",
             kc.display()
         );
+        if let (Some(pki), true) = (running.pki.as_ref(), all_in_one) {
+            match join::prepare(&in_process(), &running.url, &pki.ca_cert).await {
+                Ok(token) => {
+                    let hash = join::ca_cert_hash(&pki.ca_cert)?;
+                    println!("Join another machine (token valid 24 h) with:\n");
+                    println!(
+                        "    setpoint agent --server {} --token {token} --ca-cert-hash {hash}\n",
+                        running.url
+                    );
+                    if running.addr.ip().is_loopback() {
+                        println!(
+                            "(The server listens on a loopback address, which other machines cannot reach: start it with --listen <address>:6443.)\n"
+                        );
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "could not prepare joining machines"),
+            }
+        }
         if !component_kubeconfigs.is_empty() {
             println!("Components running apart from this process use their own identities:\n");
             for (command, path) in &component_kubeconfigs {
