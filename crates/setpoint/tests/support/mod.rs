@@ -86,6 +86,8 @@ pub struct Setpoint {
     /// Leave the local node's pods running when this is dropped (to restart on them).
     keep_pods: bool,
     home: tempfile::TempDir,
+    /// The lines it prints after its kubeconfig's (the join command, say), as they come.
+    pub output: mpsc::Receiver<String>,
 }
 
 impl Setpoint {
@@ -123,11 +125,12 @@ impl Setpoint {
             data_dir: data_dir.to_path_buf(),
             keep_pods: false,
             home: tempfile::tempdir().unwrap(),
+            output: rx,
         };
         let deadline = Instant::now() + START_DEADLINE;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let line = match rx.recv_timeout(left) {
+            let line = match setpoint.output.recv_timeout(left) {
                 Ok(line) => line,
                 Err(mpsc::RecvTimeoutError::Timeout) => {
                     panic!(

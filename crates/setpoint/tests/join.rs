@@ -1,0 +1,186 @@
+//! Joining a machine with the command `setpoint up` prints: `setpoint agent --server …
+//! --token … --ca-cert-hash …` pins the CA, asks for a node certificate with the bootstrap
+//! token, and runs pods as `system:node:<name>`; `kubectl get csr` shows the request,
+//! approved and issued, from `system:bootstrap:<id>`.
+//!
+//! `joins_over_loopback` runs everywhere. `joins_from_another_network_namespace` runs the
+//! agent in its own network namespace, connected to the server's by a veth pair, as two hosts;
+//! it needs root and `ip netns`, and says so and passes when they are missing.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+/// A process killed, with the pods it started, when the test ends however it ends.
+struct Agent {
+    child: Child,
+    dir: PathBuf,
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        kill_processes_under(&self.dir);
+    }
+}
+
+/// The words after `setpoint` of the join command `s` printed.
+fn join_command(s: &Setpoint) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = s
+            .output
+            .recv_timeout(left)
+            .expect("setpoint up prints a join command");
+        if let Some(rest) = line.trim().strip_prefix("setpoint agent ") {
+            let mut words = vec!["agent".to_string()];
+            words.extend(rest.split_whitespace().map(str::to_string));
+            return words;
+        }
+    }
+}
+
+fn flag<'a>(words: &'a [String], name: &str) -> &'a str {
+    let i = words.iter().position(|w| w == name).expect(name);
+    &words[i + 1]
+}
+
+/// kubeadm's documented way to compute the hash, with openssl: an independent check.
+fn openssl_ca_hash(kubeconfig: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(kubeconfig).ok()?;
+    let b64 = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("certificate-authority-data:"))?
+        .trim()
+        .trim_matches('"')
+        .to_string();
+    let script = format!(
+        "echo {b64} | base64 -d | openssl x509 -pubkey -noout | openssl pkey -pubin -outform der | sha256sum"
+    );
+    let out = Command::new("sh").args(["-c", &script]).output().ok()?;
+    let hex = String::from_utf8(out.stdout).ok()?;
+    let hex = hex.split_whitespace().next()?.to_string();
+    (out.status.success() && hex.len() == 64).then(|| format!("sha256:{hex}"))
+}
+
+/// Starts the agent of `words` (in the network namespace `netns`, if any) as node `node`.
+fn start_agent(words: &[String], node: &str, dir: &Path, netns: Option<&str>) -> Agent {
+    let exe = env!("CARGO_BIN_EXE_setpoint");
+    let mut cmd = match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, exe]);
+            c
+        }
+        None => Command::new(exe),
+    };
+    cmd.args(words)
+        .args(["--node-name", node, "--listen", "0.0.0.0:0", "--data-dir"])
+        .arg(dir)
+        .env("SETPOINT_LOG", "warn")
+        .stdout(Stdio::null());
+    Agent {
+        child: cmd.spawn().expect("start the agent"),
+        dir: dir.to_path_buf(),
+    }
+}
+
+/// Waits for `node` to be Ready, a pod bound to it to run, and checks where its certificate
+/// came from.
+fn check_joined(s: &Setpoint, words: &[String], node: &str, agent_dir: &Path) {
+    eventually(
+        &format!("node {node} Ready"),
+        Duration::from_secs(90),
+        || {
+            let out = s.kubectl(&[
+                "get",
+                "node",
+                node,
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+            ]);
+            (String::from_utf8_lossy(&out.stdout) == "True").then_some(())
+        },
+    );
+    let id = flag(words, "--token")
+        .split('.')
+        .next()
+        .unwrap()
+        .to_string();
+    let csrs = s.ok(&["get", "csr"]);
+    let line = csrs
+        .lines()
+        .find(|l| l.contains(&format!("system:bootstrap:{id}")))
+        .unwrap_or_else(|| panic!("no CSR from the bootstrap token:\n{csrs}"));
+    assert!(
+        line.contains("kubernetes.io/kube-apiserver-client-kubelet"),
+        "{line}"
+    );
+    assert!(line.contains("Approved,Issued"), "{line}");
+    // The agent's own kubeconfig is the node's identity.
+    let kubeconfig = agent_dir.join("node.kubeconfig");
+    let who = s.ok(&[
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "auth",
+        "whoami",
+    ]);
+    assert!(who.contains(&format!("system:node:{node}")), "{who}");
+    assert!(who.contains("system:nodes"), "{who}");
+    s.apply(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: on-{node}\nspec:\n  nodeName: {node}\n  containers:\n  - name: c\n    image: busybox\n    command: [sleep, '1000']\n"
+    ));
+    eventually(
+        "the pod on the joined node running",
+        Duration::from_secs(60),
+        || {
+            let out = s.kubectl(&[
+                "get",
+                "pod",
+                &format!("on-{node}"),
+                "-o",
+                "jsonpath={.status.phase}",
+            ]);
+            (String::from_utf8_lossy(&out.stdout) == "Running").then_some(())
+        },
+    );
+}
+
+#[test]
+fn joins_over_loopback() {
+    if !kubectl_available() {
+        eprintln!("kubectl not found; skipping");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let s = Setpoint::up(&tmp.path().join("server"));
+    let words = join_command(&s);
+    assert_eq!(flag(&words, "--server"), s.url);
+    if Command::new("openssl").arg("version").output().is_ok() {
+        let hash = openssl_ca_hash(&s.kubeconfig).expect("openssl computes the CA hash");
+        assert_eq!(flag(&words, "--ca-cert-hash"), hash);
+    }
+    let dir = tmp.path().join("agent");
+    // A wrong hash is refused before the token is ever sent.
+    let mut wrong = words.clone();
+    let i = wrong.iter().position(|w| w == "--ca-cert-hash").unwrap();
+    wrong[i + 1] = format!("sha256:{}", "0".repeat(64));
+    let out = Command::new(env!("CARGO_BIN_EXE_setpoint"))
+        .args(&wrong)
+        .args(["--node-name", "wrong", "--data-dir"])
+        .arg(tmp.path().join("wrong"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("refusing to trust this server"), "{err}");
+
+    let _agent = start_agent(&words, "joined", &dir, None);
+    check_joined(&s, &words, "joined", &dir);
+}
