@@ -184,3 +184,232 @@ fn joins_over_loopback() {
     let _agent = start_agent(&words, "joined", &dir, None);
     check_joined(&s, &words, "joined", &dir);
 }
+
+/// Two network namespaces joined by a veth pair, deleted (with their links) when dropped.
+struct Hosts {
+    server_ns: String,
+    agent_ns: String,
+    server_ip: String,
+}
+
+impl Hosts {
+    /// Two namespaces with addresses from a /30 of 10.251.0.0/16 chosen by this process's id,
+    /// so tests running at once (and runs left behind) do not collide.
+    fn create() -> Result<Hosts, String> {
+        let block = std::process::id() % 16384;
+        let base = block * 4;
+        let (b2, b3) = (base / 256, base % 256);
+        let tag = std::process::id();
+        let hosts = Hosts {
+            server_ns: format!("sp-join-s{tag}"),
+            agent_ns: format!("sp-join-a{tag}"),
+            server_ip: format!("10.251.{b2}.{}", b3 + 1),
+        };
+        let agent_ip = format!("10.251.{b2}.{}", b3 + 2);
+        let (vs, va) = (format!("sps{tag}"), format!("spa{tag}"));
+        let (s, a) = (hosts.server_ns.as_str(), hosts.agent_ns.as_str());
+        let steps: Vec<Vec<&str>> = vec![
+            vec!["netns", "add", s],
+            vec!["netns", "add", a],
+            vec!["link", "add", &vs, "type", "veth", "peer", "name", &va],
+            vec!["link", "set", &vs, "netns", s],
+            vec!["link", "set", &va, "netns", a],
+            vec!["-n", s, "addr", "add", "PLACEHOLDER_S", "dev", &vs],
+            vec!["-n", a, "addr", "add", "PLACEHOLDER_A", "dev", &va],
+            vec!["-n", s, "link", "set", &vs, "up"],
+            vec!["-n", a, "link", "set", &va, "up"],
+            vec!["-n", s, "link", "set", "lo", "up"],
+            vec!["-n", a, "link", "set", "lo", "up"],
+        ];
+        let server_cidr = format!("{}/30", hosts.server_ip);
+        let agent_cidr = format!("{agent_ip}/30");
+        for step in steps {
+            let args: Vec<&str> = step
+                .iter()
+                .map(|w| match *w {
+                    "PLACEHOLDER_S" => server_cidr.as_str(),
+                    "PLACEHOLDER_A" => agent_cidr.as_str(),
+                    w => w,
+                })
+                .collect();
+            let out = Command::new("ip")
+                .args(&args)
+                .output()
+                .map_err(|e| e.to_string())?;
+            if !out.status.success() {
+                return Err(format!(
+                    "ip {}: {}",
+                    args.join(" "),
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+            }
+        }
+        Ok(hosts)
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        // Deleting a namespace deletes the veth end in it, and with it its peer.
+        for ns in [&self.server_ns, &self.agent_ns] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+/// `setpoint up` in the server's namespace, killed with its pods when dropped.
+struct Server {
+    child: Child,
+    dir: PathBuf,
+    kubeconfig: PathBuf,
+    join: Vec<String>,
+    home: tempfile::TempDir,
+    netns: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        kill_processes_under(&self.dir);
+    }
+}
+
+impl Server {
+    fn start(hosts: &Hosts, dir: &Path) -> Server {
+        let listen = format!("{}:6443", hosts.server_ip);
+        let mut child = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &hosts.server_ns,
+                env!("CARGO_BIN_EXE_setpoint"),
+            ])
+            .args(["up", "--listen", &listen, "--data-dir"])
+            .arg(dir)
+            .env("SETPOINT_LOG", "warn")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start setpoint up");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let _ = tx.send(line);
+            }
+        });
+        let mut server = Server {
+            child,
+            dir: dir.to_path_buf(),
+            kubeconfig: PathBuf::new(),
+            join: Vec::new(),
+            home: tempfile::tempdir().unwrap(),
+            netns: hosts.server_ns.clone(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while server.join.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = rx
+                .recv_timeout(left)
+                .expect("setpoint up prints its join command");
+            if let Some(rest) = line.trim().strip_prefix("export KUBECONFIG=") {
+                server.kubeconfig = PathBuf::from(rest);
+            }
+            if let Some(rest) = line.trim().strip_prefix("setpoint agent ") {
+                server.join = std::iter::once("agent".to_string())
+                    .chain(rest.split_whitespace().map(str::to_string))
+                    .collect();
+            }
+        }
+        server
+    }
+
+    /// kubectl in the server's namespace, as its admin.
+    fn kubectl(&self, args: &[&str]) -> std::process::Output {
+        Command::new("ip")
+            .args(["netns", "exec", &self.netns, "kubectl", "--kubeconfig"])
+            .arg(&self.kubeconfig)
+            .args(args)
+            .env("HOME", self.home.path())
+            .output()
+            .expect("run kubectl")
+    }
+}
+
+#[test]
+fn joins_from_another_network_namespace() {
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    let netns = Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !root || !netns || !kubectl_available() {
+        eprintln!("skipping: joining across network namespaces needs root, `ip netns` and kubectl");
+        return;
+    }
+    let hosts = match Hosts::create() {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("skipping: network namespaces cannot be set up here: {e}");
+            return;
+        }
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(&hosts, &tmp.path().join("server"));
+    assert_eq!(
+        flag(&server.join, "--server"),
+        format!("https://{}:6443", hosts.server_ip)
+    );
+    let dir = tmp.path().join("agent");
+    let _agent = start_agent(&server.join, "far-node", &dir, Some(&hosts.agent_ns));
+    let ok = |args: &[&str]| {
+        let out = server.kubectl(args);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    eventually("node far-node Ready", Duration::from_secs(90), || {
+        let out = server.kubectl(&[
+            "get",
+            "node",
+            "far-node",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+        ]);
+        (String::from_utf8_lossy(&out.stdout) == "True").then_some(())
+    });
+    let id = flag(&server.join, "--token")
+        .split('.')
+        .next()
+        .unwrap()
+        .to_string();
+    let csrs = ok(&["get", "csr"]);
+    let line = csrs
+        .lines()
+        .find(|l| l.contains(&format!("system:bootstrap:{id}")))
+        .unwrap_or_else(|| panic!("no CSR from the bootstrap token:\n{csrs}"));
+    assert!(line.contains("Approved,Issued"), "{line}");
+    let manifest = tmp.path().join("pod.yaml");
+    std::fs::write(
+        &manifest,
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: far\nspec:\n  nodeName: far-node\n  containers:\n  - name: c\n    image: busybox\n    command: [sleep, '1000']\n",
+    )
+    .unwrap();
+    ok(&["apply", "-f", manifest.to_str().unwrap()]);
+    eventually(
+        "the pod on the far node running",
+        Duration::from_secs(60),
+        || {
+            let out = server.kubectl(&["get", "pod", "far", "-o", "jsonpath={.status.phase}"]);
+            (String::from_utf8_lossy(&out.stdout) == "Running").then_some(())
+        },
+    );
+}
