@@ -413,3 +413,45 @@ fn joins_from_another_network_namespace() {
         },
     );
 }
+
+#[test]
+fn kubectl_certificate_approve_gets_a_user_a_certificate() {
+    if !kubectl_available() {
+        eprintln!("kubectl not found; skipping");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let s = Setpoint::up(&tmp.path().join("server"));
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "alice");
+    let pem = params.serialize_request(&key).unwrap().pem().unwrap();
+    let request = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, pem);
+    for name in ["alice", "mallory"] {
+        s.apply(&format!(
+            "apiVersion: certificates.k8s.io/v1\nkind: CertificateSigningRequest\nmetadata:\n  name: {name}\nspec:\n  request: {request}\n  signerName: kubernetes.io/kube-apiserver-client\n  expirationSeconds: 86400\n  usages: [client auth]\n"
+        ));
+    }
+    let pending = s.ok(&["get", "csr", "alice"]);
+    assert!(pending.contains("Pending"), "{pending}");
+    assert!(pending.contains("24h"), "{pending}");
+    let approved = s.ok(&["certificate", "approve", "alice"]);
+    assert!(approved.contains("approved"), "{approved}");
+    s.ok(&["certificate", "deny", "mallory"]);
+    eventually("alice's certificate", Duration::from_secs(30), || {
+        let row = s.ok(&["get", "csr", "alice"]);
+        row.contains("Approved,Issued").then_some(())
+    });
+    let denied = s.ok(&["get", "csr", "mallory"]);
+    assert!(denied.contains("Denied"), "{denied}");
+    let cert = s.ok(&[
+        "get",
+        "csr",
+        "alice",
+        "-o",
+        "jsonpath={.status.certificate}",
+    ]);
+    assert!(!cert.is_empty());
+}
