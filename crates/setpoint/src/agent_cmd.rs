@@ -129,7 +129,16 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
                 ca_cert_hash: hash.clone(),
             };
             let kubeconfig = crate::join::join(&flags, &name, &args.data_dir).await?;
-            let client = Client::from_kubeconfig(&kubeconfig)?.with_user_agent(COMPONENT);
+            let transport = crate::join::RotatingTransport::new(&kubeconfig)?;
+            let client =
+                Client::new(crate::join::Rotating(transport.clone())).with_user_agent(COMPONENT);
+            // Ends with the process.
+            tokio::spawn(crate::join::renew(
+                client.clone(),
+                transport,
+                name,
+                args.data_dir.clone(),
+            ));
             (client, kubeconfig)
         }
         _ => crate::leadership::connect(args.kubeconfig.as_deref(), COMPONENT)?,

@@ -20,7 +20,9 @@ use anyhow::{anyhow, bail, Context};
 use base64::Engine;
 use bytes::Bytes;
 use serde_json::{json, Value};
-use setpoint_runtime::client::{Client, Kubeconfig};
+use std::sync::Arc;
+
+use setpoint_runtime::client::{Client, HttpsTransport, Kubeconfig, Transport};
 
 /// How long the token `setpoint up` creates is valid.
 pub const TOKEN_TTL: Duration = Duration::from_secs(24 * 3600);
@@ -350,6 +352,117 @@ pub async fn request_certificate(client: &Client, node: &str) -> anyhow::Result<
     }
 }
 
+/// The client certificate's validity, `(not before, not after)` in seconds since the epoch.
+pub fn validity(kc: &Kubeconfig) -> Option<(i64, i64)> {
+    let (_, block) =
+        x509_parser::pem::parse_x509_pem(kc.client_cert_pem.as_ref()?.as_bytes()).ok()?;
+    let cert = block.parse_x509().ok()?;
+    let v = cert.validity();
+    Some((v.not_before.timestamp(), v.not_after.timestamp()))
+}
+
+/// When to renew a certificate valid from `not_before` to `not_after`: after `fraction`
+/// (0.7 to 0.9, drawn at random so that nodes joined together do not renew together) of its
+/// lifetime, as upstream's kubelet certificate manager does.
+pub fn renew_at(not_before: i64, not_after: i64, fraction: f64) -> i64 {
+    let fraction = fraction.clamp(0.7, 0.9);
+    let life = (not_after - not_before).max(0) as f64;
+    not_before + (life * fraction) as i64
+}
+
+/// A fraction of a certificate's life between 0.7 and 0.9, at random.
+fn jittered_fraction() -> f64 {
+    let mut b = [0u8; 2];
+    let rng = ring::rand::SystemRandom::new();
+    let _ = ring::rand::SecureRandom::fill(&rng, &mut b);
+    0.7 + 0.2 * f64::from(u16::from_be_bytes(b)) / f64::from(u16::MAX)
+}
+
+/// An HTTPS transport whose client certificate can be replaced while the client is in use:
+/// requests after a renewal connect with the new certificate.
+pub struct RotatingTransport {
+    current: std::sync::RwLock<Arc<HttpsTransport>>,
+}
+
+impl RotatingTransport {
+    /// A transport for `kc`.
+    pub fn new(kc: &Kubeconfig) -> anyhow::Result<Arc<RotatingTransport>> {
+        Ok(Arc::new(RotatingTransport {
+            current: std::sync::RwLock::new(Arc::new(HttpsTransport::from_kubeconfig(kc)?)),
+        }))
+    }
+
+    fn replace(&self, kc: &Kubeconfig) -> anyhow::Result<()> {
+        let next = Arc::new(HttpsTransport::from_kubeconfig(kc)?);
+        *self.current.write().expect("not poisoned") = next;
+        Ok(())
+    }
+}
+
+/// The handle a [`Client`] owns.
+pub struct Rotating(pub Arc<RotatingTransport>);
+
+#[async_trait::async_trait]
+impl Transport for Rotating {
+    async fn send(
+        &self,
+        req: http::Request<Bytes>,
+    ) -> Result<http::Response<setpoint_runtime::client::Body>, setpoint_runtime::ClientError> {
+        let current = self.0.current.read().expect("not poisoned").clone();
+        current.send(req).await
+    }
+}
+
+/// Renews the node's certificate for as long as the agent runs: at 70–90 % of its life, a new
+/// CSR made as the node itself (approved as `selfnodeclient`), the kubeconfig in `data_dir`
+/// rewritten, and `transport` switched to the new certificate.
+pub async fn renew(
+    client: Client,
+    transport: Arc<RotatingTransport>,
+    node: String,
+    data_dir: PathBuf,
+) {
+    let path = data_dir.join(KUBECONFIG_FILE);
+    loop {
+        let kc = match Kubeconfig::read(&path) {
+            Ok(kc) => kc,
+            Err(e) => {
+                tracing::error!(error = %e, "the node's kubeconfig cannot be read: not renewing");
+                return;
+            }
+        };
+        let Some((not_before, not_after)) = validity(&kc) else {
+            tracing::error!("the node's certificate cannot be read: not renewing");
+            return;
+        };
+        let at = renew_at(not_before, not_after, jittered_fraction());
+        let wait = u64::try_from(at - chrono::Utc::now().timestamp()).unwrap_or(0);
+        tracing::info!(in_seconds = wait, "the node's certificate will be renewed");
+        tokio::time::sleep(Duration::from_secs(wait)).await;
+        let renewed = async {
+            let (cert, key) = request_certificate(&client, &node).await?;
+            let ca = kc
+                .ca_pem
+                .clone()
+                .ok_or_else(|| anyhow!("the kubeconfig names no CA"))?;
+            write_private(
+                &path,
+                &kubeconfig_yaml(&kc.server, &ca, Some((&cert, &key))),
+            )?;
+            transport.replace(&Kubeconfig::read(&path)?)?;
+            anyhow::Ok(())
+        };
+        match renewed.await {
+            Ok(()) => tracing::info!("renewed the node's certificate"),
+            Err(e) => {
+                tracing::warn!(error = %e, "renewing the node's certificate failed; retrying");
+                // Retried after a minute rather than at once: the server may be away.
+                tokio::time::sleep(Duration::from_secs(60)).await;
+            }
+        }
+    }
+}
+
 /// How long the kubeconfig's client certificate remains valid, if it has one.
 pub fn remaining_life(kc: &Kubeconfig) -> Option<Duration> {
     let (_, block) =
@@ -362,6 +475,17 @@ pub fn remaining_life(kc: &Kubeconfig) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn certificates_are_renewed_at_seventy_to_ninety_percent_of_their_life() {
+        assert_eq!(renew_at(1000, 2000, 0.7), 1700);
+        assert_eq!(renew_at(1000, 2000, 0.9), 1900);
+        assert_eq!(renew_at(1000, 2000, 0.5), 1700, "clamped");
+        for _ in 0..100 {
+            let f = jittered_fraction();
+            assert!((0.7..=0.9).contains(&f), "{f}");
+        }
+    }
 
     #[test]
     fn tokens_have_the_bootstrap_shape() {
