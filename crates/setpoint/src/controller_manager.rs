@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use setpoint_runtime::client::Client;
 use setpoint_runtime::informer::SharedInformers;
 
-use setpoint_controllers::csrsigning::{self, SigningCa};
+use setpoint_controllers::csrsigning::SigningCa;
 use setpoint_controllers::manager::{self, Concurrency, ALL};
 
 /// The Lease replicas of the controller manager elect their leader on (the name Kubernetes
@@ -59,6 +59,9 @@ pub struct ControllerManagerArgs {
     /// The private key (PEM) of `--cluster-signing-cert-file`.
     #[arg(long, requires = "cluster_signing_cert_file")]
     cluster_signing_key_file: Option<PathBuf>,
+    /// The longest validity of the certificates the CSR signing controller issues.
+    #[arg(long, default_value = "8760h0m0s", value_parser = crate::leadership::parse_go_duration)]
+    cluster_signing_duration: std::time::Duration,
     /// Seconds a node may go without renewing its Lease before it is marked unreachable.
     #[arg(long, default_value_t = 50)]
     node_monitor_grace_period_seconds: u64,
@@ -148,7 +151,7 @@ impl ControllerManagerArgs {
             &self.cluster_signing_cert_file,
             &self.cluster_signing_key_file,
         ) {
-            (Some(cert), Some(key)) => SigningCa::load(cert, key, csrsigning::DEFAULT_DURATION)
+            (Some(cert), Some(key)) => SigningCa::load(cert, key, self.cluster_signing_duration)
                 .map(Some)
                 .map_err(|e| anyhow::anyhow!("--cluster-signing-cert-file: {e}")),
             _ => Ok(None),

@@ -503,4 +503,61 @@ mod tests {
         let c = args.options().concurrency;
         assert_eq!((c.replicaset, c.garbagecollector, c.deployment), (7, 3, 5));
     }
+
+    #[test]
+    fn controller_manager_signs_with_the_cluster_signing_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let cert = params.self_signed(&key).unwrap();
+        let (cert_file, key_file) = (dir.path().join("ca.crt"), dir.path().join("ca.key"));
+        std::fs::write(&cert_file, cert.pem()).unwrap();
+        std::fs::write(&key_file, key.serialize_pem()).unwrap();
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["setpoint", "controller-manager"];
+            argv.extend_from_slice(extra);
+            match Cli::try_parse_from(argv).map(|c| c.command) {
+                Ok(Command::ControllerManager(args)) => Ok(args),
+                Ok(_) => panic!("wrong subcommand"),
+                Err(e) => Err(e),
+            }
+        };
+        let (c, k) = (cert_file.to_str().unwrap(), key_file.to_str().unwrap());
+        let args = parse(&[
+            "--cluster-signing-cert-file",
+            c,
+            "--cluster-signing-key-file",
+            k,
+        ])
+        .unwrap();
+        let ca = args.cluster_signing().unwrap().unwrap();
+        assert_eq!(
+            ca.max_duration,
+            setpoint_controllers::csrsigning::DEFAULT_DURATION
+        );
+        assert_eq!(ca.cert_pem, cert.pem());
+        let args = parse(&[
+            "--cluster-signing-cert-file",
+            c,
+            "--cluster-signing-key-file",
+            k,
+            "--cluster-signing-duration=1h",
+        ])
+        .unwrap();
+        let ca = args.cluster_signing().unwrap().unwrap();
+        assert_eq!(ca.max_duration, std::time::Duration::from_secs(3600));
+        // Without flags nothing is signed; a certificate needs its key.
+        assert!(parse(&[]).unwrap().cluster_signing().unwrap().is_none());
+        assert!(parse(&["--cluster-signing-cert-file", c]).is_err());
+        // A key that is not one is refused at start.
+        let args = parse(&[
+            "--cluster-signing-cert-file",
+            c,
+            "--cluster-signing-key-file",
+            c,
+        ])
+        .unwrap();
+        assert!(args.cluster_signing().is_err());
+    }
 }
