@@ -363,9 +363,12 @@ async fn run(args: ServeArgs, up: Option<Up>) -> anyhow::Result<()> {
                         "    setpoint agent --server {} --token {token} --ca-cert-hash {hash}\n",
                         running.url
                     );
-                    if running.addr.ip().is_loopback() {
+                    // The server's certificate names the listen address: a machine
+                    // elsewhere must use exactly that one.
+                    if running.addr.ip().is_loopback() || running.addr.ip().is_unspecified() {
                         println!(
-                            "(The server listens on a loopback address, which other machines cannot reach: start it with --listen <address>:6443.)\n"
+                            "(The server listens on {}, which other machines cannot reach by that name: start it with --listen <address of this machine>:6443.)\n",
+                            running.addr.ip()
                         );
                     }
                 }
