@@ -487,6 +487,51 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn a_node_certificate_comes_from_an_approved_and_signed_csr() {
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca = ca_params.self_signed(&ca_key).unwrap();
+        let cluster = setpoint_testing::TestCluster::start_with_controller_options(
+            setpoint_controllers::manager::Options {
+                cluster_signing: Some(setpoint_controllers::csrsigning::SigningCa {
+                    cert_pem: ca.pem(),
+                    key_pem: ca_key.serialize_pem(),
+                    max_duration: setpoint_controllers::csrsigning::DEFAULT_DURATION,
+                }),
+                ..Default::default()
+            },
+        )
+        .await;
+        let (cert, key) = request_certificate(&cluster.client(), "n1").await.unwrap();
+        let kc = Kubeconfig::parse(
+            &kubeconfig_yaml("https://10.0.0.1:6443", &ca.pem(), Some((&cert, &key))),
+            None,
+        )
+        .unwrap();
+        let (not_before, not_after) = validity(&kc).unwrap();
+        assert_eq!(
+            not_after - not_before,
+            DEFAULT_SIGNING_SECONDS,
+            "the signer's maximum"
+        );
+        let (_, block) = x509_parser::pem::parse_x509_pem(cert.as_bytes()).unwrap();
+        let parsed = block.parse_x509().unwrap();
+        let subject = parsed.subject().to_string();
+        assert!(subject.contains("CN=system:node:n1"), "{subject}");
+        assert!(subject.contains("O=system:nodes"), "{subject}");
+        // The certificate is for the key the agent kept.
+        let kept = rcgen::KeyPair::from_pem(&key).unwrap();
+        assert_eq!(
+            parsed.public_key().raw,
+            rcgen::PublicKeyData::subject_public_key_info(&kept).as_slice()
+        );
+        cluster.stop().await;
+    }
+
+    const DEFAULT_SIGNING_SECONDS: i64 = 365 * 24 * 3600;
+
     #[test]
     fn tokens_have_the_bootstrap_shape() {
         let (id, secret) = new_token();
