@@ -532,6 +532,61 @@ mod tests {
 
     const DEFAULT_SIGNING_SECONDS: i64 = 365 * 24 * 3600;
 
+    #[tokio::test]
+    async fn a_certificate_past_its_renewal_time_is_renewed_and_the_kubeconfig_rewritten() {
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca = ca_params.self_signed(&ca_key).unwrap();
+        let cluster = setpoint_testing::TestCluster::start_with_controller_options(
+            setpoint_controllers::manager::Options {
+                cluster_signing: Some(setpoint_controllers::csrsigning::SigningCa {
+                    cert_pem: ca.pem(),
+                    key_pem: ca_key.serialize_pem(),
+                    max_duration: setpoint_controllers::csrsigning::DEFAULT_DURATION,
+                }),
+                ..Default::default()
+            },
+        )
+        .await;
+        // A node certificate long past its renewal time (it expired in 2021).
+        let old_key = rcgen::KeyPair::generate().unwrap();
+        let mut old = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        old.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        old.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        let issuer = rcgen::Issuer::from_params(&ca_params, &ca_key);
+        let old_cert = old.signed_by(&old_key, &issuer).unwrap().pem();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(KUBECONFIG_FILE);
+        let text = kubeconfig_yaml(
+            "https://127.0.0.1:1",
+            &ca.pem(),
+            Some((&old_cert, &old_key.serialize_pem())),
+        );
+        write_private(&path, &text).unwrap();
+        let kc = Kubeconfig::read(&path).unwrap();
+        let transport = RotatingTransport::new(&kc).unwrap();
+        let task = tokio::spawn(renew(
+            cluster.client(),
+            transport,
+            "n1".into(),
+            dir.path().to_path_buf(),
+        ));
+        let renewed = setpoint_testing::eventually("the renewed certificate", || {
+            let path = path.clone();
+            async move {
+                let kc = Kubeconfig::read(&path).ok()?;
+                let (_, not_after) = validity(&kc)?;
+                (not_after > chrono::Utc::now().timestamp()).then_some(kc)
+            }
+        })
+        .await;
+        task.abort();
+        assert_ne!(renewed.client_cert_pem.as_deref(), Some(old_cert.as_str()));
+        assert_eq!(renewed.server, "https://127.0.0.1:1");
+        cluster.stop().await;
+    }
+
     #[test]
     fn tokens_have_the_bootstrap_shape() {
         let (id, secret) = new_token();
