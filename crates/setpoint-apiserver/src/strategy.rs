@@ -168,9 +168,28 @@ pub fn bump_generation(res: &ResourceDef, new: &mut Value, old: &Value) {
     if !res.generation {
         return;
     }
-    if spec_of(new) != spec_of(old) {
+    if !same_ignoring_nulls(&Value::Object(spec_of(new)), &Value::Object(spec_of(old))) {
         let g = meta::generation(old) + 1;
         meta::set_meta(new, "generation", json!(g));
+    }
+}
+
+/// Whether two values are equal once object members whose value is `null` are taken as
+/// absent, as upstream compares specs: both decode to the same Go value (a template's
+/// `creationTimestamp: null`, which typed clients leave out, is no change).
+fn same_ignoring_nulls(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let present = |m: &Map<String, Value>| m.values().filter(|v| !v.is_null()).count();
+            present(x) == present(y)
+                && x.iter()
+                    .filter(|(_, v)| !v.is_null())
+                    .all(|(k, v)| y.get(k).is_some_and(|w| same_ignoring_nulls(v, w)))
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(v, w)| same_ignoring_nulls(v, w))
+        }
+        _ => a == b,
     }
 }
 
@@ -532,6 +551,31 @@ mod tests {
         let mut cm = json!({"metadata": {"name": "a"}});
         mark_terminating(cms, &mut cm);
         assert!(cm.get("status").is_none());
+    }
+
+    #[test]
+    fn a_null_member_is_no_spec_change() {
+        let reg = Registry::builtin();
+        let res = reg.get("apps", "v1", "deployments").unwrap();
+        let old = json!({"metadata": {"name": "a", "generation": 1}, "spec": {"template": {"metadata": {"creationTimestamp": null, "labels": {"app": "a"}}}}});
+        let mut typed = json!({"metadata": {"name": "a"}, "spec": {"template": {"metadata": {"labels": {"app": "a"}}}}});
+        bump_generation(res, &mut typed, &old);
+        assert_eq!(
+            meta::generation(&typed),
+            0,
+            "generation untouched: no spec change"
+        );
+        let mut changed = json!({"metadata": {"name": "a"}, "spec": {"template": {"metadata": {"labels": {"app": "b"}}}}});
+        bump_generation(res, &mut changed, &old);
+        assert_eq!(meta::generation(&changed), 2);
+        assert!(!same_ignoring_nulls(
+            &json!({"a": [1, null]}),
+            &json!({"a": [1]})
+        ));
+        assert!(same_ignoring_nulls(
+            &json!({"a": {"b": null}}),
+            &json!({"a": {}})
+        ));
     }
 
     #[test]
