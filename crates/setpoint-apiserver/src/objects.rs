@@ -710,7 +710,8 @@ impl ApiServer {
             if attempt == 0 {
                 self.check_limits(res, namespace, &obj)?;
                 warnings.extend(self.pod_security_on_create(res, namespace, &obj).await?);
-                self.charge_quotas(res, namespace, &obj, opts.dry_run).await?;
+                self.charge_quotas(res, namespace, &obj, opts.dry_run)
+                    .await?;
             }
             let reserved = if opts.dry_run {
                 None

@@ -309,7 +309,14 @@ pub static BUILTIN: &[KindInfo] = &[
         "rolebinding",
         true,
     ),
-    kind("rbac.authorization.k8s.io", "v1", "Role", "roles", "role", true),
+    kind(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "Role",
+        "roles",
+        "role",
+        true,
+    ),
     // events.k8s.io/v1 (stored with core events and converted on the way in and out)
     kind("events.k8s.io", "v1", "Event", "events", "event", true)
         .short(&["ev"])

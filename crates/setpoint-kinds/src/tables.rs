@@ -7,8 +7,8 @@
 //! (the "wide" ones too); kubectl hides columns with `priority > 0` unless `-o wide`.
 
 mod apps;
-mod core;
 mod certificates;
+mod core;
 mod rbac;
 #[cfg(test)]
 mod tests;

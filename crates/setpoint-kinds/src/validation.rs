@@ -20,13 +20,13 @@
 mod apps;
 mod autoscaling;
 mod batch;
+pub mod certificates;
 mod config;
 mod container;
 mod fields;
 mod meta;
 mod pod;
 mod quantity;
-pub mod certificates;
 mod rbac;
 mod service;
 #[cfg(test)]

@@ -206,10 +206,7 @@ mod tests {
         assert!(find(&causes, "roleRef.kind")
             .message
             .contains(r#"Unsupported value: "Secret": supported values: "Role", "ClusterRole""#));
-        assert_eq!(
-            find(&causes, "roleRef.name").message,
-            "Required value"
-        );
+        assert_eq!(find(&causes, "roleRef.name").message, "Required value");
         assert!(find(&causes, "subjects[0].kind")
             .message
             .contains(r#"supported values: "ServiceAccount", "User", "Group""#));
