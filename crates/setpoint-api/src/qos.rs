@@ -77,6 +77,31 @@ pub fn class<'a>(containers: impl IntoIterator<Item = Resources<'a>>) -> &'stati
     }
 }
 
+/// The QoS class of a pod given as JSON: its containers' and init containers'
+/// `resources.requests` and `resources.limits`, by [`class`].
+pub fn of_pod(pod: &serde_json::Value) -> &'static str {
+    fn pairs<'a>(c: &'a serde_json::Value, field: &str) -> Vec<(&'a str, &'a str)> {
+        c.pointer(&format!("/resources/{field}"))
+            .and_then(serde_json::Value::as_object)
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, v)| Some((k.as_str(), v.as_str()?)))
+            .collect()
+    }
+    let containers = ["containers", "initContainers"]
+        .iter()
+        .filter_map(|f| {
+            pod.pointer(&format!("/spec/{f}"))
+                .and_then(serde_json::Value::as_array)
+        })
+        .flatten()
+        .map(|c| Resources {
+            requests: pairs(c, "requests"),
+            limits: pairs(c, "limits"),
+        });
+    class(containers)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -408,25 +408,6 @@ pub fn scopes(quota: &Value) -> Vec<ScopeSelector> {
     out
 }
 
-/// A pod's QoS class, by the rule in [`crate::qos`].
-fn qos_class<'a>(pod: &'a Value) -> &'static str {
-    let all: Vec<&'a Value> = containers(pod, "containers")
-        .chain(containers(pod, "initContainers"))
-        .collect();
-    let pairs = |c: &'a Value, field: &str| -> Vec<(&'a str, &'a str)> {
-        c.pointer(&format!("/resources/{field}"))
-            .and_then(Value::as_object)
-            .into_iter()
-            .flatten()
-            .filter_map(|(k, v)| Some((k.as_str(), v.as_str()?)))
-            .collect()
-    };
-    crate::qos::class(all.iter().map(|c| crate::qos::Resources {
-        requests: pairs(c, "requests"),
-        limits: pairs(c, "limits"),
-    }))
-}
-
 /// Whether a pod falls in a scope. Only the scopes in [`SCOPES`] select; others (e.g.
 /// `PriorityClass`) select nothing here.
 pub fn pod_in_scope(selector: &ScopeSelector, pod: &Value) -> bool {
@@ -434,7 +415,7 @@ pub fn pod_in_scope(selector: &ScopeSelector, pod: &Value) -> bool {
         .pointer("/spec/activeDeadlineSeconds")
         .and_then(Value::as_i64)
         .is_some_and(|s| s >= 0);
-    let best_effort = qos_class(pod) == "BestEffort";
+    let best_effort = crate::qos::of_pod(pod) == "BestEffort";
     let matched = match selector.scope.as_str() {
         "Terminating" => terminating,
         "NotTerminating" => !terminating,

@@ -100,25 +100,9 @@ fn pod_initial_status(pod: &Value) -> Value {
     json!({"phase": "Pending", "qosClass": qos_class(pod)})
 }
 
-/// The pod's QoS class ([`setpoint_api::qos`]).
+/// The pod's QoS class ([`setpoint_api::qos::of_pod`]).
 pub fn qos_class(pod: &Value) -> &'static str {
-    fn pairs<'a>(c: &'a Value, field: &str) -> Vec<(&'a str, &'a str)> {
-        c.pointer(&format!("/resources/{field}"))
-            .and_then(Value::as_object)
-            .into_iter()
-            .flatten()
-            .filter_map(|(k, v)| Some((k.as_str(), v.as_str()?)))
-            .collect()
-    }
-    let containers = ["containers", "initContainers"]
-        .iter()
-        .filter_map(|f| pod.pointer(&format!("/spec/{f}")).and_then(Value::as_array))
-        .flatten()
-        .map(|c| setpoint_api::qos::Resources {
-            requests: pairs(c, "requests"),
-            limits: pairs(c, "limits"),
-        });
-    setpoint_api::qos::class(containers)
+    setpoint_api::qos::of_pod(pod)
 }
 
 /// Keeps the server-owned fields of `old` in an update through the main resource, ignores

@@ -95,7 +95,9 @@ fn leaf(
     Ok(p)
 }
 
-fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
+/// Writes `contents` to `path` readable by its owner only (0600), through a temporary file
+/// renamed into place once synced, so a crash leaves the old file or the new one.
+pub fn write_private(path: &Path, contents: impl AsRef<[u8]>) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let tmp = path.with_extension("tmp");
@@ -105,7 +107,7 @@ fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
         .truncate(true)
         .mode(0o600)
         .open(&tmp)?;
-    f.write_all(contents.as_bytes())?;
+    f.write_all(contents.as_ref())?;
     f.sync_all()?;
     std::fs::rename(tmp, path)
 }
@@ -208,7 +210,7 @@ impl Pki {
     /// Writes `data_dir/kubeconfig` for the admin user and returns its path.
     pub fn write_kubeconfig(&self, data_dir: &Path, server_url: &str) -> Result<PathBuf, TlsError> {
         let path = data_dir.join("kubeconfig");
-        write_private(&path, &self.kubeconfig(server_url))?;
+        write_private(&path, self.kubeconfig(server_url))?;
         Ok(path)
     }
 
@@ -252,7 +254,7 @@ impl Pki {
         org: Option<&str>,
     ) -> Result<(), TlsError> {
         let (cert, key) = self.issue_client(cn, org)?;
-        write_private(path, &self.client_kubeconfig(server_url, cn, &cert, &key))?;
+        write_private(path, self.client_kubeconfig(server_url, cn, &cert, &key))?;
         Ok(())
     }
 

@@ -264,20 +264,8 @@ pub async fn join(flags: &JoinFlags, node: &str, data_dir: &Path) -> anyhow::Res
 }
 
 fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    f.write_all(text.as_bytes())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)?;
-    Ok(())
+    setpoint_apiserver::tls::write_private(path, text)
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 /// Submits a CSR for `system:node:<node>` through `client` and waits for its certificate:
