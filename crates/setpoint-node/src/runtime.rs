@@ -48,6 +48,10 @@ pub struct RuntimeStatus {
     /// One entry per container in `spec.containers`, in spec order (state, ready,
     /// restartCount, lastState, image, imageID, containerID, started).
     pub container_statuses: Vec<ContainerStatus>,
+    /// One entry per container in `spec.initContainers`, in spec order, for runtimes that
+    /// report them (`status.initContainerStatuses`); empty when the runtime does not, and
+    /// the agent then leaves the field as the API holds it.
+    pub init_container_statuses: Vec<ContainerStatus>,
     /// When the pod's containers were first started (`status.startTime`).
     pub start_time: Option<k8s_openapi::jiff::Timestamp>,
     /// A human-readable note for the pod (e.g. that containers are simulated), if any.

@@ -255,6 +255,7 @@ impl SimulatedRuntime {
             pod_ip: Some(pod.pod_ip.clone()),
             phase: phase.into(),
             container_statuses: statuses,
+            init_container_statuses: Vec::new(),
             start_time: Some(pod.start_time),
             message: Some(SIMULATED_MESSAGE.into()),
             reason: None,

@@ -223,9 +223,21 @@ pub fn compose(pod: &Pod, observed: &RuntimeStatus, host_ip: &str, now: Timestam
     } else {
         (true, None, None)
     };
-    // Without init-container support in the runtime contract, a pod counts as initialized
-    // once its containers run (or always, when it has no init containers).
-    let initialized = !has_init || phase != "Pending";
+    let init_statuses: Vec<ContainerStatus> = observed
+        .init_container_statuses
+        .iter()
+        .cloned()
+        .map(normalize_container)
+        .collect();
+    // A runtime that reports init containers decides by them, as the kubelet does; one that
+    // does not counts the pod as initialized once its containers run (or always, when it
+    // has no init containers).
+    let (initialized, init_message) = if init_statuses.is_empty() {
+        (!has_init || phase != "Pending", None)
+    } else {
+        let message = init_incomplete(pod, &init_statuses, &statuses, phase);
+        (message.is_none(), message)
+    };
 
     let mut conditions: Vec<PodCondition> = vec![
         condition(
@@ -241,7 +253,7 @@ pub fn compose(pod: &Pod, observed: &RuntimeStatus, host_ip: &str, now: Timestam
             "Initialized",
             initialized,
             (!initialized).then_some("ContainersNotInitialized"),
-            None,
+            init_message,
             now,
         ),
         condition(&old_conditions, "Ready", ready, r_reason, r_message, now),
@@ -282,11 +294,82 @@ pub fn compose(pod: &Pod, observed: &RuntimeStatus, host_ip: &str, now: Timestam
         reason: observed.reason.clone(),
         // Kept: written by others (scheduler, resize, claims) or not modelled by the runtime.
         nominated_node_name: old.nominated_node_name,
-        init_container_statuses: old.init_container_statuses,
+        init_container_statuses: if init_statuses.is_empty() {
+            old.init_container_statuses
+        } else {
+            Some(init_statuses)
+        },
         ephemeral_container_statuses: old.ephemeral_container_statuses,
         resize: old.resize,
         resource_claim_statuses: old.resource_claim_statuses,
     }
+}
+
+/// Why the pod is not initialized yet, as the kubelet words the `Initialized` condition's
+/// message (`containers with incomplete status: [init]`), or `None` when it is: every init
+/// container completed with exit code 0 and every sidecar (an init container with
+/// `restartPolicy: Always`) started, or an app container has started already (a sidecar
+/// restarting later does not un-initialize the pod).
+fn init_incomplete(
+    pod: &Pod,
+    init_statuses: &[ContainerStatus],
+    statuses: &[ContainerStatus],
+    phase: &str,
+) -> Option<String> {
+    let inits = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.init_containers.as_deref())
+        .unwrap_or_default();
+    let mut unknown = Vec::new();
+    let mut incomplete = Vec::new();
+    for init in inits {
+        let Some(status) = init_statuses.iter().find(|s| s.name == init.name) else {
+            unknown.push(init.name.as_str());
+            continue;
+        };
+        let done = if init.restart_policy.as_deref() == Some("Always") {
+            status.started == Some(true)
+        } else {
+            status
+                .state
+                .as_ref()
+                .and_then(|s| s.terminated.as_ref())
+                .is_some_and(|t| t.exit_code == 0)
+        };
+        if !done {
+            incomplete.push(init.name.as_str());
+        }
+    }
+    if phase == "Succeeded" && unknown.is_empty() {
+        return None;
+    }
+    let app_started = statuses.iter().any(|s| {
+        s.started == Some(true)
+            || s.state
+                .as_ref()
+                .is_some_and(|st| st.running.is_some() || st.terminated.is_some())
+            || s.last_state
+                .as_ref()
+                .is_some_and(|st| st.terminated.is_some())
+    });
+    if app_started {
+        return None;
+    }
+    let mut messages = Vec::new();
+    if !unknown.is_empty() {
+        messages.push(format!(
+            "containers with unknown status: [{}]",
+            unknown.join(" ")
+        ));
+    }
+    if !incomplete.is_empty() {
+        messages.push(format!(
+            "containers with incomplete status: [{}]",
+            incomplete.join(" ")
+        ));
+    }
+    (!messages.is_empty()).then(|| messages.join(", "))
 }
 
 /// An Event the agent records about a pod, from a change of its status.
@@ -401,6 +484,7 @@ mod tests {
             phase: "Running".into(),
             container_statuses: ready.iter().map(|(n, r)| cs(n, *r)).collect(),
             start_time: Some(Timestamp::from_millisecond(1_000_700).unwrap()),
+            init_container_statuses: Vec::new(),
             message: None,
             reason: None,
         }
@@ -561,6 +645,112 @@ mod tests {
         assert_eq!(cond(&s, "Initialized").status, "False");
         assert_eq!(cond(&s, "PodReadyToStartContainers").status, "False");
         assert!(s.pod_ip.is_none());
+    }
+
+    fn waiting_status(name: &str, reason: &str) -> ContainerStatus {
+        ContainerStatus {
+            name: name.into(),
+            image: "busybox".into(),
+            state: Some(ContainerState {
+                waiting: Some(k8s_openapi::api::core::v1::ContainerStateWaiting {
+                    reason: Some(reason.into()),
+                    message: None,
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn exited(name: &str, code: i32) -> ContainerStatus {
+        ContainerStatus {
+            name: name.into(),
+            image: "busybox".into(),
+            state: Some(ContainerState {
+                terminated: Some(k8s_openapi::api::core::v1::ContainerStateTerminated {
+                    exit_code: code,
+                    reason: Some(if code == 0 { "Completed" } else { "Error" }.into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn reported_init_statuses_are_written_and_decide_initialized() {
+        let mut p = pod(&["a"]);
+        p.spec.as_mut().unwrap().init_containers = Some(vec![
+            Container {
+                name: "setup".into(),
+                ..Default::default()
+            },
+            Container {
+                name: "proxy".into(),
+                restart_policy: Some("Always".into()),
+                ..Default::default()
+            },
+        ]);
+        // The first init container crash-loops: not initialized, both named as incomplete.
+        let rs = RuntimeStatus {
+            phase: "Pending".into(),
+            pod_ip: Some("10.222.0.4".into()),
+            container_statuses: vec![waiting_status("a", "PodInitializing")],
+            init_container_statuses: vec![
+                waiting_status("setup", "CrashLoopBackOff"),
+                waiting_status("proxy", "PodInitializing"),
+            ],
+            ..Default::default()
+        };
+        let s = compose(&p, &rs, "h", ts(1));
+        let init = cond(&s, "Initialized");
+        assert_eq!(init.status, "False");
+        assert_eq!(init.reason.as_deref(), Some("ContainersNotInitialized"));
+        assert_eq!(
+            init.message.as_deref(),
+            Some("containers with incomplete status: [setup proxy]")
+        );
+        let written = s.init_container_statuses.as_ref().unwrap();
+        assert_eq!(written.len(), 2);
+        assert_eq!(written[0].name, "setup");
+
+        // setup completed and the sidecar started: initialized.
+        let mut proxy = cs("proxy", true);
+        proxy.started = Some(true);
+        let rs = RuntimeStatus {
+            phase: "Pending".into(),
+            container_statuses: vec![waiting_status("a", "ContainerCreating")],
+            init_container_statuses: vec![exited("setup", 0), proxy.clone()],
+            ..Default::default()
+        };
+        let s = compose(&p, &rs, "h", ts(2));
+        assert_eq!(cond(&s, "Initialized").status, "True");
+        assert_eq!(cond(&s, "Initialized").message, None);
+
+        // A sidecar restarting after the app started does not un-initialize the pod.
+        proxy.started = Some(false);
+        let mut app = cs("a", true);
+        app.started = Some(true);
+        let rs = RuntimeStatus {
+            phase: "Running".into(),
+            container_statuses: vec![app],
+            init_container_statuses: vec![exited("setup", 0), proxy],
+            ..Default::default()
+        };
+        let s = compose(&p, &rs, "h", ts(3));
+        assert_eq!(cond(&s, "Initialized").status, "True");
+    }
+
+    #[test]
+    fn init_statuses_the_runtime_does_not_report_are_kept() {
+        let mut p = pod(&["a"]);
+        p.status = Some(PodStatus {
+            init_container_statuses: Some(vec![exited("old", 0)]),
+            ..Default::default()
+        });
+        let s = compose(&p, &running(&[("a", true)]), "h", ts(1));
+        assert_eq!(s.init_container_statuses.unwrap()[0].name, "old");
     }
 
     #[test]

@@ -1159,6 +1159,7 @@ impl PodRuntime for ProcessRuntime {
             pod_ip: Some(st.record.ip.clone()),
             phase: phase.to_string(),
             container_statuses: statuses,
+            init_container_statuses: Vec::new(),
             start_time: any_started
                 .then(|| Timestamp::from_millisecond(st.record.start_time_ms).ok())
                 .flatten(),
