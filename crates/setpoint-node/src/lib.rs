@@ -22,6 +22,7 @@
 //! logs and [`metrics`] (`/metrics`), requiring client certificates signed by the cluster CA.
 
 pub mod agent;
+pub mod containerd;
 mod host;
 pub mod lease;
 pub mod metrics;

@@ -1,0 +1,238 @@
+//! A private containerd for a test: it starts, holds the local images, runs them, networks a
+//! namespace with its CNI configuration, and leaves nothing behind when dropped.
+//!
+//! Needs root, containerd, runc, the CNI plugins and busybox-static; skipped with a message
+//! without them unless `SETPOINT_REQUIRE_CONTAINERD=1`.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use setpoint_node::containerd::{TestContainerd, BUSYBOX_IMAGE, PAUSE_IMAGE};
+
+const CTR_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn link_exists(name: &str) -> bool {
+    Command::new("ip")
+        .args(["link", "show", name])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+fn process_alive(pid: i32) -> bool {
+    // A zombie is not alive; containerd's parent reaps it when it exits.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            s.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+                .is_some_and(|state| state != "Z")
+        })
+        .unwrap_or(false)
+}
+
+/// Waits until `task` is STOPPED in `ctr tasks ls`.
+fn wait_stopped(c: &TestContainerd, task: &str, timeout: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let list = c.ctr(&["tasks", "ls"], CTR_TIMEOUT)?;
+        let status = list
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(task))
+            .and_then(|l| l.split_whitespace().nth(2))
+            .map(str::to_string);
+        if status.as_deref() == Some("STOPPED") {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "{task} is {status:?}, not STOPPED, after {timeout:?}:\n{list}"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Runs the CNI plugins of the instance's network list by hand (as the CRI plugin would,
+/// in order, with the list's name and version) on a fresh network namespace: ADD, then DEL.
+/// Returns the address the namespace got.
+fn cni_add_and_del(conflist: &Path, netns_name: &str) -> String {
+    let list: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(conflist).unwrap()).unwrap();
+    let netns = format!("/var/run/netns/{netns_name}");
+    let status = Command::new("ip")
+        .args(["netns", "add", netns_name])
+        .status()
+        .unwrap();
+    assert!(status.success(), "ip netns add {netns_name}");
+    let run = |command: &str, plugin: &serde_json::Value, prev: Option<&serde_json::Value>| {
+        let mut conf = plugin.clone();
+        conf["name"] = list["name"].clone();
+        conf["cniVersion"] = list["cniVersion"].clone();
+        if let Some(prev) = prev {
+            conf["prevResult"] = prev.clone();
+        }
+        let kind = plugin["type"].as_str().unwrap();
+        let mut child = Command::new(format!("/usr/lib/cni/{kind}"))
+            .env("CNI_COMMAND", command)
+            .env("CNI_CONTAINERID", "setpoint-test")
+            .env("CNI_NETNS", &netns)
+            .env("CNI_IFNAME", "eth0")
+            .env("CNI_PATH", "/usr/lib/cni")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(conf.to_string().as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{kind} {command}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if out.stdout.is_empty() {
+            serde_json::Value::Null
+        } else {
+            serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+        }
+    };
+    let plugins = list["plugins"].as_array().unwrap();
+    let mut result = serde_json::Value::Null;
+    for plugin in plugins {
+        let prev = (!result.is_null()).then_some(&result);
+        let next = run("ADD", plugin, prev);
+        if !next.is_null() {
+            result = next;
+        }
+    }
+    let address = result["ips"][0]["address"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    for plugin in plugins.iter().rev() {
+        run("DEL", plugin, Some(&result));
+    }
+    let _ = Command::new("ip")
+        .args(["netns", "del", netns_name])
+        .status();
+    address
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn private_containerd_runs_local_images_and_cleans_up() {
+    let Some(c) = TestContainerd::start().await else {
+        return;
+    };
+    // Both images are there, imported by the harness.
+    let images = c.ctr(&["images", "ls", "-q"], CTR_TIMEOUT).unwrap();
+    for name in [BUSYBOX_IMAGE, PAUSE_IMAGE] {
+        assert!(images.lines().any(|l| l == name), "{name} not in\n{images}");
+    }
+    // Unpacked for the CRI plugin's snapshotter, so a pod needs no unpacking (or pull).
+    let unpacked = c.ctr(&["images", "check"], CTR_TIMEOUT).unwrap_or_default();
+    let ours: Vec<&str> = unpacked
+        .lines()
+        .filter(|l| l.starts_with("setpoint.local/"))
+        .collect();
+    assert_eq!(ours.len(), 2, "{unpacked}");
+    // Columns: REF TYPE DIGEST STATUS SIZE UNPACKED.
+    assert!(
+        ours.iter()
+            .all(|l| l.contains("complete") && l.trim_end().ends_with("true")),
+        "{unpacked}"
+    );
+
+    // The busybox image runs a command.
+    let id = format!("sp-echo-{}", std::process::id());
+    let out = c
+        .ctr(
+            &["run", "--rm", BUSYBOX_IMAGE, &id, "echo", "hi"],
+            CTR_TIMEOUT,
+        )
+        .unwrap();
+    assert_eq!(out.trim(), "hi");
+    // Users and /tmp as documented.
+    let id = format!("sp-id-{}", std::process::id());
+    let out = c
+        .ctr(
+            &[
+                "run",
+                "--rm",
+                BUSYBOX_IMAGE,
+                &id,
+                "sh",
+                "-c",
+                "id -un; grep nobody /etc/passwd | cut -d: -f3; stat -c %a /tmp",
+            ],
+            CTR_TIMEOUT,
+        )
+        .unwrap();
+    assert_eq!(out.lines().collect::<Vec<_>>(), ["root", "65534", "1777"]);
+
+    // The pause image keeps running as PID 1 and exits at once on SIGTERM.
+    let id = format!("sp-pause-{}", std::process::id());
+    c.ctr(&["run", "-d", PAUSE_IMAGE, &id], CTR_TIMEOUT)
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let list = c.ctr(&["tasks", "ls"], CTR_TIMEOUT).unwrap();
+        if list
+            .lines()
+            .any(|l| l.starts_with(&id) && l.contains("RUNNING"))
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "pause never ran:\n{list}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    c.ctr(&["tasks", "kill", "--signal", "SIGTERM", &id], CTR_TIMEOUT)
+        .unwrap();
+    wait_stopped(&c, &id, Duration::from_secs(10)).unwrap();
+    c.ctr(&["tasks", "delete", &id], CTR_TIMEOUT).unwrap();
+    c.ctr(&["containers", "delete", &id], CTR_TIMEOUT).unwrap();
+
+    // The CNI network list works with the installed plugins: the bridge is created with the
+    // gateway and the namespace gets an address of the instance's subnet.
+    let conflist = c.dir().join("cni/net.d/10-setpoint.conflist");
+    let netns = format!("sp-test-{}", std::process::id());
+    let address = cni_add_and_del(&conflist, &netns);
+    let prefix = c.subnet().trim_end_matches("0/24");
+    assert!(
+        address.starts_with(prefix),
+        "{address} not in {}",
+        c.subnet()
+    );
+    assert!(link_exists(c.bridge()), "bridge {} missing", c.bridge());
+
+    // A container left running is removed on drop, with everything else.
+    let id = format!("sp-left-{}", std::process::id());
+    c.ctr(
+        &["run", "-d", BUSYBOX_IMAGE, &id, "sleep", "600"],
+        CTR_TIMEOUT,
+    )
+    .unwrap();
+
+    let pid = c.pid();
+    let bridge = c.bridge().to_string();
+    let dir = c.dir().to_path_buf();
+    let endpoint = c.endpoint().to_path_buf();
+    drop(c);
+    assert!(!process_alive(pid), "containerd {pid} still runs");
+    assert!(!link_exists(&bridge), "bridge {bridge} still exists");
+    assert!(!dir.exists(), "{} still exists", dir.display());
+    assert!(std::os::unix::net::UnixStream::connect(&endpoint).is_err());
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        !mounts.contains(dir.to_str().unwrap()),
+        "mounts left under {}",
+        dir.display()
+    );
+}
