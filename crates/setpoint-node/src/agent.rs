@@ -38,6 +38,15 @@ pub enum AgentError {
     /// The endpoint for logs and metrics could not start.
     #[error("node agent endpoint: {0}")]
     Server(#[from] ServerError),
+    /// Simulated nodes on identities of their own were given a client count that is not
+    /// their node count.
+    #[error("{clients} clients for {nodes} simulated nodes: each node needs a client of its own identity")]
+    Identities {
+        /// How many nodes were to be hosted.
+        nodes: usize,
+        /// How many clients came with them.
+        clients: usize,
+    },
 }
 
 /// A node's resources (`status.capacity`; `allocatable` is the same, nothing is reserved).
@@ -244,12 +253,13 @@ pub async fn run_agent(
     };
     let port = server.as_ref().map_or(0, |s| s.local_addr().port());
     let hosted = vec![HostedNode {
+        client,
         config: Arc::new(config),
         runtime,
         lease_offset: Duration::ZERO,
         queue_metrics: Some(metrics.workqueue().clone()),
     }];
-    let result = host::run(client, pods, nodes, port, hosted, shutdown).await;
+    let result = host::run(pods, nodes, port, hosted, shutdown).await;
     informers.shutdown().await;
     if let Some(s) = server {
         s.stop().await;

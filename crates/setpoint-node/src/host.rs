@@ -33,6 +33,9 @@ const REGISTER_ATTEMPTS: u32 = 6;
 
 /// One node to host.
 pub(crate) struct HostedNode {
+    /// What the node writes through: its registration, Lease, status reports and pod writes
+    /// (under the Node authorizer and NodeRestriction, a client of the node's own identity).
+    pub client: Client,
     pub config: Arc<AgentConfig>,
     pub runtime: Arc<dyn PodRuntime>,
     /// Delay of the first periodic Lease renewal, to spread many nodes' renewals over the interval.
@@ -122,7 +125,6 @@ struct Registered {
 /// Registers `node` and starts its heartbeat in `heartbeats` at once: with many nodes
 /// registering, the first must not wait for the last to keep their Leases fresh.
 async fn register_node(
-    client: Client,
     pods: Informer<Pod>,
     nodes: Informer<Node>,
     port: u16,
@@ -130,6 +132,7 @@ async fn register_node(
     heartbeats: Arc<Mutex<JoinSet<()>>>,
 ) -> Result<Registered, AgentError> {
     let config = node.config.clone();
+    let client = node.client.clone();
     let mut reporter = NodeReporter::new(client.clone(), nodes.store(), config.clone(), port);
     let registered = register(&mut reporter, &config.node_name).await?;
     let mut lease = LeaseRenewer::new(
@@ -163,10 +166,9 @@ async fn register_node(
     })
 }
 
-/// Hosts `nodes` on the given (started) informers until `shutdown`. Pods keep running in their
-/// runtimes when it returns.
+/// Hosts `nodes` on the given (started) informers until `shutdown`, each writing through its
+/// own client. Pods keep running in their runtimes when it returns.
 pub(crate) async fn run(
-    client: Client,
     pods: Informer<Pod>,
     nodes: Informer<Node>,
     port: u16,
@@ -178,20 +180,14 @@ pub(crate) async fn run(
     let startup = async {
         pods.wait_synced().await?;
         nodes.wait_synced().await?;
-        let registered: Vec<Result<Registered, AgentError>> =
-            futures::stream::iter(hosted.into_iter().map(|n| {
-                register_node(
-                    client.clone(),
-                    pods.clone(),
-                    nodes.clone(),
-                    port,
-                    n,
-                    heartbeats.clone(),
-                )
-            }))
-            .buffer_unordered(REGISTER_CONCURRENCY)
-            .collect()
-            .await;
+        let registered: Vec<Result<Registered, AgentError>> = futures::stream::iter(
+            hosted
+                .into_iter()
+                .map(|n| register_node(pods.clone(), nodes.clone(), port, n, heartbeats.clone())),
+        )
+        .buffer_unordered(REGISTER_CONCURRENCY)
+        .collect()
+        .await;
         registered.into_iter().collect::<Result<Vec<_>, _>>()
     };
     // Shutting down while still registering (an unreachable API server) ends at once.

@@ -38,4 +38,4 @@ pub mod status;
 pub use agent::{run_agent, AgentConfig, AgentError, Capacity};
 pub use metrics::NodeMetrics;
 pub use simulated::{SimulatedConfig, SimulatedRuntime};
-pub use simulation::{run_simulated, run_simulated_on, SimulationConfig};
+pub use simulation::{run_simulated, run_simulated_as, run_simulated_on, SimulationConfig};

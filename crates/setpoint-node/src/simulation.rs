@@ -1,6 +1,11 @@
 //! Many simulated nodes in one process ([`run_simulated`]), to load a cluster — ours or any
 //! Kubernetes-compatible one, since only the public API is used.
 //!
+//! The nodes write through one client ([`run_simulated`], [`run_simulated_on`]), or each
+//! through a client of its own identity ([`run_simulated_as`]), as a cluster enforcing the
+//! Node authorizer and NodeRestriction requires: there a node may write only its own Node,
+//! Lease and pods.
+//!
 //! Costs are shared where the API allows: ONE pod informer (all pods, routed client-side by
 //! `spec.nodeName` to the hosted node's workers) and ONE node informer (label-selected to the
 //! simulated nodes) serve every node, and Lease renewals are spread evenly over the renew
@@ -156,14 +161,53 @@ pub async fn run_simulated_on(
     config: SimulationConfig,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), AgentError> {
+    let clients = vec![client; config.nodes];
+    host_simulated(informers, clients, config, shutdown).await
+}
+
+/// Hosts `config.nodes` simulated nodes until `shutdown` resolves, node `i` writing through
+/// `clients[i]`: under the Node authorizer and NodeRestriction each node must be
+/// `system:node:<name>` in `system:nodes`, and may write only its own Node, Lease and pods.
+///
+/// The shared pod and node informers list and watch through `clients[0]`, the first node's
+/// identity: upstream's `system:node` rules let a node list and watch every pod and node,
+/// which is all the informers read, so no identity with more rights is needed. Fails with
+/// [`AgentError::Identities`] unless there is exactly one client per node (and at least one).
+pub async fn run_simulated_as(
+    clients: Vec<Client>,
+    config: SimulationConfig,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), AgentError> {
+    let Some(first) = clients.first().filter(|_| clients.len() == config.nodes) else {
+        return Err(AgentError::Identities {
+            nodes: config.nodes,
+            clients: clients.len(),
+        });
+    };
+    let informers = SharedInformers::lean(first.clone());
+    let result = host_simulated(&informers, clients, config, shutdown).await;
+    informers.shutdown().await;
+    result
+}
+
+/// Hosts the nodes of `config` on `informers`, node `i` writing through `clients[i]`.
+async fn host_simulated(
+    informers: &SharedInformers,
+    clients: Vec<Client>,
+    config: SimulationConfig,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), AgentError> {
     let pods = informers.typed::<Pod>(Scope::all());
     let nodes = informers.typed::<Node>(Scope::all().labels(&format!("{SIMULATED_LABEL}=true")));
     let n = config.nodes.max(1);
     // Informer metrics belong to whoever owns `informers`; the rest is this host's.
     let metrics = Arc::new(NodeMetrics::new());
-    let client = client.with_metrics(metrics.client().clone());
-    let hosted: Vec<HostedNode> = (0..config.nodes)
-        .map(|i| HostedNode {
+    let hosted: Vec<HostedNode> = clients
+        .into_iter()
+        .take(config.nodes)
+        .enumerate()
+        .map(|(i, client)| HostedNode {
+            client: client.with_metrics(metrics.client().clone()),
             config: Arc::new(config.agent_config(i)),
             runtime: Arc::new(SimulatedRuntime::new(config.runtime.clone())) as Arc<dyn PodRuntime>,
             // Node i renews at i/n of the interval, so renewals arrive evenly.
@@ -188,7 +232,7 @@ pub async fn run_simulated_on(
         _ => None,
     };
     let port = server.as_ref().map_or(0, |s| s.local_addr().port());
-    let result = host::run(client, pods, nodes, port, hosted, shutdown).await;
+    let result = host::run(pods, nodes, port, hosted, shutdown).await;
     if let Some(s) = server {
         s.stop().await;
     }

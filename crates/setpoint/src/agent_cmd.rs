@@ -3,7 +3,7 @@
 //! `setpoint up`.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,6 +32,11 @@ pub struct AgentArgs {
     /// `sha256:<hex>` of the cluster CA's public key: the agent trusts only that CA.
     #[arg(long, requires = "server")]
     ca_cert_hash: Option<String>,
+    /// Join with the bootstrap token of this kubeconfig (its server, its CA, its user's
+    /// token), as the kubelet's flag of the same name; the node's own kubeconfig is written
+    /// in `--data-dir`.
+    #[arg(long, conflicts_with_all = ["kubeconfig", "server"])]
+    bootstrap_kubeconfig: Option<PathBuf>,
     /// The Node's name (default: this host's name).
     #[arg(long)]
     node_name: Option<String>,
@@ -115,36 +120,159 @@ fn hostname() -> String {
         .unwrap_or_else(|| "localhost".into())
 }
 
+/// How the agent gets its credentials from a bootstrap token.
+enum Joining {
+    /// `--server --token --ca-cert-hash`: the CA from `cluster-info`, pinned by its hash.
+    Flags(crate::join::JoinFlags),
+    /// `--bootstrap-kubeconfig`.
+    Kubeconfig(PathBuf),
+}
+
+impl Joining {
+    fn of(args: &AgentArgs) -> Option<Joining> {
+        if let Some(path) = &args.bootstrap_kubeconfig {
+            return Some(Joining::Kubeconfig(path.clone()));
+        }
+        match (&args.server, &args.token, &args.ca_cert_hash) {
+            (Some(server), Some(token), Some(hash)) => {
+                Some(Joining::Flags(crate::join::JoinFlags {
+                    server: server.clone(),
+                    token: token.clone(),
+                    ca_cert_hash: hash.clone(),
+                }))
+            }
+            _ => None,
+        }
+    }
+
+    /// The server the node kubeconfigs are for, if known without asking it.
+    fn server(&self) -> Option<&str> {
+        match self {
+            Joining::Flags(f) => Some(&f.server),
+            Joining::Kubeconfig(_) => None,
+        }
+    }
+
+    async fn bootstrap(&self) -> anyhow::Result<crate::join::Bootstrap> {
+        match self {
+            Joining::Flags(f) => crate::join::Bootstrap::discover(f).await,
+            Joining::Kubeconfig(path) => crate::join::Bootstrap::from_kubeconfig(path),
+        }
+    }
+}
+
+/// A client of the node kubeconfig `kc` (kept in `node_dir`), whose certificate is renewed
+/// for as long as the process runs.
+fn node_client(
+    kc: &setpoint_runtime::client::Kubeconfig,
+    name: &str,
+    node_dir: &Path,
+) -> anyhow::Result<Client> {
+    let transport = crate::join::RotatingTransport::new(kc)?;
+    let client = Client::new(crate::join::Rotating(transport.clone())).with_user_agent(COMPONENT);
+    // Ends with the process.
+    tokio::spawn(crate::join::renew(
+        client.clone(),
+        transport,
+        name.to_string(),
+        node_dir.to_path_buf(),
+    ));
+    Ok(client)
+}
+
+/// How many simulated nodes ask for their certificates at once.
+const JOIN_CONCURRENCY: usize = 32;
+
+/// A client of its own identity (`system:node:<name>`) for every simulated node of `config`,
+/// each from the kubeconfig kept in `<data_dir>/nodes/<name>` while its certificate is valid,
+/// else from a new CSR made with the bootstrap token.
+async fn simulated_identities(
+    joining: &Joining,
+    config: &SimulationConfig,
+    data_dir: &Path,
+) -> anyhow::Result<(Vec<Client>, String)> {
+    let names: Vec<String> = (0..config.nodes).map(|i| config.node_name(i)).collect();
+    let dirs: Vec<PathBuf> = names
+        .iter()
+        .map(|n| data_dir.join("nodes").join(n))
+        .collect();
+    let mut kubeconfigs: Vec<Option<setpoint_runtime::client::Kubeconfig>> = match joining.server()
+    {
+        Some(server) => dirs
+            .iter()
+            .map(|d| crate::join::existing(server, d))
+            .collect(),
+        None => vec![None; names.len()],
+    };
+    if kubeconfigs.iter().any(Option::is_none) {
+        let bootstrap = Arc::new(joining.bootstrap().await?);
+        let client = bootstrap.client()?;
+        let permits = Arc::new(tokio::sync::Semaphore::new(JOIN_CONCURRENCY));
+        let mut joins = tokio::task::JoinSet::new();
+        for (i, kc) in kubeconfigs.iter().enumerate() {
+            if kc.is_some() {
+                continue;
+            }
+            let (bootstrap, client, permits) = (bootstrap.clone(), client.clone(), permits.clone());
+            let (name, dir) = (names[i].clone(), dirs[i].clone());
+            joins.spawn(async move {
+                let _permit = permits.acquire_owned().await?;
+                let kc = crate::join::join_with(&bootstrap, &client, &name, &dir)
+                    .await
+                    .with_context(|| format!("joining simulated node {name}"))?;
+                anyhow::Ok((i, kc))
+            });
+        }
+        while let Some(joined) = joins.join_next().await {
+            let (i, kc) = joined??;
+            kubeconfigs[i] = Some(kc);
+        }
+    }
+    let mut clients = Vec::with_capacity(names.len());
+    let mut ca = String::new();
+    for ((kc, name), dir) in kubeconfigs.into_iter().zip(&names).zip(&dirs) {
+        let kc = kc.expect("every node joined");
+        ca = kc.ca_pem.clone().unwrap_or_default();
+        // Nothing throttles a node agent's writes here (as for the single-identity agent).
+        clients.push(node_client(&kc, name, dir)?.without_rate_limit());
+    }
+    Ok((clients, ca))
+}
+
 /// `setpoint agent`.
 pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
-    let (client, kubeconfig) = match (&args.server, &args.token, &args.ca_cert_hash) {
-        (Some(server), Some(token), Some(hash)) => {
-            if args.simulation.simulate.is_some() {
-                anyhow::bail!("--token joins one node: it cannot host simulated nodes");
-            }
+    let lease_interval = Duration::from_secs(args.lease_interval_seconds.max(1));
+    let joining = Joining::of(&args);
+    if let (Some(mut config), Some(joining)) =
+        (args.simulation.config(lease_interval), joining.as_ref())
+    {
+        let (clients, ca) = simulated_identities(joining, &config, &args.data_dir).await?;
+        config.server_listen = (!ca.is_empty()).then_some(args.listen);
+        config.client_ca_pem = (!ca.is_empty()).then_some(ca);
+        let nodes = config.nodes;
+        println!(
+            "Simulating {nodes} nodes, each as system:node:<name> with a certificate of its own"
+        );
+        setpoint_node::run_simulated_as(clients, config, crate::wait_for_signal()).await?;
+        return Ok(());
+    }
+    let (client, kubeconfig) = match joining {
+        Some(joining) => {
             let name = args.node_name.clone().unwrap_or_else(hostname);
-            let flags = crate::join::JoinFlags {
-                server: server.clone(),
-                token: token.clone(),
-                ca_cert_hash: hash.clone(),
+            let kubeconfig = match &joining {
+                Joining::Flags(flags) => crate::join::join(flags, &name, &args.data_dir).await?,
+                Joining::Kubeconfig(_) => {
+                    let bootstrap = joining.bootstrap().await?;
+                    crate::join::join_with(&bootstrap, &bootstrap.client()?, &name, &args.data_dir)
+                        .await?
+                }
             };
-            let kubeconfig = crate::join::join(&flags, &name, &args.data_dir).await?;
-            let transport = crate::join::RotatingTransport::new(&kubeconfig)?;
-            let client =
-                Client::new(crate::join::Rotating(transport.clone())).with_user_agent(COMPONENT);
-            // Ends with the process.
-            tokio::spawn(crate::join::renew(
-                client.clone(),
-                transport,
-                name,
-                args.data_dir.clone(),
-            ));
+            let client = node_client(&kubeconfig, &name, &args.data_dir)?;
             (client, kubeconfig)
         }
-        _ => crate::leadership::connect(args.kubeconfig.as_deref(), COMPONENT)?,
+        None => crate::leadership::connect(args.kubeconfig.as_deref(), COMPONENT)?,
     };
     let client = client.without_rate_limit();
-    let lease_interval = Duration::from_secs(args.lease_interval_seconds.max(1));
     if let Some(mut config) = args.simulation.config(lease_interval) {
         config.server_listen = kubeconfig.ca_pem.is_some().then_some(args.listen);
         config.client_ca_pem = kubeconfig.ca_pem.clone();

@@ -209,57 +209,131 @@ pub struct JoinFlags {
     pub ca_cert_hash: String,
 }
 
+/// What a node asks for its certificate with: the API server, the CA it trusts there, and
+/// the bootstrap token.
+pub struct Bootstrap {
+    /// The API server's URL.
+    pub server: String,
+    /// The cluster CA (PEM).
+    pub ca_pem: String,
+    /// The bootstrap token `<id>.<secret>`.
+    pub token: String,
+}
+
+impl Bootstrap {
+    /// From the join flags: the CA read from `cluster-info` without trusting the server yet,
+    /// and trusted only if its public key has the pinned hash.
+    pub async fn discover(flags: &JoinFlags) -> anyhow::Result<Bootstrap> {
+        let anonymous = Client::from_kubeconfig(&Kubeconfig {
+            server: flags.server.clone(),
+            insecure_skip_tls_verify: true,
+            ..Kubeconfig::default()
+        })?;
+        let info = anonymous
+            .request(
+                http::Method::GET,
+                "/api/v1/namespaces/kube-public/configmaps/cluster-info",
+                None,
+                Bytes::new(),
+            )
+            .await
+            .context("reading kube-public/cluster-info")?;
+        let text = info
+            .pointer("/data/kubeconfig")
+            .and_then(Value::as_str)
+            .ok_or_else(|| anyhow!("cluster-info has no kubeconfig"))?;
+        let ca_pem = Kubeconfig::parse(text, None)?
+            .ca_pem
+            .ok_or_else(|| anyhow!("cluster-info names no CA"))?;
+        let hash = ca_cert_hash(&ca_pem)?;
+        if !hash.eq_ignore_ascii_case(&flags.ca_cert_hash) {
+            bail!(
+                "the cluster CA's public key hash is {hash}, not {}: refusing to trust this server",
+                flags.ca_cert_hash
+            );
+        }
+        Ok(Bootstrap {
+            server: flags.server.clone(),
+            ca_pem,
+            token: flags.token.clone(),
+        })
+    }
+
+    /// From a bootstrap kubeconfig (the kubelet's `--bootstrap-kubeconfig`): its server, its
+    /// cluster's CA (which it vouches for itself) and its user's token.
+    pub fn from_kubeconfig(path: &Path) -> anyhow::Result<Bootstrap> {
+        let kc = Kubeconfig::read(path)
+            .with_context(|| format!("reading the bootstrap kubeconfig {}", path.display()))?;
+        let ca_pem = kc.ca_pem.ok_or_else(|| {
+            anyhow!(
+                "the bootstrap kubeconfig {} names no certificate authority",
+                path.display()
+            )
+        })?;
+        let token = kc.token.ok_or_else(|| {
+            anyhow!(
+                "the bootstrap kubeconfig {} has no token for its user",
+                path.display()
+            )
+        })?;
+        Ok(Bootstrap {
+            server: kc.server,
+            ca_pem,
+            token,
+        })
+    }
+
+    /// A client authenticating with the token (`system:bootstrap:<id>`). Not rate-limited:
+    /// it sends a few requests per node, once, and many nodes may be joining at once.
+    pub fn client(&self) -> anyhow::Result<Client> {
+        Ok(Client::from_kubeconfig(&Kubeconfig {
+            server: self.server.clone(),
+            ca_pem: Some(self.ca_pem.clone()),
+            token: Some(self.token.clone()),
+            ..Kubeconfig::default()
+        })?
+        .without_rate_limit())
+    }
+}
+
+/// The node kubeconfig in `data_dir`, if there is one for `server` whose certificate is still
+/// valid (a restarted agent reuses it rather than asking again).
+pub fn existing(server: &str, data_dir: &Path) -> Option<Kubeconfig> {
+    let path: PathBuf = data_dir.join(KUBECONFIG_FILE);
+    let kc = Kubeconfig::read(&path).ok()?;
+    (kc.server == server && remaining_life(&kc).is_some_and(|d| d > Duration::ZERO)).then(|| {
+        tracing::info!(path = %path.display(), "using the node's existing credentials");
+        kc
+    })
+}
+
 /// The node's kubeconfig: the one in `data_dir` when its certificate is still valid, else a
 /// new one from a signed CSR (written there).
 pub async fn join(flags: &JoinFlags, node: &str, data_dir: &Path) -> anyhow::Result<Kubeconfig> {
+    if let Some(kc) = existing(&flags.server, data_dir) {
+        return Ok(kc);
+    }
+    let bootstrap = Bootstrap::discover(flags).await?;
+    join_with(&bootstrap, &bootstrap.client()?, node, data_dir).await
+}
+
+/// The kubeconfig of `node` in `data_dir`, reused when still valid, else from a CSR submitted
+/// through `client` (a client of `bootstrap`'s token) and signed for `system:node:<node>`.
+pub async fn join_with(
+    bootstrap: &Bootstrap,
+    client: &Client,
+    node: &str,
+    data_dir: &Path,
+) -> anyhow::Result<Kubeconfig> {
+    if let Some(kc) = existing(&bootstrap.server, data_dir) {
+        return Ok(kc);
+    }
     let path: PathBuf = data_dir.join(KUBECONFIG_FILE);
-    if let Ok(kc) = Kubeconfig::read(&path) {
-        if kc.server == flags.server && remaining_life(&kc).is_some_and(|d| d > Duration::ZERO) {
-            tracing::info!(path = %path.display(), "using the node's existing credentials");
-            return Ok(kc);
-        }
-    }
-    // 1. The CA, from a server not yet trusted, pinned by its hash.
-    let anonymous = Client::from_kubeconfig(&Kubeconfig {
-        server: flags.server.clone(),
-        insecure_skip_tls_verify: true,
-        ..Kubeconfig::default()
-    })?;
-    let info = anonymous
-        .request(
-            http::Method::GET,
-            "/api/v1/namespaces/kube-public/configmaps/cluster-info",
-            None,
-            Bytes::new(),
-        )
-        .await
-        .context("reading kube-public/cluster-info")?;
-    let text = info
-        .pointer("/data/kubeconfig")
-        .and_then(Value::as_str)
-        .ok_or_else(|| anyhow!("cluster-info has no kubeconfig"))?;
-    let ca_pem = Kubeconfig::parse(text, None)?
-        .ca_pem
-        .ok_or_else(|| anyhow!("cluster-info names no CA"))?;
-    let hash = ca_cert_hash(&ca_pem)?;
-    if !hash.eq_ignore_ascii_case(&flags.ca_cert_hash) {
-        bail!(
-            "the cluster CA's public key hash is {hash}, not {}: refusing to trust this server",
-            flags.ca_cert_hash
-        );
-    }
-    // 2. A certificate for the node, requested with the token.
-    let bootstrap = Client::from_kubeconfig(&Kubeconfig {
-        server: flags.server.clone(),
-        ca_pem: Some(ca_pem.clone()),
-        token: Some(flags.token.clone()),
-        ..Kubeconfig::default()
-    })?;
-    let (cert, key) = request_certificate(&bootstrap, node).await?;
-    let text = kubeconfig_yaml(&flags.server, &ca_pem, Some((&cert, &key)));
+    let (cert, key) = request_certificate(client, node).await?;
+    let text = kubeconfig_yaml(&bootstrap.server, &bootstrap.ca_pem, Some((&cert, &key)));
     std::fs::create_dir_all(data_dir)?;
     write_private(&path, &text)?;
-    tracing::info!(path = %path.display(), "joined: wrote the node's kubeconfig");
+    tracing::info!(node, path = %path.display(), "joined: wrote the node's kubeconfig");
     Ok(Kubeconfig::read(&path)?)
 }
 
