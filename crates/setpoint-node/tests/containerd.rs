@@ -8,7 +8,10 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use setpoint_node::containerd::{TestContainerd, BUSYBOX_IMAGE, PAUSE_IMAGE};
+use setpoint_node::containerd::testing::{missing_prerequisites, shims_of};
+use setpoint_node::containerd::{
+    ContainerdDaemon, DaemonOptions, TestContainerd, BUSYBOX_IMAGE, PAUSE_IMAGE,
+};
 
 const CTR_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -229,10 +232,82 @@ async fn private_containerd_runs_local_images_and_cleans_up() {
     assert!(!link_exists(&bridge), "bridge {bridge} still exists");
     assert!(!dir.exists(), "{} still exists", dir.display());
     assert!(std::os::unix::net::UnixStream::connect(&endpoint).is_err());
+    assert_eq!(shims_of(&endpoint), Vec::<i32>::new(), "shims left running");
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(
         !mounts.contains(dir.to_str().unwrap()),
         "mounts left under {}",
         dir.display()
     );
+}
+
+/// Set in the child process of [`containerd_dies_with_its_parent`]: the directory to start
+/// containerd in.
+const CHILD_ENV: &str = "SETPOINT_TEST_CONTAINERD_PARENT_DIR";
+
+/// containerd started by a process that is then killed with SIGKILL (no cleanup runs) dies
+/// too: the agent never leaves an orphaned containerd behind.
+#[tokio::test]
+async fn containerd_dies_with_its_parent() {
+    if let Ok(dir) = std::env::var(CHILD_ENV) {
+        // The child: start containerd, say its pid, and wait to be killed. No pod is ever
+        // created, so the bridge and subnet are only written into the configuration.
+        let dir = Path::new(&dir);
+        let options = DaemonOptions::new("sp-pdeath", "10.222.255.0/24");
+        let daemon = ContainerdDaemon::start(&dir.join("c"), options)
+            .await
+            .unwrap();
+        std::fs::write(dir.join("pid.tmp"), daemon.pid().to_string()).unwrap();
+        std::fs::rename(dir.join("pid.tmp"), dir.join("pid")).unwrap();
+        std::future::pending::<()>().await;
+    }
+    if let Some(reason) = missing_prerequisites() {
+        if std::env::var("SETPOINT_REQUIRE_CONTAINERD").as_deref() == Ok("1") {
+            panic!("SETPOINT_REQUIRE_CONTAINERD=1 but containerd cannot run here: {reason}");
+        }
+        eprintln!("skipping: containerd cannot run here: {reason}");
+        return;
+    }
+    let dir = tempfile::Builder::new().prefix("sp-pd-").tempdir().unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "containerd_dies_with_its_parent",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, dir.path())
+        .spawn()
+        .unwrap();
+    let pid_file = dir.path().join("pid");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let pid: i32 = loop {
+        if let Ok(text) = std::fs::read_to_string(&pid_file) {
+            break text.trim().parse().unwrap();
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the child exited ({status}) before containerd started");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "containerd never started in the child"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(process_alive(pid));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while process_alive(pid) {
+        if Instant::now() >= deadline {
+            // Leave nothing running whatever the outcome.
+            kill_9(pid);
+            panic!("containerd {pid} outlived its parent");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn kill_9(pid: i32) {
+    let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
 }

@@ -40,7 +40,7 @@ impl TestContainerd {
     /// `SETPOINT_REQUIRE_CONTAINERD=1` a missing prerequisite panics instead. Failing to
     /// start once everything is there always panics.
     pub async fn start() -> Option<Self> {
-        if let Err(reason) = prerequisites() {
+        if let Some(reason) = missing_prerequisites() {
             if std::env::var(REQUIRE_ENV).as_deref() == Ok("1") {
                 panic!("{REQUIRE_ENV}=1 but containerd cannot run here: {reason}");
             }
@@ -150,7 +150,12 @@ impl Drop for TestContainerd {
     }
 }
 
-/// Why a containerd cannot run here, if it cannot.
+/// Why a containerd cannot run here (not root, or containerd, runc, `ip`, iptables, the CNI
+/// plugins or a static busybox missing), if it cannot.
+pub fn missing_prerequisites() -> Option<String> {
+    prerequisites().err()
+}
+
 fn prerequisites() -> Result<(), String> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
@@ -335,37 +340,61 @@ fn remove_all_tasks(endpoint: &Path) {
     }
 }
 
-/// SIGKILLs the shims serving containerd at `endpoint` that are still running.
-fn kill_shims_of(endpoint: &Path) {
+/// The running (not zombie) `containerd-shim` processes serving the containerd at
+/// `endpoint`: they outlive containerd by design, so a test checks none is left.
+pub fn shims_of(endpoint: &Path) -> Vec<i32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
-        return;
+        return Vec::new();
     };
     let address = endpoint.to_string_lossy().into_owned();
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let args: Vec<String> = cmdline
-            .split(|&b| b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        let is_shim = args.first().is_some_and(|a| a.contains("containerd-shim"));
-        let ours = args
-            .windows(2)
-            .any(|w| w[0] == "-address" && w[1] == address);
-        if is_shim && ours {
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse::<i32>().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let args: Vec<String> = cmdline
+                .split(|&b| b == 0)
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            let is_shim = args.first().is_some_and(|a| a.contains("containerd-shim"));
+            let ours = args
+                .windows(2)
+                .any(|w| w[0] == "-address" && w[1] == address);
+            (is_shim && ours && !is_zombie(pid)).then_some(pid)
+        })
+        .collect()
+}
+
+fn is_zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            s.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+                .is_none_or(|state| state == "Z" || state == "X")
+        })
+        .unwrap_or(true)
+}
+
+/// SIGKILLs the shims serving the containerd at `endpoint` and waits (a bounded time) until
+/// they are gone.
+fn kill_shims_of(endpoint: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let shims = shims_of(endpoint);
+        if shims.is_empty() {
+            return;
+        }
+        if Instant::now() >= deadline {
+            eprintln!("containerd shims {shims:?} did not exit after SIGKILL");
+            return;
+        }
+        for pid in shims {
             // SAFETY: kill has no memory effects.
             unsafe {
                 libc::kill(pid, libc::SIGKILL);
             }
         }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
