@@ -238,3 +238,50 @@ async fn host_simulated(
     }
     result
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn every_node_needs_a_client_of_its_own() {
+        let cluster = setpoint_testing::TestCluster::start().await;
+        let two = SimulationConfig {
+            nodes: 2,
+            ..SimulationConfig::default()
+        };
+        let err = run_simulated_as(vec![cluster.client()], two, std::future::pending())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                AgentError::Identities {
+                    nodes: 2,
+                    clients: 1
+                }
+            ),
+            "{err}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "1 clients for 2 simulated nodes: each node needs a client of its own identity"
+        );
+        // No node, no identity to list with: refused rather than hosting nothing.
+        let none = SimulationConfig {
+            nodes: 0,
+            ..SimulationConfig::default()
+        };
+        let err = run_simulated_as(Vec::new(), none, std::future::pending())
+            .await
+            .unwrap_err();
+        assert!(matches!(
+            err,
+            AgentError::Identities {
+                nodes: 0,
+                clients: 0
+            }
+        ));
+        cluster.stop().await;
+    }
+}
