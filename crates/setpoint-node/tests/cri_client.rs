@@ -1,137 +1,24 @@
-//! `CriClient` against a real containerd, started privately for this test in a temporary
-//! directory. Skipped (with the reason printed) unless running as root with `containerd` on
-//! the PATH; with `SETPOINT_REQUIRE_CONTAINERD=1` a missing prerequisite fails instead.
-
-// geteuid and kill are system calls.
-#![allow(unsafe_code)]
+//! `CriClient` against a real containerd: a private one per test (`TestContainerd`, with the
+//! local busybox and pause images imported and a CNI bridge network). Skipped, with the reason
+//! printed, where containerd cannot run (not root, containerd, runc, the CNI plugins or a
+//! static busybox missing); with `SETPOINT_REQUIRE_CONTAINERD=1` that fails instead.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use setpoint_node::cri::api::ImageSpec;
+use setpoint_node::containerd::{TestContainerd, BUSYBOX_IMAGE, PAUSE_IMAGE};
+use setpoint_node::cri::api::{
+    ContainerConfig, ContainerMetadata, ContainerState, ExecRequest, ImageSpec,
+    LinuxPodSandboxConfig, PodSandboxConfig, PodSandboxMetadata, PodSandboxState,
+};
 use setpoint_node::cri::client::Code;
-use setpoint_node::cri::{CriClient, CriOptions};
+use setpoint_node::cri::{CriClient, CriError, CriOptions};
 
-/// Starts containerd or says why it cannot here.
-fn prerequisites() -> Result<PathBuf, String> {
-    if unsafe { libc::geteuid() } != 0 {
-        return Err("not running as root".into());
-    }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|dir| dir.join("containerd"))
-        .find(|candidate| candidate.is_file())
-        .ok_or_else(|| "containerd is not on the PATH".into())
-}
-
-/// A containerd of this test's own; killed and its directory removed when dropped.
-struct Containerd {
-    child: Child,
-    socket: PathBuf,
-    dir: tempfile::TempDir,
-}
-
-impl Containerd {
-    fn start(binary: &Path) -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("cri-")
-            .tempdir()
-            .expect("a temporary directory");
-        let socket = dir.path().join("c.sock");
-        // sun_path holds 107 bytes and a NUL.
-        assert!(
-            socket.as_os_str().len() < 108,
-            "the temporary directory's path is too long for a unix socket: {}",
-            socket.display()
-        );
-        let root = dir.path().join("root");
-        let state = dir.path().join("state");
-        let config = dir.path().join("config.toml");
-        // Only what keeps this containerd apart from any other on the machine; the CRI
-        // plugin must not try to lower its own OOM score adjustment, which needs
-        // CAP_SYS_RESOURCE that containers running these tests may lack.
-        std::fs::write(
-            &config,
-            format!(
-                "version = 2\nroot = {root:?}\nstate = {state:?}\n\n[grpc]\n  address = {socket:?}\n\n\
-                 [plugins.\"io.containerd.internal.v1.opt\"]\n  path = {opt:?}\n\n\
-                 [plugins.\"io.containerd.grpc.v1.cri\"]\n  restrict_oom_score_adj = true\n",
-                root = root.display().to_string(),
-                state = state.display().to_string(),
-                socket = socket.display().to_string(),
-                opt = dir.path().join("opt").display().to_string(),
-            ),
-        )
-        .expect("writing containerd's config");
-        let log = std::fs::File::create(dir.path().join("containerd.log")).expect("a log file");
-        let child = Command::new(binary)
-            .arg("--config")
-            .arg(&config)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("a log file"))
-            .stderr(log)
-            .spawn()
-            .expect("starting containerd");
-        Containerd { child, socket, dir }
-    }
-
-    fn endpoint(&self) -> String {
-        format!("unix://{}", self.socket.display())
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("containerd.log")).unwrap_or_default()
-    }
-
-    /// Connects once containerd serves CRI (the socket appears before the CRI plugin answers).
-    async fn client(&mut self) -> CriClient {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let options = CriOptions {
-            request_timeout: Duration::from_secs(30),
-            pull_timeout: Duration::from_secs(60),
-            connect_timeout: Duration::from_secs(5),
-        };
-        loop {
-            if let Some(status) = self.child.try_wait().expect("containerd's status") {
-                panic!("containerd exited ({status}):\n{}", self.log());
-            }
-            let attempt = match CriClient::connect_with(&self.endpoint(), options).await {
-                Ok(client) => client.version().await.map(|_| client),
-                Err(e) => Err(e),
-            };
-            match attempt {
-                Ok(client) => return client,
-                Err(e) if Instant::now() > deadline => {
-                    panic!(
-                        "containerd did not serve CRI within 60 s: {e}\n{}",
-                        self.log()
-                    )
-                }
-                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-            }
-        }
-    }
-}
-
-impl Drop for Containerd {
-    fn drop(&mut self) {
-        // SIGTERM lets containerd unmount its snapshots before the directory is removed.
-        unsafe {
-            libc::kill(self.child.id() as i32, libc::SIGTERM);
-        }
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+const OPTIONS: CriOptions = CriOptions {
+    request_timeout: Duration::from_secs(60),
+    pull_timeout: Duration::from_secs(60),
+    connect_timeout: Duration::from_secs(5),
+};
 
 fn image(name: &str) -> ImageSpec {
     ImageSpec {
@@ -140,28 +27,58 @@ fn image(name: &str) -> ImageSpec {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cri_client_against_containerd() {
-    let binary = match prerequisites() {
-        Ok(binary) => binary,
-        Err(reason) => {
-            if std::env::var("SETPOINT_REQUIRE_CONTAINERD").as_deref() == Ok("1") {
-                panic!("SETPOINT_REQUIRE_CONTAINERD=1 but containerd cannot run here: {reason}");
-            }
-            eprintln!("skipping: {reason}");
+/// Connects once containerd's CRI plugin answers.
+async fn connect(containerd: &TestContainerd) -> CriClient {
+    let endpoint = format!("unix://{}", containerd.endpoint().display());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let attempt = match CriClient::connect_with(&endpoint, OPTIONS).await {
+            Ok(client) => client.version().await.map(|_| client),
+            Err(e) => Err(e),
+        };
+        match attempt {
+            Ok(client) => return client,
+            Err(e) if Instant::now() > deadline => panic!("containerd does not serve CRI: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
+/// Waits until the container is in `state`.
+async fn wait_for_state(client: &CriClient, id: &str, state: ContainerState) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = client
+            .container_status(id, false)
+            .await
+            .unwrap()
+            .status
+            .expect("a container status");
+        if status.state == state as i32 {
             return;
         }
-    };
-    let mut containerd = Containerd::start(&binary);
-    let client = containerd.client().await;
+        assert!(
+            Instant::now() < deadline,
+            "container {id} is not {state:?} after 60 s: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
 
-    // Version: containerd speaking CRI v1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runtime_and_image_services() {
+    let Some(containerd) = TestContainerd::start().await else {
+        return;
+    };
+    let client = connect(&containerd).await;
+
+    // Version: containerd, speaking CRI v1.
     let version = client.version().await.unwrap();
     assert_eq!(version.runtime_name, "containerd", "{version:?}");
     assert_eq!(version.runtime_api_version, "v1", "{version:?}");
     assert!(!version.runtime_version.is_empty(), "{version:?}");
 
-    // Status: the runtime is ready (the network is not: this containerd has no CNI config).
+    // Status: the runtime is ready.
     let status = client.status(false).await.unwrap();
     let conditions = status.status.expect("a runtime status").conditions;
     let runtime_ready = conditions
@@ -170,9 +87,17 @@ async fn cri_client_against_containerd() {
         .unwrap_or_else(|| panic!("no RuntimeReady condition: {conditions:?}"));
     assert!(runtime_ready.status, "{runtime_ready:?}");
 
-    // Images: a fresh containerd has none; an absent image's status is no image, not an error.
+    // Images: the two local ones are listed and have a status; an absent one has none.
     let images = client.list_images(None).await.unwrap();
-    assert!(images.is_empty(), "{images:?}");
+    for name in [BUSYBOX_IMAGE, PAUSE_IMAGE] {
+        assert!(
+            images.iter().any(|i| i.repo_tags.iter().any(|t| t == name)),
+            "{name} not in {images:?}"
+        );
+    }
+    let busybox = client.image_status(image(BUSYBOX_IMAGE)).await.unwrap();
+    let busybox = busybox.expect("busybox's status");
+    assert!(busybox.id.starts_with("sha256:"), "{busybox:?}");
     let absent = client
         .image_status(image("setpoint.invalid/absent:1"))
         .await
@@ -196,16 +121,193 @@ async fn cri_client_against_containerd() {
     );
 
     // containerd 1.6 makes removing an unknown container a no-op (idempotent, as the CRI
-    // asks), while asking for its status or stopping an unknown sandbox is NotFound.
+    // asks), while the status of an unknown container or sandbox is NotFound.
     client.remove_container("nope").await.unwrap();
     let error = client.container_status("nope", false).await.unwrap_err();
     assert!(error.is_not_found(), "{error}");
     let error = client.pod_sandbox_status("nope", false).await.unwrap_err();
     assert!(error.is_not_found(), "{error}");
+}
 
-    // Nothing runs in it.
-    let sandboxes = client.list_pod_sandbox(&HashMap::new()).await.unwrap();
-    assert!(sandboxes.is_empty(), "{sandboxes:?}");
-    let containers = client.list_containers("", &HashMap::new()).await.unwrap();
-    assert!(containers.is_empty(), "{containers:?}");
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_and_containers() {
+    let Some(containerd) = TestContainerd::start().await else {
+        return;
+    };
+    let client = connect(&containerd).await;
+    let logs = tempfile::tempdir().unwrap();
+    let labels: HashMap<String, String> =
+        [("setpoint.test/case".to_string(), "cri-client".to_string())].into();
+
+    let sandbox_config = PodSandboxConfig {
+        metadata: Some(PodSandboxMetadata {
+            name: "cri-client".into(),
+            uid: format!("cri-client-{}", std::process::id()),
+            namespace: "default".into(),
+            attempt: 0,
+        }),
+        hostname: "cri-client".into(),
+        log_directory: logs.path().display().to_string(),
+        labels: labels.clone(),
+        linux: Some(LinuxPodSandboxConfig::default()),
+        ..Default::default()
+    };
+    let sandbox = client
+        .run_pod_sandbox(sandbox_config.clone(), "")
+        .await
+        .unwrap();
+
+    let listed = client.list_pod_sandbox(&labels).await.unwrap();
+    assert_eq!(
+        listed.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(),
+        [sandbox.as_str()]
+    );
+    let status = client
+        .pod_sandbox_status(&sandbox, false)
+        .await
+        .unwrap()
+        .status
+        .expect("a sandbox status");
+    assert_eq!(
+        status.state,
+        PodSandboxState::SandboxReady as i32,
+        "{status:?}"
+    );
+    let ip = status
+        .network
+        .as_ref()
+        .map(|n| n.ip.clone())
+        .unwrap_or_default();
+    let prefix = containerd.subnet().trim_end_matches("0/24");
+    assert!(
+        ip.starts_with(prefix),
+        "{ip} not in {}",
+        containerd.subnet()
+    );
+
+    let container = |name: &str, script: &str| ContainerConfig {
+        metadata: Some(ContainerMetadata {
+            name: name.into(),
+            attempt: 0,
+        }),
+        image: Some(image(BUSYBOX_IMAGE)),
+        command: vec!["sh".into(), "-c".into(), script.into()],
+        log_path: format!("{name}/0.log"),
+        labels: labels.clone(),
+        ..Default::default()
+    };
+
+    // A container that prints and exits 0.
+    let echo = client
+        .create_container(
+            &sandbox,
+            container("echo", "echo hi"),
+            sandbox_config.clone(),
+        )
+        .await
+        .unwrap();
+    client.start_container(&echo).await.unwrap();
+    wait_for_state(&client, &echo, ContainerState::ContainerExited).await;
+    let status = client
+        .container_status(&echo, false)
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    assert_eq!(status.exit_code, 0, "{status:?}");
+    assert!(status.finished_at > 0, "{status:?}");
+    // The CRI log format: `<time> stdout F hi`.
+    let log = std::fs::read_to_string(logs.path().join("echo/0.log")).unwrap();
+    assert!(log.trim_end().ends_with(" stdout F hi"), "{log:?}");
+
+    // A running container to exec in.
+    let sleeper = client
+        .create_container(
+            &sandbox,
+            container("sleeper", "sleep 1000"),
+            sandbox_config.clone(),
+        )
+        .await
+        .unwrap();
+    client.start_container(&sleeper).await.unwrap();
+    wait_for_state(&client, &sleeper, ContainerState::ContainerRunning).await;
+    let output = client
+        .exec_sync(
+            &sleeper,
+            vec![
+                "sh".into(),
+                "-c".into(),
+                "echo out; echo err >&2; exit 3".into(),
+            ],
+            Some(Duration::from_secs(30)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(output.exit_code, 3, "{output:?}");
+    assert_eq!(output.stdout, b"out\n", "{output:?}");
+    assert_eq!(output.stderr, b"err\n", "{output:?}");
+
+    // Streaming calls answer with the runtime's streaming server's URL.
+    let url = client
+        .exec(ExecRequest {
+            container_id: sleeper.clone(),
+            cmd: vec!["sh".into()],
+            stdout: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(url.starts_with("http://"), "{url}");
+    let url = client.port_forward(&sandbox, vec![80]).await.unwrap();
+    assert!(url.starts_with("http://"), "{url}");
+
+    let mut listed: Vec<String> = client
+        .list_containers(&sandbox, &labels)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    listed.sort();
+    let mut expected = vec![echo.clone(), sleeper.clone()];
+    expected.sort();
+    assert_eq!(listed, expected);
+
+    // Stop (kill at once: no grace), remove, and the same for the sandbox.
+    client
+        .stop_container(&sleeper, Duration::ZERO)
+        .await
+        .unwrap();
+    wait_for_state(&client, &sleeper, ContainerState::ContainerExited).await;
+    for id in [&echo, &sleeper] {
+        client.remove_container(id).await.unwrap();
+        let error: CriError = client.container_status(id, false).await.unwrap_err();
+        assert!(error.is_not_found(), "{error}");
+    }
+    assert!(client
+        .list_containers(&sandbox, &HashMap::new())
+        .await
+        .unwrap()
+        .is_empty());
+    client.stop_pod_sandbox(&sandbox).await.unwrap();
+    let status = client
+        .pod_sandbox_status(&sandbox, false)
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    assert_eq!(
+        status.state,
+        PodSandboxState::SandboxNotready as i32,
+        "{status:?}"
+    );
+    client.remove_pod_sandbox(&sandbox).await.unwrap();
+    let error = client
+        .pod_sandbox_status(&sandbox, false)
+        .await
+        .unwrap_err();
+    assert!(error.is_not_found(), "{error}");
+    // Removing it again is done already (idempotent).
+    client.remove_pod_sandbox(&sandbox).await.unwrap();
+    assert!(client.list_pod_sandbox(&labels).await.unwrap().is_empty());
 }
