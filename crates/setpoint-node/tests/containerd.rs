@@ -23,6 +23,14 @@ fn link_exists(name: &str) -> bool {
         .unwrap_or(false)
 }
 
+fn nat_rules() -> String {
+    let out = Command::new("iptables-save")
+        .args(["-t", "nat"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 fn process_alive(pid: i32) -> bool {
     // A zombie is not alive; containerd's parent reaps it when it exits.
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -57,9 +65,10 @@ fn wait_stopped(c: &TestContainerd, task: &str, timeout: Duration) -> Result<(),
 }
 
 /// Runs the CNI plugins of the instance's network list by hand (as the CRI plugin would,
-/// in order, with the list's name and version) on a fresh network namespace: ADD, then DEL.
-/// Returns the address the namespace got.
-fn cni_add_and_del(conflist: &Path, netns_name: &str) -> String {
+/// in order, with the list's name and version) on a fresh network namespace: ADD, then DEL
+/// unless `del` is false (as for a sandbox containerd never stopped), then the namespace is
+/// deleted. Returns the address the namespace got.
+fn cni_add(conflist: &Path, netns_name: &str, del: bool) -> String {
     let list: serde_json::Value =
         serde_json::from_slice(&std::fs::read(conflist).unwrap()).unwrap();
     let netns = format!("/var/run/netns/{netns_name}");
@@ -120,8 +129,10 @@ fn cni_add_and_del(conflist: &Path, netns_name: &str) -> String {
         .as_str()
         .unwrap_or_default()
         .to_string();
-    for plugin in plugins.iter().rev() {
-        run("DEL", plugin, Some(&result));
+    if del {
+        for plugin in plugins.iter().rev() {
+            run("DEL", plugin, Some(&result));
+        }
     }
     let _ = Command::new("ip")
         .args(["netns", "del", netns_name])
@@ -206,7 +217,7 @@ async fn private_containerd_runs_local_images_and_cleans_up() {
     // gateway and the namespace gets an address of the instance's subnet.
     let conflist = c.dir().join("cni/net.d/10-setpoint.conflist");
     let netns = format!("sp-test-{}", std::process::id());
-    let address = cni_add_and_del(&conflist, &netns);
+    let address = cni_add(&conflist, &netns, true);
     let prefix = c.subnet().trim_end_matches("0/24");
     assert!(
         address.starts_with(prefix),
@@ -214,6 +225,15 @@ async fn private_containerd_runs_local_images_and_cleans_up() {
         c.subnet()
     );
     assert!(link_exists(c.bridge()), "bridge {} missing", c.bridge());
+
+    // A network never torn down (its masquerade rules stay) is cleaned up on drop.
+    let leftover = cni_add(&conflist, &format!("{netns}-left"), false);
+    assert!(leftover.starts_with(prefix), "{leftover}");
+    let needle = format!("name: \\\"{}\\\"", c.bridge());
+    assert!(
+        nat_rules().contains(&needle),
+        "no masquerade rule for {leftover}"
+    );
 
     // A container left running is removed on drop, with everything else.
     let id = format!("sp-left-{}", std::process::id());
@@ -233,6 +253,8 @@ async fn private_containerd_runs_local_images_and_cleans_up() {
     assert!(!dir.exists(), "{} still exists", dir.display());
     assert!(std::os::unix::net::UnixStream::connect(&endpoint).is_err());
     assert_eq!(shims_of(&endpoint), Vec::<i32>::new(), "shims left running");
+    let nat = nat_rules();
+    assert!(!nat.contains(&needle), "nat rules of {bridge} left:\n{nat}");
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(
         !mounts.contains(dir.to_str().unwrap()),

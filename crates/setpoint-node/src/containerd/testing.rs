@@ -147,6 +147,9 @@ impl Drop for TestContainerd {
             drop(dir);
         }
         delete_link(&self.bridge);
+        // Sandboxes left running never had their CNI DEL: their masquerade and hostPort
+        // rules would stay in the nat table.
+        remove_nat_rules_of(&self.bridge);
     }
 }
 
@@ -398,6 +401,101 @@ fn kill_shims_of(endpoint: &Path) {
     }
 }
 
+/// Deletes the nat-table rules the CNI plugins added for network `network` (their comments
+/// name it) and the per-container chains those rules jump to.
+pub fn remove_nat_rules_of(network: &str) {
+    let Ok(out) = Command::new("iptables-save").args(["-t", "nat"]).output() else {
+        return;
+    };
+    let (rules, chains) = cni_nat_rules(&String::from_utf8_lossy(&out.stdout), network);
+    for rule in rules {
+        let mut args = vec!["-t".to_string(), "nat".to_string(), "-D".to_string()];
+        args.extend(rule);
+        let _ = Command::new("iptables").args(&args).status();
+    }
+    for chain in chains {
+        let _ = Command::new("iptables")
+            .args(["-t", "nat", "-F", &chain])
+            .status();
+        let _ = Command::new("iptables")
+            .args(["-t", "nat", "-X", &chain])
+            .status();
+    }
+}
+
+/// From `iptables-save` output: the rules (as arguments after `-A`) whose comment names
+/// `network`, and the container chains (`CNI-...`, not the shared `CNI-HOSTPORT-*` ones)
+/// they jump to.
+fn cni_nat_rules(save: &str, network: &str) -> (Vec<Vec<String>>, Vec<String>) {
+    let needle = format!("name: \"{network}\"");
+    let mut rules = Vec::new();
+    let mut chains: Vec<String> = Vec::new();
+    for line in save.lines() {
+        let Some(rest) = line.strip_prefix("-A ") else {
+            continue;
+        };
+        let args = split_quoted(rest);
+        let comment = args
+            .windows(2)
+            .find(|w| w[0] == "--comment")
+            .map(|w| w[1].as_str());
+        if !comment.is_some_and(|c| c.contains(&needle)) {
+            continue;
+        }
+        if let Some(target) = args.windows(2).find(|w| w[0] == "-j").map(|w| &w[1]) {
+            if target.starts_with("CNI-")
+                && !target.starts_with("CNI-HOSTPORT-")
+                && !chains.contains(target)
+            {
+                chains.push(target.clone());
+            }
+        }
+        rules.push(args);
+    }
+    (rules, chains)
+}
+
+/// Splits an `iptables-save` rule into arguments: whitespace separates, double quotes
+/// group, and a backslash inside quotes escapes the next character.
+fn split_quoted(line: &str) -> Vec<String> {
+    let mut args = Vec::new();
+    let mut current = String::new();
+    let mut in_arg = false;
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => {
+                in_arg = true;
+                while let Some(q) = chars.next() {
+                    match q {
+                        '"' => break,
+                        '\\' => {
+                            if let Some(e) = chars.next() {
+                                current.push(e);
+                            }
+                        }
+                        q => current.push(q),
+                    }
+                }
+            }
+            c if c.is_whitespace() => {
+                if in_arg {
+                    args.push(std::mem::take(&mut current));
+                    in_arg = false;
+                }
+            }
+            c => {
+                in_arg = true;
+                current.push(c);
+            }
+        }
+    }
+    if in_arg {
+        args.push(current);
+    }
+    args
+}
+
 /// Detaches every mount at or below `dir`, deepest first.
 fn unmount_under(dir: &Path) {
     let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
@@ -448,6 +546,38 @@ fn unescape_mountinfo(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nat_rules_of_one_network() {
+        let save = r#"*nat
+:POSTROUTING ACCEPT [0:0]
+:CNI-4c1a0f2b - [0:0]
+:CNI-HOSTPORT-DNAT - [0:0]
+:CNI-DN-77aa - [0:0]
+-A POSTROUTING -s 10.222.1.2/32 -m comment --comment "name: \"sp-t1\" id: \"abc\"" -j CNI-4c1a0f2b
+-A POSTROUTING -s 10.222.10.2/32 -m comment --comment "name: \"sp-t10\" id: \"def\"" -j CNI-99
+-A CNI-4c1a0f2b -d 10.222.1.0/24 -m comment --comment "name: \"sp-t1\" id: \"abc\"" -j ACCEPT
+-A CNI-HOSTPORT-DNAT -p tcp -m comment --comment "dnat name: \"sp-t1\" id: \"abc\"" -m multiport --dports 80 -j CNI-DN-77aa
+COMMIT
+"#;
+        let (rules, chains) = cni_nat_rules(save, "sp-t1");
+        assert_eq!(chains, ["CNI-4c1a0f2b", "CNI-DN-77aa"]);
+        assert_eq!(rules.len(), 3);
+        assert_eq!(
+            rules[0],
+            [
+                "POSTROUTING",
+                "-s",
+                "10.222.1.2/32",
+                "-m",
+                "comment",
+                "--comment",
+                "name: \"sp-t1\" id: \"abc\"",
+                "-j",
+                "CNI-4c1a0f2b"
+            ]
+        );
+    }
 
     #[test]
     fn mountinfo_escapes() {
