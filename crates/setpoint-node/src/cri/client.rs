@@ -819,6 +819,55 @@ mod tests {
         assert!(text.contains("No such file or directory"), "{text}");
     }
 
+    /// A runtime that accepts calls and never answers: a containerd cannot be made to hang
+    /// on purpose, so this is an HTTP/2 server on a unix socket whose handler never returns.
+    #[tokio::test]
+    async fn a_call_past_its_deadline_is_a_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("hang.sock");
+        let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+        let server = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                tokio::spawn(async move {
+                    let never = hyper::service::service_fn(|_request| {
+                        std::future::pending::<
+                            Result<hyper::Response<String>, std::convert::Infallible>,
+                        >()
+                    });
+                    let _ = hyper::server::conn::http2::Builder::new(
+                        hyper_util::rt::TokioExecutor::new(),
+                    )
+                    .serve_connection(TokioIo::new(stream), never)
+                    .await;
+                });
+            }
+        });
+        let options = CriOptions {
+            request_timeout: Duration::from_millis(200),
+            ..CriOptions::default()
+        };
+        let endpoint = format!("unix://{}", socket.display());
+        let client = CriClient::connect_with(&endpoint, options).await.unwrap();
+        let started = Instant::now();
+        let error = client.version().await.unwrap_err();
+        assert!(started.elapsed() >= Duration::from_millis(200));
+        assert!(
+            matches!(error, CriError::Timeout { method: "Version", timeout }
+                if timeout == Duration::from_millis(200)),
+            "{error:?}"
+        );
+        assert_eq!(error.code(), Code::DeadlineExceeded);
+        assert_eq!(
+            error.to_string(),
+            "CRI Version timed out after 200ms",
+            "{error}"
+        );
+        server.abort();
+    }
+
     #[test]
     fn errors_keep_the_grpc_code() {
         let error = CriError::Rpc {
