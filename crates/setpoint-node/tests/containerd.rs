@@ -333,3 +333,56 @@ async fn containerd_dies_with_its_parent() {
 fn kill_9(pid: i32) {
     let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
 }
+
+/// Two test containerds at once (as parallel tests start them) get their own subnet, bridge,
+/// directory and socket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parallel_instances_do_not_collide() {
+    let (Some(a), Some(b)) = tokio::join!(TestContainerd::start(), TestContainerd::start()) else {
+        return;
+    };
+    assert_ne!(a.subnet(), b.subnet());
+    assert_ne!(a.bridge(), b.bridge());
+    assert_ne!(a.dir(), b.dir());
+    assert_ne!(a.endpoint(), b.endpoint());
+    for c in [&a, &b] {
+        let images = c.ctr(&["images", "ls", "-q"], CTR_TIMEOUT).unwrap();
+        assert!(images.lines().any(|l| l == BUSYBOX_IMAGE), "{images}");
+    }
+}
+
+/// A data dir whose path is too long for a unix socket gets its socket in the short
+/// directory, and containerd serves there; `version` reports the binary.
+#[tokio::test]
+async fn long_data_dir_gets_a_short_socket() {
+    if let Some(reason) = missing_prerequisites() {
+        if std::env::var("SETPOINT_REQUIRE_CONTAINERD").as_deref() == Ok("1") {
+            panic!("SETPOINT_REQUIRE_CONTAINERD=1 but containerd cannot run here: {reason}");
+        }
+        eprintln!("skipping: containerd cannot run here: {reason}");
+        return;
+    }
+    let base = tempfile::Builder::new()
+        .prefix("sp-long-")
+        .tempdir()
+        .unwrap();
+    let short = tempfile::Builder::new().prefix("sp-s-").tempdir().unwrap();
+    let dir = base.path().join("d".repeat(60)).join("e".repeat(60));
+    let mut options = DaemonOptions::new("sp-long", "10.222.255.0/24");
+    options.short_socket_dir = short.path().to_path_buf();
+    let daemon = ContainerdDaemon::start(&dir, options).await.unwrap();
+    assert!(
+        daemon.endpoint().starts_with(short.path()),
+        "{}",
+        daemon.endpoint().display()
+    );
+    assert!(std::os::unix::net::UnixStream::connect(daemon.endpoint()).is_ok());
+    let version = setpoint_node::containerd::daemon::version(Path::new("containerd")).unwrap();
+    assert!(version.starts_with("containerd "), "{version}");
+    let status = daemon.stop().await.unwrap();
+    assert!(
+        status.success(),
+        "containerd exited with {status} on SIGTERM"
+    );
+    assert!(std::os::unix::net::UnixStream::connect(daemon.endpoint()).is_err());
+}
