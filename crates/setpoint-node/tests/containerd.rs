@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use setpoint_node::containerd::testing::{missing_prerequisites, shims_of};
 use setpoint_node::containerd::{
-    ContainerdDaemon, DaemonOptions, TestContainerd, BUSYBOX_IMAGE, PAUSE_IMAGE,
+    ContainerdDaemon, DaemonOptions, LocalContainerd, TestContainerd, BUSYBOX_IMAGE, PAUSE_IMAGE,
 };
 
 const CTR_TIMEOUT: Duration = Duration::from_secs(60);
@@ -385,4 +385,37 @@ async fn long_data_dir_gets_a_short_socket() {
         "containerd exited with {status} on SIGTERM"
     );
     assert!(std::os::unix::net::UnixStream::connect(daemon.endpoint()).is_err());
+}
+
+/// Without a system containerd, `find_or_start` starts a private one; with one, it uses it.
+#[tokio::test]
+async fn find_or_start_uses_the_system_containerd_or_starts_one() {
+    if let Some(reason) = missing_prerequisites() {
+        if std::env::var("SETPOINT_REQUIRE_CONTAINERD").as_deref() == Ok("1") {
+            panic!("SETPOINT_REQUIRE_CONTAINERD=1 but containerd cannot run here: {reason}");
+        }
+        eprintln!("skipping: containerd cannot run here: {reason}");
+        return;
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("sp-fos-")
+        .tempdir()
+        .unwrap();
+    let system = setpoint_node::containerd::find_system_endpoint();
+    let options = DaemonOptions::new("sp-fos", "10.222.255.0/24");
+    let local = LocalContainerd::find_or_start(dir.path(), options)
+        .await
+        .unwrap();
+    match (&local, system) {
+        (LocalContainerd::System(socket), Some(expected)) => assert_eq!(*socket, expected),
+        (LocalContainerd::Private(daemon), None) => {
+            assert!(daemon.endpoint().starts_with(dir.path()));
+            assert!(std::os::unix::net::UnixStream::connect(local.endpoint()).is_ok());
+        }
+        (local, system) => panic!("{local:?} with system containerd {system:?}"),
+    }
+    local.stop().await.unwrap();
+    if let LocalContainerd::Private(daemon) = &local {
+        assert!(daemon.exit_status().is_some());
+    }
 }

@@ -303,6 +303,49 @@ pub fn find_system_endpoint() -> Option<PathBuf> {
         .map(|_| socket)
 }
 
+/// The containerd a node agent uses: a running system one, or its own private child.
+#[derive(Debug)]
+pub enum LocalContainerd {
+    /// A containerd someone else runs, at this socket. Its own configuration applies: its
+    /// sandbox image and CNI network are whatever it was set up with.
+    System(PathBuf),
+    /// A containerd started under the agent's data dir, stopped with the agent.
+    Private(ContainerdDaemon),
+}
+
+impl LocalContainerd {
+    /// Uses a running system containerd ([`find_system_endpoint`]) if there is one, else
+    /// starts a private one under `dir` with `options` (as k3s does with its bundled one).
+    pub async fn find_or_start(
+        dir: &Path,
+        options: DaemonOptions,
+    ) -> Result<Self, ContainerdError> {
+        if let Some(socket) = find_system_endpoint() {
+            tracing::info!(socket = %socket.display(), "using the running containerd");
+            return Ok(LocalContainerd::System(socket));
+        }
+        Ok(LocalContainerd::Private(
+            ContainerdDaemon::start(dir, options).await?,
+        ))
+    }
+
+    /// The socket to talk CRI (and containerd's API) on.
+    pub fn endpoint(&self) -> &Path {
+        match self {
+            LocalContainerd::System(socket) => socket,
+            LocalContainerd::Private(daemon) => daemon.endpoint(),
+        }
+    }
+
+    /// Stops the private containerd; a system one is left alone.
+    pub async fn stop(&self) -> Result<(), ContainerdError> {
+        match self {
+            LocalContainerd::System(_) => Ok(()),
+            LocalContainerd::Private(daemon) => daemon.stop().await.map(|_| ()),
+        }
+    }
+}
+
 fn ttrpc_path(socket: &Path) -> PathBuf {
     let mut s = socket.as_os_str().to_os_string();
     s.push(".ttrpc");

@@ -4,9 +4,9 @@
 //! ([`image`], written as OCI layouts with [`tar`]), and a per-test containerd
 //! ([`testing::TestContainerd`]).
 //!
-//! `setpoint up` needs no setup where containerd is installed: it uses a running containerd
-//! ([`daemon::find_system_endpoint`]) or starts its own under the data dir, as k3s does with
-//! its bundled one.
+//! `setpoint up` needs no setup where containerd is installed: [`LocalContainerd`] uses a
+//! running containerd ([`daemon::find_system_endpoint`]) or starts its own under the data
+//! dir, as k3s does with its bundled one.
 
 pub mod config;
 pub mod daemon;
@@ -14,7 +14,9 @@ pub mod image;
 pub mod tar;
 pub mod testing;
 
-pub use daemon::{find_system_endpoint, ContainerdDaemon, DaemonOptions, SYSTEM_SOCKET};
+pub use daemon::{
+    find_system_endpoint, ContainerdDaemon, DaemonOptions, LocalContainerd, SYSTEM_SOCKET,
+};
 pub use image::{ensure_local_images, BUSYBOX_IMAGE, PAUSE_IMAGE};
 pub use testing::TestContainerd;
 
