@@ -51,6 +51,10 @@ pub struct ApiConfig {
     pub raw_log: Option<PathBuf>,
     /// Which local processes to sample (besides this one).
     pub processes: crate::procstat::Scope,
+    /// An existing namespace to run in, which the run neither creates nor deletes (so a user
+    /// allowed only ConfigMaps in one namespace can run it); `None` runs in a namespace of
+    /// its own, created for the run and deleted after it.
+    pub namespace: Option<String>,
 }
 
 impl Default for ApiConfig {
@@ -64,7 +68,17 @@ impl Default for ApiConfig {
             progress: true,
             raw_log: None,
             processes: Default::default(),
+            namespace: None,
         }
+    }
+}
+
+/// The namespace a run uses, and whether the run owns it (creates and deletes it): the one
+/// asked for, which it does not own, else `bench-<run id>`, which it does.
+pub fn run_namespace(asked: Option<&str>, run_id: &str) -> (String, bool) {
+    match asked {
+        Some(ns) => (ns.to_string(), false),
+        None => (format!("bench-{run_id}"), true),
     }
 }
 
@@ -201,11 +215,45 @@ async fn watcher(
     }
 }
 
+/// Deletes the run's ConfigMaps a worker left behind (its delete failed) in a namespace the
+/// run does not own; what cannot be deleted is recorded as missing.
+async fn delete_leftovers(api: &Api<ConfigMap>, rec: &Recorder, run: &str) {
+    let list = ListParams::default().labels(&format!("{RUN_LABEL}={run}"));
+    let left = match once(rec, "list", "configmaps", api.list(&list)).await {
+        Ok(l) => l.items,
+        Err(e) => {
+            rec.record(Record::Missing {
+                what: format!("the run's ConfigMaps could not be listed for cleanup: {e}"),
+            });
+            return;
+        }
+    };
+    for cm in left {
+        let Some(name) = cm.metadata.name else {
+            continue;
+        };
+        let deleted = once(
+            rec,
+            "delete",
+            "configmaps",
+            api.delete(&name, &DeleteParams::default()),
+        )
+        .await;
+        if let Err(e) = deleted.map(|_| ()) {
+            if !e.is_not_found() {
+                rec.record(Record::Missing {
+                    what: format!("ConfigMap {name} left behind: {e}"),
+                });
+            }
+        }
+    }
+}
+
 /// Runs the api benchmark against the cluster behind `client`.
 pub async fn run(client: Client, config: ApiConfig) -> Result<Outcome<ApiReport>, BenchError> {
     let rec = Recorder::new();
     let id = run_id();
-    let ns = format!("bench-{id}");
+    let (ns, own_namespace) = run_namespace(config.namespace.as_deref(), &id);
     rec.record_at(
         0,
         Record::Start {
@@ -217,10 +265,13 @@ pub async fn run(client: Client, config: ApiConfig) -> Result<Outcome<ApiReport>
                 "duration_seconds": config.duration.as_secs_f64(),
                 "object_size": config.object_size,
                 "watchers": config.watchers,
+                "namespace": config.namespace,
             }),
         },
     );
-    create_namespace(&client, &rec, &ns, &id).await?;
+    if own_namespace {
+        create_namespace(&client, &rec, &ns, &id).await?;
+    }
     let api = Api::<ConfigMap>::namespaced(client.clone(), &ns);
     let (stop, stopped) = watch::channel(false);
     let delivered = Arc::new(AtomicU64::new(0));
@@ -293,10 +344,14 @@ pub async fn run(client: Client, config: ApiConfig) -> Result<Outcome<ApiReport>
     if let Some(p) = progress {
         p.stop().await;
     }
-    if !delete_namespace(&client, &rec, &ns, config.timeout).await? {
-        rec.record(Record::Missing {
-            what: format!("namespace {ns} still there after {:?}", config.timeout),
-        });
+    if own_namespace {
+        if !delete_namespace(&client, &rec, &ns, config.timeout).await? {
+            rec.record(Record::Missing {
+                what: format!("namespace {ns} still there after {:?}", config.timeout),
+            });
+        }
+    } else {
+        delete_leftovers(&api, &rec, &id).await;
     }
     sampler.stop().await;
     let log = rec.snapshot();
@@ -305,4 +360,18 @@ pub async fn run(client: Client, config: ApiConfig) -> Result<Outcome<ApiReport>
     }
     let report = report::api(&log)?;
     Ok(Outcome { report, log })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_given_namespace_is_used_and_not_owned() {
+        assert_eq!(
+            run_namespace(Some("team"), "r1"),
+            ("team".to_string(), false)
+        );
+        assert_eq!(run_namespace(None, "r1"), ("bench-r1".to_string(), true));
+    }
 }

@@ -334,6 +334,7 @@ async fn api_run_delivers_every_write_to_every_watcher() {
             progress: false,
             raw_log: None,
             processes: Default::default(),
+            namespace: None,
         },
     )
     .await
@@ -350,6 +351,45 @@ async fn api_run_delivers_every_write_to_every_watcher() {
             "{verb}"
         );
     }
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn api_run_in_a_given_namespace_leaves_it_and_nothing_in_it() {
+    let c = cluster().await;
+    let namespaces = Api::<Namespace>::all(c.cluster.client());
+    let ns: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "given"}})).unwrap();
+    namespaces.create(&Default::default(), &ns).await.unwrap();
+    let outcome = setpoint_bench::api::run(
+        c.cluster.client(),
+        ApiConfig {
+            concurrency: 2,
+            duration: Duration::from_millis(300),
+            object_size: 64,
+            watchers: 1,
+            timeout: Duration::from_secs(60),
+            progress: false,
+            namespace: Some("given".into()),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let r = &outcome.report;
+    assert_eq!(r.errors, 0, "{:?}", r.api);
+    assert!(r.writes > 0);
+    // No namespace of the run's own was created or deleted.
+    assert!(!outcome.log.iter().any(|e| matches!(&e.record,
+        Record::Request { resource, .. } if resource == "namespaces")));
+    let given = namespaces.get("given").await.unwrap();
+    assert!(given.metadata.deletion_timestamp.is_none());
+    let left =
+        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(c.cluster.client(), "given")
+            .list(&ListParams::default().labels(&format!("{RUN_LABEL}={}", r.run_id)))
+            .await
+            .unwrap();
+    assert!(left.items.is_empty(), "{:?}", left.items);
     c.stop().await;
 }
 

@@ -126,6 +126,11 @@ pub struct ApiArgs {
     /// Watchers on the written objects.
     #[arg(long, default_value_t = 4)]
     watchers: usize,
+    /// Run in this existing namespace, neither creating nor deleting it (the run's
+    /// ConfigMaps are deleted): a user allowed only ConfigMaps in one namespace can run it.
+    /// Default: a namespace of the run's own, created and deleted.
+    #[arg(long, short = 'n')]
+    namespace: Option<String>,
 }
 
 fn parse_rate(s: &str) -> Result<f64, String> {
@@ -252,6 +257,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
                     progress: !c.quiet,
                     raw_log: c.raw_log,
                     processes,
+                    namespace: a.namespace,
                 },
             )
             .await?;
