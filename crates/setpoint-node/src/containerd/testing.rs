@@ -55,8 +55,10 @@ impl TestContainerd {
         let (index, lock) = claim_subnet(&shared);
         let bridge = format!("sp-t{index}");
         let subnet = format!("10.222.{index}.0/24");
-        // A test killed outright leaves its bridge behind; the lock says nobody uses it now.
+        // A test killed outright leaves its bridge and nat rules behind; the lock says
+        // nobody uses them now.
         delete_link(&bridge);
+        remove_nat_rules_of(&bridge);
         let dir = tempfile::Builder::new()
             .prefix("sp-ctrd-")
             .tempdir()
