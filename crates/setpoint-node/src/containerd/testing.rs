@@ -6,7 +6,8 @@
 //! exclusive `flock` on `net-<x>.lock` in a shared directory under the system temp dir, so
 //! parallel tests in any number of processes never share one, and a test killed outright
 //! releases its lock with its process. An `x` whose subnet is already on a host interface
-//! is skipped.
+//! is skipped. Its containerd's directory is `run-<x>` in the same shared directory, so
+//! whatever a killed test left there is cleared by the next test to take `x`.
 
 // flock, geteuid, kill and umount2 are system calls.
 #![allow(unsafe_code)]
@@ -28,7 +29,7 @@ pub const REQUIRE_ENV: &str = "SETPOINT_REQUIRE_CONTAINERD";
 pub struct TestContainerd {
     daemon: Option<ContainerdDaemon>,
     endpoint: PathBuf,
-    dir: Option<tempfile::TempDir>,
+    dir: PathBuf,
     bridge: String,
     subnet: String,
     _lock: std::fs::File,
@@ -59,13 +60,16 @@ impl TestContainerd {
         // nobody uses them now.
         delete_link(&bridge);
         remove_nat_rules_of(&bridge);
-        let dir = tempfile::Builder::new()
-            .prefix("sp-ctrd-")
-            .tempdir()
-            .expect("creating a temporary directory for containerd");
+        // The directory belongs to the subnet's lock too: one left by a killed test (its
+        // shims, its mounts) is cleared here, where nobody else can be using it.
+        let dir = shared.join(format!("run-{index}"));
+        if dir.exists() {
+            clear_run_dir(&dir, &dir.join("containerd.sock"));
+        }
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
         let mut options = DaemonOptions::new(bridge.clone(), subnet.clone());
         options.short_socket_dir = shared.clone();
-        let daemon = match ContainerdDaemon::start(dir.path(), options).await {
+        let daemon = match ContainerdDaemon::start(&dir, options).await {
             Ok(daemon) => daemon,
             Err(e) => panic!("starting a test containerd: {e}"),
         };
@@ -73,7 +77,7 @@ impl TestContainerd {
         let this = TestContainerd {
             daemon: Some(daemon),
             endpoint,
-            dir: Some(dir),
+            dir,
             bridge,
             subnet,
             _lock: lock,
@@ -101,7 +105,7 @@ impl TestContainerd {
 
     /// containerd's data directory.
     pub fn dir(&self) -> &Path {
-        self.dir.as_ref().map(|d| d.path()).unwrap_or(Path::new(""))
+        &self.dir
     }
 
     /// containerd's process id.
@@ -136,22 +140,22 @@ impl Drop for TestContainerd {
         // Containers first, while containerd can still stop them: shims would outlive it.
         remove_all_tasks(&self.endpoint);
         drop(daemon);
-        kill_shims_of(&self.endpoint);
-        if let Some(dir) = self.dir.take() {
-            let path = dir.path().to_path_buf();
-            // Snapshots, sandbox network namespaces and shm are mounted under the data dir;
-            // removing the directory would fail, or descend into them, while they are.
-            unmount_under(&path);
-            if let Err(e) = std::fs::remove_dir_all(&path) {
-                eprintln!("removing {}: {e}", path.display());
-            }
-            // Already gone; the TempDir's own removal finds nothing.
-            drop(dir);
-        }
+        clear_run_dir(&self.dir, &self.endpoint);
         delete_link(&self.bridge);
         // Sandboxes left running never had their CNI DEL: their masquerade and hostPort
         // rules would stay in the nat table.
         remove_nat_rules_of(&self.bridge);
+    }
+}
+
+/// Kills the shims of the containerd at `endpoint`, then unmounts and removes `dir`, its
+/// data directory. Snapshots, sandbox network namespaces and shm are mounted under it;
+/// removing the directory would fail, or descend into them, while they are.
+fn clear_run_dir(dir: &Path, endpoint: &Path) {
+    kill_shims_of(endpoint);
+    unmount_under(dir);
+    if let Err(e) = std::fs::remove_dir_all(dir) {
+        eprintln!("removing {}: {e}", dir.display());
     }
 }
 
