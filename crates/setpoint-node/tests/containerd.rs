@@ -164,6 +164,27 @@ async fn private_containerd_runs_local_images_and_cleans_up() {
         "{unpacked}"
     );
 
+    // containerd ignores keys it does not know, so check that the CRI plugin read ours: it
+    // logs the configuration it runs with (containerd 1.6 as `Start cri plugin with config
+    // {...}`; other versions may word it otherwise, and are not checked here).
+    let log = std::fs::read_to_string(c.daemon().unwrap().log_path()).unwrap();
+    if let Some(line) = log
+        .lines()
+        .find(|l| l.contains("Start cri plugin with config"))
+    {
+        let conf_dir = c.dir().join("cni/net.d");
+        for field in [
+            format!("SandboxImage:{PAUSE_IMAGE}"),
+            "RestrictOOMScoreAdj:true".to_string(),
+            "NetNSMountsUnderStateDir:true".to_string(),
+            "Options:map[SystemdCgroup:false]".to_string(),
+            "Snapshotter:overlayfs".to_string(),
+            format!("NetworkPluginConfDir:{}", conf_dir.display()),
+        ] {
+            assert!(line.contains(&field), "CRI config lacks {field}: {line}");
+        }
+    }
+
     // The busybox image runs a command.
     let id = format!("sp-echo-{}", std::process::id());
     let out = c
