@@ -87,7 +87,7 @@ fn cni_add(conflist: &Path, netns_name: &str, del: bool) -> String {
         let kind = plugin["type"].as_str().unwrap();
         let mut child = Command::new(format!("/usr/lib/cni/{kind}"))
             .env("CNI_COMMAND", command)
-            .env("CNI_CONTAINERID", "setpoint-test")
+            .env("CNI_CONTAINERID", netns_name)
             .env("CNI_NETNS", &netns)
             .env("CNI_IFNAME", "eth0")
             .env("CNI_PATH", "/usr/lib/cni")
