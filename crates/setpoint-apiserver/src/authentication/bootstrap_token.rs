@@ -141,14 +141,30 @@ impl Authenticator {
 
 impl TokenAuthenticator for Authenticator {
     fn authenticate(&self, token: &str) -> Result<Option<UserInfo>, String> {
+        Ok(self.authenticate_until(token)?.map(|(user, _)| user))
+    }
+
+    fn authenticate_until(&self, token: &str) -> Result<Option<(UserInfo, Option<i64>)>, String> {
         let Some((id, token_secret)) = parse_token(token) else {
             return Ok(None);
         };
         let prefix = crate::registry::storage_prefix("", "secrets");
         let key = format!("{prefix}{NAMESPACE}/{SECRET_PREFIX}{id}");
         let secret = self.caches.get(&prefix).get(&key).map(|o| o.object());
-        user_for(secret.as_ref(), id, token_secret, chrono::Utc::now())
+        let Some(user) = user_for(secret.as_ref(), id, token_secret, chrono::Utc::now())? else {
+            return Ok(None);
+        };
+        Ok(Some((user, secret.as_ref().and_then(expiration))))
     }
+}
+
+/// A bootstrap-token Secret's `expiration` (Unix seconds), when it has one that parses (one
+/// that does not is refused by [`user_for`] before this is asked).
+fn expiration(secret: &Value) -> Option<i64> {
+    let text = data(secret, "expiration")?;
+    chrono::DateTime::parse_from_rfc3339(&text)
+        .ok()
+        .map(|t| t.timestamp())
 }
 
 #[cfg(test)]
@@ -263,6 +279,9 @@ mod tests {
         assert!(user_for(Some(&past), "abcdef", "0123456789abcdef", now()).is_err());
         let garbage = secret(&[("expiration", "tomorrow")]);
         assert!(user_for(Some(&garbage), "abcdef", "0123456789abcdef", now()).is_err());
+        // What a cache of the answer is bounded by.
+        assert_eq!(expiration(&future), Some(now().timestamp() + 86_400));
+        assert_eq!(expiration(&secret(&[])), None);
     }
 
     #[test]

@@ -9,11 +9,15 @@
 //! 3. else the request is anonymous: `system:anonymous` in group `system:unauthenticated` when
 //!    anonymous requests are enabled (`--anonymous-auth`, the default), and 401 otherwise.
 //!
+//! A token the chain accepted is remembered for up to 10 s ([`cache`]), as upstream's token
+//! cache does, so a request does not pay for a signature check every time.
+//!
 //! Every authenticated user is also in `system:authenticated`. Plain-HTTP servers (tests) and
 //! in-process callers (the components `setpoint up` runs in its own process) have no
 //! credentials to check; they act as [`UserInfo::internal`].
 
 pub mod bootstrap_token;
+pub mod cache;
 pub mod impersonation;
 pub mod serviceaccount;
 mod token_file;
@@ -104,6 +108,13 @@ pub trait TokenAuthenticator: Send + Sync {
     /// (expired, revoked); the reason goes to the log, never to the client.
     fn authenticate(&self, token: &str) -> Result<Option<UserInfo>, String>;
 
+    /// [`Self::authenticate`], and when the token stops being valid on its own (Unix
+    /// seconds), if it ever does and the authenticator knows: a cached answer must not
+    /// outlive it. By default the token has no expiry of its own.
+    fn authenticate_until(&self, token: &str) -> Result<Option<(UserInfo, Option<i64>)>, String> {
+        Ok(self.authenticate(token)?.map(|user| (user, None)))
+    }
+
     /// For a TokenReview that names `audiences`: the user and the audiences (of those asked)
     /// the token is valid for. By default a token is audience-agnostic, as static and
     /// bootstrap tokens are: upstream treats it as valid for the API's own audiences only
@@ -158,6 +169,8 @@ impl Default for AuthenticationConfig {
 pub struct Authenticators {
     tokens: Vec<Box<dyn TokenAuthenticator>>,
     anonymous: bool,
+    /// The answers for accepted tokens on the request path; `None` asks the chain every time.
+    cache: Option<cache::TokenCache>,
 }
 
 impl Authenticators {
@@ -170,7 +183,14 @@ impl Authenticators {
         Ok(Authenticators {
             tokens,
             anonymous: config.anonymous_auth,
+            cache: Some(cache::TokenCache::default()),
         })
+    }
+
+    /// Puts `cache` in front of the token authenticators on the request path (`None`: no
+    /// cache, every request's token is checked).
+    pub fn set_cache(&mut self, cache: Option<cache::TokenCache>) {
+        self.cache = cache;
     }
 
     /// Appends a token authenticator (asked after those already there).
@@ -218,9 +238,23 @@ impl Authenticators {
             Identity::NoCertificate => {}
         }
         if let Some(token) = bearer_token(headers) {
+            let now = std::time::Instant::now();
+            if let Some(user) = self.cache.as_ref().and_then(|c| c.get(token, now)) {
+                return Ok(user);
+            }
             for authenticator in &self.tokens {
-                match authenticator.authenticate(token) {
-                    Ok(Some(user)) => return Ok(Arc::new(user)),
+                match authenticator.authenticate_until(token) {
+                    Ok(Some((user, expires))) => {
+                        let user = Arc::new(user);
+                        if let Some(cache) = &self.cache {
+                            let valid_for = expires.map(|exp| {
+                                let left = exp.saturating_sub(chrono::Utc::now().timestamp());
+                                std::time::Duration::from_secs(left.max(0) as u64)
+                            });
+                            cache.insert(token, user.clone(), valid_for, now);
+                        }
+                        return Ok(user);
+                    }
                     Ok(None) => {}
                     Err(reason) => {
                         tracing::debug!(%reason, "a bearer token was refused");
@@ -324,6 +358,86 @@ mod tests {
             .authenticate(&Identity::Internal, &HeaderMap::new())
             .unwrap()
             .in_group(MASTERS));
+    }
+
+    /// Counts the checks it makes; "good" is valid for an hour, "ending" only for 2 s more
+    /// (a cache must not keep it longer), "bad" is refused.
+    #[derive(Default)]
+    struct Counting(std::sync::atomic::AtomicUsize);
+    impl TokenAuthenticator for Counting {
+        fn authenticate(&self, token: &str) -> Result<Option<UserInfo>, String> {
+            Ok(self.authenticate_until(token)?.map(|(u, _)| u))
+        }
+        fn authenticate_until(
+            &self,
+            token: &str,
+        ) -> Result<Option<(UserInfo, Option<i64>)>, String> {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let now = chrono::Utc::now().timestamp();
+            match token {
+                "good" => Ok(Some((
+                    UserInfo::authenticated("u", vec![]),
+                    Some(now + 3600),
+                ))),
+                "ending" => Ok(Some((UserInfo::authenticated("e", vec![]), Some(now - 1)))),
+                "bad" => Err("revoked".into()),
+                _ => Ok(None),
+            }
+        }
+    }
+
+    #[test]
+    fn accepted_tokens_are_cached_and_refused_ones_are_not() {
+        let mut chain = Authenticators::from_config(&AuthenticationConfig::default()).unwrap();
+        let counting = std::sync::Arc::new(Counting::default());
+        struct Shared(std::sync::Arc<Counting>);
+        impl TokenAuthenticator for Shared {
+            fn authenticate(&self, token: &str) -> Result<Option<UserInfo>, String> {
+                self.0.authenticate(token)
+            }
+            fn authenticate_until(
+                &self,
+                token: &str,
+            ) -> Result<Option<(UserInfo, Option<i64>)>, String> {
+                self.0.authenticate_until(token)
+            }
+        }
+        chain.push(Box::new(Shared(counting.clone())));
+        let checks = || counting.0.load(std::sync::atomic::Ordering::SeqCst);
+        let none = Identity::NoCertificate;
+        for _ in 0..3 {
+            let u = chain.authenticate(&none, &headers("Bearer good")).unwrap();
+            assert_eq!(u.username, "u");
+        }
+        assert_eq!(checks(), 1, "answered from the cache after the first check");
+        for _ in 0..3 {
+            let e = chain
+                .authenticate(&none, &headers("Bearer bad"))
+                .unwrap_err();
+            assert_eq!(e.code, 401);
+        }
+        assert_eq!(checks(), 4, "refusals are checked every time");
+        for _ in 0..2 {
+            assert_eq!(
+                chain
+                    .authenticate(&none, &headers("Bearer other"))
+                    .unwrap_err()
+                    .code,
+                401
+            );
+        }
+        assert_eq!(checks(), 6, "unknown tokens are checked every time");
+        // A token past its expiry (still inside the verifier's leeway) is not cached.
+        for _ in 0..2 {
+            chain
+                .authenticate(&none, &headers("Bearer ending"))
+                .unwrap();
+        }
+        assert_eq!(checks(), 8);
+        // Without a cache every request is checked.
+        chain.set_cache(None);
+        chain.authenticate(&none, &headers("Bearer good")).unwrap();
+        assert_eq!(checks(), 9);
     }
 
     #[test]

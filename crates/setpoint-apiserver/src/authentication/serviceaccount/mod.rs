@@ -261,6 +261,32 @@ impl Issuer {
         lookup: &dyn Lookup,
         accepted: &[String],
     ) -> Result<Option<(UserInfo, Vec<String>)>, String> {
+        Ok(self
+            .verify_claims(token, now, lookup, accepted)?
+            .map(|(user, valid, _)| (user, valid)))
+    }
+
+    /// [`Self::verify`], and the token's `exp` (Unix seconds), past which nothing may keep
+    /// taking the token for valid (a cache of answers, say).
+    pub fn verify_until(
+        &self,
+        token: &str,
+        now: i64,
+        lookup: &dyn Lookup,
+    ) -> Result<Option<(UserInfo, i64)>, String> {
+        Ok(self
+            .verify_claims(token, now, lookup, &self.audiences)?
+            .map(|(user, _, exp)| (user, exp)))
+    }
+
+    /// The checks of [`Self::verify_for`]; also returns the token's `exp`.
+    fn verify_claims(
+        &self,
+        token: &str,
+        now: i64,
+        lookup: &dyn Lookup,
+        accepted: &[String],
+    ) -> Result<Option<(UserInfo, Vec<String>, i64)>, String> {
         let Some(parsed) = jwt::parse(token) else {
             return Ok(None);
         };
@@ -273,11 +299,11 @@ impl Issuer {
             return Err("invalid signature".into());
         }
         let time = |name: &str| claims.get(name).and_then(Value::as_i64);
-        match time("exp") {
-            Some(exp) if now <= exp + LEEWAY_SECONDS => {}
+        let exp = match time("exp") {
+            Some(exp) if now <= exp + LEEWAY_SECONDS => exp,
             Some(_) => return Err("token has expired".into()),
             None => return Err("token has no expiry".into()),
-        }
+        };
         if let Some(nbf) = time("nbf") {
             if now + LEEWAY_SECONDS < nbf {
                 return Err("token is not valid yet".into());
@@ -364,7 +390,7 @@ impl Issuer {
             user.extra
                 .insert(EXTRA_CREDENTIAL_ID.into(), vec![format!("JTI={jti}")]);
         }
-        Ok(Some((user, valid)))
+        Ok(Some((user, valid, exp)))
     }
 
     /// `/.well-known/openid-configuration`: the issuer's OpenID Connect discovery document;
@@ -406,6 +432,13 @@ impl TokenAuthenticator for Authenticator {
     fn authenticate(&self, token: &str) -> Result<Option<UserInfo>, String> {
         self.issuer
             .verify(token, chrono::Utc::now().timestamp(), &self.lookup)
+    }
+
+    fn authenticate_until(&self, token: &str) -> Result<Option<(UserInfo, Option<i64>)>, String> {
+        Ok(self
+            .issuer
+            .verify_until(token, chrono::Utc::now().timestamp(), &self.lookup)?
+            .map(|(user, exp)| (user, Some(exp))))
     }
 
     fn authenticate_for(
@@ -541,6 +574,15 @@ mod tests {
             user.extra[EXTRA_CREDENTIAL_ID],
             [format!("JTI={}", claims["jti"].as_str().unwrap())]
         );
+    }
+
+    #[test]
+    fn verify_until_names_the_tokens_expiry() {
+        let i = issuer();
+        let m = i.mint(&bot(), i.api_audiences(), NOW, 600);
+        let (user, exp) = i.verify_until(&m.token, NOW, &objects()).unwrap().unwrap();
+        assert_eq!(user.username, "system:serviceaccount:a:bot");
+        assert_eq!(exp, NOW + 600);
     }
 
     #[test]
