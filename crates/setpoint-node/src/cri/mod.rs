@@ -9,7 +9,15 @@
 //! container that is already gone means stop and remove are done).
 
 pub mod client;
+pub mod containers;
+pub mod images;
+pub mod logs;
+pub mod resources;
+pub mod runtime;
+pub mod sandbox;
+pub mod state;
 
 pub use client::{CriClient, CriError, CriOptions, ExecSyncOutput};
+pub use runtime::{CriRuntime, CriRuntimeOptions};
 /// The CRI v1 messages, re-exported so callers need not name the proto crate.
 pub use setpoint_cri_proto as api;

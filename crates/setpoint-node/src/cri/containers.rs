@@ -1,0 +1,295 @@
+//! A container's CRI configuration, as the kubelet builds it: image, `command`/`args` with
+//! `$(VAR)` expansion, environment, working directory, the labels the agent finds it by
+//! again (`io.kubernetes.container.name` and the pod's), the restart count as an
+//! annotation, the log path `<container>/<attempt>.log` under the sandbox's log directory,
+//! Linux resources from requests and limits, and the security context.
+//!
+//! Not done yet: environment from ConfigMaps, Secrets, resource fields and `envFrom`, and
+//! volumes. A container that asks for them is not created; it waits with
+//! `CreateContainerConfigError` and a message naming what is missing.
+
+use std::collections::HashMap;
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+use setpoint_cri_proto as cri;
+
+use super::resources::{self, LinuxResources};
+use super::sandbox::{self, CONTAINER_NAME_LABEL};
+use crate::process::expand::{self, FieldContext};
+
+/// The annotation carrying the container's restart count.
+pub const RESTART_COUNT_ANNOTATION: &str = "io.kubernetes.container.restartCount";
+
+/// The log path of a container's `attempt`-th run, relative to the sandbox's log directory.
+pub fn log_path(container: &str, attempt: u32) -> String {
+    format!("{container}/{attempt}.log")
+}
+
+/// What this runtime cannot give a container yet, if it asks for it.
+fn unsupported(container: &Container) -> Option<String> {
+    if container.env_from.as_ref().is_some_and(|e| !e.is_empty()) {
+        return Some("envFrom is not supported by the CRI runtime yet".to_string());
+    }
+    for var in container.env.iter().flatten() {
+        let Some(source) = &var.value_from else {
+            continue;
+        };
+        if source.field_ref.is_some() {
+            continue;
+        }
+        let kind = if source.config_map_key_ref.is_some() {
+            "configMapKeyRef"
+        } else if source.secret_key_ref.is_some() {
+            "secretKeyRef"
+        } else if source.resource_field_ref.is_some() {
+            "resourceFieldRef"
+        } else {
+            "this valueFrom source"
+        };
+        return Some(format!(
+            "env var {}: {kind} is not supported by the CRI runtime yet",
+            var.name
+        ));
+    }
+    if container
+        .volume_mounts
+        .as_ref()
+        .is_some_and(|m| !m.is_empty())
+    {
+        return Some("volumeMounts are not supported by the CRI runtime yet".to_string());
+    }
+    None
+}
+
+fn to_cri(r: LinuxResources) -> cri::LinuxContainerResources {
+    cri::LinuxContainerResources {
+        cpu_period: r.cpu_period,
+        cpu_quota: r.cpu_quota,
+        cpu_shares: r.cpu_shares,
+        memory_limit_in_bytes: r.memory_limit,
+        oom_score_adj: r.oom_score_adj,
+        ..Default::default()
+    }
+}
+
+/// The container's security context: the container's settings over the pod's.
+fn security_context(pod: &Pod, container: &Container) -> cri::LinuxContainerSecurityContext {
+    let psc = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.security_context.clone())
+        .unwrap_or_default();
+    let csc = container.security_context.clone().unwrap_or_default();
+    let caps = csc.capabilities.clone().unwrap_or_default();
+    cri::LinuxContainerSecurityContext {
+        capabilities: Some(cri::Capability {
+            add_capabilities: caps.add.unwrap_or_default(),
+            drop_capabilities: caps.drop.unwrap_or_default(),
+            ..Default::default()
+        }),
+        privileged: csc.privileged.unwrap_or(false),
+        namespace_options: Some(sandbox::namespace_options(pod)),
+        run_as_user: csc
+            .run_as_user
+            .or(psc.run_as_user)
+            .map(|value| cri::Int64Value { value }),
+        run_as_group: csc
+            .run_as_group
+            .or(psc.run_as_group)
+            .map(|value| cri::Int64Value { value }),
+        readonly_rootfs: csc.read_only_root_filesystem.unwrap_or(false),
+        supplemental_groups: psc
+            .supplemental_groups
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .chain(psc.fs_group)
+            .collect(),
+        no_new_privs: csc.allow_privilege_escalation == Some(false),
+        ..Default::default()
+    }
+}
+
+/// The CRI configuration of `container`'s `attempt`-th run in `pod`, whose sandbox has the
+/// address in `ctx`. An error is the `CreateContainerConfigError` message.
+pub fn container_config(
+    pod: &Pod,
+    container: &Container,
+    attempt: u32,
+    ctx: &FieldContext,
+    node_memory: i64,
+) -> Result<cri::ContainerConfig, String> {
+    if let Some(why) = unsupported(container) {
+        return Err(why);
+    }
+    let env = expand::container_env(pod, container, ctx)?;
+    let lookup = |name: &str| env.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
+    let expand_all = |words: &Option<Vec<String>>| -> Vec<String> {
+        words
+            .iter()
+            .flatten()
+            .map(|w| expand::expand(w, lookup))
+            .collect()
+    };
+    let qos = crate::status::qos_class(pod);
+    let resources = resources::linux_resources(container, qos, node_memory)?;
+    let mut labels = sandbox::pod_labels(pod);
+    labels.insert(CONTAINER_NAME_LABEL.to_string(), container.name.clone());
+    let grace = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds)
+        .unwrap_or(30);
+    let annotations = HashMap::from([
+        (RESTART_COUNT_ANNOTATION.to_string(), attempt.to_string()),
+        (
+            "io.kubernetes.container.terminationMessagePath".to_string(),
+            container
+                .termination_message_path
+                .clone()
+                .unwrap_or_else(|| "/dev/termination-log".to_string()),
+        ),
+        (
+            "io.kubernetes.pod.terminationGracePeriod".to_string(),
+            grace.to_string(),
+        ),
+    ]);
+    Ok(cri::ContainerConfig {
+        metadata: Some(cri::ContainerMetadata {
+            name: container.name.clone(),
+            attempt,
+        }),
+        image: Some(cri::ImageSpec {
+            image: container.image.clone().unwrap_or_default(),
+            user_specified_image: container.image.clone().unwrap_or_default(),
+            ..Default::default()
+        }),
+        command: expand_all(&container.command),
+        args: expand_all(&container.args),
+        working_dir: container.working_dir.clone().unwrap_or_default(),
+        envs: env
+            .iter()
+            .map(|(key, value)| cri::KeyValue {
+                key: key.clone(),
+                value: value.clone(),
+            })
+            .collect(),
+        labels,
+        annotations,
+        log_path: log_path(&container.name, attempt),
+        stdin: container.stdin.unwrap_or(false),
+        stdin_once: container.stdin_once.unwrap_or(false),
+        tty: container.tty.unwrap_or(false),
+        linux: Some(cri::LinuxContainerConfig {
+            resources: Some(to_cri(resources)),
+            security_context: Some(security_context(pod, container)),
+        }),
+        ..Default::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        Capabilities, ConfigMapKeySelector, EnvVar, EnvVarSource, PodSpec, ResourceRequirements,
+        SecurityContext,
+    };
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn pod(container: Container) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("shop".into()),
+                uid: Some("u-1".into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers: vec![container],
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn container() -> Container {
+        Container {
+            name: "app".into(),
+            image: Some("busybox:1".into()),
+            command: Some(vec!["sh".into(), "-c".into()]),
+            args: Some(vec!["echo $(GREETING) $$(X)".into()]),
+            env: Some(vec![EnvVar {
+                name: "GREETING".into(),
+                value: Some("hello".into()),
+                ..Default::default()
+            }]),
+            working_dir: Some("/tmp".into()),
+            resources: Some(ResourceRequirements {
+                limits: Some([("memory".to_string(), Quantity("16Mi".into()))].into()),
+                ..Default::default()
+            }),
+            security_context: Some(SecurityContext {
+                run_as_user: Some(1000),
+                read_only_root_filesystem: Some(true),
+                capabilities: Some(Capabilities {
+                    add: Some(vec!["NET_ADMIN".into()]),
+                    drop: Some(vec!["ALL".into()]),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn container_config_as_the_kubelet_builds_it() {
+        let c = container();
+        let cfg =
+            container_config(&pod(c.clone()), &c, 3, &FieldContext::default(), 1 << 30).unwrap();
+        assert_eq!(cfg.metadata.as_ref().unwrap().attempt, 3);
+        assert_eq!(cfg.image.as_ref().unwrap().image, "busybox:1");
+        assert_eq!(cfg.command, ["sh", "-c"]);
+        assert_eq!(cfg.args, ["echo hello $(X)"]);
+        assert_eq!(cfg.working_dir, "/tmp");
+        assert_eq!(cfg.envs[0].key, "GREETING");
+        assert_eq!(cfg.labels[CONTAINER_NAME_LABEL], "app");
+        assert_eq!(cfg.labels[sandbox::POD_UID_LABEL], "u-1");
+        assert_eq!(cfg.annotations[RESTART_COUNT_ANNOTATION], "3");
+        assert_eq!(cfg.log_path, "app/3.log");
+        let linux = cfg.linux.unwrap();
+        assert_eq!(linux.resources.unwrap().memory_limit_in_bytes, 16 << 20);
+        let sc = linux.security_context.unwrap();
+        assert_eq!(sc.run_as_user, Some(cri::Int64Value { value: 1000 }));
+        assert!(sc.readonly_rootfs);
+        let caps = sc.capabilities.unwrap();
+        assert_eq!(
+            (caps.add_capabilities, caps.drop_capabilities),
+            (vec!["NET_ADMIN".to_string()], vec!["ALL".to_string()])
+        );
+    }
+
+    #[test]
+    fn unsupported_sources_are_config_errors() {
+        let mut c = container();
+        c.env = Some(vec![EnvVar {
+            name: "X".into(),
+            value_from: Some(EnvVarSource {
+                config_map_key_ref: Some(ConfigMapKeySelector {
+                    name: "cm".into(),
+                    key: "k".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }]);
+        let err =
+            container_config(&pod(c.clone()), &c, 0, &FieldContext::default(), 0).unwrap_err();
+        assert_eq!(
+            err,
+            "env var X: configMapKeyRef is not supported by the CRI runtime yet"
+        );
+    }
+}

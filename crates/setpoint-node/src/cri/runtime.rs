@@ -1,0 +1,946 @@
+//! [`CriRuntime`]: a [`PodRuntime`] that runs pods through a CRI runtime (containerd), as
+//! the kubelet does.
+//!
+//! - One sandbox per pod ([`super::sandbox`]); a sandbox that stopped is replaced by a new
+//!   attempt, whose containers all start again (init containers first). The pod's address
+//!   is the sandbox's (CNI).
+//! - Init containers run one after the other, each to success (restarted on failure
+//!   unless the pod's policy is `Never`); sidecars (`restartPolicy: Always`) only need to
+//!   be running. Then the app containers start.
+//! - Images are pulled per `imagePullPolicy` ([`super::images`]), with the kubelet's
+//!   back-off after a failed pull.
+//! - Exited containers restart per `restartPolicy` with CrashLoopBackOff
+//!   ([`crate::process::backoff`]); the restart count is the CRI attempt number.
+//! - Nothing is kept on the agent's side that CRI does not hold: sandboxes and containers
+//!   carry the pod's uid, name and namespace and the container's name as labels, so a new
+//!   runtime over the same containerd finds the running pods and starts nothing twice. Only
+//!   the back-off timers live in memory (after a restart of the agent, the next restart of
+//!   a crashed container is immediate).
+//! - A monitor task polls CRI's container and sandbox states and announces the pods whose
+//!   state changed or whose back-off expired.
+//!
+//! Not done yet: probes (a container with a readiness, liveness or startup probe is
+//! reported with the pod message saying they are not run), volumes and environment from
+//! ConfigMaps or Secrets (the container waits with `CreateContainerConfigError`), and
+//! `follow` of logs (a clear `BadRequest`).
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod};
+use k8s_openapi::jiff::Timestamp;
+use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
+
+use super::api as cri;
+use super::client::{CriClient, CriError};
+use super::images::{self, ImageAction, PullBackoff};
+use super::sandbox::{
+    self, CONTAINER_NAME_LABEL, POD_NAMESPACE_LABEL, POD_NAME_LABEL, POD_UID_LABEL,
+};
+use super::state::{self, Latest, Plan};
+use super::{containers, logs, resources};
+use crate::process::backoff::BackoffPolicy;
+use crate::process::expand::FieldContext;
+use crate::runtime::{
+    LogOptions, LogStream, NodeContext, PodRuntime, RuntimeError, RuntimePod, RuntimeStatus,
+};
+
+/// Tunables of a [`CriRuntime`].
+#[derive(Clone, Debug)]
+pub struct CriRuntimeOptions {
+    /// Where pods' log directories go (`<data_dir>/pods/<namespace>_<name>_<uid>`).
+    pub data_dir: PathBuf,
+    /// Restart delays (default: Kubernetes' 10 s doubling to 5 min, reset after 10 min).
+    pub backoff: BackoffPolicy,
+    /// How often the monitor looks at CRI's containers (default 1 s).
+    pub poll_interval: Duration,
+    /// The DNS configuration pods get, in `resolv.conf` syntax (default: the node's
+    /// `/etc/resolv.conf`).
+    pub resolv_conf: Option<String>,
+}
+
+impl CriRuntimeOptions {
+    /// Defaults, with logs under `data_dir`.
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            data_dir: data_dir.into(),
+            backoff: BackoffPolicy::default(),
+            poll_interval: Duration::from_secs(1),
+            resolv_conf: None,
+        }
+    }
+}
+
+type Subscribers = Arc<Mutex<Vec<mpsc::UnboundedSender<String>>>>;
+
+/// The restart decided for the exited run of one container.
+#[derive(Clone, Debug)]
+struct Restart {
+    /// The exited container it is about.
+    container_id: String,
+    /// When the restart may happen (ns since the epoch).
+    at_ns: i64,
+    /// The wait it was given, for the CrashLoopBackOff message.
+    wait: Duration,
+    /// The delay to remember for the next exit.
+    next: Option<Duration>,
+}
+
+struct Inner {
+    client: CriClient,
+    /// The runtime's name (`containerd`), the scheme of container ids.
+    runtime_name: String,
+    options: CriRuntimeOptions,
+    resolv_conf: String,
+    node_memory: i64,
+    /// One sync, kill or log read per pod at a time.
+    pod_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Per (pod uid, container name).
+    restarts: Mutex<HashMap<(String, String), Restart>>,
+    pulls: Mutex<PullBackoff>,
+    subscribers: Subscribers,
+}
+
+/// Runs pods through CRI. See the [module docs](self).
+pub struct CriRuntime {
+    inner: Arc<Inner>,
+    monitor: AbortHandle,
+}
+
+impl Drop for CriRuntime {
+    /// Stops the monitor, never the pods: they outlive the agent and the next runtime over
+    /// the same containerd adopts them.
+    fn drop(&mut self) {
+        self.monitor.abort();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn internal(context: &str) -> impl FnOnce(CriError) -> RuntimeError + '_ {
+    move |e| RuntimeError::Internal(format!("{context}: {e}"))
+}
+
+fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+fn is_sidecar(container: &Container) -> bool {
+    container.restart_policy.as_deref() == Some("Always")
+}
+
+fn restart_policy(pod: &Pod) -> String {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.restart_policy.clone())
+        .unwrap_or_else(|| "Always".to_string())
+}
+
+fn label<'a>(labels: &'a HashMap<String, String>, key: &str) -> &'a str {
+    labels.get(key).map(String::as_str).unwrap_or_default()
+}
+
+fn attempt_of(c: &cri::Container) -> u32 {
+    c.metadata.as_ref().map_or(0, |m| m.attempt)
+}
+
+/// What a container means for the pod's phase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Disposition {
+    NotStarted,
+    Active,
+    Done(i32),
+}
+
+fn phase(dispositions: &[Disposition]) -> &'static str {
+    if dispositions.is_empty() || dispositions.contains(&Disposition::NotStarted) {
+        "Pending"
+    } else if dispositions
+        .iter()
+        .all(|d| matches!(d, Disposition::Done(_)))
+    {
+        if dispositions.iter().all(|d| *d == Disposition::Done(0)) {
+            "Succeeded"
+        } else {
+            "Failed"
+        }
+    } else {
+        "Running"
+    }
+}
+
+/// Everything one sync knows about the pod.
+struct PodView<'a> {
+    pod: &'a Pod,
+    uid: String,
+    name: String,
+    namespace: String,
+    sandbox_id: String,
+    sandbox_config: cri::PodSandboxConfig,
+    ctx: FieldContext,
+    /// The pod's CRI containers, newest attempt first per name.
+    containers: Vec<cri::Container>,
+}
+
+impl PodView<'_> {
+    fn runs(&self, name: &str) -> Vec<&cri::Container> {
+        let mut runs: Vec<&cri::Container> = self
+            .containers
+            .iter()
+            .filter(|c| label(&c.labels, CONTAINER_NAME_LABEL) == name)
+            .collect();
+        runs.sort_by_key(|c| std::cmp::Reverse((attempt_of(c), c.created_at)));
+        runs
+    }
+}
+
+impl CriRuntime {
+    /// A runtime over `client`; adopts whatever pods the CRI runtime holds. Must be called
+    /// inside a Tokio runtime (it starts the monitor task).
+    pub async fn new(client: CriClient, options: CriRuntimeOptions) -> Result<Self, RuntimeError> {
+        let version = client
+            .version()
+            .await
+            .map_err(internal("asking the CRI runtime its version"))?;
+        let resolv_conf = match &options.resolv_conf {
+            Some(r) => r.clone(),
+            None => std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default(),
+        };
+        let inner = Arc::new(Inner {
+            client,
+            runtime_name: version.runtime_name,
+            resolv_conf,
+            node_memory: resources::node_memory(),
+            options,
+            pod_locks: Mutex::new(HashMap::new()),
+            restarts: Mutex::new(HashMap::new()),
+            pulls: Mutex::new(PullBackoff::default()),
+            subscribers: Arc::new(Mutex::new(Vec::new())),
+        });
+        let monitor = tokio::spawn(Arc::clone(&inner).monitor()).abort_handle();
+        Ok(Self { inner, monitor })
+    }
+
+    /// The CRI runtime's name (`containerd`), which prefixes container ids.
+    pub fn runtime_name(&self) -> &str {
+        &self.inner.runtime_name
+    }
+}
+
+fn uid_filter(uid: &str) -> HashMap<String, String> {
+    HashMap::from([(POD_UID_LABEL.to_string(), uid.to_string())])
+}
+
+impl Inner {
+    fn pod_lock(&self, uid: &str) -> Arc<tokio::sync::Mutex<()>> {
+        Arc::clone(lock(&self.pod_locks).entry(uid.to_string()).or_default())
+    }
+
+    fn notify(&self, uid: &str) {
+        lock(&self.subscribers).retain(|tx| tx.send(uid.to_string()).is_ok());
+    }
+
+    fn container_id(&self, id: &str) -> String {
+        format!("{}://{id}", self.runtime_name)
+    }
+
+    /// Polls CRI; announces pods whose containers or sandboxes changed state and pods
+    /// whose back-off expired.
+    async fn monitor(self: Arc<Self>) {
+        let mut seen: HashMap<String, (String, i32)> = HashMap::new();
+        let mut announced: HashSet<(String, String, i64)> = HashSet::new();
+        loop {
+            tokio::time::sleep(self.options.poll_interval).await;
+            let mut now_seen = HashMap::new();
+            match self.client.list_containers("", &HashMap::new()).await {
+                Ok(list) => {
+                    for c in list {
+                        let uid = label(&c.labels, POD_UID_LABEL).to_string();
+                        if !uid.is_empty() {
+                            now_seen.insert(c.id.clone(), (uid, c.state));
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "listing CRI containers");
+                    continue;
+                }
+            }
+            match self.client.list_pod_sandbox(&HashMap::new()).await {
+                Ok(list) => {
+                    for s in list {
+                        let uid = label(&s.labels, POD_UID_LABEL).to_string();
+                        if !uid.is_empty() {
+                            now_seen.insert(format!("sandbox:{}", s.id), (uid, s.state));
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "listing CRI sandboxes");
+                    continue;
+                }
+            }
+            let mut changed: HashSet<String> = HashSet::new();
+            for (id, (uid, st)) in &now_seen {
+                if seen.get(id).map(|s| s.1) != Some(*st) {
+                    changed.insert(uid.clone());
+                }
+            }
+            for (id, (uid, _)) in &seen {
+                if !now_seen.contains_key(id) {
+                    changed.insert(uid.clone());
+                }
+            }
+            seen = now_seen;
+            let now = now_ns();
+            for ((uid, name), r) in lock(&self.restarts).iter() {
+                if r.at_ns <= now && announced.insert((uid.clone(), name.clone(), r.at_ns)) {
+                    changed.insert(uid.clone());
+                }
+            }
+            let instant = Instant::now();
+            let pod_uids: Vec<String> = lock(&self.pod_locks).keys().cloned().collect();
+            {
+                let pulls = lock(&self.pulls);
+                for uid in pod_uids {
+                    if pulls.expired_since(&uid, instant, self.options.poll_interval) {
+                        changed.insert(uid);
+                    }
+                }
+            }
+            announced.retain(|(_, _, at)| now - *at < 3_600_000_000_000);
+            for uid in changed {
+                self.notify(&uid);
+            }
+        }
+    }
+
+    /// The pod's ready sandbox, made if there is none (a stopped one is replaced by a new
+    /// attempt). Returns its id and its config.
+    async fn ensure_sandbox(
+        &self,
+        pod: &Pod,
+        uid: &str,
+    ) -> Result<(String, cri::PodSandboxConfig), RuntimeError> {
+        let sandboxes = self
+            .client
+            .list_pod_sandbox(&uid_filter(uid))
+            .await
+            .map_err(internal("listing sandboxes"))?;
+        let ready = sandboxes
+            .iter()
+            .filter(|s| s.state == cri::PodSandboxState::SandboxReady as i32)
+            .max_by_key(|s| s.created_at);
+        if let Some(s) = ready {
+            let attempt = s.metadata.as_ref().map_or(0, |m| m.attempt);
+            let config =
+                sandbox::sandbox_config(pod, attempt, &self.options.data_dir, &self.resolv_conf);
+            return Ok((s.id.clone(), config));
+        }
+        let attempt = sandboxes
+            .iter()
+            .map(|s| s.metadata.as_ref().map_or(0, |m| m.attempt) + 1)
+            .max()
+            .unwrap_or(0);
+        // A dead sandbox's network and processes go; its containers stay for their
+        // statuses and logs until the pod is killed.
+        for s in &sandboxes {
+            if let Err(e) = self.client.stop_pod_sandbox(&s.id).await {
+                if !e.is_not_found() {
+                    tracing::warn!(uid, sandbox = %s.id, error = %e, "stopping a dead sandbox");
+                }
+            }
+        }
+        let config =
+            sandbox::sandbox_config(pod, attempt, &self.options.data_dir, &self.resolv_conf);
+        std::fs::create_dir_all(&config.log_directory).map_err(|e| {
+            RuntimeError::Internal(format!("creating {}: {e}", config.log_directory))
+        })?;
+        let id = self
+            .client
+            .run_pod_sandbox(config.clone(), "")
+            .await
+            .map_err(internal("running the pod sandbox"))?;
+        tracing::info!(uid, sandbox = %id, attempt, "pod sandbox started");
+        Ok((id, config))
+    }
+
+    /// Makes sure the image is there as the pull policy says. `Err` is the container's
+    /// waiting reason and message.
+    async fn ensure_image(
+        &self,
+        view: &PodView<'_>,
+        container: &Container,
+    ) -> Result<(), (String, String)> {
+        let image = container.image.clone().unwrap_or_default();
+        let policy = images::pull_policy(container).map_err(|e| ("ErrImagePull".to_string(), e))?;
+        let present = self
+            .client
+            .image_status(cri::ImageSpec {
+                image: image.clone(),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| {
+                (
+                    "ErrImageInspect".to_string(),
+                    format!("Failed to inspect image \"{image}\": {e}"),
+                )
+            })?
+            .is_some();
+        match images::decide(&image, policy, present) {
+            ImageAction::Use => Ok(()),
+            ImageAction::Wait { reason, message } => Err((reason.to_string(), message)),
+            ImageAction::Pull => {
+                if let Some((message, _)) =
+                    lock(&self.pulls).check(&view.uid, &image, Instant::now())
+                {
+                    return Err(("ImagePullBackOff".to_string(), message));
+                }
+                match self
+                    .client
+                    .pull_image(
+                        cri::ImageSpec {
+                            image: image.clone(),
+                            ..Default::default()
+                        },
+                        None,
+                        Some(view.sandbox_config.clone()),
+                    )
+                    .await
+                {
+                    Ok(_) => {
+                        lock(&self.pulls).succeeded(&view.uid, &image);
+                        Ok(())
+                    }
+                    Err(e) => {
+                        let message = images::pull_error_message(&image, &e.message());
+                        lock(&self.pulls).failed(
+                            &view.uid,
+                            &image,
+                            message.clone(),
+                            Instant::now(),
+                        );
+                        Err(("ErrImagePull".to_string(), message))
+                    }
+                }
+            }
+        }
+    }
+
+    /// Creates and starts the `attempt`-th run of `container`. `Err`: waiting reason and
+    /// message.
+    async fn start(
+        &self,
+        view: &PodView<'_>,
+        container: &Container,
+        attempt: u32,
+    ) -> Result<String, (String, String)> {
+        self.ensure_image(view, container).await?;
+        let config =
+            containers::container_config(view.pod, container, attempt, &view.ctx, self.node_memory)
+                .map_err(|e| ("CreateContainerConfigError".to_string(), e))?;
+        let dir = PathBuf::from(&view.sandbox_config.log_directory).join(&container.name);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| ("CreateContainerError".to_string(), e.to_string()))?;
+        let id = self
+            .client
+            .create_container(&view.sandbox_id, config, view.sandbox_config.clone())
+            .await
+            .map_err(|e| ("CreateContainerError".to_string(), e.to_string()))?;
+        self.client
+            .start_container(&id)
+            .await
+            .map_err(|e| ("RunContainerError".to_string(), e.to_string()))?;
+        tracing::info!(pod = %view.name, container = %container.name, attempt, id, "container started");
+        Ok(id)
+    }
+
+    /// A container's CRI status; `None` when the runtime has none to give.
+    async fn inner_status(&self, id: &str) -> Result<Option<cri::ContainerStatus>, CriError> {
+        Ok(self.client.container_status(id, false).await?.status)
+    }
+
+    /// Removes a container's runs older than the latest (which `--previous` reads).
+    async fn prune(&self, runs: &[&cri::Container]) {
+        for old in runs.iter().skip(1) {
+            if let Err(e) = self.client.remove_container(&old.id).await {
+                if !e.is_not_found() {
+                    tracing::warn!(id = %old.id, error = %e, "removing an old container");
+                }
+            }
+        }
+    }
+
+    /// Brings one container to what `policy` asks (only reports it when `act` is false)
+    /// and returns its status.
+    async fn sync_container(
+        &self,
+        view: &PodView<'_>,
+        container: &Container,
+        policy: &str,
+        act: bool,
+    ) -> Result<(ContainerStatus, Disposition), RuntimeError> {
+        let name = &container.name;
+        let runs = view.runs(name);
+        let in_sandbox: Vec<&cri::Container> = runs
+            .iter()
+            .copied()
+            .filter(|c| c.pod_sandbox_id == view.sandbox_id)
+            .collect();
+        let latest = in_sandbox.first().copied();
+        let latest_status = match latest {
+            Some(c) => match self.inner_status(&c.id).await {
+                Ok(s) => s,
+                Err(e) if e.is_not_found() => None,
+                Err(e) => return Err(internal("reading container status")(e)),
+            },
+            None => None,
+        };
+        let kind = match &latest_status {
+            None => Latest::None,
+            Some(s) => match cri::ContainerState::try_from(s.state) {
+                Ok(cri::ContainerState::ContainerRunning) => Latest::Running,
+                Ok(cri::ContainerState::ContainerCreated) => Latest::Created,
+                _ => Latest::Exited {
+                    code: s.exit_code,
+                    ran_for: Duration::from_nanos(
+                        u64::try_from(s.finished_at - s.started_at).unwrap_or(0),
+                    ),
+                },
+            },
+        };
+        let key = (view.uid.clone(), name.clone());
+        let (plan, restart) = match (&kind, &latest_status) {
+            (Latest::Exited { .. }, Some(s)) => {
+                let previous = lock(&self.restarts).get(&key).cloned();
+                match previous {
+                    Some(r) if r.container_id == s.id => (Plan::BackOff(r.wait), Some(r)),
+                    previous => {
+                        let (plan, next) = state::plan(
+                            kind,
+                            policy,
+                            &self.options.backoff,
+                            previous.and_then(|p| p.next),
+                        );
+                        match plan {
+                            Plan::BackOff(wait) => {
+                                let r = Restart {
+                                    container_id: s.id.clone(),
+                                    at_ns: s.finished_at.max(s.started_at) + wait.as_nanos() as i64,
+                                    wait,
+                                    next,
+                                };
+                                lock(&self.restarts).insert(key.clone(), r.clone());
+                                (plan, Some(r))
+                            }
+                            other => (other, None),
+                        }
+                    }
+                }
+            }
+            _ => (
+                state::plan(kind, policy, &self.options.backoff, None).0,
+                None,
+            ),
+        };
+        let mut error = None;
+        let mut started = None;
+        if act {
+            let next_attempt = runs.first().map_or(0, |c| attempt_of(c) + 1);
+            match plan {
+                Plan::Start => match self.start(view, container, next_attempt).await {
+                    Ok(id) => started = Some(id),
+                    Err(e) => error = Some(e),
+                },
+                Plan::StartCreated => {
+                    if let Some(c) = latest {
+                        if let Err(e) = self.client.start_container(&c.id).await {
+                            error = Some(("RunContainerError".to_string(), e.to_string()));
+                        }
+                    }
+                }
+                Plan::BackOff(_) if restart.as_ref().is_some_and(|r| r.at_ns <= now_ns()) => {
+                    self.prune(&runs).await;
+                    match self.start(view, container, next_attempt).await {
+                        Ok(id) => started = Some(id),
+                        Err(e) => error = Some(e),
+                    }
+                }
+                _ => {}
+            }
+        }
+        let image = container.image.clone().unwrap_or_default();
+        let mut status = ContainerStatus {
+            name: name.clone(),
+            image: image.clone(),
+            ready: false,
+            started: Some(false),
+            restart_count: 0,
+            ..Default::default()
+        };
+        // The run to report: the one just started, else the latest.
+        let (current, previous) = match &started {
+            Some(id) => {
+                let s = self.inner_status(id).await.ok().flatten();
+                (s, latest_status.clone())
+            }
+            None => {
+                let prev = match in_sandbox
+                    .get(1)
+                    .or(runs.iter().find(|c| c.pod_sandbox_id != view.sandbox_id))
+                {
+                    Some(c) => self.inner_status(&c.id).await.ok().flatten(),
+                    None => None,
+                };
+                (latest_status.clone(), prev)
+            }
+        };
+        if let Some(p) = previous
+            .as_ref()
+            .filter(|p| p.state == cri::ContainerState::ContainerExited as i32)
+        {
+            status.last_state = Some(state::terminated(p, &self.container_id(&p.id)));
+        }
+        let Some(cur) = current else {
+            let (reason, message) =
+                error.unwrap_or_else(|| ("ContainerCreating".to_string(), String::new()));
+            status.restart_count = runs.first().map_or(0, |c| attempt_of(c) as i32);
+            status.state = Some(state::waiting(&reason, Some(message)));
+            return Ok((status, Disposition::NotStarted));
+        };
+        status.restart_count = cur.metadata.as_ref().map_or(0, |m| m.attempt) as i32;
+        status.container_id = Some(self.container_id(&cur.id));
+        status.image_id = cur.image_ref.clone();
+        let running = cur.state == cri::ContainerState::ContainerRunning as i32;
+        let exited = cur.state == cri::ContainerState::ContainerExited as i32;
+        status.started = Some(running);
+        status.ready = running;
+        if exited && started.is_none() {
+            let this = state::terminated(&cur, &self.container_id(&cur.id));
+            if let Some(e) = error {
+                // The restart is due but could not be done.
+                status.last_state = Some(this);
+                status.state = Some(state::waiting(&e.0, Some(e.1)));
+                return Ok((status, Disposition::Active));
+            }
+            if let Some(r) = restart.filter(|r| r.at_ns > now_ns()) {
+                status.last_state = Some(this);
+                status.state = Some(state::waiting(
+                    "CrashLoopBackOff",
+                    Some(state::crash_loop_message(
+                        r.wait,
+                        name,
+                        &view.name,
+                        &view.namespace,
+                        &view.uid,
+                    )),
+                ));
+                return Ok((status, Disposition::Active));
+            }
+            if plan == Plan::Nothing {
+                status.state = Some(this);
+                return Ok((status, Disposition::Done(cur.exit_code)));
+            }
+            status.state = Some(this);
+            return Ok((status, Disposition::Active));
+        }
+        status.state = Some(state::container_state(&cur, &self.container_id(&cur.id)));
+        Ok((status, Disposition::Active))
+    }
+}
+
+#[async_trait]
+impl PodRuntime for CriRuntime {
+    async fn sync_pod(&self, pod: &Pod, node: &NodeContext) -> Result<RuntimeStatus, RuntimeError> {
+        let (name, namespace, uid) = sandbox::identity(pod);
+        if uid.is_empty() {
+            return Err(RuntimeError::BadRequest(
+                "pod has no metadata.uid".to_string(),
+            ));
+        }
+        let inner = &self.inner;
+        let pod_lock = inner.pod_lock(&uid);
+        let _guard = pod_lock.lock().await;
+        let (sandbox_id, sandbox_config) = inner.ensure_sandbox(pod, &uid).await?;
+        let sandbox_status = inner
+            .client
+            .pod_sandbox_status(&sandbox_id, false)
+            .await
+            .map_err(internal("reading the sandbox status"))?
+            .status
+            .unwrap_or_default();
+        let pod_ip = sandbox_status
+            .network
+            .as_ref()
+            .map(|n| n.ip.clone())
+            .filter(|ip| !ip.is_empty())
+            .or_else(|| sandbox::host_network(pod).then(|| node.host_ip.clone()));
+        let containers = inner
+            .client
+            .list_containers("", &uid_filter(&uid))
+            .await
+            .map_err(internal("listing containers"))?;
+        let view = PodView {
+            pod,
+            uid: uid.clone(),
+            name: name.clone(),
+            namespace,
+            sandbox_id,
+            sandbox_config,
+            ctx: FieldContext {
+                pod_ip: pod_ip.clone().unwrap_or_default(),
+                node_name: node.node_name.clone(),
+                host_ip: node.host_ip.clone(),
+            },
+            containers,
+        };
+        let policy = restart_policy(pod);
+        let spec = pod.spec.clone().unwrap_or_default();
+        let inits = spec.init_containers.clone().unwrap_or_default();
+        let mut init_statuses = Vec::new();
+        let mut initialized = true;
+        let mut init_failed = false;
+        for init in &inits {
+            let sidecar = is_sidecar(init);
+            let init_policy = state::init_policy(sidecar, &policy);
+            let (mut status, disposition) = inner
+                .sync_container(&view, init, init_policy, initialized)
+                .await?;
+            if !initialized && disposition == Disposition::NotStarted {
+                // Waits for the init containers before it.
+                status.state = Some(state::waiting("PodInitializing", None));
+            }
+            if initialized {
+                let done = if sidecar {
+                    status.started == Some(true)
+                } else {
+                    status
+                        .state
+                        .as_ref()
+                        .and_then(|s| s.terminated.as_ref())
+                        .is_some_and(|t| t.exit_code == 0)
+                };
+                if matches!(disposition, Disposition::Done(code) if code != 0) {
+                    init_failed = true;
+                }
+                initialized = done;
+            }
+            init_statuses.push(status);
+        }
+        let mut statuses = Vec::new();
+        let mut dispositions = Vec::new();
+        for container in &spec.containers {
+            let (mut status, disposition) = inner
+                .sync_container(&view, container, &policy, initialized)
+                .await?;
+            if !initialized && disposition == Disposition::NotStarted {
+                status.state = Some(state::waiting("PodInitializing", None));
+            }
+            statuses.push(status);
+            dispositions.push(disposition);
+        }
+        let mut phase = phase(&dispositions);
+        if init_failed {
+            phase = "Failed";
+        }
+        let probed: Vec<&str> = spec
+            .containers
+            .iter()
+            .chain(&inits)
+            .filter(|c| {
+                c.readiness_probe.is_some()
+                    || c.liveness_probe.is_some()
+                    || c.startup_probe.is_some()
+            })
+            .map(|c| c.name.as_str())
+            .collect();
+        let message = (!probed.is_empty()).then(|| {
+            format!(
+                "probes are not run by the CRI runtime yet (containers: {}); containers count as ready once running",
+                probed.join(", ")
+            )
+        });
+        let start_time = (sandbox_status.created_at > 0)
+            .then(|| Timestamp::from_nanosecond(i128::from(sandbox_status.created_at)).ok())
+            .flatten();
+        Ok(RuntimeStatus {
+            pod_ip,
+            phase: phase.to_string(),
+            container_statuses: statuses,
+            init_container_statuses: init_statuses,
+            start_time,
+            reason: message.as_ref().map(|_| "ProbesNotRun".to_string()),
+            message,
+        })
+    }
+
+    async fn kill_pod(&self, pod: &RuntimePod, grace: Duration) -> Result<(), RuntimeError> {
+        let inner = &self.inner;
+        let pod_lock = inner.pod_lock(&pod.uid);
+        let _guard = pod_lock.lock().await;
+        let containers = inner
+            .client
+            .list_containers("", &uid_filter(&pod.uid))
+            .await
+            .map_err(internal("listing containers"))?;
+        let stops = containers
+            .iter()
+            .filter(|c| c.state == cri::ContainerState::ContainerRunning as i32)
+            .map(|c| inner.client.stop_container(&c.id, grace));
+        for result in futures::future::join_all(stops).await {
+            if let Err(e) = result {
+                if !e.is_not_found() {
+                    return Err(internal("stopping a container")(e));
+                }
+            }
+        }
+        for c in &containers {
+            if let Err(e) = inner.client.remove_container(&c.id).await {
+                if !e.is_not_found() {
+                    return Err(internal("removing a container")(e));
+                }
+            }
+        }
+        let sandboxes = inner
+            .client
+            .list_pod_sandbox(&uid_filter(&pod.uid))
+            .await
+            .map_err(internal("listing sandboxes"))?;
+        for s in &sandboxes {
+            for result in [
+                inner.client.stop_pod_sandbox(&s.id).await,
+                inner.client.remove_pod_sandbox(&s.id).await,
+            ] {
+                if let Err(e) = result {
+                    if !e.is_not_found() {
+                        return Err(internal("removing the pod sandbox")(e));
+                    }
+                }
+            }
+        }
+        let logs =
+            sandbox::log_directory_of(&inner.options.data_dir, &pod.namespace, &pod.name, &pod.uid);
+        match std::fs::remove_dir_all(&logs) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                tracing::warn!(uid = %pod.uid, error = %e, "removing the pod's log directory");
+            }
+            _ => {}
+        }
+        lock(&inner.restarts).retain(|(uid, _), _| *uid != pod.uid);
+        lock(&inner.pulls).forget_pod(&pod.uid);
+        lock(&inner.pod_locks).remove(&pod.uid);
+        tracing::info!(uid = %pod.uid, pod = %pod.name, "pod killed");
+        Ok(())
+    }
+
+    async fn pods(&self) -> Vec<RuntimePod> {
+        let sandboxes = match self.inner.client.list_pod_sandbox(&HashMap::new()).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "listing sandboxes");
+                return Vec::new();
+            }
+        };
+        let mut seen = HashSet::new();
+        sandboxes
+            .into_iter()
+            .filter_map(|s| {
+                let uid = label(&s.labels, POD_UID_LABEL).to_string();
+                (!uid.is_empty() && seen.insert(uid.clone())).then(|| RuntimePod {
+                    uid,
+                    namespace: label(&s.labels, POD_NAMESPACE_LABEL).to_string(),
+                    name: label(&s.labels, POD_NAME_LABEL).to_string(),
+                })
+            })
+            .collect()
+    }
+
+    fn subscribe(&self) -> mpsc::UnboundedReceiver<String> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        lock(&self.inner.subscribers).push(tx);
+        rx
+    }
+
+    async fn logs(
+        &self,
+        pod: &RuntimePod,
+        container: &str,
+        options: &LogOptions,
+    ) -> Result<LogStream, RuntimeError> {
+        if options.follow {
+            return Err(RuntimeError::BadRequest(
+                "following logs is not supported by the CRI runtime yet; leave out follow"
+                    .to_string(),
+            ));
+        }
+        let mut filter = uid_filter(&pod.uid);
+        filter.insert(CONTAINER_NAME_LABEL.to_string(), container.to_string());
+        let mut runs = self
+            .inner
+            .client
+            .list_containers("", &filter)
+            .await
+            .map_err(internal("listing containers"))?;
+        runs.sort_by_key(|c| std::cmp::Reverse((attempt_of(c), c.created_at)));
+        let run = if options.previous {
+            runs.get(1).ok_or_else(|| {
+                RuntimeError::BadRequest(format!(
+                    "previous terminated container \"{container}\" in pod \"{}\" not found",
+                    pod.name
+                ))
+            })?
+        } else {
+            runs.first().ok_or_else(|| {
+                RuntimeError::BadRequest(format!(
+                    "container \"{container}\" in pod \"{}\" is waiting to start",
+                    pod.name
+                ))
+            })?
+        };
+        let status = self
+            .inner
+            .inner_status(&run.id)
+            .await
+            .map_err(internal("reading container status"))?
+            .ok_or_else(|| RuntimeError::NotFound(format!("container {container}")))?;
+        let content = match std::fs::read(&status.log_path) {
+            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => {
+                return Err(RuntimeError::Internal(format!(
+                    "reading {}: {e}",
+                    status.log_path
+                )))
+            }
+        };
+        let out = logs::render(&content, options, crate::status::wall_now());
+        Ok(Box::pin(futures::stream::once(async move {
+            Ok(bytes::Bytes::from(out))
+        })))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Disposition::*;
+
+    #[test]
+    fn phase_follows_the_containers() {
+        assert_eq!(phase(&[NotStarted, Active]), "Pending");
+        assert_eq!(phase(&[Active, Done(0)]), "Running");
+        assert_eq!(phase(&[Done(0), Done(0)]), "Succeeded");
+        assert_eq!(phase(&[Done(0), Done(2)]), "Failed");
+        assert_eq!(phase(&[]), "Pending");
+    }
+}

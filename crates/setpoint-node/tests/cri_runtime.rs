@@ -1,0 +1,428 @@
+//! `CriRuntime` against a real, private containerd per test (skipped where containerd cannot
+//! run; `SETPOINT_REQUIRE_CONTAINERD=1` makes that a failure): pods get a CNI address and
+//! answer on it, containers restart after `kill -9`, exit codes and restart policies,
+//! CrashLoopBackOff, init containers, image pull policies, OOM kills, adoption by a new
+//! runtime and removal of everything a killed pod had.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodSpec, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use setpoint_node::containerd::{TestContainerd, BUSYBOX_IMAGE};
+use setpoint_node::cri::runtime::{CriRuntime, CriRuntimeOptions};
+use setpoint_node::cri::CriClient;
+use setpoint_node::runtime::{LogOptions, NodeContext, PodRuntime, RuntimePod, RuntimeStatus};
+use tokio::sync::mpsc;
+
+const DEADLINE: Duration = Duration::from_secs(90);
+
+struct Harness {
+    rt: CriRuntime,
+    rx: mpsc::UnboundedReceiver<String>,
+    client: CriClient,
+}
+
+async fn harness(ctrd: &TestContainerd, data: &std::path::Path) -> Harness {
+    let endpoint = ctrd.endpoint().to_string_lossy().into_owned();
+    let client = CriClient::connect(&endpoint)
+        .await
+        .expect("connecting to CRI");
+    let mut options = CriRuntimeOptions::new(data);
+    options.poll_interval = Duration::from_millis(250);
+    let rt = CriRuntime::new(client.clone(), options)
+        .await
+        .expect("starting the CRI runtime");
+    let rx = rt.subscribe();
+    Harness { rt, rx, client }
+}
+
+fn node() -> NodeContext {
+    NodeContext {
+        node_name: "n1".into(),
+        host_ip: "127.0.0.1".into(),
+    }
+}
+
+fn container(name: &str, script: &str) -> Container {
+    Container {
+        name: name.into(),
+        image: Some(BUSYBOX_IMAGE.into()),
+        command: Some(vec!["sh".into(), "-c".into(), script.into()]),
+        ..Default::default()
+    }
+}
+
+fn pod(name: &str, policy: &str, containers: Vec<Container>) -> Pod {
+    let uid = format!("{name}-{}-{}", std::process::id(), rand_suffix());
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("default".into()),
+            uid: Some(uid),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            containers,
+            restart_policy: Some(policy.into()),
+            termination_grace_period_seconds: Some(2),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn rand_suffix() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(0);
+    h.finish() % 1_000_000
+}
+
+fn runtime_pod(pod: &Pod) -> RuntimePod {
+    RuntimePod {
+        uid: pod.metadata.uid.clone().unwrap(),
+        namespace: pod.metadata.namespace.clone().unwrap(),
+        name: pod.metadata.name.clone().unwrap(),
+    }
+}
+
+impl Harness {
+    /// Syncs the pod (again on every notification, at least every 250 ms) until `done`.
+    async fn sync_until(
+        &mut self,
+        pod: &Pod,
+        what: &str,
+        done: impl Fn(&RuntimeStatus) -> bool,
+    ) -> RuntimeStatus {
+        let start = Instant::now();
+        loop {
+            let status = self.rt.sync_pod(pod, &node()).await.unwrap();
+            if done(&status) {
+                return status;
+            }
+            assert!(
+                start.elapsed() < DEADLINE,
+                "timed out waiting for {what}; last status: {status:#?}"
+            );
+            let _ = tokio::time::timeout(Duration::from_millis(250), self.rx.recv()).await;
+        }
+    }
+
+    /// The CRI objects (sandboxes, containers) that carry the pod's uid.
+    async fn cri_objects(&self, uid: &str) -> (usize, usize) {
+        let labels = HashMap::from([("io.kubernetes.pod.uid".to_string(), uid.to_string())]);
+        let sandboxes = self.client.list_pod_sandbox(&labels).await.unwrap();
+        let containers = self.client.list_containers("", &labels).await.unwrap();
+        (sandboxes.len(), containers.len())
+    }
+}
+
+fn running(c: &ContainerStatus) -> bool {
+    c.state.as_ref().is_some_and(|s| s.running.is_some())
+}
+
+fn waiting_reason(c: &ContainerStatus) -> Option<&str> {
+    c.state.as_ref()?.waiting.as_ref()?.reason.as_deref()
+}
+
+fn terminated(c: &ContainerStatus) -> Option<(i32, &str)> {
+    let t = c.state.as_ref()?.terminated.as_ref()?;
+    Some((t.exit_code, t.reason.as_deref().unwrap_or_default()))
+}
+
+fn last_terminated(c: &ContainerStatus) -> Option<(i32, &str)> {
+    let t = c.last_state.as_ref()?.terminated.as_ref()?;
+    Some((t.exit_code, t.reason.as_deref().unwrap_or_default()))
+}
+
+/// Asks `ip:port` for `/` over HTTP and returns the status line.
+fn http_status_line(ip: &str, port: u16) -> std::io::Result<String> {
+    let mut stream = std::net::TcpStream::connect_timeout(
+        &format!("{ip}:{port}").parse().unwrap(),
+        Duration::from_secs(2),
+    )?;
+    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    stream.write_all(b"GET / HTTP/1.0\r\nHost: pod\r\n\r\n")?;
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    Ok(answer.lines().next().unwrap_or_default().to_string())
+}
+
+/// The pid of a container's main process, from containerd's verbose status.
+async fn main_pid(client: &CriClient, container_id: &str) -> i32 {
+    let id = container_id.trim_start_matches("containerd://");
+    let status = client.container_status(id, true).await.unwrap();
+    let info: serde_json::Value =
+        serde_json::from_str(status.info.get("info").expect("verbose info")).unwrap();
+    info["pid"].as_i64().expect("pid in the verbose info") as i32
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_pod_runs_restarts_after_kill_is_adopted_and_removed() {
+    let Some(ctrd) = TestContainerd::start().await else {
+        return;
+    };
+    let data = tempfile::tempdir().unwrap();
+    let mut h = harness(&ctrd, data.path()).await;
+    let pod = pod(
+        "web",
+        "Always",
+        vec![container("httpd", "exec httpd -f -p 8080")],
+    );
+    let status = h
+        .sync_until(&pod, "httpd running", |s| {
+            s.phase == "Running" && s.container_statuses.first().is_some_and(running)
+        })
+        .await;
+    let ip = status.pod_ip.clone().expect("a pod IP");
+    assert!(ip.starts_with("10.222."), "CNI address expected, got {ip}");
+    let c = &status.container_statuses[0];
+    let id = c.container_id.clone().unwrap();
+    assert!(id.starts_with("containerd://"), "{id}");
+    assert!(c.image_id.starts_with("sha256:"), "{}", c.image_id);
+    assert_eq!(c.restart_count, 0);
+    assert_eq!(c.started, Some(true));
+
+    // The server answers on the pod's address.
+    let start = Instant::now();
+    loop {
+        match http_status_line(&ip, 8080) {
+            Ok(line) if line.starts_with("HTTP/") => break,
+            other => assert!(
+                start.elapsed() < DEADLINE,
+                "no HTTP answer from {ip}:8080: {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // kill -9 of the main process from the host: the container restarts once.
+    let pid = main_pid(&h.client, &id).await;
+    // SAFETY: a plain signal to a process of the test's own container.
+    #[allow(unsafe_code)]
+    let killed = unsafe { libc::kill(pid, libc::SIGKILL) };
+    assert_eq!(killed, 0, "kill -9 {pid}");
+    let status = h
+        .sync_until(&pod, "a restart after kill -9", |s| {
+            let c = &s.container_statuses[0];
+            c.restart_count == 1 && running(c)
+        })
+        .await;
+    let c = &status.container_statuses[0];
+    assert_eq!(last_terminated(c).map(|t| t.0), Some(137));
+    let restarted_id = c.container_id.clone().unwrap();
+    assert_ne!(restarted_id, id);
+
+    // A new runtime over the same containerd adopts the pod and starts nothing again.
+    drop(h.rt);
+    let mut h = harness(&ctrd, data.path()).await;
+    let pods = h.rt.pods().await;
+    assert!(pods.contains(&runtime_pod(&pod)), "{pods:?}");
+    let status = h
+        .sync_until(&pod, "adopted", |s| s.phase == "Running")
+        .await;
+    let c = &status.container_statuses[0];
+    assert_eq!(c.restart_count, 1);
+    assert_eq!(c.container_id.as_deref(), Some(restarted_id.as_str()));
+    assert_eq!(status.pod_ip.as_deref(), Some(ip.as_str()));
+
+    // kill_pod removes the sandbox and every container.
+    let uid = pod.metadata.uid.clone().unwrap();
+    assert_ne!(h.cri_objects(&uid).await, (0, 0));
+    h.rt.kill_pod(&runtime_pod(&pod), Duration::from_secs(2))
+        .await
+        .unwrap();
+    assert_eq!(h.cri_objects(&uid).await, (0, 0));
+    assert!(!h.rt.pods().await.contains(&runtime_pod(&pod)));
+    // Killing it again is not an error.
+    h.rt.kill_pod(&runtime_pod(&pod), Duration::from_secs(2))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_codes_restart_policies_init_containers_and_images() {
+    let Some(ctrd) = TestContainerd::start().await else {
+        return;
+    };
+    let data = tempfile::tempdir().unwrap();
+    let mut h = harness(&ctrd, data.path()).await;
+
+    // Never: the exit stays, with its code and reason.
+    let never = pod(
+        "never",
+        "Never",
+        vec![container("c", "echo one; echo two >&2; exit 3")],
+    );
+    let status = h
+        .sync_until(&never, "exit 3 under Never", |s| s.phase == "Failed")
+        .await;
+    assert_eq!(
+        terminated(&status.container_statuses[0]),
+        Some((3, "Error"))
+    );
+    assert_eq!(status.container_statuses[0].restart_count, 0);
+    // Its output, from the CRI log file.
+    let logs = |options: LogOptions| {
+        let rt = &h.rt;
+        let never = &never;
+        async move {
+            let stream = rt.logs(&runtime_pod(never), "c", &options).await.unwrap();
+            let chunks: Vec<_> = stream.collect().await;
+            let bytes: Vec<u8> = chunks
+                .into_iter()
+                .flat_map(|c| c.unwrap().to_vec())
+                .collect();
+            String::from_utf8(bytes).unwrap()
+        }
+    };
+    assert_eq!(logs(LogOptions::default()).await, "one\ntwo\n");
+    assert_eq!(
+        logs(LogOptions {
+            tail_lines: Some(1),
+            ..Default::default()
+        })
+        .await,
+        "two\n"
+    );
+    let follow = LogOptions {
+        follow: true,
+        ..Default::default()
+    };
+    assert!(h.rt.logs(&runtime_pod(&never), "c", &follow).await.is_err());
+
+    // Always: restarted at once, then CrashLoopBackOff after the second exit.
+    let always = pod("always", "Always", vec![container("c", "exit 3")]);
+    let status = h
+        .sync_until(&always, "CrashLoopBackOff", |s| {
+            waiting_reason(&s.container_statuses[0]) == Some("CrashLoopBackOff")
+        })
+        .await;
+    let c = &status.container_statuses[0];
+    assert_eq!(c.restart_count, 1);
+    assert_eq!(last_terminated(c), Some((3, "Error")));
+    let message = c
+        .state
+        .as_ref()
+        .unwrap()
+        .waiting
+        .as_ref()
+        .unwrap()
+        .message
+        .clone();
+    assert!(
+        message.as_deref().is_some_and(
+            |m| m.starts_with("back-off 10s restarting failed container=c pod=always_default(")
+        ),
+        "{message:?}"
+    );
+
+    // A failing init container blocks the pod.
+    let mut init = pod("init", "Always", vec![container("app", "sleep 100")]);
+    init.spec.as_mut().unwrap().init_containers = Some(vec![container("setup", "exit 1")]);
+    let status = h
+        .sync_until(&init, "the init container crash-looping", |s| {
+            s.init_container_statuses.first().and_then(waiting_reason) == Some("CrashLoopBackOff")
+        })
+        .await;
+    assert_eq!(status.phase, "Pending");
+    assert_eq!(
+        last_terminated(&status.init_container_statuses[0]),
+        Some((1, "Error"))
+    );
+    assert_eq!(
+        waiting_reason(&status.container_statuses[0]),
+        Some("PodInitializing")
+    );
+
+    // An absent image that may not be pulled.
+    let mut absent = container("c", "true");
+    absent.image = Some("setpoint.invalid/absent:1".into());
+    absent.image_pull_policy = Some("Never".into());
+    let never_pull = pod("neverpull", "Always", vec![absent.clone()]);
+    let status = h
+        .sync_until(&never_pull, "ErrImageNeverPull", |s| {
+            waiting_reason(&s.container_statuses[0]) == Some("ErrImageNeverPull")
+        })
+        .await;
+    let w = status.container_statuses[0]
+        .state
+        .clone()
+        .unwrap()
+        .waiting
+        .unwrap();
+    assert_eq!(
+        w.message.as_deref(),
+        Some("Container image \"setpoint.invalid/absent:1\" is not present with pull policy of Never")
+    );
+
+    // An absent image with no registry to pull it from: ErrImagePull, then the back-off.
+    absent.image_pull_policy = Some("IfNotPresent".into());
+    let pull = pod("pull", "Always", vec![absent]);
+    let status = h
+        .sync_until(&pull, "ErrImagePull", |s| {
+            waiting_reason(&s.container_statuses[0]) == Some("ErrImagePull")
+        })
+        .await;
+    let w = status.container_statuses[0]
+        .state
+        .clone()
+        .unwrap()
+        .waiting
+        .unwrap();
+    assert!(
+        w.message
+            .as_deref()
+            .is_some_and(|m| m.starts_with("Failed to pull image \"setpoint.invalid/absent:1\": ")),
+        "{w:?}"
+    );
+    let status = h.rt.sync_pod(&pull, &node()).await.unwrap();
+    assert_eq!(
+        waiting_reason(&status.container_statuses[0]),
+        Some("ImagePullBackOff")
+    );
+
+    for p in [&never, &always, &init, &never_pull, &pull] {
+        h.rt.kill_pod(&runtime_pod(p), Duration::from_secs(1))
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_limit_is_enforced_with_oom_kills() {
+    let Some(ctrd) = TestContainerd::start().await else {
+        return;
+    };
+    let data = tempfile::tempdir().unwrap();
+    let mut h = harness(&ctrd, data.path()).await;
+    // The string doubles until it is past the 16 MiB limit.
+    let mut hog = container("hog", "x=a; while :; do x=$x$x; done");
+    hog.resources = Some(ResourceRequirements {
+        limits: Some([("memory".to_string(), Quantity("16Mi".into()))].into()),
+        ..Default::default()
+    });
+    let pod = pod("hog", "Always", vec![hog]);
+    let status = h
+        .sync_until(&pod, "an OOM kill", |s| {
+            let c = &s.container_statuses[0];
+            last_terminated(c).is_some_and(|t| t.1 == "OOMKilled")
+                || terminated(c).is_some_and(|t| t.1 == "OOMKilled")
+        })
+        .await;
+    let c = &status.container_statuses[0];
+    assert!(c.restart_count >= 1 || terminated(c).is_some(), "{c:?}");
+    let status = h
+        .sync_until(&pod, "a restart after the OOM kill", |s| {
+            s.container_statuses[0].restart_count >= 1
+        })
+        .await;
+    assert!(status.container_statuses[0].restart_count >= 1);
+    h.rt.kill_pod(&runtime_pod(&pod), Duration::from_secs(1))
+        .await
+        .unwrap();
+}
