@@ -289,11 +289,33 @@ async fn exit_codes_restart_policies_init_containers_and_images() {
         .await,
         "two\n"
     );
+
+    // Following a running container's log: lines as they come, the end when it exits.
+    let talker = pod(
+        "talker",
+        "Never",
+        vec![container("c", "echo a; sleep 2; echo b")],
+    );
+    h.sync_until(&talker, "the talker running", |s| {
+        s.container_statuses.first().is_some_and(running)
+    })
+    .await;
     let follow = LogOptions {
         follow: true,
         ..Default::default()
     };
-    assert!(h.rt.logs(&runtime_pod(&never), "c", &follow).await.is_err());
+    let stream =
+        h.rt.logs(&runtime_pod(&talker), "c", &follow)
+            .await
+            .unwrap();
+    let chunks: Vec<_> = tokio::time::timeout(DEADLINE, stream.collect())
+        .await
+        .expect("the followed log ends when the container exits");
+    let followed: Vec<u8> = chunks
+        .into_iter()
+        .flat_map(|c| c.unwrap().to_vec())
+        .collect();
+    assert_eq!(String::from_utf8(followed).unwrap(), "a\nb\n");
 
     // Always: restarted at once, then CrashLoopBackOff after the second exit.
     let always = pod("always", "Always", vec![container("c", "exit 3")]);
@@ -386,7 +408,7 @@ async fn exit_codes_restart_policies_init_containers_and_images() {
         Some("ImagePullBackOff")
     );
 
-    for p in [&never, &always, &init, &never_pull, &pull] {
+    for p in [&never, &talker, &always, &init, &never_pull, &pull] {
         h.rt.kill_pod(&runtime_pod(p), Duration::from_secs(1))
             .await
             .unwrap();

@@ -82,6 +82,23 @@ pub fn render(content: &str, options: &LogOptions, now: Timestamp) -> Vec<u8> {
     out
 }
 
+/// How much of a growing log is whole lines: the length up to the end of the last line
+/// that ends an entry (tag `F`). What follows is a line still being written or a partial
+/// (`P`) entry whose continuation has not come yet; following readers keep it for later.
+pub fn complete_len(content: &[u8]) -> usize {
+    let mut end = 0;
+    let mut start = 0;
+    while let Some(nl) = content[start..].iter().position(|b| *b == b'\n') {
+        let line = &content[start..start + nl];
+        let tag = line.split(|b| *b == b' ').nth(2).unwrap_or_default();
+        if tag.first() != Some(&b'P') {
+            end = start + nl + 1;
+        }
+        start += nl + 1;
+    }
+    end
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,6 +120,18 @@ garbage\n\
         assert_eq!(texts, ["one", "two", "three"]);
         assert_eq!(e[1].stream, "stderr");
         assert_eq!(e[1].time, "2026-01-01T00:00:02.5Z");
+    }
+
+    #[test]
+    fn only_whole_entries_are_complete() {
+        let log = b"t stdout F a\nt stdout P b\nt stdout F c\nt stdout P d\nt stdout F e";
+        // Up to "c": "d" waits for its continuation, "e" for its newline.
+        assert_eq!(
+            complete_len(log),
+            "t stdout F a\nt stdout P b\nt stdout F c\n".len()
+        );
+        assert_eq!(complete_len(b"t stdout P x\n"), 0);
+        assert_eq!(complete_len(b""), 0);
     }
 
     #[test]

@@ -22,7 +22,7 @@
 //! Not done yet: probes (a container with a readiness, liveness or startup probe is
 //! reported with the pod message saying they are not run), volumes and environment from
 //! ConfigMaps or Secrets (the container waits with `CreateContainerConfigError`), and
-//! `follow` of logs (a clear `BadRequest`).
+//! log rotation.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -877,12 +877,6 @@ impl PodRuntime for CriRuntime {
         container: &str,
         options: &LogOptions,
     ) -> Result<LogStream, RuntimeError> {
-        if options.follow {
-            return Err(RuntimeError::BadRequest(
-                "following logs is not supported by the CRI runtime yet; leave out follow"
-                    .to_string(),
-            ));
-        }
         let mut filter = uid_filter(&pod.uid);
         filter.insert(CONTAINER_NAME_LABEL.to_string(), container.to_string());
         let mut runs = self
@@ -913,20 +907,155 @@ impl PodRuntime for CriRuntime {
             .await
             .map_err(internal("reading container status"))?
             .ok_or_else(|| RuntimeError::NotFound(format!("container {container}")))?;
-        let content = match std::fs::read(&status.log_path) {
-            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-            Err(e) => {
-                return Err(RuntimeError::Internal(format!(
-                    "reading {}: {e}",
-                    status.log_path
-                )))
-            }
+        let path = PathBuf::from(&status.log_path);
+        let content = read_from(&path, 0)?;
+        let running = status.state == cri::ContainerState::ContainerRunning as i32;
+        if !options.follow || !running {
+            let out = logs::render(
+                &String::from_utf8_lossy(&content),
+                options,
+                crate::status::wall_now(),
+            );
+            return Ok(Box::pin(futures::stream::once(async move {
+                Ok(bytes::Bytes::from(out))
+            })));
+        }
+        // Follow: what is there now (as the options select it), then each new whole line
+        // as it is written, until the container has exited and its log is read to the end.
+        let cut = logs::complete_len(&content);
+        let first = logs::render(
+            &String::from_utf8_lossy(&content[..cut]),
+            options,
+            crate::status::wall_now(),
+        );
+        let state = Follow {
+            client: self.inner.client.clone(),
+            id: run.id.clone(),
+            path,
+            offset: cut as u64,
+            timestamps: options.timestamps,
+            remaining: options.limit_bytes,
+            exited: false,
+            interval: self
+                .inner
+                .options
+                .poll_interval
+                .min(Duration::from_millis(250)),
+            pending: Some(first),
         };
-        let out = logs::render(&content, options, crate::status::wall_now());
-        Ok(Box::pin(futures::stream::once(async move {
-            Ok(bytes::Bytes::from(out))
-        })))
+        Ok(Box::pin(futures::stream::unfold(
+            Some(state),
+            |state| async move {
+                let mut st = state?;
+                match st.next().await {
+                    Ok(Some(chunk)) => Some((Ok(chunk), Some(st))),
+                    Ok(None) => None,
+                    Err(e) => Some((Err(e), None)),
+                }
+            },
+        )))
+    }
+}
+
+/// A file's bytes from `offset` on (none when it does not exist).
+fn read_from(path: &std::path::Path, offset: u64) -> Result<Vec<u8>, RuntimeError> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => {
+            return Err(RuntimeError::Internal(format!(
+                "reading {}: {e}",
+                path.display()
+            )))
+        }
+    };
+    let mut out = Vec::new();
+    file.seek(SeekFrom::Start(offset))
+        .and_then(|_| file.read_to_end(&mut out))
+        .map_err(|e| RuntimeError::Internal(format!("reading {}: {e}", path.display())))?;
+    Ok(out)
+}
+
+/// A followed container log: where reading stands.
+struct Follow {
+    client: CriClient,
+    id: String,
+    path: PathBuf,
+    offset: u64,
+    timestamps: bool,
+    /// What `limitBytes` still allows.
+    remaining: Option<u64>,
+    /// The container has exited: read to the end once more, then stop.
+    exited: bool,
+    interval: Duration,
+    /// The first chunk, not sent yet.
+    pending: Option<Vec<u8>>,
+}
+
+impl Follow {
+    /// Caps a chunk by `limitBytes`.
+    fn limit(&mut self, mut chunk: Vec<u8>) -> Option<bytes::Bytes> {
+        if let Some(left) = &mut self.remaining {
+            if *left == 0 {
+                return None;
+            }
+            chunk.truncate(usize::try_from(*left).unwrap_or(usize::MAX));
+            *left -= chunk.len() as u64;
+        }
+        Some(bytes::Bytes::from(chunk))
+    }
+
+    /// The next chunk of output; `None` once the container exited and all is sent.
+    async fn next(&mut self) -> Result<Option<bytes::Bytes>, RuntimeError> {
+        if let Some(first) = self.pending.take() {
+            if !first.is_empty() {
+                return Ok(self.limit(first));
+            }
+        }
+        loop {
+            if self.remaining == Some(0) {
+                return Ok(None);
+            }
+            let new = read_from(&self.path, self.offset)?;
+            // Once the container is gone, a trailing partial line is all there will be.
+            let cut = if self.exited {
+                new.len()
+            } else {
+                logs::complete_len(&new)
+            };
+            if cut > 0 {
+                self.offset += cut as u64;
+                let options = LogOptions {
+                    timestamps: self.timestamps,
+                    ..Default::default()
+                };
+                let out = logs::render(
+                    &String::from_utf8_lossy(&new[..cut]),
+                    &options,
+                    crate::status::wall_now(),
+                );
+                if !out.is_empty() {
+                    return Ok(self.limit(out));
+                }
+                continue;
+            }
+            if self.exited {
+                return Ok(None);
+            }
+            let running = match self.client.container_status(&self.id, false).await {
+                Ok(r) => r
+                    .status
+                    .is_some_and(|s| s.state == cri::ContainerState::ContainerRunning as i32),
+                Err(e) if e.is_not_found() => false,
+                Err(e) => return Err(internal("reading container status")(e)),
+            };
+            if !running {
+                self.exited = true;
+                continue;
+            }
+            tokio::time::sleep(self.interval).await;
+        }
     }
 }
 
