@@ -448,3 +448,54 @@ async fn a_memory_limit_is_enforced_with_oom_kills() {
         .await
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_sandbox_is_replaced_and_its_containers_start_again() {
+    let Some(ctrd) = TestContainerd::start().await else {
+        return;
+    };
+    let data = tempfile::tempdir().unwrap();
+    let mut h = harness(&ctrd, data.path()).await;
+    let mut pod = pod("phoenix", "Always", vec![container("app", "sleep 1000")]);
+    pod.spec.as_mut().unwrap().init_containers = Some(vec![container("setup", "true")]);
+    let status = h
+        .sync_until(&pod, "running", |s| {
+            s.container_statuses.first().is_some_and(running)
+        })
+        .await;
+    assert_eq!(
+        terminated(&status.init_container_statuses[0]),
+        Some((0, "Completed"))
+    );
+    let first_id = status.container_statuses[0].container_id.clone();
+
+    // The sandbox stops under the pod (its network and processes go).
+    let uid = pod.metadata.uid.clone().unwrap();
+    let labels = HashMap::from([("io.kubernetes.pod.uid".to_string(), uid.clone())]);
+    let sandboxes = h.client.list_pod_sandbox(&labels).await.unwrap();
+    assert_eq!(sandboxes.len(), 1);
+    h.client.stop_pod_sandbox(&sandboxes[0].id).await.unwrap();
+
+    // A new sandbox attempt, the init container again, then the app as its next attempt.
+    let status = h
+        .sync_until(&pod, "the pod running in a new sandbox", |s| {
+            let c = &s.container_statuses[0];
+            running(c) && c.container_id != first_id
+        })
+        .await;
+    let c = &status.container_statuses[0];
+    assert_eq!(c.restart_count, 1);
+    assert!(status
+        .pod_ip
+        .as_deref()
+        .is_some_and(|ip| ip.starts_with("10.222.")));
+    let sandboxes = h.client.list_pod_sandbox(&labels).await.unwrap();
+    let ready: Vec<_> = sandboxes.iter().filter(|s| s.state == 0).collect();
+    assert_eq!(ready.len(), 1, "{sandboxes:?}");
+    assert_eq!(ready[0].metadata.as_ref().unwrap().attempt, 1);
+
+    h.rt.kill_pod(&runtime_pod(&pod), Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert_eq!(h.cri_objects(&uid).await, (0, 0));
+}
