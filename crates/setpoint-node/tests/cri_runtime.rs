@@ -456,8 +456,14 @@ async fn a_stopped_sandbox_is_replaced_and_its_containers_start_again() {
     };
     let data = tempfile::tempdir().unwrap();
     let mut h = harness(&ctrd, data.path()).await;
-    let mut pod = pod("phoenix", "Always", vec![container("app", "sleep 1000")]);
-    pod.spec.as_mut().unwrap().init_containers = Some(vec![container("setup", "true")]);
+    let mut pod = pod(
+        "phoenix",
+        "Always",
+        vec![container("app", "trap '' TERM; sleep 1000")],
+    );
+    let mut proxy = container("proxy", "sleep 1000");
+    proxy.restart_policy = Some("Always".into());
+    pod.spec.as_mut().unwrap().init_containers = Some(vec![container("setup", "true"), proxy]);
     let status = h
         .sync_until(&pod, "running", |s| {
             s.container_statuses.first().is_some_and(running)
@@ -468,6 +474,10 @@ async fn a_stopped_sandbox_is_replaced_and_its_containers_start_again() {
         Some((0, "Completed"))
     );
     let first_id = status.container_statuses[0].container_id.clone();
+    // The sidecar keeps running beside the app.
+    let sidecar = &status.init_container_statuses[1];
+    assert!(running(sidecar), "{sidecar:?}");
+    assert_eq!(sidecar.started, Some(true));
 
     // The sandbox stops under the pod (its network and processes go).
     let uid = pod.metadata.uid.clone().unwrap();
@@ -494,8 +504,12 @@ async fn a_stopped_sandbox_is_replaced_and_its_containers_start_again() {
     assert_eq!(ready.len(), 1, "{sandboxes:?}");
     assert_eq!(ready[0].metadata.as_ref().unwrap().attempt, 1);
 
-    h.rt.kill_pod(&runtime_pod(&pod), Duration::from_secs(1))
+    // The app ignores SIGTERM: it is killed once the grace period is over.
+    let start = Instant::now();
+    h.rt.kill_pod(&runtime_pod(&pod), Duration::from_secs(2))
         .await
         .unwrap();
+    let took = start.elapsed();
+    assert!(took >= Duration::from_secs(2), "stopped after {took:?}");
     assert_eq!(h.cri_objects(&uid).await, (0, 0));
 }
