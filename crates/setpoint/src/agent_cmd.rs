@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use setpoint_node::process::ProcessRuntime;
 use setpoint_node::{AgentConfig, Capacity, SimulatedConfig, SimulationConfig};
 use setpoint_runtime::client::Client;
 use setpoint_runtime::informer::SharedInformers;
@@ -40,7 +39,8 @@ pub struct AgentArgs {
     /// The Node's name (default: this host's name).
     #[arg(long)]
     node_name: Option<String>,
-    /// Where the process runtime keeps its state, pod logs and pod addresses.
+    /// Where the process runtime keeps its state, pod logs and pod addresses (with
+    /// `--container-runtime cri`: pod logs, and a private containerd under `containerd/`).
     #[arg(long, default_value = "setpoint-agent", env = "SETPOINT_AGENT_DIR")]
     data_dir: PathBuf,
     /// Address of the node agent's HTTPS port: container logs (the API server connects to it)
@@ -52,6 +52,8 @@ pub struct AgentArgs {
     address: Option<String>,
     #[command(flatten)]
     simulation: SimulationFlags,
+    #[command(flatten)]
+    container_runtime: crate::container_runtime::ContainerRuntimeFlags,
     /// Seconds between Lease renewals.
     #[arg(long, default_value_t = 10)]
     lease_interval_seconds: u64,
@@ -291,13 +293,23 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     }
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating {}", args.data_dir.display()))?;
-    let runtime = ProcessRuntime::new(&args.data_dir)
-        .with_context(|| format!("process runtime in {}", args.data_dir.display()))?;
-    println!(
-        "Node {name} is running pods from {}",
-        args.data_dir.display()
-    );
-    setpoint_node::run_agent(client, config, Arc::new(runtime), crate::wait_for_signal()).await?;
+    let data_dir = args.data_dir.canonicalize()?;
+    let runtime = args
+        .container_runtime
+        .open(&data_dir, &data_dir.join("containerd"))
+        .await?;
+    config.system_info.container_runtime_version = runtime.version.clone();
+    tracing::info!(node = %name, runtime = %runtime.description, "node runtime");
+    println!("Node {name} is running pods {}", runtime.description);
+    let result = setpoint_node::run_agent(
+        client,
+        config,
+        runtime.runtime.clone(),
+        crate::wait_for_signal(),
+    )
+    .await;
+    runtime.stop().await;
+    result?;
     Ok(())
 }
 
@@ -305,28 +317,32 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
 pub struct InProcess {
     stop: tokio::sync::oneshot::Sender<()>,
     task: tokio::task::JoinHandle<()>,
+    /// The local node's runtime, stopped after the agent (a private containerd).
+    runtime: Option<crate::container_runtime::NodeRuntime>,
 }
 
 impl InProcess {
-    /// Starts a node agent named `name` with its process runtime in `dir`, serving logs on a
-    /// free loopback port to callers with certificates from `client_ca_pem`.
+    /// Starts a node agent named `name` on `runtime`, serving logs on a free loopback port
+    /// to callers with certificates from `client_ca_pem`.
     pub fn start(
         client: Client,
         name: &str,
-        dir: PathBuf,
+        runtime: crate::container_runtime::NodeRuntime,
         client_ca_pem: Option<String>,
-    ) -> anyhow::Result<InProcess> {
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let runtime = ProcessRuntime::new(&dir)
-            .with_context(|| format!("process runtime in {}", dir.display()))?;
+    ) -> InProcess {
         let mut config = AgentConfig::local(name);
         // Only this machine talks to the local node.
         config.address = "127.0.0.1".into();
         config.server_listen = SocketAddr::from(([127, 0, 0, 1], 0));
         config.client_ca_pem = client_ca_pem;
-        Ok(InProcess::spawn("local node agent", move |shutdown| {
-            setpoint_node::run_agent(client, config, Arc::new(runtime), shutdown)
-        }))
+        config.system_info.container_runtime_version = runtime.version.clone();
+        tracing::info!(node = %name, runtime = %runtime.description, "local node runtime");
+        let pods = runtime.runtime.clone();
+        let mut agent = InProcess::spawn("local node agent", move |shutdown| {
+            setpoint_node::run_agent(client, config, pods, shutdown)
+        });
+        agent.runtime = Some(runtime);
+        agent
     }
 
     /// Starts `config.nodes` simulated nodes on the process's shared (lean) informers, with
@@ -359,13 +375,25 @@ impl InProcess {
                 tracing::error!(error = %e, "{what} stopped");
             }
         });
-        InProcess { stop, task }
+        InProcess {
+            stop,
+            task,
+            runtime: None,
+        }
+    }
+
+    /// What the local node runs pods on, if this is one.
+    pub fn runtime_description(&self) -> Option<String> {
+        self.runtime.as_ref().map(|r| r.description.clone())
     }
 
     /// Stops the agent (a local node's processes keep running; the next start adopts them).
     pub async fn stop(self) {
         let _ = self.stop.send(());
         let _ = self.task.await;
+        if let Some(runtime) = self.runtime {
+            runtime.stop().await;
+        }
     }
 }
 

@@ -36,6 +36,7 @@ fn tune_allocator() {
 
 mod agent_cmd;
 mod bench_cmd;
+mod container_runtime;
 mod controller_manager;
 mod join;
 mod leadership;
@@ -58,8 +59,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Start a whole cluster — API server, controllers, scheduler and a local node that runs
-    /// pods as processes (plus `--simulate N` simulated nodes) — on the embedded store unless
-    /// `--store` says otherwise.
+    /// pods as processes, or in containerd with `--container-runtime cri` (plus
+    /// `--simulate N` simulated nodes) — on the embedded store unless `--store` says
+    /// otherwise.
     Up(UpArgs),
     /// Start the API server only.
     Server(ServeArgs),
@@ -67,7 +69,8 @@ enum Command {
     ControllerManager(controller_manager::ControllerManagerArgs),
     /// Place pending pods on nodes.
     Scheduler(scheduler_cmd::SchedulerArgs),
-    /// Run a node: pods as local processes, or `--simulate N` simulated nodes.
+    /// Run a node: pods as local processes (in containerd with `--container-runtime cri`), or
+    /// `--simulate N` simulated nodes.
     Agent(agent_cmd::AgentArgs),
     /// Copy a cluster's objects out of a store or into one (for moving between stores).
     Store {
@@ -164,6 +167,7 @@ fn main() -> anyhow::Result<()> {
                 let up = Up {
                     concurrency: args.concurrency.concurrency(),
                     simulation: args.simulation,
+                    container_runtime: args.container_runtime,
                 };
                 run(args.serve, Some(up)).await
             }
@@ -187,12 +191,15 @@ struct UpArgs {
     concurrency: controller_manager::ConcurrencyFlags,
     #[command(flatten)]
     simulation: agent_cmd::SimulationFlags,
+    #[command(flatten)]
+    container_runtime: container_runtime::ContainerRuntimeFlags,
 }
 
 /// What `setpoint up` runs besides the API server.
 struct Up {
     concurrency: setpoint_controllers::manager::Concurrency,
     simulation: agent_cmd::SimulationFlags,
+    container_runtime: container_runtime::ContainerRuntimeFlags,
 }
 
 /// Serves the API; with `up` also runs the controllers, the scheduler, the local node and any
@@ -318,17 +325,23 @@ async fn run(args: ServeArgs, up: Option<Up>) -> anyhow::Result<()> {
     } else {
         None
     };
-    let node = if all_in_one && !args.no_node {
-        let ca = running.pki.as_ref().map(|p| p.ca_cert.clone());
-        Some(agent_cmd::InProcess::start(
-            in_process().with_user_agent(agent_cmd::COMPONENT),
-            &agent_cmd::local_node_name(),
-            data_dir.join("node"),
-            ca,
-        )?)
-    } else {
-        None
+    let node = match up.as_ref() {
+        Some(up) if !args.no_node => {
+            let ca = running.pki.as_ref().map(|p| p.ca_cert.clone());
+            let runtime = up
+                .container_runtime
+                .open(&data_dir.join("node"), &data_dir.join("containerd"))
+                .await?;
+            Some(agent_cmd::InProcess::start(
+                in_process().with_user_agent(agent_cmd::COMPONENT),
+                &agent_cmd::local_node_name(),
+                runtime,
+                ca,
+            ))
+        }
+        _ => None,
     };
+    let node_runtime = node.as_ref().and_then(|n| n.runtime_description());
     // Simulated nodes share the pod cache with the scheduler and the controllers.
     let simulation = up.and_then(|up| up.simulation.config(Duration::from_secs(10)));
     let hosting = simulation.as_ref().map(|c| {
@@ -391,6 +404,9 @@ async fn run(args: ServeArgs, up: Option<Up>) -> anyhow::Result<()> {
             "Point kubectl at it with:\n\n    kubectl --server {}\n",
             running.url
         );
+    }
+    if let Some(description) = node_runtime {
+        println!("The local node runs pods {description}");
     }
     if let Some((n, first, last)) = hosting {
         println!(

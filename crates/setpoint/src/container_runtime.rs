@@ -1,0 +1,377 @@
+//! Which container runtime a local node runs its pods on: the process runtime (each
+//! container a local process, the default for now) or a CRI runtime (containerd), and
+//! getting that runtime ready: connecting to the endpoint given, else using a running system
+//! containerd or starting a private one under the data dir with the local images imported.
+
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context;
+use setpoint_node::containerd::{self, DaemonOptions, LocalContainerd};
+use setpoint_node::cri::runtime::{CriRuntime, CriRuntimeOptions};
+use setpoint_node::cri::CriClient;
+use setpoint_node::process::ProcessRuntime;
+use setpoint_node::runtime::PodRuntime;
+
+/// The runtimes a local node can run pods on.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RuntimeKind {
+    /// Each container is a process of this machine (no images, no isolation).
+    Process,
+    /// Containers through the Container Runtime Interface (containerd).
+    Cri,
+}
+
+/// `--container-runtime` and `--container-runtime-endpoint`, shared by `setpoint up` and
+/// `setpoint agent`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ContainerRuntimeFlags {
+    /// What the local node runs pods on: `process` (each container a local process; the
+    /// default for now, so existing setups keep working) or `cri` (containers through
+    /// containerd: the `--container-runtime-endpoint` given, else a running system
+    /// containerd, else a private one started under the data dir). Choosing `cri` on its own
+    /// when containerd is installed (an `auto` default) is not implemented yet.
+    #[arg(
+        long,
+        value_enum,
+        default_value = "process",
+        env = "SETPOINT_CONTAINER_RUNTIME"
+    )]
+    pub container_runtime: RuntimeKind,
+    /// The CRI runtime's socket, `unix:///path/to/socket` (with `--container-runtime cri`),
+    /// as kubelet's flag of the same name. Its own CNI network and sandbox image apply.
+    #[arg(long)]
+    pub container_runtime_endpoint: Option<String>,
+}
+
+/// The first pod subnet `10.223.<x>.0/24` tried. Private containerds of nodes take
+/// 10.223.0.0/16, apart from the tests' `TestContainerd` (10.222.0.0/16).
+const SUBNET_PREFIX: &str = "10.223";
+
+/// Where the subnet locks of every private containerd on this machine are (the directory a
+/// private containerd already uses for sockets whose path would be too long).
+const LOCK_DIR: &str = "/run/setpoint";
+
+/// A local node's runtime, ready to run pods.
+pub struct NodeRuntime {
+    /// The runtime the agent drives.
+    pub runtime: Arc<dyn PodRuntime>,
+    /// The Node's `status.nodeInfo.containerRuntimeVersion`.
+    pub version: String,
+    /// One line that says what pods run on (logged and printed).
+    pub description: String,
+    /// The private containerd, if this process started one.
+    containerd: Option<LocalContainerd>,
+    /// Held while the private containerd uses its subnet.
+    _subnet_lock: Option<std::fs::File>,
+}
+
+impl NodeRuntime {
+    /// Stops the private containerd, if any (its containers keep running in their shims,
+    /// and the next start adopts them).
+    pub async fn stop(self) {
+        let NodeRuntime {
+            runtime,
+            containerd,
+            ..
+        } = self;
+        // The CRI runtime's monitor goes first: it would only see containerd gone.
+        drop(runtime);
+        if let Some(c) = containerd {
+            if let Err(e) = c.stop().await {
+                tracing::warn!(error = %e, "stopping the private containerd");
+            }
+        }
+    }
+}
+
+impl ContainerRuntimeFlags {
+    /// Opens the runtime these flags name. `node_dir` holds the process runtime's state or
+    /// the CRI pods' logs; a private containerd lives in `containerd_dir`.
+    pub async fn open(
+        &self,
+        node_dir: &Path,
+        containerd_dir: &Path,
+    ) -> anyhow::Result<NodeRuntime> {
+        std::fs::create_dir_all(node_dir)
+            .with_context(|| format!("creating {}", node_dir.display()))?;
+        match self.container_runtime {
+            RuntimeKind::Process => {
+                if let Some(endpoint) = &self.container_runtime_endpoint {
+                    anyhow::bail!(
+                        "--container-runtime-endpoint {endpoint} needs --container-runtime cri"
+                    );
+                }
+                let runtime = ProcessRuntime::new(node_dir)
+                    .with_context(|| format!("process runtime in {}", node_dir.display()))?;
+                Ok(NodeRuntime {
+                    runtime: Arc::new(runtime),
+                    version: setpoint_node::agent::PROCESS_RUNTIME_VERSION.to_string(),
+                    description: format!("as local processes (state in {})", node_dir.display()),
+                    containerd: None,
+                    _subnet_lock: None,
+                })
+            }
+            RuntimeKind::Cri => self.open_cri(node_dir, containerd_dir).await,
+        }
+    }
+
+    async fn open_cri(
+        &self,
+        node_dir: &Path,
+        containerd_dir: &Path,
+    ) -> anyhow::Result<NodeRuntime> {
+        let mut containerd = None;
+        let mut subnet_lock = None;
+        let mut subnet = None;
+        let endpoint = match &self.container_runtime_endpoint {
+            Some(endpoint) => endpoint.clone(),
+            None => {
+                let image_cache = containerd_dir.join("images");
+                let local = match containerd::find_system_endpoint() {
+                    Some(socket) => LocalContainerd::System(socket),
+                    None => {
+                        if let Some(reason) = containerd::testing::missing_prerequisites() {
+                            anyhow::bail!(
+                                "--container-runtime cri starts a private containerd, which cannot run here: {reason}; install containerd, runc, containernetworking-plugins and busybox-static (Debian: `apt-get install containerd runc containernetworking-plugins busybox-static`) and run as root, or give --container-runtime-endpoint"
+                            );
+                        }
+                        std::fs::create_dir_all(containerd_dir)
+                            .with_context(|| format!("creating {}", containerd_dir.display()))?;
+                        let (x, lock) = claim_subnet(containerd_dir)?;
+                        let cidr = format!("{SUBNET_PREFIX}.{x}.0/24");
+                        let options = DaemonOptions::new(bridge_name(x), cidr.clone());
+                        subnet_lock = Some(lock);
+                        subnet = Some(cidr);
+                        LocalContainerd::find_or_start(containerd_dir, options)
+                            .await
+                            .with_context(|| {
+                                format!("starting containerd in {}", containerd_dir.display())
+                            })?
+                    }
+                };
+                let imported =
+                    containerd::ensure_local_images(local.endpoint(), &image_cache).await;
+                match (&local, imported) {
+                    (_, Ok(())) => {}
+                    // A system containerd has its own sandbox image; the local busybox is a
+                    // convenience there.
+                    (LocalContainerd::System(socket), Err(e)) => tracing::warn!(
+                        error = %e,
+                        socket = %socket.display(),
+                        "could not import the local images into the system containerd"
+                    ),
+                    (LocalContainerd::Private(_), Err(e)) => {
+                        let _ = local.stop().await;
+                        return Err(e).context("importing the local images into containerd");
+                    }
+                }
+                let endpoint = format!("unix://{}", local.endpoint().display());
+                containerd = Some(local);
+                endpoint
+            }
+        };
+        let opened = async {
+            let client = CriClient::connect(&endpoint)
+                .await
+                .with_context(|| format!("connecting to the CRI runtime at {endpoint}"))?;
+            let version = client
+                .version()
+                .await
+                .with_context(|| format!("asking the CRI runtime at {endpoint} its version"))?;
+            let runtime = CriRuntime::new(client, CriRuntimeOptions::new(node_dir))
+                .await
+                .with_context(|| format!("CRI runtime at {endpoint}"))?;
+            anyhow::Ok((runtime, version))
+        }
+        .await;
+        let (runtime, version) = match opened {
+            Ok(opened) => opened,
+            Err(e) => {
+                if let Some(c) = &containerd {
+                    let _ = c.stop().await;
+                }
+                return Err(e);
+            }
+        };
+        let which = match &containerd {
+            Some(LocalContainerd::Private(_)) => "private ",
+            Some(LocalContainerd::System(_)) => "system ",
+            None => "",
+        };
+        let mut description = format!(
+            "in {which}{} {} at {endpoint}",
+            version.runtime_name, version.runtime_version
+        );
+        if let Some(subnet) = &subnet {
+            description.push_str(&format!(" (pod subnet {subnet})"));
+        }
+        Ok(NodeRuntime {
+            runtime: Arc::new(runtime),
+            version: format!("{}://{}", version.runtime_name, version.runtime_version),
+            description,
+            containerd,
+            _subnet_lock: subnet_lock,
+        })
+    }
+}
+
+/// The bridge (and CNI network) of the private containerd on subnet `x`: at most 15 bytes,
+/// and not the tests' `sp-t<x>`.
+fn bridge_name(x: u8) -> String {
+    format!("sp-n{x}")
+}
+
+/// The file in a private containerd's directory that records its subnet's `x`.
+const SUBNET_FILE: &str = "pod-subnet";
+
+/// Picks `x` of the pod subnet `10.223.<x>.0/24` for the private containerd in `dir` and
+/// locks it for as long as the returned file is open.
+///
+/// A subnet is chosen by a lock rather than derived from the data dir's path because two
+/// data dirs could derive the same one, while an exclusive `flock` on
+/// `/run/setpoint/pod-net-<x>.lock` makes it impossible for two `setpoint` processes on this
+/// machine to share one (and a killed process releases its lock with it). The `x` chosen is
+/// recorded in the data dir and preferred at the next start: pods outlive the agent, and
+/// their bridge keeps the old subnet's gateway address, so the same data dir should get the
+/// same subnet back. A subnet some other interface already has is skipped.
+fn claim_subnet(dir: &Path) -> anyhow::Result<(u8, std::fs::File)> {
+    let lock_dir = PathBuf::from(LOCK_DIR);
+    std::fs::create_dir_all(&lock_dir)
+        .with_context(|| format!("creating {}", lock_dir.display()))?;
+    let record = dir.join(SUBNET_FILE);
+    let recorded = std::fs::read_to_string(&record)
+        .ok()
+        .and_then(|s| s.trim().parse::<u8>().ok())
+        .filter(|x| *x >= 1);
+    let addresses = host_ipv4_addresses();
+    let candidates = recorded.into_iter().chain(1..=254u8);
+    for x in candidates {
+        let prefix = format!("{SUBNET_PREFIX}.{x}.");
+        let ours = bridge_name(x);
+        if addresses
+            .iter()
+            .any(|(dev, addr)| *dev != ours && addr.starts_with(&prefix))
+        {
+            continue;
+        }
+        let path = lock_dir.join(format!("pod-net-{x}.lock"));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        if try_lock(&file) {
+            if recorded != Some(x) {
+                std::fs::write(&record, format!("{x}\n"))
+                    .with_context(|| format!("writing {}", record.display()))?;
+            }
+            return Ok((x, file));
+        }
+    }
+    anyhow::bail!("every pod subnet {SUBNET_PREFIX}.1-254.0/24 is in use on this machine")
+}
+
+/// An exclusive, non-blocking `flock` on `file`: whether it was taken.
+// flock is a system call (this crate does not depend on libc for one function).
+#[allow(unsafe_code)]
+fn try_lock(file: &std::fs::File) -> bool {
+    extern "C" {
+        fn flock(fd: i32, operation: i32) -> i32;
+    }
+    const LOCK_EX: i32 = 2;
+    const LOCK_NB: i32 = 4;
+    // SAFETY: flock on a descriptor `file` keeps open for the call.
+    unsafe { flock(file.as_raw_fd(), LOCK_EX | LOCK_NB) == 0 }
+}
+
+/// `(device, address)` of every IPv4 address on this host's interfaces.
+fn host_ipv4_addresses() -> Vec<(String, String)> {
+    let Ok(out) = std::process::Command::new("ip")
+        .args(["-o", "-4", "addr", "show"])
+        .output()
+    else {
+        return Vec::new();
+    };
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| {
+            // `<n>: <dev> inet <addr>/<len> ...`
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let dev = fields.get(1)?.to_string();
+            let pos = fields.iter().position(|f| *f == "inet")?;
+            let addr = fields.get(pos + 1)?.split('/').next()?.to_string();
+            Some((dev, addr))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        flags: ContainerRuntimeFlags,
+    }
+
+    #[test]
+    fn process_is_the_default_and_cri_takes_an_endpoint() {
+        let cli = Cli::try_parse_from(["x"]).unwrap();
+        assert_eq!(cli.flags.container_runtime, RuntimeKind::Process);
+        assert_eq!(cli.flags.container_runtime_endpoint, None);
+        let cli = Cli::try_parse_from([
+            "x",
+            "--container-runtime",
+            "cri",
+            "--container-runtime-endpoint",
+            "unix:///run/containerd/containerd.sock",
+        ])
+        .unwrap();
+        assert_eq!(cli.flags.container_runtime, RuntimeKind::Cri);
+        assert!(Cli::try_parse_from(["x", "--container-runtime", "docker"]).is_err());
+    }
+
+    #[tokio::test]
+    async fn an_endpoint_without_cri_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let flags = ContainerRuntimeFlags {
+            container_runtime: RuntimeKind::Process,
+            container_runtime_endpoint: Some("unix:///nowhere.sock".into()),
+        };
+        let err = flags
+            .open(&dir.path().join("node"), &dir.path().join("containerd"))
+            .await
+            .err()
+            .expect("refused");
+        assert!(err.to_string().contains("--container-runtime cri"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_endpoint_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let flags = ContainerRuntimeFlags {
+            container_runtime: RuntimeKind::Cri,
+            container_runtime_endpoint: Some(format!(
+                "unix://{}",
+                dir.path().join("none.sock").display()
+            )),
+        };
+        let err = flags
+            .open(&dir.path().join("node"), &dir.path().join("containerd"))
+            .await
+            .err()
+            .expect("refused");
+        assert!(format!("{err:#}").contains("none.sock"), "{err:#}");
+    }
+
+    #[test]
+    fn bridges_fit_a_device_name_and_differ_from_the_tests() {
+        assert!(bridge_name(254).len() <= 15);
+        assert!(!bridge_name(1).starts_with("sp-t"));
+    }
+}
