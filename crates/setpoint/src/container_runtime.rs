@@ -134,7 +134,8 @@ impl ContainerRuntimeFlags {
                     None => {
                         if let Some(reason) = containerd::testing::missing_prerequisites() {
                             anyhow::bail!(
-                                "--container-runtime cri starts a private containerd, which cannot run here: {reason}; install containerd, runc, containernetworking-plugins and busybox-static (Debian: `apt-get install containerd runc containernetworking-plugins busybox-static`) and run as root, or give --container-runtime-endpoint"
+                                "--container-runtime cri: no --container-runtime-endpoint given, no containerd running at {}, and a private one cannot run here: {reason}. A private containerd needs root and containerd, runc, the CNI plugins, iptables and a static busybox installed (Debian: `apt-get install containerd runc containernetworking-plugins iptables busybox-static`)",
+                                containerd::SYSTEM_SOCKET
                             );
                         }
                         std::fs::create_dir_all(containerd_dir)

@@ -301,3 +301,46 @@ fn deployment_runs_in_containerd() {
             .status();
     }
 }
+
+/// Without containerd installed (here: not on an empty `PATH`), `--container-runtime cri`
+/// refuses to start and says what to install.
+#[test]
+fn cri_without_containerd_says_what_to_install() {
+    if setpoint_node::containerd::find_system_endpoint().is_some() {
+        eprintln!("skipping: a system containerd is running, which the node would use");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let empty = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_setpoint"))
+        .args([
+            "up",
+            "--container-runtime",
+            "cri",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .env("PATH", empty.path())
+        .env("SETPOINT_LOG", "error")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start setpoint");
+    let status = eventually("setpoint up to exit", DEADLINE, || {
+        child.try_wait().expect("wait for setpoint")
+    });
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--container-runtime cri") && stderr.contains("install containerd"),
+        "{stderr}"
+    );
+}
