@@ -513,3 +513,45 @@ async fn a_stopped_sandbox_is_replaced_and_its_containers_start_again() {
     assert!(took >= Duration::from_secs(2), "stopped after {took:?}");
     assert_eq!(h.cri_objects(&uid).await, (0, 0));
 }
+
+fn exec_probe(script: &str) -> k8s_openapi::api::core::v1::Probe {
+    k8s_openapi::api::core::v1::Probe {
+        exec: Some(k8s_openapi::api::core::v1::ExecAction {
+            command: Some(vec!["sh".into(), "-c".into(), script.into()]),
+        }),
+        period_seconds: Some(1),
+        failure_threshold: Some(1),
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_run_in_the_container() {
+    let Some(ctrd) = TestContainerd::start().await else {
+        return;
+    };
+    let data = tempfile::tempdir().unwrap();
+    let mut h = harness(&ctrd, data.path()).await;
+    // Ready once the file exists, which the container writes after a while.
+    let mut late = container("late", "sleep 2; echo > /tmp/ready; exec sleep 1000");
+    late.readiness_probe = Some(exec_probe("test -f /tmp/ready"));
+    // Its liveness check fails: stopped and restarted.
+    let mut doomed = container("doomed", "exec sleep 1000");
+    doomed.liveness_probe = Some(exec_probe("test -f /tmp/never"));
+    let pod = pod("probed", "Always", vec![late, doomed]);
+    let status = h
+        .sync_until(&pod, "late running, not ready yet", |s| {
+            running(&s.container_statuses[0])
+        })
+        .await;
+    assert!(!status.container_statuses[0].ready);
+    h.sync_until(&pod, "late ready", |s| s.container_statuses[0].ready)
+        .await;
+    h.sync_until(&pod, "doomed restarted after failing liveness", |s| {
+        s.container_statuses[1].restart_count >= 1
+    })
+    .await;
+    h.rt.kill_pod(&runtime_pod(&pod), Duration::from_secs(1))
+        .await
+        .unwrap();
+}

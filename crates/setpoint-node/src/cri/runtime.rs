@@ -19,10 +19,12 @@
 //! - A monitor task polls CRI's container and sandbox states and announces the pods whose
 //!   state changed or whose back-off expired.
 //!
-//! Not done yet: probes (a container with a readiness, liveness or startup probe is
-//! reported with the pod message saying they are not run), volumes and environment from
-//! ConfigMaps or Secrets (the container waits with `CreateContainerConfigError`), and
-//! log rotation.
+//! - Probes are the process runtime's ([`crate::process::probe`]), with exec probes run
+//!   through CRI `ExecSync` and a liveness failure stopping the container through CRI.
+//!
+//! Not done yet: volumes and environment from ConfigMaps or Secrets (the container waits
+//! with `CreateContainerConfigError`), gRPC probes (they fail, saying so), and log
+//! rotation.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -45,6 +47,7 @@ use super::state::{self, Latest, Plan};
 use super::{containers, logs, resources};
 use crate::process::backoff::BackoffPolicy;
 use crate::process::expand::FieldContext;
+use crate::process::probe::{ProbeActions, ProbeSet, ProbeStatus, ProbeTarget};
 use crate::runtime::{
     LogOptions, LogStream, NodeContext, PodRuntime, RuntimeError, RuntimePod, RuntimeStatus,
 };
@@ -103,6 +106,47 @@ struct Inner {
     restarts: Mutex<HashMap<(String, String), Restart>>,
     pulls: Mutex<PullBackoff>,
     subscribers: Subscribers,
+    /// The probe tasks and verdicts per running container id.
+    probes: Mutex<HashMap<String, ProbeRun>>,
+}
+
+/// The probes of one running container.
+struct ProbeRun {
+    uid: String,
+    status: Arc<ProbeStatus>,
+    task: AbortHandle,
+}
+
+/// Exec probes through CRI `ExecSync`; a liveness failure stops the container through CRI.
+struct CriProbeActions {
+    client: CriClient,
+    id: String,
+}
+
+impl ProbeActions for CriProbeActions {
+    fn exec(
+        &self,
+        argv: Vec<String>,
+        timeout: Duration,
+    ) -> futures::future::BoxFuture<'static, Result<(), String>> {
+        let (client, id) = (self.client.clone(), self.id.clone());
+        Box::pin(async move {
+            match client.exec_sync(&id, argv, Some(timeout)).await {
+                Ok(out) if out.exit_code == 0 => Ok(()),
+                Ok(out) => Err(format!("command exited with {}", out.exit_code)),
+                Err(e) => Err(e.message()),
+            }
+        })
+    }
+
+    fn stop(&self, grace: Duration) -> futures::future::BoxFuture<'static, ()> {
+        let (client, id) = (self.client.clone(), self.id.clone());
+        Box::pin(async move {
+            if let Err(e) = client.stop_container(&id, grace).await {
+                tracing::warn!(id, error = %e, "stopping a container after a probe failure");
+            }
+        })
+    }
 }
 
 /// Runs pods through CRI. See the [module docs](self).
@@ -116,6 +160,9 @@ impl Drop for CriRuntime {
     /// the same containerd adopts them.
     fn drop(&mut self) {
         self.monitor.abort();
+        for (_, p) in lock(&self.inner.probes).drain() {
+            p.task.abort();
+        }
     }
 }
 
@@ -225,6 +272,7 @@ impl CriRuntime {
             restarts: Mutex::new(HashMap::new()),
             pulls: Mutex::new(PullBackoff::default()),
             subscribers: Arc::new(Mutex::new(Vec::new())),
+            probes: Mutex::new(HashMap::new()),
         });
         let monitor = tokio::spawn(Arc::clone(&inner).monitor()).abort_handle();
         Ok(Self { inner, monitor })
@@ -465,6 +513,90 @@ impl Inner {
         Ok(id)
     }
 
+    /// The probe verdicts (started, ready) of a running container, its probes started if
+    /// they do not run yet.
+    fn probe_verdict(
+        self: &Arc<Self>,
+        view: &PodView<'_>,
+        container: &Container,
+        cur: &cri::ContainerStatus,
+    ) -> (bool, bool) {
+        let has_probes = container.startup_probe.is_some()
+            || container.liveness_probe.is_some()
+            || container.readiness_probe.is_some();
+        if !has_probes {
+            return (true, true);
+        }
+        let mut probes = lock(&self.probes);
+        let run = probes.entry(cur.id.clone()).or_insert_with(|| {
+            let status = Arc::new(ProbeStatus::default());
+            status.started.store(
+                container.startup_probe.is_none(),
+                std::sync::atomic::Ordering::SeqCst,
+            );
+            let grace = view
+                .pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.termination_grace_period_seconds)
+                .map_or(Duration::from_secs(30), |s| {
+                    Duration::from_secs(s.max(0) as u64)
+                });
+            // Initial delays count from the container's start, also for an adopted one.
+            let age = Duration::from_nanos(u64::try_from(now_ns() - cur.started_at).unwrap_or(0));
+            let started_at = tokio::time::Instant::now()
+                .checked_sub(age)
+                .unwrap_or_else(tokio::time::Instant::now);
+            let weak = Arc::downgrade(self);
+            let uid = view.uid.clone();
+            let set = ProbeSet {
+                startup: container.startup_probe.clone(),
+                liveness: container.liveness_probe.clone(),
+                readiness: container.readiness_probe.clone(),
+                target: ProbeTarget {
+                    pod_ip: view.ctx.pod_ip.clone(),
+                    ports: container.ports.clone().unwrap_or_default(),
+                    env: Vec::new(),
+                    workdir: std::env::temp_dir(),
+                },
+                status: Arc::clone(&status),
+                on_change: Arc::new(move || {
+                    if let Some(inner) = weak.upgrade() {
+                        inner.notify(&uid);
+                    }
+                }),
+                run: None,
+                actions: Some(Arc::new(CriProbeActions {
+                    client: self.client.clone(),
+                    id: cur.id.clone(),
+                })),
+                grace,
+                started_at,
+            };
+            ProbeRun {
+                uid: view.uid.clone(),
+                status,
+                task: tokio::spawn(set.run()).abort_handle(),
+            }
+        });
+        let started = run.status.started.load(std::sync::atomic::Ordering::SeqCst);
+        let ready = started
+            && (container.readiness_probe.is_none()
+                || run.status.ready.load(std::sync::atomic::Ordering::SeqCst));
+        (started, ready)
+    }
+
+    /// Stops the probes of the pod's containers that no longer run.
+    fn prune_probes(&self, uid: &str, running: &HashSet<String>) {
+        lock(&self.probes).retain(|id, p| {
+            let keep = p.uid != uid || running.contains(id);
+            if !keep {
+                p.task.abort();
+            }
+            keep
+        });
+    }
+
     /// A container's CRI status; `None` when the runtime has none to give.
     async fn inner_status(&self, id: &str) -> Result<Option<cri::ContainerStatus>, CriError> {
         Ok(self.client.container_status(id, false).await?.status)
@@ -484,7 +616,7 @@ impl Inner {
     /// Brings one container to what `policy` asks (only reports it when `act` is false)
     /// and returns its status.
     async fn sync_container(
-        &self,
+        self: &Arc<Self>,
         view: &PodView<'_>,
         container: &Container,
         policy: &str,
@@ -623,8 +755,13 @@ impl Inner {
         status.image_id = cur.image_ref.clone();
         let running = cur.state == cri::ContainerState::ContainerRunning as i32;
         let exited = cur.state == cri::ContainerState::ContainerExited as i32;
-        status.started = Some(running);
-        status.ready = running;
+        if running {
+            let (started, ready) = self.probe_verdict(view, container, &cur);
+            status.started = Some(started);
+            status.ready = ready;
+        } else {
+            status.started = Some(false);
+        }
         if exited && started.is_none() {
             let this = state::terminated(&cur, &self.container_id(&cur.id));
             if let Some(e) = error {
@@ -753,23 +890,14 @@ impl PodRuntime for CriRuntime {
         if init_failed {
             phase = "Failed";
         }
-        let probed: Vec<&str> = spec
-            .containers
+        let running_ids: HashSet<String> = statuses
             .iter()
-            .chain(&inits)
-            .filter(|c| {
-                c.readiness_probe.is_some()
-                    || c.liveness_probe.is_some()
-                    || c.startup_probe.is_some()
-            })
-            .map(|c| c.name.as_str())
+            .chain(&init_statuses)
+            .filter(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+            .filter_map(|c| c.container_id.as_deref())
+            .map(|id| id.rsplit("://").next().unwrap_or(id).to_string())
             .collect();
-        let message = (!probed.is_empty()).then(|| {
-            format!(
-                "probes are not run by the CRI runtime yet (containers: {}); containers count as ready once running",
-                probed.join(", ")
-            )
-        });
+        inner.prune_probes(&uid, &running_ids);
         let start_time = (sandbox_status.created_at > 0)
             .then(|| Timestamp::from_nanosecond(i128::from(sandbox_status.created_at)).ok())
             .flatten();
@@ -779,8 +907,8 @@ impl PodRuntime for CriRuntime {
             container_statuses: statuses,
             init_container_statuses: init_statuses,
             start_time,
-            reason: message.as_ref().map(|_| "ProbesNotRun".to_string()),
-            message,
+            reason: None,
+            message: None,
         })
     }
 
@@ -836,6 +964,7 @@ impl PodRuntime for CriRuntime {
             }
             _ => {}
         }
+        inner.prune_probes(&pod.uid, &HashSet::new());
         lock(&inner.restarts).retain(|(uid, _), _| *uid != pod.uid);
         lock(&inner.pulls).forget_pod(&pod.uid);
         lock(&inner.pod_locks).remove(&pod.uid);

@@ -735,7 +735,8 @@ impl ProcessRuntime {
             },
             status: Arc::clone(&status),
             on_change: Arc::new(move || notify_all(&subscribers, &uid)),
-            run: run_handle(&st.paths, name, run),
+            run: Some(run_handle(&st.paths, name, run)),
+            actions: None,
             grace,
             started_at,
         };

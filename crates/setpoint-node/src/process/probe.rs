@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use http_body_util::Empty;
 use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::{ContainerPort, Probe};
@@ -24,6 +25,17 @@ pub struct ProbeTarget {
     pub env: Vec<(String, String)>,
     /// The container's working directory.
     pub workdir: PathBuf,
+}
+
+/// What a runtime does for probes in its own way: run an exec probe's command inside the
+/// container, and stop the container after a liveness or startup failure. Without one
+/// ([`ProbeSet::actions`] `None`), exec probes run as local processes and the failure stops
+/// the process runtime's run ([`ProbeSet::run`]).
+pub trait ProbeActions: Send + Sync + 'static {
+    /// Runs `argv` in the container; `Ok` when it exits with 0, else why not.
+    fn exec(&self, argv: Vec<String>, timeout: Duration) -> BoxFuture<'static, Result<(), String>>;
+    /// Stops the container, giving it `grace` before it is killed.
+    fn stop(&self, grace: Duration) -> BoxFuture<'static, ()>;
 }
 
 /// A probe's verdict.
@@ -58,16 +70,35 @@ fn resolve_port(port: &IntOrString, target: &ProbeTarget) -> Result<u16, String>
 
 /// Runs one check of `probe` (bounded by its `timeoutSeconds`).
 pub async fn check(probe: &Probe, target: &ProbeTarget) -> Outcome {
+    check_with(probe, target, None).await
+}
+
+/// Like [`check`], with exec probes run through `actions` when given.
+pub async fn check_with(
+    probe: &Probe,
+    target: &ProbeTarget,
+    actions: Option<&dyn ProbeActions>,
+) -> Outcome {
     let timeout = secs(probe.timeout_seconds, 1, 1);
-    match tokio::time::timeout(timeout, check_inner(probe, target)).await {
+    match tokio::time::timeout(timeout, check_inner(probe, target, actions, timeout)).await {
         Ok(outcome) => outcome,
         Err(_) => Outcome::Failure(format!("probe timed out after {}s", timeout.as_secs())),
     }
 }
 
-async fn check_inner(probe: &Probe, target: &ProbeTarget) -> Outcome {
+async fn check_inner(
+    probe: &Probe,
+    target: &ProbeTarget,
+    actions: Option<&dyn ProbeActions>,
+    timeout: Duration,
+) -> Outcome {
     let result = if let Some(exec) = &probe.exec {
-        exec_check(exec.command.as_deref().unwrap_or_default(), target).await
+        let argv = exec.command.clone().unwrap_or_default();
+        match actions {
+            _ if argv.is_empty() => Err("exec probe has no command".to_string()),
+            Some(a) => a.exec(argv, timeout).await,
+            None => exec_check(&argv, target).await,
+        }
     } else if let Some(http) = &probe.http_get {
         http_check(http, target).await
     } else if let Some(tcp) = &probe.tcp_socket {
@@ -82,7 +113,7 @@ async fn check_inner(probe: &Probe, target: &ProbeTarget) -> Outcome {
             Err(e) => Err(e),
         }
     } else if probe.grpc.is_some() {
-        Err("grpc probes are not supported by the process runtime".to_string())
+        Err("grpc probes are not supported yet".to_string())
     } else {
         Err("probe has no handler".to_string())
     };
@@ -233,8 +264,11 @@ pub struct ProbeSet {
     pub status: Arc<ProbeStatus>,
     /// Called whenever a verdict changes (the runtime notifies its subscriber).
     pub on_change: Arc<dyn Fn() + Send + Sync>,
-    /// The run, for a liveness (or startup) failure to stop it.
-    pub run: RunHandle,
+    /// The run, for a liveness (or startup) failure to stop it (process runtime).
+    pub run: Option<RunHandle>,
+    /// How exec probes run and a failure stops the container, for runtimes that do it their
+    /// own way (`None`: the process runtime's way).
+    pub actions: Option<Arc<dyn ProbeActions>>,
     /// How long a probe-failure kill waits before SIGKILL (the pod's grace period unless
     /// the probe sets its own).
     pub grace: Duration,
@@ -280,15 +314,15 @@ impl ProbeSet {
     }
 
     async fn kill(&self, probe: &Probe, why: &str, detail: &str) {
-        tracing::info!(
-            why,
-            detail,
-            wrapper = self.run.wrapper_pid,
-            "probe failed; stopping the container"
-        );
+        tracing::info!(why, detail, "probe failed; stopping the container");
         self.status.ready.store(false, Ordering::SeqCst);
         (self.on_change)();
-        self.run.terminate(self.grace_for(probe)).await;
+        let grace = self.grace_for(probe);
+        if let Some(actions) = &self.actions {
+            actions.stop(grace).await;
+        } else if let Some(run) = &self.run {
+            run.terminate(grace).await;
+        }
     }
 
     /// Runs until the container is started and then until it ends (the caller aborts the
@@ -301,7 +335,7 @@ impl ProbeSet {
                 .await;
             let mut counter = Counter::default();
             loop {
-                let outcome = check(probe, &self.target).await;
+                let outcome = check_with(probe, &self.target, self.actions.as_deref()).await;
                 counter.record(&outcome);
                 if outcome == Outcome::Success {
                     self.status.started.store(true, Ordering::SeqCst);
@@ -327,7 +361,7 @@ impl ProbeSet {
                 .await;
             let mut counter = Counter::default();
             loop {
-                let outcome = check(probe, &self.target).await;
+                let outcome = check_with(probe, &self.target, self.actions.as_deref()).await;
                 counter.record(&outcome);
                 let ready = self.status.ready.load(Ordering::SeqCst);
                 if !ready && counter.successes >= success {
@@ -351,7 +385,7 @@ impl ProbeSet {
                 .await;
             let mut counter = Counter::default();
             loop {
-                let outcome = check(probe, &self.target).await;
+                let outcome = check_with(probe, &self.target, self.actions.as_deref()).await;
                 counter.record(&outcome);
                 if counter.failures >= failure {
                     if let Outcome::Failure(detail) = &outcome {
