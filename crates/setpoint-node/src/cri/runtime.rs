@@ -23,8 +23,8 @@
 //!   through CRI `ExecSync` and a liveness failure stopping the container through CRI.
 //!
 //! Not done yet: volumes and environment from ConfigMaps or Secrets (the container waits
-//! with `CreateContainerConfigError`), gRPC probes (they fail, saying so), and log
-//! rotation.
+//! with `CreateContainerConfigError`), gRPC probes (they fail, saying so), log rotation,
+//! and restarting a container whose `image` was changed in place.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
