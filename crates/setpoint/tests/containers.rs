@@ -4,6 +4,8 @@
 //! on distinct addresses of the node's pod subnet, each answering HTTP from this host; the
 //! Node reports `containerd://` as its runtime, and pods' container ids are containerd's; a
 //! deleted pod is replaced, and its sandbox and container are gone from containerd.
+//! `setpoint agent` does the same on a `--container-runtime-endpoint` it is given, and
+//! without containerd `--container-runtime cri` refuses to start, naming what to install.
 //!
 //! Skipped (saying why) unless root with containerd, runc, the CNI plugins and a static
 //! busybox installed; `SETPOINT_REQUIRE_CONTAINERD=1` makes that a failure.
@@ -343,4 +345,110 @@ fn cri_without_containerd_says_what_to_install() {
         stderr.contains("--container-runtime cri") && stderr.contains("install containerd"),
         "{stderr}"
     );
+}
+
+/// `setpoint agent --container-runtime cri --container-runtime-endpoint <socket>` against
+/// `setpoint up --no-node`: the agent runs a pod in the containerd given (its own network:
+/// the test containerd's subnet), the Node reports `containerd://`, and a deleted pod leaves
+/// nothing in containerd.
+#[test]
+fn agent_runs_pods_on_the_endpoint_given() {
+    if !support::kubectl_available() {
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let Some(ctrd) = rt.block_on(setpoint_node::containerd::TestContainerd::start()) else {
+        return;
+    };
+    let endpoint = format!("unix://{}", ctrd.endpoint().display());
+    let subnet_prefix = ctrd.subnet().trim_end_matches("0/24").to_string();
+    let tmp = tempfile::tempdir().unwrap();
+    let s = Setpoint::start(&["up", "--no-node"], &tmp.path().join("data"));
+    let agent_dir = tmp.path().join("agent");
+    let mut agent = std::process::Command::new(env!("CARGO_BIN_EXE_setpoint"))
+        .args([
+            "agent",
+            "--node-name",
+            "cri-node",
+            "--address",
+            "127.0.0.1",
+            "--listen",
+            "127.0.0.1:0",
+            "--container-runtime",
+            "cri",
+            "--container-runtime-endpoint",
+            &endpoint,
+            "--kubeconfig",
+        ])
+        .arg(&s.kubeconfig)
+        .arg("--data-dir")
+        .arg(&agent_dir)
+        .env("SETPOINT_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start setpoint agent");
+    // Killed however the test ends, before the containerd it uses is dropped.
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut said = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(agent.stdout.take().unwrap()),
+        &mut said,
+    )
+    .unwrap();
+    let _agent = Kill(agent);
+    assert!(
+        said.starts_with("Node cri-node is running pods in containerd") && said.contains(&endpoint),
+        "{said}"
+    );
+    let cri = rt
+        .block_on(CriClient::connect(&endpoint))
+        .expect("connect to the test containerd");
+
+    eventually("the node registered", DEADLINE, || {
+        let v = s.ok(&[
+            "get",
+            "node",
+            "cri-node",
+            "--ignore-not-found",
+            "-o",
+            "jsonpath={.status.nodeInfo.containerRuntimeVersion}",
+        ]);
+        v.starts_with("containerd://").then_some(())
+    });
+    s.ok(&[
+        "run",
+        "one",
+        "--image=setpoint.local/busybox:1",
+        "--",
+        "sleep",
+        "3600",
+    ]);
+    let (uid, ip) = eventually("the pod Running", DEADLINE, || {
+        let out = s.ok(&[
+            "get",
+            "pod",
+            "one",
+            "-o",
+            "jsonpath={.status.phase} {.metadata.uid} {.status.podIP}",
+        ]);
+        let f: Vec<&str> = out.split_whitespace().collect();
+        (f.len() == 3 && f[0] == "Running").then(|| (f[1].to_string(), f[2].to_string()))
+    });
+    assert!(
+        ip.starts_with(&subnet_prefix),
+        "{ip} not in {}",
+        ctrd.subnet()
+    );
+    assert_eq!(cri_objects(&rt, &cri, Some(&uid)).0.len(), 1);
+    // sleep is its container's PID 1, which SIGTERM does not end.
+    s.ok(&["delete", "pod", "one", "--grace-period=1"]);
+    eventually("the pod's sandbox and container removed", DEADLINE, || {
+        (cri_objects(&rt, &cri, Some(&uid)) == (Vec::new(), Vec::new())).then_some(())
+    });
 }
