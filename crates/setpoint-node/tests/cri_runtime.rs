@@ -12,7 +12,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use setpoint_node::containerd::{TestContainerd, BUSYBOX_IMAGE};
+use setpoint_node::containerd::{TestContainerd, BUSYBOX_IMAGE, PAUSE_IMAGE};
 use setpoint_node::cri::runtime::{CriRuntime, CriRuntimeOptions};
 use setpoint_node::cri::CriClient;
 use setpoint_node::runtime::{LogOptions, NodeContext, PodRuntime, RuntimePod, RuntimeStatus};
@@ -256,7 +256,7 @@ async fn exit_codes_restart_policies_init_containers_and_images() {
     let never = pod(
         "never",
         "Never",
-        vec![container("c", "echo one; echo two >&2; exit 3")],
+        vec![container("c", "echo one; echo two; exit 3")],
     );
     let status = h
         .sync_until(&never, "exit 3 under Never", |s| s.phase == "Failed")
@@ -503,6 +503,22 @@ async fn a_stopped_sandbox_is_replaced_and_its_containers_start_again() {
     let ready: Vec<_> = sandboxes.iter().filter(|s| s.state == 0).collect();
     assert_eq!(ready.len(), 1, "{sandboxes:?}");
     assert_eq!(ready[0].metadata.as_ref().unwrap().attempt, 1);
+
+    // The image changed in the pod: the app is stopped and started again with it.
+    let second_id = c.container_id.clone();
+    let mut updated = pod.clone();
+    updated.spec.as_mut().unwrap().containers[0].image = Some(PAUSE_IMAGE.into());
+    let status = h
+        .sync_until(&updated, "the app restarted with the new image", |s| {
+            let c = &s.container_statuses[0];
+            running(c) && c.container_id != second_id
+        })
+        .await;
+    let c = &status.container_statuses[0];
+    assert_eq!(c.restart_count, 2);
+    assert_eq!(c.image, PAUSE_IMAGE);
+    assert!(last_terminated(c).is_some(), "{c:?}");
+    let pod = updated;
 
     // The app ignores SIGTERM: it is killed once the grace period is over.
     let start = Instant::now();

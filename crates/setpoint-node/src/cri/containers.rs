@@ -20,6 +20,11 @@ use crate::process::expand::{self, FieldContext};
 /// The annotation carrying the container's restart count.
 pub const RESTART_COUNT_ANNOTATION: &str = "io.kubernetes.container.restartCount";
 
+/// The annotation carrying the image the container was created for: the one field of a
+/// container an update may change, after which the container is restarted with the new
+/// image, as the kubelet restarts containers whose definition changed.
+pub const IMAGE_ANNOTATION: &str = "io.kubernetes.container.image";
+
 /// The log path of a container's `attempt`-th run, relative to the sandbox's log directory.
 pub fn log_path(container: &str, attempt: u32) -> String {
     format!("{container}/{attempt}.log")
@@ -143,6 +148,10 @@ pub fn container_config(
     let annotations = HashMap::from([
         (RESTART_COUNT_ANNOTATION.to_string(), attempt.to_string()),
         (
+            IMAGE_ANNOTATION.to_string(),
+            container.image.clone().unwrap_or_default(),
+        ),
+        (
             "io.kubernetes.container.terminationMessagePath".to_string(),
             container
                 .termination_message_path
@@ -257,6 +266,7 @@ mod tests {
         assert_eq!(cfg.labels[CONTAINER_NAME_LABEL], "app");
         assert_eq!(cfg.labels[sandbox::POD_UID_LABEL], "u-1");
         assert_eq!(cfg.annotations[RESTART_COUNT_ANNOTATION], "3");
+        assert_eq!(cfg.annotations[IMAGE_ANNOTATION], "busybox:1");
         assert_eq!(cfg.log_path, "app/3.log");
         let linux = cfg.linux.unwrap();
         assert_eq!(linux.resources.unwrap().memory_limit_in_bytes, 16 << 20);

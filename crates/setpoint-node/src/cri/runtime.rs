@@ -23,8 +23,11 @@
 //!   through CRI `ExecSync` and a liveness failure stopping the container through CRI.
 //!
 //! Not done yet: volumes and environment from ConfigMaps or Secrets (the container waits
-//! with `CreateContainerConfigError`), gRPC probes (they fail, saying so), log rotation,
-//! and restarting a container whose `image` was changed in place.
+//! with `CreateContainerConfigError`), gRPC probes (they fail, saying so), and log
+//! rotation.
+//!
+//! A container whose `image` was changed in the pod (the one mutable field of a container)
+//! is stopped and started again with the new image, as its next attempt.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -687,6 +690,26 @@ impl Inner {
         };
         let mut error = None;
         let mut started = None;
+        let spec_image = container.image.clone().unwrap_or_default();
+        let changed = latest.filter(|c| {
+            matches!(kind, Latest::Running | Latest::Created)
+                && c.annotations
+                    .get(containers::IMAGE_ANNOTATION)
+                    .is_some_and(|i| *i != spec_image)
+        });
+        let mut latest_status = latest_status;
+        if let Some(c) = changed.filter(|_| act) {
+            tracing::info!(pod = %view.name, container = %name, image = %spec_image, "container definition changed, will be restarted");
+            let grace = crate::status::grace_period(view.pod);
+            if let Err(e) = self.client.stop_container(&c.id, grace).await {
+                if !e.is_not_found() {
+                    return Err(internal("stopping a changed container")(e));
+                }
+            }
+            latest_status = self.inner_status(&c.id).await.ok().flatten();
+            self.prune(&runs).await;
+        }
+        let plan = if changed.is_some() { Plan::Start } else { plan };
         if act {
             let next_attempt = runs.first().map_or(0, |c| attempt_of(c) + 1);
             match plan {
