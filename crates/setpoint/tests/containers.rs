@@ -5,7 +5,8 @@
 //! Node reports `containerd://` as its runtime, and pods' container ids are containerd's; a
 //! deleted pod is replaced, and its sandbox and container are gone from containerd.
 //! `setpoint agent` does the same on a `--container-runtime-endpoint` it is given, and
-//! without containerd `--container-runtime cri` refuses to start, naming what to install.
+//! without containerd `--container-runtime cri` refuses to start, naming what to install; a
+//! restart on the same data dir gets the same pod subnet and adopts the running pods.
 //!
 //! Skipped (saying why) unless root with containerd, runc, the CNI plugins and a static
 //! busybox installed; `SETPOINT_REQUIRE_CONTAINERD=1` makes that a failure.
@@ -451,4 +452,72 @@ fn agent_runs_pods_on_the_endpoint_given() {
     eventually("the pod's sandbox and container removed", DEADLINE, || {
         (cri_objects(&rt, &cri, Some(&uid)) == (Vec::new(), Vec::new())).then_some(())
     });
+}
+
+/// A restarted `setpoint up --container-runtime cri` on the same data dir gets its pod
+/// subnet back and adopts the pod its private containerd still runs: same container, same
+/// address, no restart.
+#[test]
+fn restart_keeps_the_subnet_and_adopts_pods() {
+    if !support::kubectl_available() || !containerd_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["up", "--container-runtime", "cri"];
+    let s = Setpoint::start(&args, dir.path());
+    let first = runtime_of(&s);
+    s.ok(&[
+        "run",
+        "one",
+        "--image=setpoint.local/busybox:1",
+        "--",
+        "sleep",
+        "3600",
+    ]);
+    let query = [
+        "get",
+        "pod",
+        "one",
+        "-o",
+        "jsonpath={.status.phase} {.metadata.uid} {.status.podIP} {.status.containerStatuses[0].containerID} {.status.containerStatuses[0].restartCount}",
+    ];
+    let running = |s: &Setpoint| {
+        let out = s.ok(&query);
+        let f: Vec<String> = out.split_whitespace().map(String::from).collect();
+        (f.len() == 5 && f[0] == "Running").then_some(f)
+    };
+    let before = eventually("the pod Running", DEADLINE, || running(&s));
+    s.stop_leaving_pods();
+
+    let s = Setpoint::start(&args, dir.path());
+    let second = runtime_of(&s);
+    let cleanup = CriCleanup {
+        endpoint: second.endpoint.clone(),
+        uids: std::sync::Arc::new(std::sync::Mutex::new(HashSet::from([before[1].clone()]))),
+    };
+    assert_eq!(second.endpoint, first.endpoint);
+    assert_eq!(second.subnet_prefix, first.subnet_prefix);
+    // Running again once the new agent has looked at it: the same container, never
+    // restarted.
+    let after = eventually("the pod adopted", DEADLINE, || {
+        running(&s).filter(|f| f[3] == before[3])
+    });
+    assert_eq!(after, before);
+
+    s.ok(&["delete", "pod", "one", "--grace-period=1"]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let cri = rt
+        .block_on(CriClient::connect(&second.endpoint))
+        .expect("connect to the node's CRI endpoint");
+    eventually("the pod's sandbox and container removed", DEADLINE, || {
+        (cri_objects(&rt, &cri, Some(&before[1])) == (Vec::new(), Vec::new())).then_some(())
+    });
+    drop(cri);
+    drop(cleanup);
+    s.stop();
+    if let Some(bridge) = second.bridge {
+        let _ = std::process::Command::new("ip")
+            .args(["link", "del", &bridge])
+            .status();
+    }
 }
