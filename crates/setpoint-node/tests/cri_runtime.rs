@@ -571,3 +571,79 @@ async fn probes_run_in_the_container() {
         .await
         .unwrap();
 }
+
+/// A TCP port nobody listens on now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Waits until `ip:port` answers HTTP.
+async fn wait_http(ip: &str, port: u16) {
+    let start = Instant::now();
+    loop {
+        match http_status_line(ip, port) {
+            Ok(line) if line.starts_with("HTTP/") => return,
+            other => assert!(
+                start.elapsed() < DEADLINE,
+                "no HTTP answer from {ip}:{port}: {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_network_and_host_ports() {
+    let Some(ctrd) = TestContainerd::start().await else {
+        return;
+    };
+    let data = tempfile::tempdir().unwrap();
+    let mut h = harness(&ctrd, data.path()).await;
+
+    // hostNetwork: the node's address, and the server listens on the node itself.
+    let port = free_port();
+    let mut host = pod(
+        "hostnet",
+        "Always",
+        vec![container(
+            "httpd",
+            &format!("exec httpd -f -p 127.0.0.1:{port}"),
+        )],
+    );
+    host.spec.as_mut().unwrap().host_network = Some(true);
+    let status = h
+        .sync_until(&host, "the host-network server running", |s| {
+            s.container_statuses.first().is_some_and(running)
+        })
+        .await;
+    assert_eq!(status.pod_ip.as_deref(), Some("127.0.0.1"));
+    wait_http("127.0.0.1", port).await;
+
+    // hostPort: the node's port leads to the pod's.
+    let host_port = free_port();
+    let mut web = container("httpd", "exec httpd -f -p 8080");
+    web.ports = Some(vec![k8s_openapi::api::core::v1::ContainerPort {
+        container_port: 8080,
+        host_port: Some(i32::from(host_port)),
+        ..Default::default()
+    }]);
+    let mapped = pod("mapped", "Always", vec![web]);
+    let status = h
+        .sync_until(&mapped, "the mapped server running", |s| {
+            s.container_statuses.first().is_some_and(running)
+        })
+        .await;
+    let gateway = ctrd.subnet().trim_end_matches(".0/24").to_string() + ".1";
+    wait_http(status.pod_ip.as_deref().unwrap(), 8080).await;
+    wait_http(&gateway, host_port).await;
+
+    for p in [&host, &mapped] {
+        h.rt.kill_pod(&runtime_pod(p), Duration::from_secs(1))
+            .await
+            .unwrap();
+    }
+}
