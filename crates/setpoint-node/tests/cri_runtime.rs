@@ -408,7 +408,44 @@ async fn exit_codes_restart_policies_init_containers_and_images() {
         Some("ImagePullBackOff")
     );
 
-    for p in [&never, &talker, &always, &init, &never_pull, &pull] {
+    // Environment from a ConfigMap is not there yet: the container says so and waits.
+    let mut wants_config = container("c", "true");
+    wants_config.env = Some(vec![k8s_openapi::api::core::v1::EnvVar {
+        name: "X".into(),
+        value_from: Some(k8s_openapi::api::core::v1::EnvVarSource {
+            config_map_key_ref: Some(k8s_openapi::api::core::v1::ConfigMapKeySelector {
+                name: "cm".into(),
+                key: "k".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }]);
+    let configured = pod("configured", "Always", vec![wants_config]);
+    let status = h.rt.sync_pod(&configured, &node()).await.unwrap();
+    let w = status.container_statuses[0]
+        .state
+        .clone()
+        .unwrap()
+        .waiting
+        .unwrap();
+    assert_eq!(w.reason.as_deref(), Some("CreateContainerConfigError"));
+    assert_eq!(
+        w.message.as_deref(),
+        Some("env var X: configMapKeyRef is not supported by the CRI runtime yet")
+    );
+    assert_eq!(status.phase, "Pending");
+
+    for p in [
+        &never,
+        &talker,
+        &always,
+        &init,
+        &never_pull,
+        &pull,
+        &configured,
+    ] {
         h.rt.kill_pod(&runtime_pod(p), Duration::from_secs(1))
             .await
             .unwrap();
