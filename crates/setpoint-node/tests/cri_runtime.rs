@@ -27,12 +27,21 @@ struct Harness {
 }
 
 async fn harness(ctrd: &TestContainerd, data: &std::path::Path) -> Harness {
+    harness_with(ctrd, data, |_| {}).await
+}
+
+async fn harness_with(
+    ctrd: &TestContainerd,
+    data: &std::path::Path,
+    tune: impl FnOnce(&mut CriRuntimeOptions),
+) -> Harness {
     let endpoint = ctrd.endpoint().to_string_lossy().into_owned();
     let client = CriClient::connect(&endpoint)
         .await
         .expect("connecting to CRI");
     let mut options = CriRuntimeOptions::new(data);
     options.poll_interval = Duration::from_millis(250);
+    tune(&mut options);
     let rt = CriRuntime::new(client.clone(), options)
         .await
         .expect("starting the CRI runtime");
@@ -683,4 +692,84 @@ async fn host_network_and_host_ports() {
             .await
             .unwrap();
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_logs_are_rotated_keeping_a_number_of_files() {
+    let Some(ctrd) = TestContainerd::start().await else {
+        return;
+    };
+    let data = tempfile::tempdir().unwrap();
+    let mut h = harness_with(&ctrd, data.path(), |o| {
+        o.log_max_bytes = 2048;
+        o.log_max_files = 2;
+        o.log_check_interval = Duration::from_millis(200);
+    })
+    .await;
+    let chatty = pod(
+        "chatty",
+        "Always",
+        vec![container(
+            "c",
+            "i=0; while :; do j=0; while [ $j -lt 20 ]; do echo line-$i-$j-................................; j=$((j+1)); done; i=$((i+1)); sleep 1; done",
+        )],
+    );
+    h.sync_until(&chatty, "running", |s| {
+        s.container_statuses.first().is_some_and(running)
+    })
+    .await;
+    let (ns, name, uid) = ("default", "chatty", chatty.metadata.uid.clone().unwrap());
+    let dir = data
+        .path()
+        .join("pods")
+        .join(format!("{ns}_{name}_{uid}"))
+        .join("c");
+    let rotated = || -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(&dir)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with("0.log."))
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    };
+    // A first rotation, then a later one that removed it: one rotated file is kept.
+    let start = Instant::now();
+    let first = loop {
+        if let Some(n) = rotated().first() {
+            break n.clone();
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "no rotation in {}",
+            dir.display()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    loop {
+        let now = rotated();
+        if now.len() == 1 && now[0] != first {
+            break;
+        }
+        assert!(start.elapsed() < DEADLINE, "rotated files: {now:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The live file is still the container's log.
+    let stream =
+        h.rt.logs(&runtime_pod(&chatty), "c", &LogOptions::default())
+            .await
+            .unwrap();
+    let chunks: Vec<_> = stream.collect().await;
+    let text: Vec<u8> = chunks
+        .into_iter()
+        .flat_map(|c| c.unwrap().to_vec())
+        .collect();
+    let text = String::from_utf8(text).unwrap();
+    assert!(text.lines().all(|l| l.starts_with("line-")), "{text}");
+    h.rt.kill_pod(&runtime_pod(&chatty), Duration::from_secs(1))
+        .await
+        .unwrap();
 }

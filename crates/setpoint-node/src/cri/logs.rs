@@ -1,7 +1,9 @@
 //! CRI container log files: each line is `<RFC 3339 time> <stdout|stderr> <P|F> <text>`,
 //! where `P` marks a partial line that the next entries continue and `F` ends it. This
 //! module turns a file's content into what `kubectl logs` shows, honouring `tailLines`,
-//! `sinceSeconds`, `timestamps` and `limitBytes`.
+//! `sinceSeconds`, `timestamps` and `limitBytes`; and where rotation moves a log that grew
+//! too large (`<log>.<YYYYMMDD-hhmmss>`, as the kubelet names them) and which rotated files
+//! go.
 
 use k8s_openapi::jiff::Timestamp;
 
@@ -82,6 +84,31 @@ pub fn render(content: &str, options: &LogOptions, now: Timestamp) -> Vec<u8> {
     out
 }
 
+/// The name a log is rotated to at `now`: `<log>.<YYYYMMDD-hhmmss>`.
+pub fn rotated_name(log: &std::path::Path, now: Timestamp) -> std::path::PathBuf {
+    let stamp = now.strftime("%Y%m%d-%H%M%S").to_string();
+    let mut name = log.as_os_str().to_os_string();
+    name.push(".");
+    name.push(stamp);
+    std::path::PathBuf::from(name)
+}
+
+/// The rotated files of `log` beyond the newest `keep`, oldest first: those to remove.
+/// `siblings` are the names in the log's directory.
+pub fn excess_rotated(log_name: &str, siblings: &[String], keep: usize) -> Vec<String> {
+    let prefix = format!("{log_name}.");
+    let mut rotated: Vec<&String> = siblings
+        .iter()
+        .filter(|n| {
+            n.strip_prefix(&prefix)
+                .is_some_and(|stamp| stamp.len() == 15 && stamp.as_bytes()[8] == b'-')
+        })
+        .collect();
+    rotated.sort();
+    let excess = rotated.len().saturating_sub(keep);
+    rotated.into_iter().take(excess).cloned().collect()
+}
+
 /// How much of a growing log is whole lines: the length up to the end of the last line
 /// that ends an entry (tag `F`). What follows is a line still being written or a partial
 /// (`P`) entry whose continuation has not come yet; following readers keep it for later.
@@ -120,6 +147,31 @@ garbage\n\
         assert_eq!(texts, ["one", "two", "three"]);
         assert_eq!(e[1].stream, "stderr");
         assert_eq!(e[1].time, "2026-01-01T00:00:02.5Z");
+    }
+
+    #[test]
+    fn rotation_names_and_what_goes() {
+        let t: Timestamp = "2026-01-02T03:04:05Z".parse().unwrap();
+        assert_eq!(
+            rotated_name(std::path::Path::new("d/c/0.log"), t),
+            std::path::PathBuf::from("d/c/0.log.20260102-030405")
+        );
+        let names: Vec<String> = [
+            "0.log",
+            "0.log.20260102-030407",
+            "0.log.20260102-030405",
+            "0.log.20260102-030406",
+            "1.log.20260102-030401",
+            "0.log.tmp",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(
+            excess_rotated("0.log", &names, 1),
+            ["0.log.20260102-030405", "0.log.20260102-030406"]
+        );
+        assert!(excess_rotated("0.log", &names, 4).is_empty());
     }
 
     #[test]

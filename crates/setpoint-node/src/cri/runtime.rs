@@ -23,8 +23,12 @@
 //!   through CRI `ExecSync` and a liveness failure stopping the container through CRI.
 //!
 //! Not done yet: volumes and environment from ConfigMaps or Secrets (the container waits
-//! with `CreateContainerConfigError`), gRPC probes (they fail, saying so), and log
-//! rotation.
+//! with `CreateContainerConfigError`), gRPC probes (they fail, saying so), and
+//! compressing rotated logs.
+//!
+//! Logs of running containers are rotated past a size, keeping a number of files, as the
+//! kubelet's `containerLogMaxSize` and `containerLogMaxFiles` do; `kubectl logs` reads the
+//! live file.
 //!
 //! A container whose `image` was changed in the pod (the one mutable field of a container)
 //! is stopped and started again with the new image, as its next attempt.
@@ -67,6 +71,14 @@ pub struct CriRuntimeOptions {
     /// The DNS configuration pods get, in `resolv.conf` syntax (default: the node's
     /// `/etc/resolv.conf`).
     pub resolv_conf: Option<String>,
+    /// A running container's log is rotated once it passes this size (the kubelet's
+    /// `containerLogMaxSize`, 10 MiB).
+    pub log_max_bytes: u64,
+    /// How many log files a container keeps, the live one included (the kubelet's
+    /// `containerLogMaxFiles`, 5).
+    pub log_max_files: usize,
+    /// How often log sizes are looked at (default 10 s).
+    pub log_check_interval: Duration,
 }
 
 impl CriRuntimeOptions {
@@ -77,6 +89,9 @@ impl CriRuntimeOptions {
             backoff: BackoffPolicy::default(),
             poll_interval: Duration::from_secs(1),
             resolv_conf: None,
+            log_max_bytes: 10 * 1024 * 1024,
+            log_max_files: 5,
+            log_check_interval: Duration::from_secs(10),
         }
     }
 }
@@ -156,6 +171,7 @@ impl ProbeActions for CriProbeActions {
 pub struct CriRuntime {
     inner: Arc<Inner>,
     monitor: AbortHandle,
+    rotation: AbortHandle,
 }
 
 impl Drop for CriRuntime {
@@ -163,6 +179,7 @@ impl Drop for CriRuntime {
     /// the same containerd adopts them.
     fn drop(&mut self) {
         self.monitor.abort();
+        self.rotation.abort();
         for (_, p) in lock(&self.inner.probes).drain() {
             p.task.abort();
         }
@@ -278,7 +295,12 @@ impl CriRuntime {
             probes: Mutex::new(HashMap::new()),
         });
         let monitor = tokio::spawn(Arc::clone(&inner).monitor()).abort_handle();
-        Ok(Self { inner, monitor })
+        let rotation = tokio::spawn(Arc::clone(&inner).rotate_logs()).abort_handle();
+        Ok(Self {
+            inner,
+            monitor,
+            rotation,
+        })
     }
 
     /// The CRI runtime's name (`containerd`), which prefixes container ids.
@@ -373,6 +395,60 @@ impl Inner {
                 self.notify(&uid);
             }
         }
+    }
+
+    /// Rotates the logs of running containers that grew past the size limit: the file is
+    /// renamed, the runtime told to reopen it, and rotated files beyond the count removed.
+    async fn rotate_logs(self: Arc<Self>) {
+        loop {
+            tokio::time::sleep(self.options.log_check_interval).await;
+            let running = cri::ContainerFilter {
+                state: Some(cri::ContainerStateValue {
+                    state: cri::ContainerState::ContainerRunning as i32,
+                }),
+                ..Default::default()
+            };
+            let Ok(list) = self.client.list_containers_filtered(running).await else {
+                continue;
+            };
+            for c in list.iter().filter(|c| c.labels.contains_key(POD_UID_LABEL)) {
+                if let Err(e) = self.rotate_one(&c.id).await {
+                    tracing::warn!(id = %c.id, error = %e, "rotating a container log");
+                }
+            }
+        }
+    }
+
+    async fn rotate_one(&self, id: &str) -> Result<(), String> {
+        let Some(status) = self.inner_status(id).await.map_err(|e| e.to_string())? else {
+            return Ok(());
+        };
+        let log = PathBuf::from(&status.log_path);
+        let size = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
+        if status.log_path.is_empty() || size <= self.options.log_max_bytes {
+            return Ok(());
+        }
+        let rotated = logs::rotated_name(&log, crate::status::wall_now());
+        std::fs::rename(&log, &rotated).map_err(|e| format!("renaming {}: {e}", log.display()))?;
+        if let Err(e) = self.client.reopen_container_log(id).await {
+            // The runtime keeps writing to the renamed file: take it back.
+            let _ = std::fs::rename(&rotated, &log);
+            return Err(e.to_string());
+        }
+        let (Some(dir), Some(name)) = (log.parent(), log.file_name()) else {
+            return Ok(());
+        };
+        let siblings: Vec<String> = std::fs::read_dir(dir)
+            .map_err(|e| format!("reading {}: {e}", dir.display()))?
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        let keep = self.options.log_max_files.saturating_sub(1);
+        for old in logs::excess_rotated(&name.to_string_lossy(), &siblings, keep) {
+            let _ = std::fs::remove_file(dir.join(old));
+        }
+        tracing::debug!(id, log = %log.display(), "container log rotated");
+        Ok(())
     }
 
     /// The pod's ready sandbox, made if there is none (a stopped one is replaced by a new
