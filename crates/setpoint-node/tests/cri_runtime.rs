@@ -736,6 +736,29 @@ async fn large_logs_are_rotated_keeping_a_number_of_files() {
         names.sort();
         names
     };
+    // Following goes on across rotations.
+    let follow = LogOptions {
+        follow: true,
+        ..Default::default()
+    };
+    let mut stream =
+        h.rt.logs(&runtime_pod(&chatty), "c", &follow)
+            .await
+            .unwrap();
+    let mut seen = String::new();
+    let followed = tokio::time::timeout(DEADLINE, async {
+        while let Some(chunk) = stream.next().await {
+            seen.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+            if seen.contains("line-6-") {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(followed, Ok(true), "followed: {seen}");
+    drop(stream);
+
     // A first rotation, then a later one that removed it: one rotated file is kept.
     let start = Instant::now();
     let first = loop {

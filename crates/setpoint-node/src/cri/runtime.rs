@@ -1245,6 +1245,12 @@ impl Follow {
             if self.remaining == Some(0) {
                 return Ok(None);
             }
+            // A live file shorter than what was read is a new one after a rotation: read it
+            // from its start (what the old one got after the last read is not sent).
+            let size = std::fs::metadata(&self.path).map_or(0, |m| m.len());
+            if size < self.offset {
+                self.offset = 0;
+            }
             let new = read_from(&self.path, self.offset)?;
             // Once the container is gone, a trailing partial line is all there will be.
             let cut = if self.exited {
