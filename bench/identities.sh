@@ -120,12 +120,19 @@ start() {
 # Runs the density benchmark against the admin kubeconfig `$1`, writing `$2`.json, and
 # appends a result line `mode all_running p50 p99 cpu hwm_mib` to $work/results.
 measure() {
-  local kubeconfig=$1 name=$2 mode=$3 before after
+  local kubeconfig=$1 name=$2 mode=$3 before after p
+  local -A was=()
+  for p in "${pids[@]}"; do was[$p]=$(ticks "$p"); done
   before=$(cluster_ticks)
   "$bin" bench density --kubeconfig "$kubeconfig" --nodes "$nodes" --reuse-nodes \
     --deployments "$deployments" --replicas "$replicas" --quiet \
     --json "$work/$name.json" >"$work/$name.table"
   after=$(cluster_ticks)
+  # Each process's share, to see where the CPU went.
+  for p in "${pids[@]}"; do
+    awk -v t="$(($(ticks "$p") - was[$p]))" -v hz="$clk_tck" -v what="$(tr '\0' ' ' <"/proc/$p/cmdline" | cut -d' ' -f2)" \
+      'BEGIN {printf "  %s: %.1f CPU s\n", what, t / hz}' >&2
+  done
   local hwm
   hwm=$(cluster_hwm_kib)
   jq -r --arg mode "$mode" --arg cpu "$(awk -v t="$((after - before))" -v hz="$clk_tck" 'BEGIN {printf "%.1f", t / hz}')" \
