@@ -446,6 +446,62 @@ async fn exit_codes_restart_policies_init_containers_and_images() {
     );
     assert_eq!(status.phase, "Pending");
 
+    // runAsNonRoot with an image that runs as root: refused with the kubelet's message.
+    let mut rooted = container("c", "true");
+    rooted.security_context = Some(k8s_openapi::api::core::v1::SecurityContext {
+        run_as_non_root: Some(true),
+        ..Default::default()
+    });
+    let non_root = pod("nonroot", "Always", vec![rooted]);
+    let status = h.rt.sync_pod(&non_root, &node()).await.unwrap();
+    let w = status.container_statuses[0]
+        .state
+        .clone()
+        .unwrap()
+        .waiting
+        .unwrap();
+    assert_eq!(w.reason.as_deref(), Some("CreateContainerConfigError"));
+    let uid = non_root.metadata.uid.clone().unwrap();
+    assert_eq!(
+        w.message,
+        Some(format!(
+            "container has runAsNonRoot and image will run as root (pod: \"nonroot_default({uid})\", container: c)"
+        ))
+    );
+
+    // The runtime's default seccomp profile and a non-root user: it runs as that user.
+    let mut confined = container("c", "id -u; exit 0");
+    confined.security_context = Some(k8s_openapi::api::core::v1::SecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(1234),
+        seccomp_profile: Some(k8s_openapi::api::core::v1::SeccompProfile {
+            type_: "RuntimeDefault".into(),
+            localhost_profile: None,
+        }),
+        ..Default::default()
+    });
+    let confined = pod("confined", "Never", vec![confined]);
+    let status = h
+        .sync_until(&confined, "the confined container done", |s| {
+            s.phase == "Succeeded"
+        })
+        .await;
+    assert_eq!(
+        terminated(&status.container_statuses[0]),
+        Some((0, "Completed"))
+    );
+    let stream =
+        h.rt.logs(&runtime_pod(&confined), "c", &LogOptions::default())
+            .await
+            .unwrap();
+    let out: Vec<u8> = stream
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .flat_map(|c| c.unwrap().to_vec())
+        .collect();
+    assert_eq!(String::from_utf8(out).unwrap(), "1234\n");
+
     for p in [
         &never,
         &talker,
@@ -454,6 +510,8 @@ async fn exit_codes_restart_policies_init_containers_and_images() {
         &never_pull,
         &pull,
         &configured,
+        &non_root,
+        &confined,
     ] {
         h.rt.kill_pod(&runtime_pod(p), Duration::from_secs(1))
             .await

@@ -78,7 +78,10 @@ fn to_cri(r: LinuxResources) -> cri::LinuxContainerResources {
 }
 
 /// The container's security context: the container's settings over the pod's.
-fn security_context(pod: &Pod, container: &Container) -> cri::LinuxContainerSecurityContext {
+fn security_context(
+    pod: &Pod,
+    container: &Container,
+) -> Result<cri::LinuxContainerSecurityContext, String> {
     let psc = pod
         .spec
         .as_ref()
@@ -86,7 +89,7 @@ fn security_context(pod: &Pod, container: &Container) -> cri::LinuxContainerSecu
         .unwrap_or_default();
     let csc = container.security_context.clone().unwrap_or_default();
     let caps = csc.capabilities.clone().unwrap_or_default();
-    cri::LinuxContainerSecurityContext {
+    Ok(cri::LinuxContainerSecurityContext {
         capabilities: Some(cri::Capability {
             add_capabilities: caps.add.unwrap_or_default(),
             drop_capabilities: caps.drop.unwrap_or_default(),
@@ -111,7 +114,83 @@ fn security_context(pod: &Pod, container: &Container) -> cri::LinuxContainerSecu
             .chain(psc.fs_group)
             .collect(),
         no_new_privs: csc.allow_privilege_escalation == Some(false),
+        seccomp: Some(seccomp(pod, Some(container))?),
         ..Default::default()
+    })
+}
+
+/// The seccomp profile of a container (its own, else the pod's) or of the sandbox
+/// (`container` `None`: the pod's): `RuntimeDefault`, or `Unconfined` when none is set, as
+/// the kubelet does without `seccompDefault`. Localhost profiles are not supported yet.
+pub fn seccomp(pod: &Pod, container: Option<&Container>) -> Result<cri::SecurityProfile, String> {
+    let profile = container
+        .and_then(|c| c.security_context.as_ref())
+        .and_then(|s| s.seccomp_profile.clone())
+        .or_else(|| {
+            pod.spec
+                .as_ref()
+                .and_then(|s| s.security_context.as_ref())
+                .and_then(|s| s.seccomp_profile.clone())
+        });
+    let kind = match profile.as_ref().map(|p| p.type_.as_str()) {
+        Some("RuntimeDefault") => cri::security_profile::ProfileType::RuntimeDefault,
+        None | Some("Unconfined") => cri::security_profile::ProfileType::Unconfined,
+        Some("Localhost") => {
+            return Err(
+                "seccompProfile type Localhost is not supported by the CRI runtime yet".to_string(),
+            )
+        }
+        Some(other) => return Err(format!("unknown seccompProfile type {other:?}")),
+    };
+    Ok(cri::SecurityProfile {
+        profile_type: kind as i32,
+        localhost_ref: String::new(),
+    })
+}
+
+/// The kubelet's `runAsNonRoot` check, given the user the image runs as (`uid`, or a user
+/// name when it is not numeric; an image naming neither runs as root). `Err` is the
+/// `CreateContainerConfigError` message.
+pub fn verify_run_as_non_root(
+    pod: &Pod,
+    container: &Container,
+    image_uid: Option<i64>,
+    image_user: &str,
+) -> Result<(), String> {
+    let psc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
+    let csc = container.security_context.as_ref();
+    let non_root = csc
+        .and_then(|s| s.run_as_non_root)
+        .or_else(|| psc.and_then(|s| s.run_as_non_root));
+    if non_root != Some(true) {
+        return Ok(());
+    }
+    let (name, namespace, uid) = sandbox::identity(pod);
+    let who = format!(
+        "(pod: \"{name}_{namespace}({uid})\", container: {})",
+        container.name
+    );
+    let run_as = csc
+        .and_then(|s| s.run_as_user)
+        .or_else(|| psc.and_then(|s| s.run_as_user));
+    if let Some(user) = run_as {
+        return if user == 0 {
+            Err(format!(
+                "container's runAsUser breaks non-root policy {who}"
+            ))
+        } else {
+            Ok(())
+        };
+    }
+    let image_uid = image_uid.or((image_user.is_empty()).then_some(0));
+    match image_uid {
+        Some(0) => Err(format!(
+            "container has runAsNonRoot and image will run as root {who}"
+        )),
+        None => Err(format!(
+            "container has runAsNonRoot and image has non-numeric user ({image_user}), cannot verify user is non-root {who}"
+        )),
+        Some(_) => Ok(()),
     }
 }
 
@@ -191,7 +270,7 @@ pub fn container_config(
         tty: container.tty.unwrap_or(false),
         linux: Some(cri::LinuxContainerConfig {
             resources: Some(to_cri(resources)),
-            security_context: Some(security_context(pod, container)),
+            security_context: Some(security_context(pod, container)?),
         }),
         ..Default::default()
     })
@@ -278,6 +357,42 @@ mod tests {
             (caps.add_capabilities, caps.drop_capabilities),
             (vec!["NET_ADMIN".to_string()], vec!["ALL".to_string()])
         );
+    }
+
+    #[test]
+    fn seccomp_and_run_as_non_root() {
+        let mut c = container();
+        let p = pod(c.clone());
+        assert_eq!(
+            seccomp(&p, Some(&c)).unwrap().profile_type,
+            cri::security_profile::ProfileType::Unconfined as i32
+        );
+        c.security_context.as_mut().unwrap().seccomp_profile =
+            Some(k8s_openapi::api::core::v1::SeccompProfile {
+                type_: "RuntimeDefault".into(),
+                localhost_profile: None,
+            });
+        assert_eq!(
+            seccomp(&p, Some(&c)).unwrap().profile_type,
+            cri::security_profile::ProfileType::RuntimeDefault as i32
+        );
+        // runAsUser 1000 satisfies runAsNonRoot whatever the image says.
+        c.security_context.as_mut().unwrap().run_as_non_root = Some(true);
+        assert_eq!(verify_run_as_non_root(&p, &c, Some(0), ""), Ok(()));
+        c.security_context.as_mut().unwrap().run_as_user = None;
+        assert_eq!(
+            verify_run_as_non_root(&p, &c, None, ""),
+            Err("container has runAsNonRoot and image will run as root (pod: \"web_shop(u-1)\", container: app)".into())
+        );
+        assert_eq!(
+            verify_run_as_non_root(&p, &c, None, "nobody"),
+            Err("container has runAsNonRoot and image has non-numeric user (nobody), cannot verify user is non-root (pod: \"web_shop(u-1)\", container: app)".into())
+        );
+        assert_eq!(verify_run_as_non_root(&p, &c, Some(65534), ""), Ok(()));
+        c.security_context.as_mut().unwrap().run_as_user = Some(0);
+        assert!(verify_run_as_non_root(&p, &c, Some(65534), "")
+            .unwrap_err()
+            .starts_with("container's runAsUser breaks non-root policy"));
     }
 
     #[test]

@@ -508,6 +508,52 @@ impl Inner {
         view: &PodView<'_>,
         container: &Container,
     ) -> Result<(), (String, String)> {
+        self.pull_if_needed(view, container).await?;
+        // runAsNonRoot is checked against the user the image runs as.
+        let non_root = container
+            .security_context
+            .as_ref()
+            .and_then(|s| s.run_as_non_root)
+            .or_else(|| {
+                view.pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.security_context.as_ref())
+                    .and_then(|s| s.run_as_non_root)
+            });
+        if non_root == Some(true) {
+            let image = container.image.clone().unwrap_or_default();
+            let status = self
+                .client
+                .image_status(cri::ImageSpec {
+                    image: image.clone(),
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| {
+                    (
+                        "ErrImageInspect".to_string(),
+                        format!("Failed to inspect image \"{image}\": {e}"),
+                    )
+                })?
+                .unwrap_or_default();
+            containers::verify_run_as_non_root(
+                view.pod,
+                container,
+                status.uid.map(|u| u.value),
+                &status.username,
+            )
+            .map_err(|e| ("CreateContainerConfigError".to_string(), e))?;
+        }
+        Ok(())
+    }
+
+    /// Pulls the image if the pull policy says so. `Err`: the waiting reason and message.
+    async fn pull_if_needed(
+        &self,
+        view: &PodView<'_>,
+        container: &Container,
+    ) -> Result<(), (String, String)> {
         let image = container.image.clone().unwrap_or_default();
         let policy = images::pull_policy(container).map_err(|e| ("ErrImagePull".to_string(), e))?;
         let present = self
@@ -550,7 +596,19 @@ impl Inner {
                         Ok(())
                     }
                     Err(e) => {
-                        let message = images::pull_error_message(&image, &e.message());
+                        let mut message = images::pull_error_message(&image, &e.message());
+                        let secrets = view
+                            .pod
+                            .spec
+                            .as_ref()
+                            .and_then(|s| s.image_pull_secrets.as_ref())
+                            .is_some_and(|s| !s.is_empty());
+                        if secrets {
+                            // Said, so that a refused pull is not blamed on the secret.
+                            message.push_str(
+                                " (imagePullSecrets are not used by the CRI runtime yet)",
+                            );
+                        }
                         lock(&self.pulls).failed(
                             &view.uid,
                             &image,

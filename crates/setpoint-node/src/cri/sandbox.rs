@@ -180,6 +180,9 @@ pub fn sandbox_config(
             .chain(psc.fs_group)
             .collect(),
         privileged,
+        // The sandbox's own profile: a Localhost one (refused for the containers) is left
+        // to the runtime's default here.
+        seccomp: super::containers::seccomp(pod, None).ok(),
         ..Default::default()
     };
     let sysctls = psc
