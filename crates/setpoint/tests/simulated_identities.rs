@@ -200,3 +200,164 @@ fn simulated_nodes_joined_with_a_token_each_have_their_own_identity() {
     ]);
     assert_eq!(lines(&conditions), vec!["True"; 6], "{conditions}");
 }
+
+/// A background `setpoint` component, killed when dropped.
+struct Component(Child);
+
+impl Drop for Component {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn component(args: &[&str]) -> Component {
+    Component(
+        Command::new(env!("CARGO_BIN_EXE_setpoint"))
+            .args(args)
+            .env("SETPOINT_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start a setpoint component"),
+    )
+}
+
+/// Every component apart, each on its own identity: `setpoint server`, the controller
+/// manager on its kubeconfig with service-account credentials (and the cluster CA to sign
+/// with), the scheduler on its kubeconfig, and two simulated nodes joined with a bootstrap
+/// kubeconfig naming a token made with kubectl, as an operator would without `setpoint up`.
+#[test]
+fn separate_components_and_a_bootstrap_kubeconfig() {
+    if !kubectl_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let s = Setpoint::start(&["server"], &tmp.path().join("data"));
+    let data = s.data_dir.canonicalize().unwrap();
+    let path = |p: &Path| p.to_str().unwrap().to_string();
+    let _cm = component(&[
+        "controller-manager",
+        "--kubeconfig",
+        &path(&data.join("controller-manager.kubeconfig")),
+        "--use-service-account-credentials",
+        "--leader-elect=false",
+        "--secure-port",
+        "0",
+        "--cluster-signing-cert-file",
+        &path(&data.join("pki/ca.crt")),
+        "--cluster-signing-key-file",
+        &path(&data.join("pki/ca.key")),
+    ]);
+    let _scheduler = component(&[
+        "scheduler",
+        "--kubeconfig",
+        &path(&data.join("scheduler.kubeconfig")),
+        "--leader-elect=false",
+        "--secure-port",
+        "0",
+    ]);
+    let (id, secret) = ("abc123", "0123456789abcdef");
+    s.ok(&[
+        "-n",
+        "kube-system",
+        "create",
+        "secret",
+        "generic",
+        &format!("bootstrap-token-{id}"),
+        "--type",
+        "bootstrap.kubernetes.io/token",
+        &format!("--from-literal=token-id={id}"),
+        &format!("--from-literal=token-secret={secret}"),
+        "--from-literal=usage-bootstrap-authentication=true",
+    ]);
+    let boot = path(&tmp.path().join("bootstrap.kubeconfig"));
+    for args in [
+        vec![
+            "set-cluster".to_string(),
+            "c".into(),
+            "--server".into(),
+            s.url.clone(),
+            "--certificate-authority".into(),
+            path(&data.join("pki/ca.crt")),
+            "--embed-certs".into(),
+        ],
+        vec![
+            "set-credentials".into(),
+            "bootstrap".into(),
+            "--token".into(),
+            format!("{id}.{secret}"),
+        ],
+        vec![
+            "set-context".into(),
+            "c".into(),
+            "--cluster".into(),
+            "c".into(),
+            "--user".into(),
+            "bootstrap".into(),
+        ],
+        vec!["use-context".into(), "c".into()],
+    ] {
+        let mut all = vec!["config", "--kubeconfig", &boot];
+        all.extend(args.iter().map(String::as_str));
+        s.ok(&all);
+    }
+    let agent_dir = tmp.path().join("agent");
+    let _agent = component(&[
+        "agent",
+        "--bootstrap-kubeconfig",
+        &boot,
+        "--simulate",
+        "2",
+        "--node-prefix",
+        "apart-",
+        "--start-delay-ms",
+        "0",
+        "--ready-delay-ms",
+        "0",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        &path(&agent_dir),
+    ]);
+    eventually(
+        "two CSRs from the token approved and issued",
+        Duration::from_secs(120),
+        || {
+            let csrs = s.ok(&["get", "csr"]);
+            let issued = csrs
+                .lines()
+                .filter(|l| l.contains(&format!("system:bootstrap:{id}")))
+                .filter(|l| l.contains("Approved,Issued"))
+                .count();
+            (issued == 2).then_some(())
+        },
+    );
+    // The agent writes each node's kubeconfig once it has read the issued certificate.
+    for node in ["apart-0", "apart-1"] {
+        let who = eventually("the node's own kubeconfig", Duration::from_secs(60), || {
+            let out = kubectl_as(&s, &node_kubeconfig(&agent_dir, node), &["auth", "whoami"]);
+            out.status
+                .success()
+                .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+        });
+        assert!(who.contains(&format!("system:node:{node}")), "{who}");
+    }
+    s.apply(&DEPLOYMENT.replace("replicas: 6", "replicas: 4"));
+    let placed = eventually(
+        "four pods Running on the two simulated nodes",
+        Duration::from_secs(120),
+        || {
+            let out = s.ok(&[
+                "get",
+                "pods",
+                "-l",
+                "app=spread",
+                "-o",
+                r#"jsonpath={range .items[?(@.status.phase=="Running")]}{.spec.nodeName}{"\n"}{end}"#,
+            ]);
+            let nodes = lines(&out);
+            (nodes.len() == 4).then_some(nodes)
+        },
+    );
+    assert!(placed.iter().all(|n| n.starts_with("apart-")), "{placed:?}");
+}
