@@ -2,7 +2,9 @@
 //! agent --simulate 3 --server … --token … --ca-cert-hash …` asks for one certificate per
 //! node, through one CSR each, and every node then writes as `system:node:<name>` in
 //! `system:nodes`, which the Node authorizer and NodeRestriction hold to its own Node, Lease
-//! and pods. A Deployment's pods run on the three nodes.
+//! and pods. A Deployment's pods run on the three nodes. The second test does the same with
+//! every component apart (`setpoint server`, controller manager, scheduler) and the agent
+//! joined through a `--bootstrap-kubeconfig`.
 //!
 //! Skipped (with a message) when no kubectl is installed; CI installs it.
 
