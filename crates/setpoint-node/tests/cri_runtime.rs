@@ -211,6 +211,13 @@ async fn http_pod_runs_restarts_after_kill_is_adopted_and_removed() {
 
     // kill -9 of the main process from the host: the container restarts once.
     let pid = main_pid(&h.client, &id).await;
+    // A BestEffort pod's containers are under its QoS class's cgroup.
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let uid = pod.metadata.uid.clone().unwrap();
+    assert!(
+        cgroups.contains(&format!("/kubepods/besteffort/pod{uid}/")),
+        "{cgroups}"
+    );
     // SAFETY: a plain signal to a process of the test's own container.
     #[allow(unsafe_code)]
     let killed = unsafe { libc::kill(pid, libc::SIGKILL) };
