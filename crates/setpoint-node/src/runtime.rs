@@ -13,6 +13,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 
 /// What the runtime can say went wrong.
@@ -91,6 +92,50 @@ pub struct LogOptions {
 /// A stream of log bytes.
 pub type LogStream = BoxStream<'static, Result<Bytes, RuntimeError>>;
 
+/// A byte source for a streamed session (a client's stdin).
+pub type StreamReader = Box<dyn AsyncRead + Send + Unpin>;
+
+/// A byte sink for a streamed session (a client's stdout or stderr).
+pub type StreamWriter = Box<dyn AsyncWrite + Send + Unpin>;
+
+/// A two-way byte stream: a forwarded port's connection.
+pub trait Duplex: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Duplex for T {}
+
+/// A terminal's size, as a TTY resize message carries it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TerminalSize {
+    /// Columns.
+    pub width: u16,
+    /// Rows.
+    pub height: u16,
+}
+
+/// The client's ends of an `exec` or `attach` session. A stream the client did not ask for
+/// is `None`; with a TTY, stderr is merged into stdout and `stderr` is `None`.
+#[derive(Default)]
+pub struct StreamIo {
+    /// What the client types; EOF when it closes its stdin.
+    pub stdin: Option<StreamReader>,
+    /// Where the container's stdout goes.
+    pub stdout: Option<StreamWriter>,
+    /// Where the container's stderr goes.
+    pub stderr: Option<StreamWriter>,
+    /// Terminal resizes, when the session has a TTY.
+    pub resize: Option<mpsc::Receiver<TerminalSize>>,
+}
+
+/// A command to run in a container (`pods/exec`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExecRequest {
+    /// The container's name.
+    pub container: String,
+    /// The command and its arguments; never empty.
+    pub command: Vec<String>,
+    /// Run it on a terminal.
+    pub tty: bool,
+}
+
 /// Something that runs pods' containers on one node.
 #[async_trait]
 pub trait PodRuntime: Send + Sync + 'static {
@@ -126,4 +171,46 @@ pub trait PodRuntime: Send + Sync + 'static {
         container: &str,
         options: &LogOptions,
     ) -> Result<LogStream, RuntimeError>;
+
+    /// Runs a command in a running container of the pod, wired to `io`, and returns its exit
+    /// code when it ends (`pods/exec`). Runtimes that cannot run commands say so.
+    async fn exec(
+        &self,
+        pod: &RuntimePod,
+        request: ExecRequest,
+        io: StreamIo,
+    ) -> Result<i32, RuntimeError> {
+        let _ = (pod, request, io);
+        Err(RuntimeError::BadRequest(
+            "this node's container runtime does not run commands in containers".into(),
+        ))
+    }
+
+    /// Connects `io` to the main process of a running container until the client leaves or
+    /// the process exits (`pods/attach`).
+    async fn attach(
+        &self,
+        pod: &RuntimePod,
+        container: &str,
+        tty: bool,
+        io: StreamIo,
+    ) -> Result<(), RuntimeError> {
+        let _ = (pod, container, tty, io);
+        Err(RuntimeError::BadRequest(
+            "this node's container runtime does not attach to containers".into(),
+        ))
+    }
+
+    /// Opens a TCP connection to `port` inside the pod's network namespace
+    /// (`pods/portforward`).
+    async fn port_forward(
+        &self,
+        pod: &RuntimePod,
+        port: u16,
+    ) -> Result<Box<dyn Duplex>, RuntimeError> {
+        let _ = (pod, port);
+        Err(RuntimeError::BadRequest(
+            "this node's container runtime does not forward ports".into(),
+        ))
+    }
 }
