@@ -449,7 +449,7 @@ async fn exit_codes_restart_policies_init_containers_and_images() {
     assert_eq!(w.reason.as_deref(), Some("CreateContainerConfigError"));
     assert_eq!(
         w.message.as_deref(),
-        Some("env var X: configMapKeyRef is not supported by the CRI runtime yet")
+        Some("env var X: configMapKeyRef is not supported by this node yet")
     );
     assert_eq!(status.phase, "Pending");
 

@@ -5,8 +5,8 @@
 //! Linux resources from requests and limits, and the security context.
 //!
 //! Not done yet: environment from ConfigMaps, Secrets, resource fields and `envFrom`, and
-//! volumes. A container that asks for them is not created; it waits with
-//! `CreateContainerConfigError` and a message naming what is missing.
+//! volumes. A container that asks for them is not created ([`crate::unsupported`]); it
+//! waits with `CreateContainerConfigError` and a message naming what is missing.
 
 use std::collections::HashMap;
 
@@ -28,42 +28,6 @@ pub const IMAGE_ANNOTATION: &str = "io.kubernetes.container.image";
 /// The log path of a container's `attempt`-th run, relative to the sandbox's log directory.
 pub fn log_path(container: &str, attempt: u32) -> String {
     format!("{container}/{attempt}.log")
-}
-
-/// What this runtime cannot give a container yet, if it asks for it.
-fn unsupported(container: &Container) -> Option<String> {
-    if container.env_from.as_ref().is_some_and(|e| !e.is_empty()) {
-        return Some("envFrom is not supported by the CRI runtime yet".to_string());
-    }
-    for var in container.env.iter().flatten() {
-        let Some(source) = &var.value_from else {
-            continue;
-        };
-        if source.field_ref.is_some() {
-            continue;
-        }
-        let kind = if source.config_map_key_ref.is_some() {
-            "configMapKeyRef"
-        } else if source.secret_key_ref.is_some() {
-            "secretKeyRef"
-        } else if source.resource_field_ref.is_some() {
-            "resourceFieldRef"
-        } else {
-            "this valueFrom source"
-        };
-        return Some(format!(
-            "env var {}: {kind} is not supported by the CRI runtime yet",
-            var.name
-        ));
-    }
-    if container
-        .volume_mounts
-        .as_ref()
-        .is_some_and(|m| !m.is_empty())
-    {
-        return Some("volumeMounts are not supported by the CRI runtime yet".to_string());
-    }
-    None
 }
 
 fn to_cri(r: LinuxResources) -> cri::LinuxContainerResources {
@@ -203,9 +167,6 @@ pub fn container_config(
     ctx: &FieldContext,
     node_memory: i64,
 ) -> Result<cri::ContainerConfig, String> {
-    if let Some(why) = unsupported(container) {
-        return Err(why);
-    }
     let env = expand::container_env(pod, container, ctx)?;
     let lookup = |name: &str| env.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
     let expand_all = |words: &Option<Vec<String>>| -> Vec<String> {
@@ -414,7 +375,7 @@ mod tests {
             container_config(&pod(c.clone()), &c, 0, &FieldContext::default(), 0).unwrap_err();
         assert_eq!(
             err,
-            "env var X: configMapKeyRef is not supported by the CRI runtime yet"
+            "env var X: configMapKeyRef is not supported by this node yet"
         );
     }
 }

@@ -94,15 +94,16 @@ pub fn field_value(pod: &Pod, path: &str, ctx: &FieldContext) -> Result<String, 
 }
 
 /// The container's environment variables in spec order, each value expanded against the
-/// variables defined before it. Sources the runtime cannot read without the API server
-/// (ConfigMaps, Secrets, resource fields, `envFrom`) are an error, never silently empty.
+/// variables defined before it. What the node cannot give the container yet
+/// ([`crate::unsupported`]: ConfigMaps, Secrets, resource fields, `envFrom`, volume mounts)
+/// is an error, never silently empty or missing.
 pub fn container_env(
     pod: &Pod,
     container: &Container,
     ctx: &FieldContext,
 ) -> Result<Vec<(String, String)>, String> {
-    if container.env_from.as_ref().is_some_and(|e| !e.is_empty()) {
-        return Err("envFrom is not supported by the process runtime".to_string());
+    if let Some(why) = crate::unsupported::unsupported(container) {
+        return Err(why);
     }
     let mut defined: HashMap<String, String> = HashMap::new();
     let mut out: Vec<(String, String)> = Vec::new();
@@ -112,19 +113,8 @@ pub fn container_env(
                 field_value(pod, &field.field_path, ctx)
                     .map_err(|e| format!("env var {}: {e}", var.name))?
             } else {
-                let kind = if source.config_map_key_ref.is_some() {
-                    "configMapKeyRef"
-                } else if source.secret_key_ref.is_some() {
-                    "secretKeyRef"
-                } else if source.resource_field_ref.is_some() {
-                    "resourceFieldRef"
-                } else {
-                    "this valueFrom source"
-                };
-                return Err(format!(
-                    "env var {}: {kind} is not supported by the process runtime",
-                    var.name
-                ));
+                // `unsupported` above names every other source; this guards its future.
+                return Err(format!("env var {}: valueFrom has no source", var.name));
             }
         } else {
             let raw = var.value.clone().unwrap_or_default();

@@ -23,8 +23,9 @@
 //! A monitor task polls the processes and the logs and sends the pod's uid to the
 //! subscriber whenever an exit happened, a probe verdict flipped or a back-off expired.
 //!
-//! Not done: environment from ConfigMaps, Secrets, resource fields or `envFrom` (the
-//! runtime has no API access; the container waits with `CreateContainerConfigError`), gRPC
+//! Not done: environment from ConfigMaps, Secrets, resource fields or `envFrom`, and volume
+//! mounts (the container waits with `CreateContainerConfigError`, see
+//! [`crate::unsupported`]), gRPC
 //! probes (they fail with a message saying so), statuses of init containers (the runtime
 //! contract has no place for them: the pod's reason and message say which one runs or
 //! failed, and app containers wait with `PodInitializing`), lifecycle hooks and resource

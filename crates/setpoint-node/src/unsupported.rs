@@ -1,0 +1,125 @@
+//! What a container may ask for that no runtime of this node gives it yet: environment from
+//! ConfigMaps, Secrets and resource fields, `envFrom`, and volume mounts.
+//!
+//! Both the process and the CRI runtime ask [`unsupported`] before they create a container,
+//! so a container that needs one of these waits with `CreateContainerConfigError` and a
+//! message naming what is missing, instead of running with an empty variable or without the
+//! files it expects.
+
+use k8s_openapi::api::core::v1::Container;
+
+/// Why `container` cannot be created on this node, if it asks for something not given yet.
+pub fn unsupported(container: &Container) -> Option<String> {
+    if container.env_from.as_ref().is_some_and(|e| !e.is_empty()) {
+        return Some("envFrom is not supported by this node yet".to_string());
+    }
+    for var in container.env.iter().flatten() {
+        let Some(source) = &var.value_from else {
+            continue;
+        };
+        if source.field_ref.is_some() {
+            continue;
+        }
+        let kind = if source.config_map_key_ref.is_some() {
+            "configMapKeyRef"
+        } else if source.secret_key_ref.is_some() {
+            "secretKeyRef"
+        } else if source.resource_field_ref.is_some() {
+            "resourceFieldRef"
+        } else {
+            "this valueFrom source"
+        };
+        return Some(format!(
+            "env var {}: {kind} is not supported by this node yet",
+            var.name
+        ));
+    }
+    if let Some(mount) = container.volume_mounts.iter().flatten().next() {
+        return Some(format!(
+            "volume {:?} (mounted at {}): volume mounts are not supported by this node yet",
+            mount.name, mount.mount_path
+        ));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        ConfigMapKeySelector, EnvFromSource, EnvVar, EnvVarSource, ObjectFieldSelector, VolumeMount,
+    };
+
+    fn var(name: &str, source: EnvVarSource) -> EnvVar {
+        EnvVar {
+            name: name.into(),
+            value_from: Some(source),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn field_refs_and_plain_values_are_given() {
+        let c = Container {
+            name: "c".into(),
+            env: Some(vec![
+                EnvVar {
+                    name: "A".into(),
+                    value: Some("1".into()),
+                    ..Default::default()
+                },
+                var(
+                    "B",
+                    EnvVarSource {
+                        field_ref: Some(ObjectFieldSelector {
+                            field_path: "metadata.name".into(),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    },
+                ),
+            ]),
+            ..Default::default()
+        };
+        assert_eq!(unsupported(&c), None);
+    }
+
+    #[test]
+    fn config_sources_and_mounts_are_named() {
+        let mut c = Container {
+            name: "c".into(),
+            env: Some(vec![var(
+                "X",
+                EnvVarSource {
+                    config_map_key_ref: Some(ConfigMapKeySelector {
+                        name: "cm".into(),
+                        key: "k".into(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+            )]),
+            ..Default::default()
+        };
+        assert_eq!(
+            unsupported(&c).unwrap(),
+            "env var X: configMapKeyRef is not supported by this node yet"
+        );
+        c.env = None;
+        c.env_from = Some(vec![EnvFromSource::default()]);
+        assert_eq!(
+            unsupported(&c).unwrap(),
+            "envFrom is not supported by this node yet"
+        );
+        c.env_from = None;
+        c.volume_mounts = Some(vec![VolumeMount {
+            name: "data".into(),
+            mount_path: "/data".into(),
+            ..Default::default()
+        }]);
+        assert_eq!(
+            unsupported(&c).unwrap(),
+            "volume \"data\" (mounted at /data): volume mounts are not supported by this node yet"
+        );
+    }
+}
