@@ -35,6 +35,7 @@ pub mod server;
 pub mod simulated;
 pub mod simulation;
 pub mod status;
+pub mod streaming;
 pub mod unsupported;
 
 pub use agent::{run_agent, AgentConfig, AgentError, Capacity};

@@ -1,6 +1,7 @@
 //! The kubelet HTTPS endpoint: `GET /containerLogs/{namespace}/{pod}/{container}` streams a
 //! container's log from the runtime (what the API server's `pods/log` proxies to), and
 //! `GET /metrics` is the node agent's Prometheus exposition ([`NodeMetrics`]).
+//! The kubelet's streaming endpoints (`/exec`, `/attach`) are [`crate::streaming`]'s.
 //!
 //! TLS with a self-signed serving certificate generated at start (the API server, like
 //! kube-apiserver without `--kubelet-certificate-authority`, does not verify it), and a client
@@ -66,7 +67,11 @@ impl LogTargets {
     }
 
     /// The runtime holding `namespace/name`, and the pod as it knows it.
-    async fn find(&self, namespace: &str, name: &str) -> Option<(Arc<dyn PodRuntime>, RuntimePod)> {
+    pub(crate) async fn find(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Option<(Arc<dyn PodRuntime>, RuntimePod)> {
         let matches = |p: &RuntimePod, uid: Option<&str>| {
             p.namespace == namespace && p.name == name && uid.is_none_or(|u| u == p.uid)
         };
@@ -209,7 +214,11 @@ pub fn router(targets: Arc<LogTargets>, metrics: Arc<NodeMetrics>) -> Router {
             get(container_logs),
         )
         .route("/metrics", get(self::metrics))
-        .with_state(Shared { targets, metrics })
+        .with_state(Shared {
+            targets: targets.clone(),
+            metrics,
+        })
+        .merge(crate::streaming::router(targets))
 }
 
 /// The rustls configuration: a fresh self-signed certificate for `names` (DNS names or IP

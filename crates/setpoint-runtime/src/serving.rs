@@ -184,6 +184,8 @@ where
             let acceptor = acceptor.clone();
             let make_service = make_service.clone();
             tokio::spawn(async move {
+                // With upgrades: a handler may switch the connection to another protocol (the
+                // node agent's exec, attach and port-forward streams).
                 let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
                 let served = match acceptor {
                     None => {
@@ -191,7 +193,9 @@ where
                             peer,
                             client_certificate: false,
                         });
-                        builder.serve_connection(TokioIo::new(tcp), service).await
+                        builder
+                            .serve_connection_with_upgrades(TokioIo::new(tcp), service)
+                            .await
                     }
                     Some(acceptor) => {
                         let stream = match tokio::time::timeout(
@@ -220,7 +224,7 @@ where
                             client_certificate,
                         });
                         builder
-                            .serve_connection(TokioIo::new(stream), service)
+                            .serve_connection_with_upgrades(TokioIo::new(stream), service)
                             .await
                     }
                 };
