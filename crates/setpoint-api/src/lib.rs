@@ -17,6 +17,7 @@ pub mod replicas;
 pub mod resource;
 pub mod selector;
 pub mod status;
+pub mod storage;
 pub mod time;
 pub mod tls;
 

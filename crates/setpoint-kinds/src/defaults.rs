@@ -62,6 +62,20 @@ pub fn apply(group: &str, kind: &str, obj: &mut Value) {
                 default_string(status, "phase", "Pending");
             }
         }
+        ("", "PersistentVolume") => {
+            if let Some(spec) = child(root, "spec") {
+                // Upstream defaults static volumes to Retain; provisioners set the class's policy.
+                default_string(spec, "persistentVolumeReclaimPolicy", "Retain");
+                default_value(spec, "volumeMode", json!("Filesystem"));
+            }
+            if let Some(status) = child_or_insert(root, "status") {
+                default_string(status, "phase", "Pending");
+            }
+        }
+        ("storage.k8s.io", "StorageClass") => {
+            default_string(root, "reclaimPolicy", "Delete");
+            default_string(root, "volumeBindingMode", "Immediate");
+        }
         ("", "Node") => node(root),
         ("apps", "Deployment") => deployment(root),
         ("apps", "ReplicaSet") => {

@@ -73,7 +73,9 @@ pub fn supported_fields(group: &str, kind: &str) -> &'static [&'static str] {
         ("", "Namespace") => &["metadata.name", "status.phase"],
         ("apiextensions.k8s.io", "CustomResourceDefinition") => &["metadata.name"],
         ("rbac.authorization.k8s.io", "ClusterRole" | "ClusterRoleBinding") => &["metadata.name"],
-        ("certificates.k8s.io", "CertificateSigningRequest") => &["metadata.name"],
+        ("certificates.k8s.io", "CertificateSigningRequest")
+        | ("", "PersistentVolume")
+        | ("storage.k8s.io", "StorageClass") => &["metadata.name"],
         ("", "Secret") => &["metadata.name", "metadata.namespace", "type"],
         ("", "Service") => &[
             "metadata.name",

@@ -175,6 +175,26 @@ pub static BUILTIN: &[KindInfo] = &[
     .short(&["quota"])
     .status(),
     kind("", "v1", "LimitRange", "limitranges", "limitrange", true).short(&["limits"]),
+    kind(
+        "",
+        "v1",
+        "PersistentVolume",
+        "persistentvolumes",
+        "persistentvolume",
+        false,
+    )
+    .short(&["pv"])
+    .status(),
+    kind(
+        "",
+        "v1",
+        "PersistentVolumeClaim",
+        "persistentvolumeclaims",
+        "persistentvolumeclaim",
+        true,
+    )
+    .short(&["pvc"])
+    .status(),
     // apps/v1
     kind(
         "apps",
@@ -260,6 +280,16 @@ pub static BUILTIN: &[KindInfo] = &[
         "lease",
         true,
     ),
+    // storage.k8s.io/v1
+    kind(
+        "storage.k8s.io",
+        "v1",
+        "StorageClass",
+        "storageclasses",
+        "storageclass",
+        false,
+    )
+    .short(&["sc"]),
     // apiextensions.k8s.io/v1
     kind(
         "apiextensions.k8s.io",

@@ -10,6 +10,7 @@ mod apps;
 mod certificates;
 mod core;
 mod rbac;
+mod storage;
 #[cfg(test)]
 mod tests;
 
@@ -121,6 +122,12 @@ fn printer(group: &str, kind: &str) -> (&'static [Column], CellFn) {
         ("events.k8s.io", "Event") => (core::EVENT, core::events_k8s_io_event),
         ("", "ResourceQuota") => (core::RESOURCE_QUOTA, core::resource_quota),
         ("", "LimitRange") => (core::LIMIT_RANGE, core::limit_range),
+        ("", "PersistentVolume") => (storage::PERSISTENT_VOLUME, storage::persistent_volume),
+        ("", "PersistentVolumeClaim") => (
+            storage::PERSISTENT_VOLUME_CLAIM,
+            storage::persistent_volume_claim,
+        ),
+        ("storage.k8s.io", "StorageClass") => (storage::STORAGE_CLASS, storage::storage_class),
         ("apps", "Deployment") => (apps::DEPLOYMENT, apps::deployment),
         ("apps", "ReplicaSet") => (apps::REPLICA_SET, apps::replica_set),
         ("apps", "StatefulSet") => (apps::STATEFUL_SET, apps::stateful_set),

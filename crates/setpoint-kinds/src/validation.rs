@@ -29,6 +29,7 @@ mod pod;
 mod quantity;
 mod rbac;
 mod service;
+mod storage;
 #[cfg(test)]
 mod testutil;
 mod typed;
@@ -155,6 +156,9 @@ pub fn validate_with_type_errors(
             }
         }
         ("", "ConfigMap") => config_map(e, obj, old),
+        ("", "PersistentVolume") => storage::persistent_volume(e, obj, old),
+        ("", "PersistentVolumeClaim") => storage::persistent_volume_claim(e, obj, old),
+        ("storage.k8s.io", "StorageClass") => storage::storage_class(e, obj, old),
         ("", "Secret") => secret(e, obj, old),
         ("apps", "Deployment") => deployment(e, obj, old),
         ("apps", "ReplicaSet") => replica_set(e, obj, old),
