@@ -7,6 +7,7 @@ pub mod limitrange;
 pub mod noderestriction;
 mod podsecurity;
 mod quota;
+mod storage;
 
 use crate::registry::ResourceDef;
 

@@ -675,6 +675,7 @@ impl ApiServer {
         crate::crd::admit(res, &mut obj);
         crate::admission::admit(res, &mut obj, &self.config.admission());
         self.default_limits(res, namespace, &mut obj);
+        self.admit_storage(res, &mut obj);
         if track {
             crate::apply::record_update(res, None, &mut obj, manager(opts), None, &now);
         }
