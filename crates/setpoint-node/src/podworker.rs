@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use parking_lot::Mutex;
 use setpoint_runtime::client::{Api, Client, ClientError, DeleteParams, PostParams};
 use setpoint_runtime::events::{EventRecorder, EventType, Reporter, ToObjectReference};
@@ -29,7 +29,7 @@ use setpoint_runtime::ObjectKey;
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
-use crate::runtime::{NodeContext, PodRuntime, RuntimeError, RuntimePod};
+use crate::runtime::{NodeContext, PodRuntime, RuntimeError, RuntimeEvent, RuntimePod};
 use crate::status;
 
 /// The field manager of the agent's writes.
@@ -185,6 +185,17 @@ impl PodWorkers {
                 }
             }
         });
+        if let Some(mut events) = self.inner.runtime.events() {
+            let this = self.clone();
+            tasks.spawn(async move {
+                while let Some(event) = events.recv().await {
+                    if this.inner.queue.is_shutting_down() {
+                        break;
+                    }
+                    this.publish(&event);
+                }
+            });
+        }
         let this = self.clone();
         tasks.spawn(async move {
             // A zero period would spin (and `interval` rejects it).
@@ -202,6 +213,29 @@ impl PodWorkers {
     /// stops does not stop its pods.
     pub async fn shutdown(&self) {
         self.inner.queue.shutdown_with_drain().await;
+    }
+
+    /// Publishes what the runtime reported. The pod may be gone from the API by now (a
+    /// preStop hook runs while it is deleted): the reference is built from what the runtime
+    /// holds, not read from the cache.
+    fn publish(&self, event: &RuntimeEvent) {
+        let regarding = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            namespace: Some(event.pod.namespace.clone()),
+            name: Some(event.pod.name.clone()),
+            uid: Some(event.pod.uid.clone()),
+            field_path: event.field_path.clone(),
+            ..Default::default()
+        };
+        let type_ = if event.warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        self.inner
+            .recorder
+            .publish(&regarding, type_, &event.reason, &event.message);
     }
 
     async fn key_of_uid(&self, uid: &str) -> Option<ObjectKey> {

@@ -72,6 +72,22 @@ pub struct RuntimePod {
     pub name: String,
 }
 
+/// Something a runtime saw happen to a pod that the kubelet reports as an Event (a lifecycle
+/// hook that failed). The agent publishes it about the pod, as `kubelet` from its node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuntimeEvent {
+    /// The pod it is about.
+    pub pod: RuntimePod,
+    /// The container it is about, as the Event's `fieldPath` (`spec.containers{name}`).
+    pub field_path: Option<String>,
+    /// `Warning` rather than `Normal`.
+    pub warning: bool,
+    /// The Event's reason, as the kubelet words it (`FailedPostStartHook`).
+    pub reason: String,
+    /// The Event's message.
+    pub message: String,
+}
+
 /// Options of a log request (`pods/log` query parameters).
 #[derive(Clone, Debug, Default)]
 pub struct LogOptions {
@@ -163,6 +179,12 @@ pub trait PodRuntime: Send + Sync + 'static {
     /// A channel that receives a pod's uid whenever its observed status may have changed.
     /// Called once by the agent.
     fn subscribe(&self) -> mpsc::UnboundedReceiver<String>;
+
+    /// A channel of the Events the runtime reports ([`RuntimeEvent`]); `None` for runtimes
+    /// that report none. Called once by the agent.
+    fn events(&self) -> Option<mpsc::UnboundedReceiver<RuntimeEvent>> {
+        None
+    }
 
     /// The log of one container of a pod.
     async fn logs(

@@ -1,5 +1,6 @@
 //! What a container may ask for that no runtime of this node gives it yet: environment from
-//! ConfigMaps, Secrets and resource fields, `envFrom`, and volume mounts.
+//! ConfigMaps, Secrets and resource fields, `envFrom`, and volume mounts; and what only the
+//! CRI runtime gives (lifecycle hooks, [`lifecycle_hooks_in_process`]).
 //!
 //! Both the process and the CRI runtime ask [`unsupported`] before they create a container,
 //! so a container that needs one of these waits with `CreateContainerConfigError` and a
@@ -43,6 +44,26 @@ pub fn unsupported(container: &Container) -> Option<String> {
     None
 }
 
+/// Why the process runtime cannot run `container`: its lifecycle hooks (`postStart`,
+/// `preStop`) need a container to run in, which only the CRI runtime has. Refused rather
+/// than ignored, so a pod that counts on its hooks never runs without them.
+pub fn lifecycle_hooks_in_process(container: &Container) -> Option<String> {
+    let lifecycle = container.lifecycle.as_ref()?;
+    let names: Vec<&str> = [
+        lifecycle.post_start.as_ref().map(|_| "postStart"),
+        lifecycle.pre_stop.as_ref().map(|_| "preStop"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    (!names.is_empty()).then(|| {
+        format!(
+            "lifecycle hooks ({}) are not supported by the process runtime; use --container-runtime cri",
+            names.join(", ")
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -82,6 +103,30 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(unsupported(&c), None);
+    }
+
+    #[test]
+    fn the_process_runtime_names_the_hooks_it_refuses() {
+        use k8s_openapi::api::core::v1::{Lifecycle, LifecycleHandler, SleepAction};
+        let handler = LifecycleHandler {
+            sleep: Some(SleepAction { seconds: 1 }),
+            ..Default::default()
+        };
+        let mut c = Container {
+            name: "c".into(),
+            ..Default::default()
+        };
+        assert_eq!(lifecycle_hooks_in_process(&c), None);
+        c.lifecycle = Some(Lifecycle::default());
+        assert_eq!(lifecycle_hooks_in_process(&c), None);
+        c.lifecycle = Some(Lifecycle {
+            post_start: Some(handler.clone()),
+            pre_stop: Some(handler),
+        });
+        assert_eq!(
+            lifecycle_hooks_in_process(&c).unwrap(),
+            "lifecycle hooks (postStart, preStop) are not supported by the process runtime; use --container-runtime cri"
+        );
     }
 
     #[test]

@@ -861,3 +861,144 @@ async fn large_logs_are_rotated_keeping_a_number_of_files() {
         .await
         .unwrap();
 }
+
+fn exec_hook(script: &str) -> k8s_openapi::api::core::v1::LifecycleHandler {
+    k8s_openapi::api::core::v1::LifecycleHandler {
+        exec: Some(k8s_openapi::api::core::v1::ExecAction {
+            command: Some(vec!["sh".into(), "-c".into(), script.into()]),
+        }),
+        ..Default::default()
+    }
+}
+
+/// The next Event the runtime reports, within the deadline.
+async fn next_event(
+    events: &mut mpsc::UnboundedReceiver<setpoint_node::runtime::RuntimeEvent>,
+) -> setpoint_node::runtime::RuntimeEvent {
+    tokio::time::timeout(DEADLINE, events.recv())
+        .await
+        .expect("an event within the deadline")
+        .expect("the runtime's event channel is open")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifecycle_hooks_run_in_the_container_and_around_the_stop() {
+    use k8s_openapi::api::core::v1::{HTTPGetAction, Lifecycle};
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    let Some(ctrd) = TestContainerd::start().await else {
+        return;
+    };
+    let data = tempfile::tempdir().unwrap();
+    let mut h = harness(&ctrd, data.path()).await;
+    let mut events = h.rt.events().expect("the CRI runtime reports events");
+
+    // postStart writes a file in the container; preStop calls a server on the host.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (got_tx, mut got) = mpsc::unbounded_channel::<String>();
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        while let Ok((mut s, _)) = listener.accept().await {
+            let mut buf = vec![0; 2048];
+            let n = s.read(&mut buf).await.unwrap_or(0);
+            let _ = got_tx.send(String::from_utf8_lossy(&buf[..n]).into_owned());
+            let _ = s
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                .await;
+        }
+    });
+    let mut hooked = container("hooked", "exec sleep 1000");
+    hooked.lifecycle = Some(Lifecycle {
+        post_start: Some(exec_hook("echo from-post-start > /tmp/hook")),
+        pre_stop: Some(k8s_openapi::api::core::v1::LifecycleHandler {
+            http_get: Some(HTTPGetAction {
+                host: Some("127.0.0.1".into()),
+                path: Some("/bye".into()),
+                port: IntOrString::Int(i32::from(port)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+    });
+    let good = pod("hooked", "Always", vec![hooked]);
+    let status = h
+        .sync_until(&good, "hooked running", |s| {
+            running(&s.container_statuses[0])
+        })
+        .await;
+    let id = status.container_statuses[0]
+        .container_id
+        .clone()
+        .unwrap()
+        .rsplit("://")
+        .next()
+        .unwrap()
+        .to_string();
+    let out = h
+        .client
+        .exec_sync(&id, vec!["cat".into(), "/tmp/hook".into()], None)
+        .await
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "from-post-start\n");
+    h.rt.kill_pod(&runtime_pod(&good), Duration::from_secs(5))
+        .await
+        .unwrap();
+    let request = tokio::time::timeout(DEADLINE, got.recv())
+        .await
+        .expect("the preStop request within the deadline")
+        .unwrap();
+    assert!(request.starts_with("GET /bye HTTP/1.1"), "{request}");
+
+    // A failing postStart kills the run: the container waits with the hook's message, an
+    // Event says so, and the container restarts.
+    let mut failing = container("failing", "exec sleep 1000");
+    failing.lifecycle = Some(Lifecycle {
+        post_start: Some(exec_hook("echo no-good >&2; exit 3")),
+        pre_stop: Some(exec_hook("exit 1")),
+    });
+    let bad = pod("hookfail", "Always", vec![failing]);
+    let (uid, name) = (
+        bad.metadata.uid.clone().unwrap(),
+        bad.metadata.name.clone().unwrap(),
+    );
+    let status = h
+        .sync_until(&bad, "the postStart failure reported", |s| {
+            waiting_reason(&s.container_statuses[0]) == Some("PostStartHookError")
+        })
+        .await;
+    let message = status.container_statuses[0]
+        .state
+        .as_ref()
+        .and_then(|s| s.waiting.as_ref())
+        .and_then(|w| w.message.clone())
+        .unwrap();
+    assert!(
+        message.starts_with(&format!(
+            "Exec lifecycle hook ([sh -c echo no-good >&2; exit 3]) for Container \"failing\" in Pod \"{name}_default({uid})\" failed - error: command 'sh -c echo no-good >&2; exit 3' exited with 3: no-good"
+        )),
+        "{message}"
+    );
+    // The run was stopped with its preStop hook, which failed too.
+    let mut reasons = Vec::new();
+    while reasons.len() < 3 {
+        let e = next_event(&mut events).await;
+        assert_eq!(e.pod.uid, uid);
+        assert_eq!(e.field_path.as_deref(), Some("spec.containers{failing}"));
+        reasons.push((e.reason, e.message, e.warning));
+    }
+    let expected = |r: &str, m: &str, w: bool| (r.to_string(), m.to_string(), w);
+    assert!(reasons.contains(&expected(
+        "FailedPostStartHook",
+        "PostStartHook failed",
+        true
+    )));
+    assert!(reasons.contains(&expected("Killing", "FailedPostStartHook", false)));
+    assert!(reasons.contains(&expected("FailedPreStopHook", "PreStopHook failed", true)));
+    h.sync_until(&bad, "restarted after the hook failure", |s| {
+        s.container_statuses[0].restart_count >= 1
+    })
+    .await;
+    h.rt.kill_pod(&runtime_pod(&bad), Duration::from_secs(1))
+        .await
+        .unwrap();
+}

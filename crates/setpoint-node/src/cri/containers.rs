@@ -185,7 +185,7 @@ pub fn container_config(
         .as_ref()
         .and_then(|s| s.termination_grace_period_seconds)
         .unwrap_or(30);
-    let annotations = HashMap::from([
+    let mut annotations = HashMap::from([
         (RESTART_COUNT_ANNOTATION.to_string(), attempt.to_string()),
         (
             IMAGE_ANNOTATION.to_string(),
@@ -203,6 +203,14 @@ pub fn container_config(
             grace.to_string(),
         ),
     ]);
+    // A container is stopped with its preStop hook even when its pod is no longer at hand.
+    annotations.extend(super::hooks::annotations(
+        container
+            .lifecycle
+            .as_ref()
+            .and_then(|l| l.pre_stop.as_ref()),
+        container.ports.as_deref().unwrap_or_default(),
+    ));
     Ok(cri::ContainerConfig {
         metadata: Some(cri::ContainerMetadata {
             name: container.name.clone(),

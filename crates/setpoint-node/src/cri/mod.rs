@@ -10,6 +10,7 @@
 
 pub mod client;
 pub mod containers;
+pub mod hooks;
 pub mod images;
 pub mod logs;
 pub mod resources;

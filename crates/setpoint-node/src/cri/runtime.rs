@@ -21,6 +21,10 @@
 //!
 //! - Probes are the process runtime's ([`crate::process::probe`]), with exec probes run
 //!   through CRI `ExecSync` and a liveness failure stopping the container through CRI.
+//! - Lifecycle hooks ([`super::hooks`]): postStart right after a container started (a
+//!   failure kills the run, which waits with `PostStartHookError` and restarts per policy),
+//!   preStop before every stop the agent makes; failures are reported as Events through
+//!   [`PodRuntime::events`].
 //!
 //! Not done yet: volumes and environment from ConfigMaps or Secrets (the container waits
 //! with `CreateContainerConfigError`), gRPC probes (they fail, saying so), and
@@ -51,12 +55,13 @@ use super::sandbox::{
     self, CONTAINER_NAME_LABEL, POD_NAMESPACE_LABEL, POD_NAME_LABEL, POD_UID_LABEL,
 };
 use super::state::{self, Latest, Plan};
-use super::{containers, logs, resources};
+use super::{containers, hooks, logs, resources};
 use crate::process::backoff::BackoffPolicy;
 use crate::process::expand::FieldContext;
 use crate::process::probe::{ProbeActions, ProbeSet, ProbeStatus, ProbeTarget};
 use crate::runtime::{
-    LogOptions, LogStream, NodeContext, PodRuntime, RuntimeError, RuntimePod, RuntimeStatus,
+    LogOptions, LogStream, NodeContext, PodRuntime, RuntimeError, RuntimeEvent, RuntimePod,
+    RuntimeStatus,
 };
 
 /// Tunables of a [`CriRuntime`].
@@ -126,6 +131,8 @@ struct Inner {
     subscribers: Subscribers,
     /// The probe tasks and verdicts per running container id.
     probes: Mutex<HashMap<String, ProbeRun>>,
+    /// Where Events go once the agent asked for them ([`PodRuntime::events`]).
+    events: Mutex<Option<mpsc::UnboundedSender<RuntimeEvent>>>,
 }
 
 /// The probes of one running container.
@@ -135,10 +142,12 @@ struct ProbeRun {
     task: AbortHandle,
 }
 
-/// Exec probes through CRI `ExecSync`; a liveness failure stops the container through CRI.
+/// Exec probes through CRI `ExecSync`; a liveness failure stops the container through CRI,
+/// with its preStop hook.
 struct CriProbeActions {
     client: CriClient,
     id: String,
+    inner: std::sync::Weak<Inner>,
 }
 
 impl ProbeActions for CriProbeActions {
@@ -158,9 +167,12 @@ impl ProbeActions for CriProbeActions {
     }
 
     fn stop(&self, grace: Duration) -> futures::future::BoxFuture<'static, ()> {
-        let (client, id) = (self.client.clone(), self.id.clone());
+        let (inner, id) = (self.inner.clone(), self.id.clone());
         Box::pin(async move {
-            if let Err(e) = client.stop_container(&id, grace).await {
+            let Some(inner) = inner.upgrade() else {
+                return;
+            };
+            if let Err(e) = inner.stop_container(&id, grace).await {
                 tracing::warn!(id, error = %e, "stopping a container after a probe failure");
             }
         })
@@ -210,6 +222,20 @@ fn restart_policy(pod: &Pod) -> String {
         .as_ref()
         .and_then(|s| s.restart_policy.clone())
         .unwrap_or_else(|| "Always".to_string())
+}
+
+/// A container's place in its pod, as an Event's `fieldPath` names it.
+fn field_path(pod: &Pod, name: &str) -> String {
+    let init = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.init_containers.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.name == name));
+    if init {
+        format!("spec.initContainers{{{name}}}")
+    } else {
+        format!("spec.containers{{{name}}}")
+    }
 }
 
 fn label<'a>(labels: &'a HashMap<String, String>, key: &str) -> &'a str {
@@ -293,6 +319,7 @@ impl CriRuntime {
             pulls: Mutex::new(PullBackoff::default()),
             subscribers: Arc::new(Mutex::new(Vec::new())),
             probes: Mutex::new(HashMap::new()),
+            events: Mutex::new(None),
         });
         let monitor = tokio::spawn(Arc::clone(&inner).monitor()).abort_handle();
         let rotation = tokio::spawn(Arc::clone(&inner).rotate_logs()).abort_handle();
@@ -324,6 +351,149 @@ impl Inner {
 
     fn container_id(&self, id: &str) -> String {
         format!("{}://{id}", self.runtime_name)
+    }
+
+    /// Hands an Event to the agent, if it asked for them.
+    fn emit(&self, event: RuntimeEvent) {
+        if let Some(tx) = lock(&self.events).as_ref() {
+            let _ = tx.send(event);
+        }
+    }
+
+    /// The address of the pod `uid`'s ready sandbox, if it has one.
+    async fn pod_ip_of(&self, uid: &str) -> Option<String> {
+        let sandboxes = self.client.list_pod_sandbox(&uid_filter(uid)).await.ok()?;
+        let ready = sandboxes
+            .iter()
+            .filter(|s| s.state == cri::PodSandboxState::SandboxReady as i32)
+            .max_by_key(|s| s.created_at)?;
+        let status = self
+            .client
+            .pod_sandbox_status(&ready.id, false)
+            .await
+            .ok()?
+            .status?;
+        status.network.map(|n| n.ip).filter(|ip| !ip.is_empty())
+    }
+
+    /// Stops a container as the kubelet does: a running container's preStop hook first
+    /// (from its annotations, bounded by `grace`; a failure is a `FailedPreStopHook` Event),
+    /// then the stop signal with what is left of `grace` (at least 2 s after a hook).
+    async fn stop_container(&self, id: &str, grace: Duration) -> Result<(), CriError> {
+        let began = Instant::now();
+        let mut grace = grace;
+        let status = match self.inner_status(id).await {
+            Ok(s) => s,
+            Err(e) if e.is_not_found() => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let running = status
+            .as_ref()
+            .is_some_and(|s| s.state == cri::ContainerState::ContainerRunning as i32);
+        let hook = status
+            .as_ref()
+            .filter(|_| running && !grace.is_zero())
+            .and_then(|s| hooks::pre_stop_of(&s.annotations).map(|h| (s, h)));
+        if let Some((status, (handler, ports))) = hook {
+            let pod = RuntimePod {
+                uid: label(&status.labels, POD_UID_LABEL).to_string(),
+                namespace: label(&status.labels, POD_NAMESPACE_LABEL).to_string(),
+                name: label(&status.labels, POD_NAME_LABEL).to_string(),
+            };
+            let container = label(&status.labels, CONTAINER_NAME_LABEL).to_string();
+            let needs_ip = handler
+                .http_get
+                .as_ref()
+                .is_some_and(|h| h.host.as_deref().unwrap_or_default().is_empty());
+            let pod_ip = match needs_ip {
+                true => self.pod_ip_of(&pod.uid).await.unwrap_or_default(),
+                false => String::new(),
+            };
+            let who = hooks::pod_display(&pod.name, &pod.namespace, &pod.uid);
+            let target = hooks::HookTarget {
+                client: Some(&self.client),
+                container_id: id,
+                container_name: &container,
+                pod: &who,
+                pod_ip: &pod_ip,
+                ports: &ports,
+            };
+            let outcome = match tokio::time::timeout(grace, hooks::run(&handler, &target)).await {
+                Ok(outcome) => outcome,
+                Err(_) => Err(format!(
+                    "PreStop hook for Container {container:?} in Pod {who:?} did not complete within {}s",
+                    grace.as_secs()
+                )),
+            };
+            if let Err(message) = outcome {
+                tracing::warn!(pod = %who, container, message, "PreStop hook failed");
+                // The hook's output may hold secrets: the Event says only that it failed.
+                self.emit(RuntimeEvent {
+                    pod,
+                    field_path: Some(format!("spec.containers{{{container}}}")),
+                    warning: true,
+                    reason: "FailedPreStopHook".to_string(),
+                    message: "PreStopHook failed".to_string(),
+                });
+            }
+            grace = hooks::grace_after_hook(grace, began.elapsed());
+        }
+        match self.client.stop_container(id, grace).await {
+            Err(e) if e.is_not_found() => Ok(()),
+            other => other,
+        }
+    }
+
+    /// Runs the container's postStart hook, if it has one; a failure kills the run (with
+    /// its preStop hook, as the kubelet's kill does) and is returned as the kubelet's
+    /// message, for the container's waiting state.
+    async fn post_start(
+        &self,
+        view: &PodView<'_>,
+        container: &Container,
+        id: &str,
+    ) -> Option<String> {
+        let handler = container.lifecycle.as_ref()?.post_start.as_ref()?;
+        let who = hooks::pod_display(&view.name, &view.namespace, &view.uid);
+        let ports = container.ports.clone().unwrap_or_default();
+        let target = hooks::HookTarget {
+            client: Some(&self.client),
+            container_id: id,
+            container_name: &container.name,
+            pod: &who,
+            pod_ip: &view.ctx.pod_ip,
+            ports: &ports,
+        };
+        let message = hooks::run(handler, &target).await.err()?;
+        tracing::warn!(pod = %who, container = %container.name, message, "Failed to execute PostStartHook");
+        let field_path = Some(field_path(view.pod, &container.name));
+        let pod = RuntimePod {
+            uid: view.uid.clone(),
+            namespace: view.namespace.clone(),
+            name: view.name.clone(),
+        };
+        // The hook's output may hold secrets: the Event says only that it failed.
+        self.emit(RuntimeEvent {
+            pod: pod.clone(),
+            field_path: field_path.clone(),
+            warning: true,
+            reason: "FailedPostStartHook".to_string(),
+            message: "PostStartHook failed".to_string(),
+        });
+        self.emit(RuntimeEvent {
+            pod,
+            field_path,
+            warning: false,
+            reason: "Killing".to_string(),
+            message: "FailedPostStartHook".to_string(),
+        });
+        if let Err(e) = self
+            .stop_container(id, crate::status::grace_period(view.pod))
+            .await
+        {
+            tracing::warn!(pod = %who, container = %container.name, error = %e, "Failed to kill container");
+        }
+        Some(message)
     }
 
     /// Polls CRI; announces pods whose containers or sandboxes changed state and pods
@@ -622,14 +792,15 @@ impl Inner {
         }
     }
 
-    /// Creates and starts the `attempt`-th run of `container`. `Err`: waiting reason and
-    /// message.
+    /// Creates and starts the `attempt`-th run of `container` and runs its postStart hook.
+    /// Returns the container's id and, when the hook failed (and the run was killed), the
+    /// hook's message. `Err`: waiting reason and message.
     async fn start(
         &self,
         view: &PodView<'_>,
         container: &Container,
         attempt: u32,
-    ) -> Result<String, (String, String)> {
+    ) -> Result<(String, Option<String>), (String, String)> {
         self.ensure_image(view, container).await?;
         let config =
             containers::container_config(view.pod, container, attempt, &view.ctx, self.node_memory)
@@ -647,7 +818,8 @@ impl Inner {
             .await
             .map_err(|e| ("RunContainerError".to_string(), e.to_string()))?;
         tracing::info!(pod = %view.name, container = %container.name, attempt, id, "container started");
-        Ok(id)
+        let hook_error = self.post_start(view, container, &id).await;
+        Ok((id, hook_error))
     }
 
     /// The probe verdicts (started, ready) of a running container, its probes started if
@@ -706,6 +878,7 @@ impl Inner {
                 actions: Some(Arc::new(CriProbeActions {
                     client: self.client.clone(),
                     id: cur.id.clone(),
+                    inner: Arc::downgrade(self),
                 })),
                 grace,
                 started_at,
@@ -824,6 +997,7 @@ impl Inner {
         };
         let mut error = None;
         let mut started = None;
+        let mut hook_error = None;
         let spec_image = container.image.clone().unwrap_or_default();
         let changed = latest.filter(|c| {
             matches!(kind, Latest::Running | Latest::Created)
@@ -835,11 +1009,9 @@ impl Inner {
         if let Some(c) = changed.filter(|_| act) {
             tracing::info!(pod = %view.name, container = %name, image = %spec_image, "container definition changed, will be restarted");
             let grace = crate::status::grace_period(view.pod);
-            if let Err(e) = self.client.stop_container(&c.id, grace).await {
-                if !e.is_not_found() {
-                    return Err(internal("stopping a changed container")(e));
-                }
-            }
+            self.stop_container(&c.id, grace)
+                .await
+                .map_err(internal("stopping a changed container"))?;
             latest_status = self.inner_status(&c.id).await.ok().flatten();
             self.prune(&runs).await;
         }
@@ -848,7 +1020,7 @@ impl Inner {
             let next_attempt = runs.first().map_or(0, |c| attempt_of(c) + 1);
             match plan {
                 Plan::Start => match self.start(view, container, next_attempt).await {
-                    Ok(id) => started = Some(id),
+                    Ok((id, hook)) => (started, hook_error) = (Some(id), hook),
                     Err(e) => error = Some(e),
                 },
                 Plan::StartCreated => {
@@ -861,7 +1033,7 @@ impl Inner {
                 Plan::BackOff(_) if restart.as_ref().is_some_and(|r| r.at_ns <= now_ns()) => {
                     self.prune(&runs).await;
                     match self.start(view, container, next_attempt).await {
-                        Ok(id) => started = Some(id),
+                        Ok((id, hook)) => (started, hook_error) = (Some(id), hook),
                         Err(e) => error = Some(e),
                     }
                 }
@@ -946,6 +1118,18 @@ impl Inner {
                 return Ok((status, Disposition::Done(cur.exit_code)));
             }
             status.state = Some(this);
+            return Ok((status, Disposition::Active));
+        }
+        if let Some(message) = hook_error.filter(|_| exited) {
+            // The run was killed for its postStart hook: it waits for its restart with the
+            // hook's message, or ends there when the policy does not restart it.
+            let this = state::terminated(&cur, &self.container_id(&cur.id));
+            if !state::restarts(policy, cur.exit_code) {
+                status.state = Some(this);
+                return Ok((status, Disposition::Done(cur.exit_code)));
+            }
+            status.last_state = Some(this);
+            status.state = Some(state::waiting(hooks::POST_START_HOOK_ERROR, Some(message)));
             return Ok((status, Disposition::Active));
         }
         status.state = Some(state::container_state(&cur, &self.container_id(&cur.id)));
@@ -1078,10 +1262,12 @@ impl PodRuntime for CriRuntime {
             .list_containers("", &uid_filter(&pod.uid))
             .await
             .map_err(internal("listing containers"))?;
+        // Each running container's preStop hook, then its stop, all at once (as the kubelet
+        // kills a pod's containers in parallel).
         let stops = containers
             .iter()
             .filter(|c| c.state == cri::ContainerState::ContainerRunning as i32)
-            .map(|c| inner.client.stop_container(&c.id, grace));
+            .map(|c| inner.stop_container(&c.id, grace));
         for result in futures::future::join_all(stops).await {
             if let Err(e) = result {
                 if !e.is_not_found() {
@@ -1155,6 +1341,12 @@ impl PodRuntime for CriRuntime {
         let (tx, rx) = mpsc::unbounded_channel();
         lock(&self.inner.subscribers).push(tx);
         rx
+    }
+
+    fn events(&self) -> Option<mpsc::UnboundedReceiver<RuntimeEvent>> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        *lock(&self.inner.events) = Some(tx);
+        Some(rx)
     }
 
     async fn logs(

@@ -28,8 +28,9 @@
 //! [`crate::unsupported`]), gRPC
 //! probes (they fail with a message saying so), statuses of init containers (the runtime
 //! contract has no place for them: the pod's reason and message say which one runs or
-//! failed, and app containers wait with `PodInitializing`), lifecycle hooks and resource
-//! limits (ignored), and restarting a container whose `image` was changed in place.
+//! failed, and app containers wait with `PodInitializing`), lifecycle hooks (a container
+//! with one waits with `CreateContainerConfigError` saying so), resource limits (ignored),
+//! and restarting a container whose `image` was changed in place.
 
 pub mod backoff;
 pub mod expand;
@@ -578,6 +579,9 @@ fn prepare(
     let spec_env = expand::container_env(pod, container, ctx)
         .map_err(|e| ("CreateContainerConfigError".to_string(), e))?;
     let env = full_env(
+    if let Some(why) = crate::unsupported::lifecycle_hooks_in_process(container) {
+        return Err(("CreateContainerConfigError".to_string(), why));
+    }
         base_env(pod.metadata.name.as_deref().unwrap_or_default()),
         spec_env,
     );

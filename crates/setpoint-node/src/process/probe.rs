@@ -149,6 +149,21 @@ async fn http_check(
     http: &k8s_openapi::api::core::v1::HTTPGetAction,
     target: &ProbeTarget,
 ) -> Result<(), String> {
+    let status = http_get(http, target).await?;
+    if (200..400).contains(&status) {
+        Ok(())
+    } else {
+        Err(format!("HTTP probe failed with statuscode: {status}"))
+    }
+}
+
+/// Sends the GET an `httpGet` action describes (the pod's IP unless it names a host) and
+/// returns the response's status; `Err` when no response came. Probes and lifecycle hooks
+/// share it: a probe judges the status, a hook only needs an answer.
+pub(crate) async fn http_get(
+    http: &k8s_openapi::api::core::v1::HTTPGetAction,
+    target: &ProbeTarget,
+) -> Result<u16, String> {
     let https = http
         .scheme
         .as_deref()
@@ -197,11 +212,7 @@ async fn http_check(
     } else {
         get(stream, req).await?
     };
-    if (200..400).contains(&status) {
-        Ok(())
-    } else {
-        Err(format!("HTTP probe failed with statuscode: {status}"))
-    }
+    Ok(status)
 }
 
 /// Sends one request over a fresh HTTP/1.1 connection and returns the response status.
