@@ -13,6 +13,7 @@ pub mod containers;
 pub mod hooks;
 pub mod images;
 pub mod logs;
+pub mod portforward;
 pub mod resources;
 pub mod runtime;
 pub mod sandbox;

@@ -1315,6 +1315,15 @@ impl PodRuntime for CriRuntime {
         Ok(())
     }
 
+    /// A connection to `localhost:<port>` inside the pod's sandbox ([`super::portforward`]).
+    async fn port_forward(
+        &self,
+        pod: &RuntimePod,
+        port: u16,
+    ) -> Result<Box<dyn crate::runtime::Duplex>, RuntimeError> {
+        super::portforward::connect(&self.inner.client, &pod.uid, port).await
+    }
+
     async fn pods(&self) -> Vec<RuntimePod> {
         let sandboxes = match self.inner.client.list_pod_sandbox(&HashMap::new()).await {
             Ok(s) => s,

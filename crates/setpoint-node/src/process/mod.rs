@@ -37,6 +37,7 @@ pub mod expand;
 pub mod ipam;
 pub mod launch;
 pub mod logs;
+pub mod portforward;
 pub mod probe;
 pub mod state;
 
@@ -1215,6 +1216,24 @@ impl PodRuntime for ProcessRuntime {
         lock(&self.inner.pods).remove(&pod.uid);
         tracing::info!(uid = %pod.uid, pod = %pod.name, "pod killed");
         Ok(())
+    }
+
+    /// A connection to the pod's address ([`portforward`]).
+    async fn port_forward(
+        &self,
+        pod: &RuntimePod,
+        port: u16,
+    ) -> Result<Box<dyn crate::runtime::Duplex>, RuntimeError> {
+        let entry = lock(&self.inner.pods).get(&pod.uid).cloned();
+        let ip = match entry {
+            Some(entry) => {
+                let st = entry.lock().await;
+                (!st.gone).then(|| st.record.ip.clone())
+            }
+            None => None,
+        };
+        let ip = ip.ok_or_else(|| RuntimeError::NotFound(format!("pod {:?}", pod.name)))?;
+        portforward::connect(&ip, port).await
     }
 
     async fn pods(&self) -> Vec<RuntimePod> {

@@ -14,7 +14,9 @@
 //! forms). A request that is not a WebSocket upgrade is refused with 400 until another
 //! protocol is added here.
 
+pub mod portforward;
 pub mod remotecommand;
+pub mod spdy;
 pub mod websocket;
 
 use std::sync::Arc;
@@ -36,6 +38,10 @@ pub fn router(targets: Arc<LogTargets>) -> Router {
         .route(
             "/attach/{namespace}/{pod}/{container}",
             get(attach).post(attach),
+        )
+        .route(
+            "/portforward/{namespace}/{pod}",
+            get(portforward::handle).post(portforward::handle),
         )
         .with_state(targets)
 }
