@@ -28,6 +28,7 @@ mod objects;
 pub mod openapi;
 pub mod patch;
 mod podlogs;
+mod podstream;
 mod pruned;
 mod registry;
 mod request;

@@ -246,7 +246,7 @@ pub async fn stream(
 }
 
 /// Turns an agent's error answer (a Status, or plain text) into the API's Status.
-fn agent_error(status: StatusCode, body: &[u8]) -> ApiError {
+pub(crate) fn agent_error(status: StatusCode, body: &[u8]) -> ApiError {
     let code = status.as_u16();
     if let Ok(v) = serde_json::from_slice::<Value>(body) {
         if v.get("kind").and_then(Value::as_str) == Some("Status") {

@@ -80,7 +80,7 @@ fn resource_label(target: &Result<PathTarget, ApiError>) -> String {
 /// Every request enters here.
 pub async fn handle(State(server): State<Arc<ApiServer>>, req: http::Request<Body>) -> Response {
     let start = Instant::now();
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     let identity = parts
         .extensions
         .get::<Identity>()
@@ -194,6 +194,35 @@ pub async fn handle(State(server): State<Arc<ApiServer>>, req: http::Request<Bod
     let resource = resource_label(&target);
     let response = match target {
         Err(e) => error_response(&e),
+        // exec, attach and portforward switch protocols: they need the connection's upgrade.
+        Ok(PathTarget::Object {
+            group,
+            plural,
+            namespace: Some(ns),
+            name,
+            subresource: Some(sub),
+            version,
+        }) if group.is_empty()
+            && version == "v1"
+            && plural == "pods"
+            && crate::podstream::Subresource::parse(&sub).is_some() =>
+        {
+            let upgrade = parts.extensions.remove::<hyper::upgrade::OnUpgrade>();
+            let sub = crate::podstream::Subresource::parse(&sub).expect("checked above");
+            pods::pod_stream(
+                &server,
+                &attributes,
+                sub,
+                &ns,
+                &name,
+                &parts.method,
+                &parts.headers,
+                parts.uri.query(),
+                upgrade,
+            )
+            .await
+            .unwrap_or_else(|e| error_response(&e))
+        }
         Ok(t) => match serve(
             &server,
             &attributes.user,

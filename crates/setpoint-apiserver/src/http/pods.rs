@@ -1,12 +1,16 @@
-//! Pods' own operations: `pods/log` (streamed from the node agent) and `pods/binding`.
+//! Pods' own operations: `pods/log` (streamed from the node agent), `pods/exec`,
+//! `pods/attach` and `pods/portforward` (upgraded connections spliced to the node agent) and
+//! `pods/binding`.
 
 use std::sync::Arc;
 
 use axum::response::Response;
-use http::{HeaderMap, StatusCode};
+use http::{HeaderMap, Method, StatusCode};
 use serde_json::{json, Value};
 use setpoint_api::ApiError;
 
+use crate::authorization::Attributes;
+use crate::podstream::Subresource;
 use crate::registry::ResourceDef;
 use crate::request::Query;
 use crate::state::ApiServer;
@@ -42,6 +46,68 @@ pub(super) async fn pod_log(
     let node = server.get_object(&nodes, "", &node_name).await?;
     let tls = server.agent_tls.read().clone();
     crate::podlogs::stream(tls, &pod, &node, q).await
+}
+
+/// `pods/<name>/exec`, `attach` and `portforward` (GET or POST, upgrading the connection):
+/// proxied to the agent of the pod's node. A WebSocket handshake is a GET, authorized as
+/// `get` like any GET; as kube-apiserver does since 1.35 (`AuthorizePodWebsocketUpgrade
+/// CreatePermission`, on by default), it must also be allowed `create`, the verb the SPDY
+/// POST is authorized with, so the protocol never widens what a user may do.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn pod_stream(
+    server: &Arc<ApiServer>,
+    attributes: &Attributes,
+    subresource: Subresource,
+    ns: &str,
+    name: &str,
+    method: &Method,
+    headers: &HeaderMap,
+    raw_query: Option<&str>,
+    upgrade: Option<hyper::upgrade::OnUpgrade>,
+) -> Result<Response, ApiError> {
+    if *method != Method::GET && *method != Method::POST {
+        return Err(ApiError::method_not_allowed());
+    }
+    if *method == Method::GET && crate::podstream::is_websocket(headers) {
+        let create = Attributes {
+            verb: "create".into(),
+            ..attributes.clone()
+        };
+        server.authorizers.authorize(&create)?;
+    }
+    let pods = server
+        .registry()
+        .get("", "v1", "pods")
+        .cloned()
+        .ok_or_else(ApiError::not_found_path)?;
+    let pod = server.get_object(&pods, ns, name).await?;
+    let node_name = pod
+        .pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let node = if node_name.is_empty() {
+        None
+    } else {
+        let nodes = server
+            .registry()
+            .get("", "v1", "nodes")
+            .cloned()
+            .ok_or_else(ApiError::not_found_path)?;
+        Some(server.get_object(&nodes, "", &node_name).await?)
+    };
+    let tls = server.agent_tls.read().clone();
+    crate::podstream::connect(
+        tls,
+        subresource,
+        &pod,
+        node.as_ref(),
+        method,
+        headers,
+        raw_query,
+        upgrade,
+    )
+    .await
 }
 
 /// `POST pods/<name>/binding`: sets `spec.nodeName` once.

@@ -33,6 +33,7 @@
 //! and restarting a container whose `image` was changed in place.
 
 pub mod backoff;
+mod exec;
 pub mod expand;
 pub mod ipam;
 pub mod launch;
@@ -59,7 +60,8 @@ use tokio::sync::{mpsc, Notify};
 use tokio::task::AbortHandle;
 
 use crate::runtime::{
-    LogOptions, LogStream, NodeContext, PodRuntime, RuntimeError, RuntimePod, RuntimeStatus,
+    ExecRequest, LogOptions, LogStream, NodeContext, PodRuntime, RuntimeError, RuntimePod,
+    RuntimeStatus, StreamIo,
 };
 use backoff::{format_delay, BackoffPolicy};
 use expand::FieldContext;
@@ -1256,6 +1258,26 @@ impl PodRuntime for ProcessRuntime {
         let (tx, rx) = mpsc::unbounded_channel();
         lock(&self.inner.subscribers).push(tx);
         rx
+    }
+
+    async fn exec(
+        &self,
+        pod: &RuntimePod,
+        request: ExecRequest,
+        io: StreamIo,
+    ) -> Result<i32, RuntimeError> {
+        self.exec_command(pod, request, io).await
+    }
+
+    async fn attach(
+        &self,
+        pod: &RuntimePod,
+        container: &str,
+        _tty: bool,
+        io: StreamIo,
+    ) -> Result<(), RuntimeError> {
+        // Workloads never run on a terminal here; the output is the same either way.
+        self.attach_container(pod, container, io).await
     }
 
     async fn logs(
