@@ -11,12 +11,16 @@
 //! Layers: [`remotecommand`] is protocol-neutral (options, pipes, the runtime call, the
 //! outcome as a `Status`); [`websocket`] carries it over the kubelet's WebSocket channel
 //! protocols (`v5.channel.k8s.io`, `v4.channel.k8s.io`, `channel.k8s.io` and their base64
-//! forms). A request that is not a WebSocket upgrade is refused with 400 until another
-//! protocol is added here.
+//! forms); [`spdycommand`] over SPDY/3.1 ([`spdy`]), kubectl's fallback. A request that
+//! upgrades to neither is refused with 400.
+//!
+//! `/portforward/{namespace}/{pod}` is [`portforward`]'s: SPDY, SPDY tunneled over WebSocket,
+//! and the WebSocket channel protocol.
 
 pub mod portforward;
 pub mod remotecommand;
 pub mod spdy;
+pub mod spdycommand;
 pub mod websocket;
 
 use std::sync::Arc;
@@ -124,9 +128,12 @@ async fn stream(
     if websocket::is_upgrade(request.headers()) {
         return websocket::serve(request, session);
     }
+    if spdy::is_upgrade(request.headers()) {
+        return spdycommand::serve(request, session);
+    }
     text(
         StatusCode::BAD_REQUEST,
-        "unable to upgrade: this endpoint speaks only WebSocket (Upgrade: websocket)",
+        "unable to upgrade: this endpoint speaks WebSocket or SPDY/3.1 (Upgrade: websocket or SPDY/3.1)",
     )
 }
 
