@@ -1620,6 +1620,9 @@ async fn ready_once(bin: &Path) -> Res<(f64, f64)> {
     let start = Instant::now();
     let mut child = tokio::process::Command::new(bin)
         .arg("up")
+        // The ready time measured is the control plane's and a process node's, as before
+        // containers became the default where containerd is installed.
+        .args(["--container-runtime", "process"])
         .arg("--listen")
         .arg(addr.to_string())
         .arg("--data-dir")

@@ -30,6 +30,7 @@ pub mod metrics;
 pub mod node;
 pub mod podworker;
 pub mod process;
+pub mod routed;
 pub mod runtime;
 pub mod server;
 pub mod simulated;

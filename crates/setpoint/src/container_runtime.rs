@@ -1,7 +1,11 @@
-//! Which container runtime a local node runs its pods on: the process runtime (each
-//! container a local process, the default for now) or a CRI runtime (containerd), and
-//! getting that runtime ready: connecting to the endpoint given, else using a running system
-//! containerd or starting a private one under the data dir with the local images imported.
+//! Which container runtime a local node runs its pods on, and getting it ready.
+//!
+//! `auto` (the default) runs containers through CRI when an endpoint is given, a system
+//! containerd is running or a private one can be started (containerd, runc, the CNI plugins
+//! and a static busybox installed, as root), and local processes otherwise. A CRI node keeps
+//! the pods it already runs as processes where they are ([`setpoint_node::routed`]), so a
+//! data dir from before containers were the default loses nothing.
+//! `process` runs every pod as local processes; `cri` insists on containers.
 
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -12,11 +16,14 @@ use setpoint_node::containerd::{self, DaemonOptions, LocalContainerd};
 use setpoint_node::cri::runtime::{CriRuntime, CriRuntimeOptions};
 use setpoint_node::cri::CriClient;
 use setpoint_node::process::ProcessRuntime;
+use setpoint_node::routed::RoutedRuntime;
 use setpoint_node::runtime::PodRuntime;
 
 /// The runtimes a local node can run pods on.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RuntimeKind {
+    /// `cri` when an endpoint is given or containerd is running or installed, else `process`.
+    Auto,
     /// Each container is a process of this machine (no images, no isolation).
     Process,
     /// Containers through the Container Runtime Interface (containerd).
@@ -27,19 +34,21 @@ pub enum RuntimeKind {
 /// `setpoint agent`.
 #[derive(clap::Args, Clone, Debug)]
 pub struct ContainerRuntimeFlags {
-    /// What the local node runs pods on: `process` (each container a local process; the
-    /// default for now, so existing setups keep working) or `cri` (containers through
-    /// containerd: the `--container-runtime-endpoint` given, else a running system
-    /// containerd, else a private one started under the data dir). Choosing `cri` on its own
-    /// when containerd is installed (an `auto` default) is not implemented yet.
+    /// What the local node runs pods on. `cri`: containers through containerd (the
+    /// `--container-runtime-endpoint` given, else a running system containerd, else a
+    /// private one started under the data dir); pods the node already runs as processes
+    /// stay processes. `process`: every container a local process
+    /// (no images, no isolation). `auto`: `cri` when an endpoint is given or containerd is
+    /// running or installed (with runc, the CNI plugins and a static busybox, as root),
+    /// else `process`.
     #[arg(
         long,
         value_enum,
-        default_value = "process",
+        default_value = "auto",
         env = "SETPOINT_CONTAINER_RUNTIME"
     )]
     pub container_runtime: RuntimeKind,
-    /// The CRI runtime's socket, `unix:///path/to/socket` (with `--container-runtime cri`),
+    /// The CRI runtime's socket, `unix:///path/to/socket` (with `cri` or `auto`),
     /// as kubelet's flag of the same name. Its own CNI network and sandbox image apply.
     #[arg(long)]
     pub container_runtime_endpoint: Option<String>,
@@ -87,8 +96,9 @@ impl NodeRuntime {
 }
 
 impl ContainerRuntimeFlags {
-    /// Opens the runtime these flags name. `node_dir` holds the process runtime's state or
-    /// the CRI pods' logs; a private containerd lives in `containerd_dir`.
+    /// Opens the runtime these flags name. `node_dir` holds the process runtime's state
+    /// (and, under `containers/`, the CRI pods' logs); a private containerd lives in
+    /// `containerd_dir`. Says which runtime it chose and why in the log.
     pub async fn open(
         &self,
         node_dir: &Path,
@@ -96,11 +106,13 @@ impl ContainerRuntimeFlags {
     ) -> anyhow::Result<NodeRuntime> {
         std::fs::create_dir_all(node_dir)
             .with_context(|| format!("creating {}", node_dir.display()))?;
-        match self.container_runtime {
-            RuntimeKind::Process => {
+        let (kind, why) = self.choose();
+        tracing::info!(runtime = ?kind, reason = %why, "container runtime chosen");
+        match kind {
+            RuntimeKind::Process | RuntimeKind::Auto => {
                 if let Some(endpoint) = &self.container_runtime_endpoint {
                     anyhow::bail!(
-                        "--container-runtime-endpoint {endpoint} needs --container-runtime cri"
+                        "--container-runtime-endpoint {endpoint} needs --container-runtime cri or auto"
                     );
                 }
                 let runtime = ProcessRuntime::new(node_dir)
@@ -113,7 +125,50 @@ impl ContainerRuntimeFlags {
                     _subnet_lock: None,
                 })
             }
-            RuntimeKind::Cri => self.open_cri(node_dir, containerd_dir).await,
+            RuntimeKind::Cri => {
+                let opened = self.open_cri(node_dir, containerd_dir).await;
+                if self.container_runtime == RuntimeKind::Auto {
+                    // Containers were chosen because containerd looked usable; when it is
+                    // not, say how to run processes instead rather than quietly doing so.
+                    opened.with_context(|| {
+                        format!("--container-runtime auto chose containers ({why}); --container-runtime process runs pods as local processes instead")
+                    })
+                } else {
+                    opened
+                }
+            }
+        }
+    }
+
+    /// The runtime to open, `auto` resolved, and why.
+    fn choose(&self) -> (RuntimeKind, String) {
+        match self.container_runtime {
+            RuntimeKind::Process => (RuntimeKind::Process, "--container-runtime process".into()),
+            RuntimeKind::Cri => (RuntimeKind::Cri, "--container-runtime cri".into()),
+            RuntimeKind::Auto => {
+                if let Some(endpoint) = &self.container_runtime_endpoint {
+                    return (
+                        RuntimeKind::Cri,
+                        format!("--container-runtime-endpoint {endpoint} given"),
+                    );
+                }
+                if let Some(socket) = containerd::find_system_endpoint() {
+                    return (
+                        RuntimeKind::Cri,
+                        format!("a containerd is running at {}", socket.display()),
+                    );
+                }
+                match containerd::testing::missing_prerequisites() {
+                    None => (
+                        RuntimeKind::Cri,
+                        "containerd, runc and the CNI plugins are installed".into(),
+                    ),
+                    Some(reason) => (
+                        RuntimeKind::Process,
+                        format!("no containerd to run containers with: {reason}"),
+                    ),
+                }
+            }
         }
     }
 
@@ -177,13 +232,17 @@ impl ContainerRuntimeFlags {
             let client = CriClient::connect(&endpoint)
                 .await
                 .with_context(|| format!("connecting to the CRI runtime at {endpoint}"))?;
-            let version = client
-                .version()
+            let version = version_once_ready(&client)
                 .await
                 .with_context(|| format!("asking the CRI runtime at {endpoint} its version"))?;
-            let runtime = CriRuntime::new(client, CriRuntimeOptions::new(node_dir))
+            let logs = node_dir.join(CONTAINER_LOGS_DIR);
+            move_container_logs(node_dir, &logs)?;
+            let containers = CriRuntime::new(client, CriRuntimeOptions::new(&logs))
                 .await
                 .with_context(|| format!("CRI runtime at {endpoint}"))?;
+            let processes = ProcessRuntime::new(node_dir)
+                .with_context(|| format!("process runtime in {}", node_dir.display()))?;
+            let runtime = RoutedRuntime::new(Arc::new(containers), Arc::new(processes));
             anyhow::Ok((runtime, version))
         }
         .await;
@@ -208,6 +267,10 @@ impl ContainerRuntimeFlags {
         if let Some(subnet) = &subnet {
             description.push_str(&format!(" (pod subnet {subnet})"));
         }
+        description.push_str(&format!(
+            "; pods it ran as processes stay processes (state in {})",
+            node_dir.display()
+        ));
         Ok(NodeRuntime {
             runtime: Arc::new(runtime),
             version: format!("{}://{}", version.runtime_name, version.runtime_version),
@@ -216,6 +279,59 @@ impl ContainerRuntimeFlags {
             _subnet_lock: subnet_lock,
         })
     }
+}
+
+/// How long a containerd that has just opened its socket may take to initialize its CRI
+/// plugin.
+const CRI_INIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The runtime's version, once its CRI server answers. containerd opens its socket before
+/// its CRI plugin has initialized and answers `Unknown: server is not initialized yet`
+/// meanwhile (a freshly started private containerd often does): that is waited out, within
+/// [`CRI_INIT_TIMEOUT`]; any other error is returned at once.
+async fn version_once_ready(
+    client: &CriClient,
+) -> Result<setpoint_node::cri::api::VersionResponse, setpoint_node::cri::CriError> {
+    let deadline = tokio::time::Instant::now() + CRI_INIT_TIMEOUT;
+    loop {
+        match client.version().await {
+            Err(e)
+                if e.to_string().contains("not initialized")
+                    && tokio::time::Instant::now() < deadline =>
+            {
+                tracing::debug!(error = %e, "waiting for the CRI server to initialize");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            result => return result,
+        }
+    }
+}
+
+/// The directory under a CRI node's directory that holds its containers' logs (the process
+/// runtime, which routes image-less pods, owns the node directory's `pods/`).
+const CONTAINER_LOGS_DIR: &str = "containers";
+
+/// Moves the containers' log directories (`pods/<namespace>_<name>_<uid>`) an older version
+/// kept directly under the node directory to `logs`, where the CRI runtime now looks: the
+/// process runtime, which owns `<node_dir>/pods/`, removes what it cannot read as its own
+/// state. A rename keeps the files, so containerd keeps writing to the logs it holds open.
+/// Process pods' directories are bare uids, which never contain `_`.
+fn move_container_logs(node_dir: &Path, logs: &Path) -> anyhow::Result<()> {
+    let old = node_dir.join("pods");
+    let Ok(entries) = std::fs::read_dir(&old) else {
+        return Ok(());
+    };
+    let new = logs.join("pods");
+    for entry in entries.flatten() {
+        if !entry.file_name().to_string_lossy().contains('_') {
+            continue;
+        }
+        std::fs::create_dir_all(&new).with_context(|| format!("creating {}", new.display()))?;
+        let to = new.join(entry.file_name());
+        std::fs::rename(entry.path(), &to)
+            .with_context(|| format!("moving {} to {}", entry.path().display(), to.display()))?;
+    }
+    Ok(())
 }
 
 /// The bridge (and CNI network) of the private containerd on subnet `x`: at most 15 bytes,
@@ -321,9 +437,9 @@ mod tests {
     }
 
     #[test]
-    fn process_is_the_default_and_cri_takes_an_endpoint() {
+    fn auto_is_the_default_and_cri_takes_an_endpoint() {
         let cli = Cli::try_parse_from(["x"]).unwrap();
-        assert_eq!(cli.flags.container_runtime, RuntimeKind::Process);
+        assert_eq!(cli.flags.container_runtime, RuntimeKind::Auto);
         assert_eq!(cli.flags.container_runtime_endpoint, None);
         let cli = Cli::try_parse_from([
             "x",
@@ -350,6 +466,47 @@ mod tests {
             .err()
             .expect("refused");
         assert!(err.to_string().contains("--container-runtime cri"), "{err}");
+    }
+
+    #[test]
+    fn auto_with_an_endpoint_is_cri_and_process_stays_process() {
+        let auto = ContainerRuntimeFlags {
+            container_runtime: RuntimeKind::Auto,
+            container_runtime_endpoint: Some("unix:///x.sock".into()),
+        };
+        let (kind, why) = auto.choose();
+        assert_eq!(kind, RuntimeKind::Cri);
+        assert!(why.contains("unix:///x.sock"), "{why}");
+        let process = ContainerRuntimeFlags {
+            container_runtime: RuntimeKind::Process,
+            container_runtime_endpoint: None,
+        };
+        assert_eq!(process.choose().0, RuntimeKind::Process);
+        // Without an endpoint, auto follows what this machine has.
+        let auto = ContainerRuntimeFlags {
+            container_runtime: RuntimeKind::Auto,
+            container_runtime_endpoint: None,
+        };
+        let usable = containerd::find_system_endpoint().is_some()
+            || containerd::testing::missing_prerequisites().is_none();
+        let (kind, why) = auto.choose();
+        assert_eq!(kind == RuntimeKind::Cri, usable, "{why}");
+    }
+
+    #[test]
+    fn older_container_logs_move_out_of_the_process_runtimes_way() {
+        let dir = tempfile::tempdir().unwrap();
+        let node = dir.path();
+        let cri_pod = node.join("pods/default_web_0f1e-22");
+        std::fs::create_dir_all(cri_pod.join("main")).unwrap();
+        std::fs::write(cri_pod.join("main/0.log"), "line\n").unwrap();
+        let process_pod = node.join("pods/0f1e-33");
+        std::fs::create_dir_all(&process_pod).unwrap();
+        move_container_logs(node, &node.join(CONTAINER_LOGS_DIR)).unwrap();
+        assert!(!cri_pod.exists());
+        assert!(process_pod.exists());
+        let moved = node.join("containers/pods/default_web_0f1e-22/main/0.log");
+        assert_eq!(std::fs::read_to_string(moved).unwrap(), "line\n");
     }
 
     #[tokio::test]

@@ -28,6 +28,7 @@ impl Component {
             .arg("--kubeconfig")
             .arg(kubeconfig)
             .env("SETPOINT_LOG", "warn")
+            .env(support::RUNTIME_ENV, "process")
             .stdout(Stdio::null())
             .spawn()
             .expect("start a setpoint component");

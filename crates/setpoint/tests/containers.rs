@@ -69,7 +69,8 @@ fn runtime_of(setpoint: &Setpoint) -> Runtime {
     let subnet = line
         .split("(pod subnet ")
         .nth(1)
-        .map(|rest| rest.trim_end_matches(')').to_string());
+        .and_then(|rest| rest.split(')').next())
+        .map(String::from);
     let subnet_prefix = subnet.as_ref().map(|s| {
         assert!(s.starts_with("10.223.") && s.ends_with(".0/24"), "{s}");
         s.trim_end_matches("0/24").to_string()

@@ -84,6 +84,7 @@ fn start_agent(words: &[String], node: &str, dir: &Path, netns: Option<&str>) ->
         .args(["--node-name", node, "--listen", "0.0.0.0:0", "--data-dir"])
         .arg(dir)
         .env("SETPOINT_LOG", "warn")
+        .env(support::RUNTIME_ENV, "process")
         .stdout(Stdio::null());
     Agent {
         child: cmd.spawn().expect("start the agent"),
@@ -288,6 +289,7 @@ impl Server {
             .args(["up", "--listen", &listen, "--data-dir"])
             .arg(dir)
             .env("SETPOINT_LOG", "warn")
+            .env(support::RUNTIME_ENV, "process")
             .stdout(Stdio::piped())
             .spawn()
             .expect("start setpoint up");

@@ -90,6 +90,11 @@ pub struct Setpoint {
     pub output: mpsc::Receiver<String>,
 }
 
+/// The environment variable of `--container-runtime`: the tests set it to `process` for every
+/// node they start, so pods run as local processes (today's behaviour) whatever the default
+/// and whatever this machine has installed; a test that wants containers passes the flag.
+pub const RUNTIME_ENV: &str = "SETPOINT_CONTAINER_RUNTIME";
+
 impl Setpoint {
     /// Starts `setpoint up` on `data_dir`.
     pub fn up(data_dir: &Path) -> Setpoint {
@@ -104,6 +109,9 @@ impl Setpoint {
             .args(["--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
             .env("SETPOINT_LOG", "warn")
+            // Pods run as processes unless a test asks for containers with the flag, which
+            // wins over the environment.
+            .env(RUNTIME_ENV, "process")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
