@@ -27,8 +27,7 @@
 //!   [`PodRuntime::events`].
 //!
 //! Not done yet: volumes and environment from ConfigMaps or Secrets (the container waits
-//! with `CreateContainerConfigError`), gRPC probes (they fail, saying so), and
-//! compressing rotated logs.
+//! with `CreateContainerConfigError`), and compressing rotated logs.
 //!
 //! Logs of running containers are rotated past a size, keeping a number of files, as the
 //! kubelet's `containerLogMaxSize` and `containerLogMaxFiles` do; `kubectl logs` reads the

@@ -25,8 +25,7 @@
 //!
 //! Not done: environment from ConfigMaps, Secrets, resource fields or `envFrom`, and volume
 //! mounts (the container waits with `CreateContainerConfigError`, see
-//! [`crate::unsupported`]), gRPC
-//! probes (they fail with a message saying so), statuses of init containers (the runtime
+//! [`crate::unsupported`]), statuses of init containers (the runtime
 //! contract has no place for them: the pod's reason and message say which one runs or
 //! failed, and app containers wait with `PodInitializing`), lifecycle hooks (a container
 //! with one waits with `CreateContainerConfigError` saying so), resource limits (ignored),

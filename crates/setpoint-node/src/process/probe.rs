@@ -1,5 +1,9 @@
-//! Container probes: exec, httpGet (HTTP and HTTPS) and tcpSocket checks, and the loop that applies
-//! Kubernetes' probe timing (initial delay, period, timeout, thresholds) for one run.
+//! Container probes: exec, httpGet (HTTP and HTTPS), tcpSocket and gRPC checks, and the loop that
+//! applies Kubernetes' probe timing (initial delay, period, timeout, thresholds) for one run.
+//!
+//! A gRPC probe is the standard health check, `grpc.health.v1.Health/Check`, over plaintext
+//! HTTP/2 to the pod's address; `SERVING` is success. Its two small messages are encoded here
+//! by hand rather than generated, and failures are worded as the kubelet words them.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -112,8 +116,8 @@ async fn check_inner(
             }
             Err(e) => Err(e),
         }
-    } else if probe.grpc.is_some() {
-        Err("grpc probes are not supported yet".to_string())
+    } else if let Some(grpc) = &probe.grpc {
+        grpc_check(grpc, target, timeout).await
     } else {
         Err("probe has no handler".to_string())
     };
@@ -213,6 +217,235 @@ pub(crate) async fn http_get(
         get(stream, req).await?
     };
     Ok(status)
+}
+
+/// The gRPC health check's request (`grpc.health.v1.HealthCheckRequest`): field 1, the
+/// service name, omitted when empty as proto3 does.
+fn health_request(service: &str) -> Vec<u8> {
+    let mut message = Vec::new();
+    if !service.is_empty() {
+        message.push(0x0a);
+        put_varint(&mut message, service.len() as u64);
+        message.extend_from_slice(service.as_bytes());
+    }
+    // The gRPC message frame: not compressed, then the length, big-endian.
+    let mut frame = vec![0];
+    frame.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&message);
+    frame
+}
+
+fn put_varint(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push((value as u8 & 0x7f) | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+fn get_varint(bytes: &[u8], at: &mut usize) -> Option<u64> {
+    let mut value = 0u64;
+    for shift in (0..64).step_by(7) {
+        let b = *bytes.get(*at)?;
+        *at += 1;
+        value |= u64::from(b & 0x7f) << shift;
+        if b < 0x80 {
+            return Some(value);
+        }
+    }
+    None
+}
+
+/// The `status` of a framed `grpc.health.v1.HealthCheckResponse` (0, `UNKNOWN`, when the
+/// field is absent, as proto3 reads it); `None` when the bytes are not such a message.
+fn health_status(frame: &[u8]) -> Option<u64> {
+    if frame.len() < 5 || frame[0] != 0 {
+        return None;
+    }
+    let len = u32::from_be_bytes(frame[1..5].try_into().ok()?) as usize;
+    let message = frame.get(5..5 + len)?;
+    let (mut at, mut status) = (0, 0);
+    while at < message.len() {
+        let key = get_varint(message, &mut at)?;
+        match key & 7 {
+            0 => {
+                let v = get_varint(message, &mut at)?;
+                if key >> 3 == 1 {
+                    status = v;
+                }
+            }
+            1 => at += 8,
+            2 => at += usize::try_from(get_varint(message, &mut at)?).ok()?,
+            5 => at += 4,
+            _ => return None,
+        }
+    }
+    (at == message.len()).then_some(status)
+}
+
+/// The name of a `ServingStatus`, as the kubelet's message quotes it.
+fn serving_status_name(status: u64) -> String {
+    match status {
+        0 => "UNKNOWN".to_string(),
+        1 => "SERVING".to_string(),
+        2 => "NOT_SERVING".to_string(),
+        3 => "SERVICE_UNKNOWN".to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// The name of a gRPC status code, as Go's status errors print it.
+fn grpc_code_name(code: u32) -> String {
+    const NAMES: [&str; 17] = [
+        "OK",
+        "Canceled",
+        "Unknown",
+        "InvalidArgument",
+        "DeadlineExceeded",
+        "NotFound",
+        "AlreadyExists",
+        "PermissionDenied",
+        "ResourceExhausted",
+        "FailedPrecondition",
+        "Aborted",
+        "OutOfRange",
+        "Unimplemented",
+        "Internal",
+        "Unavailable",
+        "DataLoss",
+        "Unauthenticated",
+    ];
+    NAMES
+        .get(code as usize)
+        .map_or_else(|| format!("Code({code})"), |n| n.to_string())
+}
+
+/// A `grpc-message` value, percent-decoded as the gRPC spec encodes it.
+fn grpc_message(raw: &str) -> String {
+    let bytes = raw.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
+            if let Ok(b) = u8::from_str_radix(hex, 16) {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The kubelet's words for a health check that ended with gRPC status `code` (not OK).
+fn grpc_failure(code: u32, message: &str, timeout: Duration) -> String {
+    match code {
+        12 => format!(
+            "error: this server does not implement the grpc health protocol (grpc.health.v1.Health): {message}"
+        ),
+        4 => format!(
+            "timeout: health rpc did not complete within {}s",
+            timeout.as_secs()
+        ),
+        _ => format!(
+            "error: health rpc probe failed: rpc error: code = {} desc = {message}",
+            grpc_code_name(code)
+        ),
+    }
+}
+
+/// One `grpc.health.v1.Health/Check` against the pod's address.
+async fn grpc_check(
+    grpc: &k8s_openapi::api::core::v1::GRPCAction,
+    target: &ProbeTarget,
+    timeout: Duration,
+) -> Result<(), String> {
+    use http_body_util::BodyExt;
+    let port =
+        u16::try_from(grpc.port).map_err(|_| format!("port {} is out of range", grpc.port))?;
+    let host = target.pod_ip.as_str();
+    let addr = if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    };
+    let connect_error =
+        |e: &dyn std::fmt::Display| format!("error: failed to connect service at {addr:?}: {e}");
+    let stream = tokio::net::TcpStream::connect((host, port))
+        .await
+        .map_err(|e| connect_error(&e))?;
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        TokioIo::new(stream),
+    )
+    .await
+    .map_err(|e| connect_error(&e))?;
+    let conn = tokio::spawn(conn);
+    let request = hyper::Request::post(format!("http://{addr}/grpc.health.v1.Health/Check"))
+        .header(hyper::header::CONTENT_TYPE, "application/grpc")
+        .header(hyper::header::TE, "trailers")
+        .header(hyper::header::USER_AGENT, "kube-probe/1.32")
+        .body(http_body_util::Full::new(bytes::Bytes::from(
+            health_request(grpc.service.as_deref().unwrap_or_default()),
+        )))
+        .map_err(|e| format!("error: health rpc probe failed: {e}"))?;
+    let outcome = async {
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| format!("error: health rpc probe failed: {e}"))?;
+        if response.status() != hyper::StatusCode::OK {
+            return Err(format!(
+                "error: health rpc probe failed: unexpected HTTP status code received from server: {}",
+                response.status().as_u16()
+            ));
+        }
+        let headers = response.headers().clone();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| format!("error: health rpc probe failed: {e}"))?;
+        let trailers = body.trailers().cloned().unwrap_or_default();
+        // A status with no message comes in the headers alone ("trailers-only").
+        let field = |name: &str| {
+            trailers
+                .get(name)
+                .or_else(|| headers.get(name))
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let code = field("grpc-status").and_then(|c| c.parse::<u32>().ok());
+        match code {
+            Some(0) => {}
+            Some(code) => {
+                let message = grpc_message(&field("grpc-message").unwrap_or_default());
+                return Err(grpc_failure(code, &message, timeout));
+            }
+            None => {
+                return Err(
+                    "error: health rpc probe failed: the server sent no grpc-status".to_string(),
+                )
+            }
+        }
+        let status = health_status(&body.to_bytes()).ok_or_else(|| {
+            "error: health rpc probe failed: the response is not a HealthCheckResponse".to_string()
+        })?;
+        if status == 1 {
+            Ok(())
+        } else {
+            Err(format!(
+                "service unhealthy (responded with {:?})",
+                serving_status_name(status)
+            ))
+        }
+    }
+    .await;
+    conn.abort();
+    outcome
 }
 
 /// Sends one request over a fresh HTTP/1.1 connection and returns the response status.
@@ -482,6 +715,132 @@ mod tests {
             check(&tcp(i32::from(port)), &target()).await,
             Outcome::Failure(_)
         ));
+    }
+
+    #[test]
+    fn health_messages_encode_and_decode() {
+        assert_eq!(health_request(""), vec![0, 0, 0, 0, 0]);
+        assert_eq!(
+            health_request("db"),
+            vec![0, 0, 0, 0, 4, 0x0a, 2, b'd', b'b']
+        );
+        assert_eq!(health_status(&[0, 0, 0, 0, 2, 0x08, 1]), Some(1));
+        assert_eq!(health_status(&[0, 0, 0, 0, 2, 0x08, 2]), Some(2));
+        // An empty message is UNKNOWN; an unknown field is skipped.
+        assert_eq!(health_status(&[0, 0, 0, 0, 0]), Some(0));
+        assert_eq!(
+            health_status(&[0, 0, 0, 0, 5, 0x12, 1, b'x', 0x08, 1]),
+            Some(1)
+        );
+        assert_eq!(health_status(&[1, 0, 0, 0, 0]), None);
+        assert_eq!(health_status(&[0, 0, 0, 0, 9, 0x08]), None);
+        assert_eq!(grpc_message("not%20here%3A x"), "not here: x");
+        assert_eq!(grpc_message("100%"), "100%");
+        assert_eq!(
+            grpc_failure(12, "unknown service", Duration::from_secs(1)),
+            "error: this server does not implement the grpc health protocol (grpc.health.v1.Health): unknown service"
+        );
+        assert_eq!(
+            grpc_failure(5, "unknown service db", Duration::from_secs(1)),
+            "error: health rpc probe failed: rpc error: code = NotFound desc = unknown service db"
+        );
+    }
+
+    /// Serves `grpc.health.v1.Health/Check` over plaintext HTTP/2: `""` and `"up"` are
+    /// SERVING, `"down"` NOT_SERVING, anything else NotFound (a trailers-only answer);
+    /// another path is Unimplemented.
+    async fn health_server() -> u16 {
+        use http_body_util::{BodyExt, StreamBody};
+        use hyper::body::Frame;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let service = hyper::service::service_fn(
+                    |req: hyper::Request<hyper::body::Incoming>| async move {
+                        let path = req.uri().path().to_string();
+                        let body = req.into_body().collect().await.unwrap().to_bytes();
+                        let service =
+                            String::from_utf8_lossy(body.get(7..).unwrap_or_default()).into_owned();
+                        let respond = |frames: Vec<Frame<bytes::Bytes>>, status: Option<&str>| {
+                            let mut builder = hyper::Response::builder()
+                                .header("content-type", "application/grpc");
+                            if let Some(code) = status {
+                                builder = builder
+                                    .header("grpc-status", code)
+                                    .header("grpc-message", "unknown%20service");
+                            }
+                            let stream = futures::stream::iter(
+                                frames.into_iter().map(Ok::<_, std::convert::Infallible>),
+                            );
+                            Ok::<_, std::convert::Infallible>(
+                                builder.body(StreamBody::new(stream)).unwrap(),
+                            )
+                        };
+                        if path != "/grpc.health.v1.Health/Check" {
+                            return respond(Vec::new(), Some("12"));
+                        }
+                        let status = match service.as_str() {
+                            "" | "up" => 1u8,
+                            "down" => 2,
+                            _ => return respond(Vec::new(), Some("5")),
+                        };
+                        let mut trailers = hyper::HeaderMap::new();
+                        trailers.insert("grpc-status", "0".parse().unwrap());
+                        respond(
+                            vec![
+                                Frame::data(bytes::Bytes::from(vec![0, 0, 0, 0, 2, 0x08, status])),
+                                Frame::trailers(trailers),
+                            ],
+                            None,
+                        )
+                    },
+                );
+                tokio::spawn(
+                    hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                        .serve_connection(TokioIo::new(tcp), service),
+                );
+            }
+        });
+        port
+    }
+
+    #[tokio::test]
+    async fn grpc_checks_ask_the_health_service() {
+        let port = health_server().await;
+        let probe = |service: Option<&str>, port: u16| Probe {
+            grpc: Some(k8s_openapi::api::core::v1::GRPCAction {
+                port: i32::from(port),
+                service: service.map(str::to_string),
+            }),
+            ..Default::default()
+        };
+        assert_eq!(check(&probe(None, port), &target()).await, Outcome::Success);
+        assert_eq!(
+            check(&probe(Some("up"), port), &target()).await,
+            Outcome::Success
+        );
+        assert_eq!(
+            check(&probe(Some("down"), port), &target()).await,
+            Outcome::Failure("service unhealthy (responded with \"NOT_SERVING\")".into())
+        );
+        assert_eq!(
+            check(&probe(Some("gone"), port), &target()).await,
+            Outcome::Failure(
+                "error: health rpc probe failed: rpc error: code = NotFound desc = unknown service"
+                    .into()
+            )
+        );
+        let closed = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let outcome = check(&probe(None, closed), &target()).await;
+        assert!(
+            matches!(&outcome, Outcome::Failure(m) if m.starts_with(&format!("error: failed to connect service at \"127.0.0.1:{closed}\": "))),
+            "{outcome:?}"
+        );
     }
 
     /// Serves HTTPS with a self-signed certificate, answering `status` to every request.
