@@ -37,11 +37,13 @@ pub mod job;
 pub mod manager;
 pub mod namespace;
 pub mod nodelifecycle;
+pub mod persistentvolume;
 pub mod replicaset;
 pub mod resourcequota;
 pub mod rootca;
 pub mod serviceaccount;
 pub mod tokens;
+pub mod volumeprotection;
 
 /// The current time in whole seconds, as the API stores timestamps (the `jiff` build that
 /// `k8s-openapi` uses has no clock of its own).

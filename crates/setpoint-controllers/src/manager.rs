@@ -27,6 +27,9 @@ pub const ALL: &[&str] = &[
     "resourcequota",
     "csrapproving",
     "csrsigning",
+    "persistentvolume-binder",
+    "pvc-protection",
+    "pv-protection",
 ];
 
 /// Settings of the controllers that have any.
@@ -141,6 +144,15 @@ pub async fn build(
             "serviceaccount-token" => {
                 crate::tokens::controller(c, informers, options.root_ca_pem.clone())
             }
+            "persistentvolume-binder" => {
+                // Two controllers (claims and volumes) under the one name `--controllers` knows.
+                let mut both = crate::persistentvolume::controllers(c, informers);
+                let volumes = both.pop().expect("the volume side");
+                push(&mut out, volumes, name, options);
+                both.pop().expect("the claim side")
+            }
+            "pvc-protection" => crate::volumeprotection::claim_controller(c, informers),
+            "pv-protection" => crate::volumeprotection::volume_controller(c, informers),
             "nodelifecycle" => {
                 crate::nodelifecycle::controller(c, informers, options.node_lifecycle.clone())
             }
@@ -149,16 +161,21 @@ pub async fn build(
                 continue;
             }
         };
-        let controller = match options.concurrency.of(name) {
-            Some(n) => controller.with_workers(n),
-            None => controller,
-        };
-        out.push(match &options.metrics {
-            Some(m) => controller.with_metrics(m.clone()),
-            None => controller,
-        });
+        push(&mut out, controller, name, options);
     }
     out
+}
+
+/// Adds a controller with the concurrency and metrics `options` give its name.
+fn push(out: &mut Vec<Controller>, controller: Controller, name: &str, options: &Options) {
+    let controller = match options.concurrency.of(name) {
+        Some(n) => controller.with_workers(n),
+        None => controller,
+    };
+    out.push(match &options.metrics {
+        Some(m) => controller.with_metrics(m.clone()),
+        None => controller,
+    });
 }
 
 /// Runs the controllers until `shutdown` completes, acting only while `leader` says so.

@@ -37,6 +37,9 @@ pub fn service_account_of(controller: &str) -> Option<&'static str> {
         "root-ca-cert-publisher" => "root-ca-cert-publisher",
         "resourcequota" => "resourcequota-controller",
         "csrapproving" | "csrsigning" => "certificate-controller",
+        "persistentvolume-binder" => "persistent-volume-binder",
+        "pvc-protection" => "pvc-protection-controller",
+        "pv-protection" => "pv-protection-controller",
         _ => return None,
     })
 }

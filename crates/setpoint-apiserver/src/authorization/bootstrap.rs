@@ -722,6 +722,67 @@ fn controller_roles() -> Vec<Role> {
             ],
             true,
         ),
+        // Upstream's volume controllers write with `update`; Setpoint's write the same fields
+        // with compare-and-swap merge patches, so they hold `patch` where upstream's hold
+        // `update`, and the binder watches nodes (local-path volumes follow the node's
+        // directory) where upstream's only gets and lists them.
+        c(
+            "system:controller:persistent-volume-binder",
+            vec![
+                rule(
+                    &[
+                        "get", "list", "watch", "update", "patch", "create", "delete",
+                    ],
+                    &[""],
+                    &["persistentvolumes"],
+                ),
+                rule(&["update", "patch"], &[""], &["persistentvolumes/status"]),
+                rule(
+                    &["get", "list", "watch", "update", "patch"],
+                    &[""],
+                    &["persistentvolumeclaims"],
+                ),
+                rule(
+                    &["update", "patch"],
+                    &[""],
+                    &["persistentvolumeclaims/status"],
+                ),
+                rule(
+                    &["list", "watch", "get", "create", "delete"],
+                    &[""],
+                    &["pods"],
+                ),
+                rule(
+                    &["get", "list", "watch"],
+                    &["storage.k8s.io"],
+                    &["storageclasses"],
+                ),
+                rule(&["get", "list", "watch"], &[""], &["nodes"]),
+                rule(&["watch"], &[""], &["events"]),
+            ],
+            true,
+        ),
+        c(
+            "system:controller:pvc-protection-controller",
+            vec![
+                rule(
+                    &["get", "list", "watch", "update", "patch"],
+                    &[""],
+                    &["persistentvolumeclaims"],
+                ),
+                rule(&["list", "watch", "get"], &[""], &["pods"]),
+            ],
+            true,
+        ),
+        c(
+            "system:controller:pv-protection-controller",
+            vec![rule(
+                &["get", "list", "watch", "update", "patch"],
+                &[""],
+                &["persistentvolumes"],
+            )],
+            true,
+        ),
         c(
             "system:controller:service-account-controller",
             vec![rule(&["create"], &[""], &["serviceaccounts"])],
