@@ -151,6 +151,10 @@ pub struct PodFacts<'a> {
     pub preferred_affinity: &'a [PreferredSchedulingTerm],
     /// `spec.tolerations`.
     pub tolerations: &'a [Toleration],
+    /// The required node affinity of the volumes bound to the pod's claims (VolumeBinding).
+    pub volume_affinity: &'a [NodeSelector],
+    /// One of the pod's claims is bound to a volume that does not exist.
+    pub missing_volume: bool,
 }
 
 impl<'a> PodFacts<'a> {
@@ -174,6 +178,8 @@ impl<'a> PodFacts<'a> {
                     .as_ref()
             }),
             tolerations: spec.and_then(|s| s.tolerations.as_deref()).unwrap_or(&[]),
+            volume_affinity: &[],
+            missing_volume: false,
         }
     }
 }
@@ -200,6 +206,10 @@ pub enum Reason {
     InsufficientMemory,
     /// The node holds its maximum number of pods.
     TooManyPods,
+    /// A volume bound to one of the pod's claims cannot be reached from the node.
+    VolumeNodeAffinityConflict,
+    /// One of the pod's claims is bound to a volume that does not exist.
+    VolumeMissing,
 }
 
 impl fmt::Display for Reason {
@@ -216,6 +226,12 @@ impl fmt::Display for Reason {
             Reason::InsufficientCpu => f.write_str("Insufficient cpu"),
             Reason::InsufficientMemory => f.write_str("Insufficient memory"),
             Reason::TooManyPods => f.write_str("Too many pods"),
+            Reason::VolumeNodeAffinityConflict => {
+                f.write_str("node(s) had volume node affinity conflict")
+            }
+            Reason::VolumeMissing => f.write_str(
+                "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)",
+            ),
         }
     }
 }
@@ -367,6 +383,16 @@ pub fn filter(pod: &PodFacts<'_>, node: &NodeInfo) -> Result<(), Vec<Reason>> {
     }
     if !affinity_matches(pod, &node.name, &facts.labels) {
         return Err(vec![Reason::NodeAffinity]);
+    }
+    if pod.missing_volume {
+        return Err(vec![Reason::VolumeMissing]);
+    }
+    if !pod
+        .volume_affinity
+        .iter()
+        .all(|sel| node_selector_matches(sel, &node.name, &facts.labels))
+    {
+        return Err(vec![Reason::VolumeNodeAffinityConflict]);
     }
     let mut reasons = Vec::new();
     insufficient(pod, node, &mut reasons);

@@ -27,5 +27,6 @@ pub use setpoint_api::quantity;
 pub mod queue;
 pub mod resources;
 pub mod scheduler;
+pub mod volumes;
 
 pub use scheduler::{run, run_shared, SchedulerConfig, SchedulerError, DEFAULT_SCHEDULER_NAME};

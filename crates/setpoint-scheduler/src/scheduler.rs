@@ -12,7 +12,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
 use parking_lot::Mutex;
 use serde_json::json;
 use setpoint_runtime::client::{Api, Client, ClientError, Patch, PatchParams};
@@ -28,6 +29,7 @@ use crate::cache::Cache;
 use crate::decision::{PodFacts, Rng};
 use crate::queue::{QueueTiming, SchedulingQueue};
 use crate::resources::PodRequests;
+use crate::volumes::{claim_bound, volume_needs};
 
 /// The scheduler name pods get when they name none.
 pub const DEFAULT_SCHEDULER_NAME: &str = "default-scheduler";
@@ -136,7 +138,14 @@ struct Shared {
     queue: SchedulingQueue,
     recorder: EventRecorder,
     pods: Store<Pod>,
+    claims: Store<PersistentVolumeClaim>,
+    volumes: Store<PersistentVolume>,
+    classes: Store<StorageClass>,
 }
+
+/// How long a pod whose claims wait for their first consumer waits for them to be bound
+/// before its attempt fails (upstream's `bindTimeoutSeconds`, 600).
+const VOLUME_BIND_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Runs the scheduler until `shutdown` completes, placing pods only while `leader` is true
 /// (when given; caches stay warm meanwhile). In-flight binds finish before it returns.
@@ -195,6 +204,9 @@ async fn run_on(
 ) {
     let pods = informers.typed::<Pod>(Scope::all());
     let nodes = informers.typed::<Node>(Scope::all());
+    let claims = informers.typed::<PersistentVolumeClaim>(Scope::all());
+    let volumes = informers.typed::<PersistentVolume>(Scope::all());
+    let classes = informers.typed::<StorageClass>(Scope::all());
     let shared = Arc::new(Shared {
         recorder: EventRecorder::new(client.clone(), Reporter::new(DEFAULT_SCHEDULER_NAME)),
         client,
@@ -206,7 +218,23 @@ async fn run_on(
         config,
         cache: Mutex::new(Cache::new()),
         pods: pods.store(),
+        claims: claims.store(),
+        volumes: volumes.store(),
+        classes: classes.store(),
     });
+    // A claim, volume or class appearing or changing can make a pod schedulable.
+    let claim_handler = claims.subscribe(Arc::new({
+        let shared = shared.clone();
+        move |_e: &Event<PersistentVolumeClaim>| shared.queue.move_all_unschedulable()
+    }));
+    let volume_handler = volumes.subscribe(Arc::new({
+        let shared = shared.clone();
+        move |_e: &Event<PersistentVolume>| shared.queue.move_all_unschedulable()
+    }));
+    let class_handler = classes.subscribe(Arc::new({
+        let shared = shared.clone();
+        move |_e: &Event<StorageClass>| shared.queue.move_all_unschedulable()
+    }));
     let node_handler = nodes.subscribe(Arc::new({
         let shared = shared.clone();
         move |e: &Event<Node>| shared.on_node(e)
@@ -219,6 +247,9 @@ async fn run_on(
     let synced = async {
         pods.wait_synced().await?;
         nodes.wait_synced().await?;
+        claims.wait_synced().await?;
+        volumes.wait_synced().await?;
+        classes.wait_synced().await?;
         Ok::<(), SchedulerError>(())
     };
     tokio::select! {
@@ -282,6 +313,9 @@ async fn run_on(
         .await;
     nodes.unsubscribe(node_handler);
     pods.unsubscribe(pod_handler);
+    claims.unsubscribe(claim_handler);
+    volumes.unsubscribe(volume_handler);
+    classes.unsubscribe(class_handler);
     shared.recorder.flush().await;
 }
 
@@ -349,7 +383,44 @@ impl Shared {
         }
         let span = tracing::debug_span!("schedule", pod = %key, node = tracing::field::Empty);
         let _entered = span.enter();
-        let facts = PodFacts::of(&pod);
+        let mut facts = PodFacts::of(&pod);
+        let ns = key.namespace.clone().unwrap_or_default();
+        let needs = volume_needs(
+            &pod,
+            |c| {
+                self.claims
+                    .get(&ObjectKey::new(Some(&ns), c))
+                    .map(|c| (*c).clone())
+            },
+            |v| {
+                self.volumes
+                    .get(&ObjectKey::new(None, v))
+                    .map(|v| (*v).clone())
+            },
+            |c| {
+                self.classes
+                    .get(&ObjectKey::new(None, c))
+                    .map(|c| (*c).clone())
+            },
+        );
+        let needs = match needs {
+            Ok(needs) => needs,
+            Err(reason) => {
+                // Upstream's PreFilter rejection reads as every node's.
+                let nodes = self.cache.lock().nodes().len();
+                let message = format!("0/{nodes} nodes are available: {reason}.");
+                tracing::debug!(%message, "unschedulable");
+                self.queue.unschedulable(key.clone());
+                let me = self.clone();
+                tokio::spawn(
+                    async move { me.report_unschedulable(pod, key, message, permit).await }
+                        .instrument(span.clone()),
+                );
+                return;
+            }
+        };
+        facts.volume_affinity = &needs.affinity;
+        facts.missing_volume = needs.missing_volume;
         let outcome = {
             let mut cache = self.cache.lock();
             if cache.node_of(&key).is_some() {
@@ -366,8 +437,14 @@ impl Shared {
                 tracing::debug!("assumed");
                 self.queue.done(&key);
                 let me = self.clone();
+                let delayed = needs.delayed;
                 tokio::spawn(
-                    async move { me.bind(pod, key, node, permit).await }.instrument(span.clone()),
+                    async move {
+                        if me.bind_volumes(&pod, &key, &node, &delayed).await {
+                            me.bind(pod, key, node, permit).await
+                        }
+                    }
+                    .instrument(span.clone()),
                 );
             }
             Some(Err(diagnosis)) => {
@@ -431,6 +508,74 @@ impl Shared {
                     "FailedScheduling",
                     &message,
                 );
+            }
+        }
+    }
+
+    /// Upstream's PreBind for claims that wait for their first consumer: each is given the
+    /// chosen node (`volume.kubernetes.io/selected-node`), then the pod waits until all are
+    /// bound. `false` when that failed, with the pod's node given back and the pod retried.
+    async fn bind_volumes(
+        &self,
+        pod: &Arc<Pod>,
+        key: &ObjectKey,
+        node: &str,
+        delayed: &[String],
+    ) -> bool {
+        if delayed.is_empty() {
+            return true;
+        }
+        let ns = key.namespace.as_deref().unwrap_or("default");
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), ns);
+        let result = async {
+            for claim in delayed {
+                let cached = self.claims.get(&ObjectKey::new(Some(ns), claim));
+                let selected = cached
+                    .as_ref()
+                    .and_then(|c| c.metadata.annotations.as_ref())
+                    .and_then(|a| a.get(setpoint_api::storage::SELECTED_NODE_ANNOTATION))
+                    .cloned();
+                if selected.as_deref() != Some(node) {
+                    let patch = Patch::Merge(json!({"metadata": {"annotations": {
+                        setpoint_api::storage::SELECTED_NODE_ANNOTATION: node
+                    }}}));
+                    api.patch(claim, &PatchParams::default(), &patch)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                }
+            }
+            let deadline = tokio::time::Instant::now() + VOLUME_BIND_TIMEOUT;
+            loop {
+                let all_bound = delayed.iter().all(|c| {
+                    self.claims
+                        .get(&ObjectKey::new(Some(ns), c))
+                        .is_some_and(|c| claim_bound(&c))
+                });
+                if all_bound {
+                    return Ok(());
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    return Err("binding volumes: context deadline exceeded".to_string());
+                }
+                // The claims' informer is the source of truth; check it again shortly.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        .await;
+        match result {
+            Ok(()) => true,
+            Err(message) => {
+                self.cache.lock().forget(key);
+                self.queue.move_all_unschedulable();
+                self.queue.backoff(key.clone());
+                tracing::warn!(pod = %key, %message, "volume binding failed; retrying after backoff");
+                self.recorder.publish(
+                    &pod.object_reference(),
+                    EventType::Warning,
+                    "FailedScheduling",
+                    &message,
+                );
+                false
             }
         }
     }
