@@ -12,9 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod, Secret};
 use parking_lot::Mutex;
-use setpoint_runtime::client::Client;
+use setpoint_runtime::client::{Api, Client};
 use setpoint_runtime::informer::{Event, Informer};
 use setpoint_runtime::workqueue::WorkQueueMetrics;
 use tokio::task::JoinSet;
@@ -24,7 +24,7 @@ use crate::agent::{AgentConfig, AgentError};
 use crate::lease::LeaseRenewer;
 use crate::node::NodeReporter;
 use crate::podworker::PodWorkers;
-use crate::runtime::{NodeContext, PodRuntime};
+use crate::runtime::{NodeContext, PodRuntime, SecretReader, SecretSource};
 
 /// How many nodes register at once when a host starts many.
 const REGISTER_CONCURRENCY: usize = 32;
@@ -154,6 +154,9 @@ async fn register_node(
     let context = NodeContext {
         node_name: config.node_name.clone(),
         host_ip: config.address.clone(),
+        secrets: Some(SecretReader(Arc::new(ApiSecrets {
+            client: client.clone(),
+        }))),
     };
     let workers = PodWorkers::new(client, context, node.runtime, pods.store());
     if let Some(m) = &node.queue_metrics {
@@ -222,4 +225,27 @@ pub(crate) async fn run(
     }
     tasks.shutdown().await;
     Ok(())
+}
+
+/// Secrets read through the node's client, for image pull secrets.
+struct ApiSecrets {
+    client: Client,
+}
+
+impl SecretSource for ApiSecrets {
+    fn secret(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> futures::future::BoxFuture<'static, Result<Option<Secret>, String>> {
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+        let name = name.to_string();
+        Box::pin(async move {
+            match api.get(&name).await {
+                Ok(secret) => Ok(Some(secret)),
+                Err(e) if e.is_not_found() => Ok(None),
+                Err(e) => Err(e.to_string()),
+            }
+        })
+    }
 }

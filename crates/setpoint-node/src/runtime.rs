@@ -37,6 +37,35 @@ pub struct NodeContext {
     pub node_name: String,
     /// The node's address (`status.hostIP`).
     pub host_ip: String,
+    /// How the node reads the Secrets its pods name (image pull secrets); `None` where it
+    /// reads none (a runtime used on its own).
+    pub secrets: Option<SecretReader>,
+}
+
+/// Reads Secrets for the runtime. The runtime itself never talks to the API server: the
+/// agent hands it this, reading through the node's own identity (the node authorizer lets a
+/// node read only the Secrets its pods name).
+pub trait SecretSource: Send + Sync + 'static {
+    /// The Secret `namespace/name`; `Ok(None)` when it does not exist. An error says why it
+    /// could not be read, never what it holds.
+    fn secret(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> futures::future::BoxFuture<
+        'static,
+        Result<Option<k8s_openapi::api::core::v1::Secret>, String>,
+    >;
+}
+
+/// A shared [`SecretSource`].
+#[derive(Clone)]
+pub struct SecretReader(pub std::sync::Arc<dyn SecretSource>);
+
+impl std::fmt::Debug for SecretReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SecretReader")
+    }
 }
 
 /// What a runtime observes about one pod.

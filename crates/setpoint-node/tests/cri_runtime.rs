@@ -53,6 +53,7 @@ fn node() -> NodeContext {
     NodeContext {
         node_name: "n1".into(),
         host_ip: "127.0.0.1".into(),
+        secrets: None,
     }
 }
 
@@ -999,6 +1000,144 @@ async fn lifecycle_hooks_run_in_the_container_and_around_the_stop() {
     })
     .await;
     h.rt.kill_pod(&runtime_pod(&bad), Duration::from_secs(1))
+        .await
+        .unwrap();
+}
+
+/// Secrets from a fixed set, as the agent's API reader would give them.
+struct FixedSecrets(Vec<k8s_openapi::api::core::v1::Secret>);
+
+impl setpoint_node::runtime::SecretSource for FixedSecrets {
+    fn secret(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> futures::future::BoxFuture<
+        'static,
+        Result<Option<k8s_openapi::api::core::v1::Secret>, String>,
+    > {
+        let found = self
+            .0
+            .iter()
+            .find(|s| {
+                s.metadata.namespace.as_deref() == Some(namespace)
+                    && s.metadata.name.as_deref() == Some(name)
+            })
+            .cloned();
+        Box::pin(async move { Ok(found) })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn image_pull_secrets_reach_the_registry() {
+    use base64::Engine;
+    use k8s_openapi::api::core::v1::{LocalObjectReference, Secret};
+    use k8s_openapi::ByteString;
+    let Some(ctrd) = TestContainerd::start().await else {
+        return;
+    };
+    let data = tempfile::tempdir().unwrap();
+    let mut h = harness(&ctrd, data.path()).await;
+
+    // A registry that asks for basic credentials and records the ones it gets, then says
+    // the image is not there.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (seen_tx, mut seen) = mpsc::unbounded_channel::<String>();
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        while let Ok((mut s, _)) = listener.accept().await {
+            let seen_tx = seen_tx.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0; 8192];
+                let n = s.read(&mut buf).await.unwrap_or(0);
+                let request = String::from_utf8_lossy(&buf[..n]).into_owned();
+                let auth = request
+                    .lines()
+                    .find_map(|l| {
+                        l.strip_prefix("Authorization: ")
+                            .or_else(|| l.strip_prefix("authorization: "))
+                    })
+                    .map(str::to_string);
+                let reply = match auth {
+                    Some(a) => {
+                        let _ = seen_tx.send(a);
+                        "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                    }
+                    None => "HTTP/1.1 401 Unauthorized\r\nwww-authenticate: Basic realm=\"test\"\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                };
+                let _ = s.write_all(reply.as_bytes()).await;
+            });
+        }
+    });
+    let registry = format!("127.0.0.1:{port}");
+    let password = "s3cret-pa55word";
+    let config = serde_json::json!({
+        "auths": {
+            format!("http://{registry}"): {"username": "puller", "password": password}
+        }
+    });
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some("regcred".into()),
+            namespace: Some("default".into()),
+            ..Default::default()
+        },
+        type_: Some("kubernetes.io/dockerconfigjson".into()),
+        data: Some(
+            [(
+                ".dockerconfigjson".to_string(),
+                ByteString(config.to_string().into_bytes()),
+            )]
+            .into(),
+        ),
+        ..Default::default()
+    };
+    let node = NodeContext {
+        secrets: Some(setpoint_node::runtime::SecretReader(std::sync::Arc::new(
+            FixedSecrets(vec![secret]),
+        ))),
+        ..node()
+    };
+    let mut c = container("private", "true");
+    c.image = Some(format!("{registry}/team/private:1"));
+    let mut private = pod("private", "Always", vec![c]);
+    private.spec.as_mut().unwrap().image_pull_secrets = Some(vec![LocalObjectReference {
+        name: "regcred".into(),
+    }]);
+    let start = Instant::now();
+    let status = loop {
+        let status = h.rt.sync_pod(&private, &node).await.unwrap();
+        if waiting_reason(&status.container_statuses[0]) == Some("ErrImagePull") {
+            break status;
+        }
+        assert!(start.elapsed() < DEADLINE, "no ErrImagePull: {status:#?}");
+        let _ = tokio::time::timeout(Duration::from_millis(250), h.rx.recv()).await;
+    };
+    let expected = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("puller:{password}"))
+    );
+    let got = tokio::time::timeout(DEADLINE, seen.recv())
+        .await
+        .expect("the registry saw credentials")
+        .unwrap();
+    assert_eq!(got, expected);
+    let message = status.container_statuses[0]
+        .state
+        .as_ref()
+        .and_then(|s| s.waiting.as_ref())
+        .and_then(|w| w.message.clone())
+        .unwrap();
+    assert!(
+        message.starts_with(&format!(
+            "Failed to pull image \"{registry}/team/private:1\": "
+        )),
+        "{message}"
+    );
+    assert!(!message.contains(password), "{message}");
+    assert!(!message.contains("not used"), "{message}");
+    h.rt.kill_pod(&runtime_pod(&private), Duration::from_secs(1))
         .await
         .unwrap();
 }

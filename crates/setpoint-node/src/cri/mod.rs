@@ -8,6 +8,7 @@
 //! failures keep the gRPC code ([`client::CriError::is_not_found`], since a sandbox or
 //! container that is already gone means stop and remove are done).
 
+pub mod auth;
 pub mod client;
 pub mod containers;
 pub mod hooks;

@@ -8,7 +8,9 @@
 //!   unless the pod's policy is `Never`); sidecars (`restartPolicy: Always`) only need to
 //!   be running. Then the app containers start.
 //! - Images are pulled per `imagePullPolicy` ([`super::images`]), with the kubelet's
-//!   back-off after a failed pull.
+//!   back-off after a failed pull, with the credentials of the pod's `imagePullSecrets`
+//!   that match the image's registry ([`super::auth`], read through
+//!   [`NodeContext::secrets`]).
 //! - Exited containers restart per `restartPolicy` with CrashLoopBackOff
 //!   ([`crate::process::backoff`]); the restart count is the CRI attempt number.
 //! - Nothing is kept on the agent's side that CRI does not hold: sandboxes and containers
@@ -54,13 +56,13 @@ use super::sandbox::{
     self, CONTAINER_NAME_LABEL, POD_NAMESPACE_LABEL, POD_NAME_LABEL, POD_UID_LABEL,
 };
 use super::state::{self, Latest, Plan};
-use super::{containers, hooks, logs, resources};
+use super::{auth, containers, hooks, logs, resources};
 use crate::process::backoff::BackoffPolicy;
 use crate::process::expand::FieldContext;
 use crate::process::probe::{ProbeActions, ProbeSet, ProbeStatus, ProbeTarget};
 use crate::runtime::{
     LogOptions, LogStream, NodeContext, PodRuntime, RuntimeError, RuntimeEvent, RuntimePod,
-    RuntimeStatus,
+    RuntimeStatus, SecretReader,
 };
 
 /// Tunables of a [`CriRuntime`].
@@ -281,6 +283,8 @@ struct PodView<'a> {
     ctx: FieldContext,
     /// The pod's CRI containers, newest attempt first per name.
     containers: Vec<cri::Container>,
+    /// How the node reads the pod's image pull secrets.
+    secrets: Option<SecretReader>,
 }
 
 impl PodView<'_> {
@@ -748,36 +752,13 @@ impl Inner {
                 {
                     return Err(("ImagePullBackOff".to_string(), message));
                 }
-                match self
-                    .client
-                    .pull_image(
-                        cri::ImageSpec {
-                            image: image.clone(),
-                            ..Default::default()
-                        },
-                        None,
-                        Some(view.sandbox_config.clone()),
-                    )
-                    .await
-                {
-                    Ok(_) => {
+                match self.pull(view, &image).await {
+                    Ok(()) => {
                         lock(&self.pulls).succeeded(&view.uid, &image);
                         Ok(())
                     }
                     Err(e) => {
-                        let mut message = images::pull_error_message(&image, &e.message());
-                        let secrets = view
-                            .pod
-                            .spec
-                            .as_ref()
-                            .and_then(|s| s.image_pull_secrets.as_ref())
-                            .is_some_and(|s| !s.is_empty());
-                        if secrets {
-                            // Said, so that a refused pull is not blamed on the secret.
-                            message.push_str(
-                                " (imagePullSecrets are not used by the CRI runtime yet)",
-                            );
-                        }
+                        let message = images::pull_error_message(&image, &e);
                         lock(&self.pulls).failed(
                             &view.uid,
                             &image,
@@ -789,6 +770,90 @@ impl Inner {
                 }
             }
         }
+    }
+
+    /// The entries of the pod's `imagePullSecrets`, in order. A Secret that cannot be read
+    /// or parsed is left out with a warning, as the kubelet goes on to pull without it.
+    async fn pull_secrets(
+        &self,
+        view: &PodView<'_>,
+    ) -> Vec<std::collections::BTreeMap<String, auth::DockerConfigEntry>> {
+        let names: Vec<String> = view
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.image_pull_secrets.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|r| r.name.clone())
+            .filter(|n| !n.is_empty())
+            .collect();
+        if names.is_empty() {
+            return Vec::new();
+        }
+        let Some(reader) = &view.secrets else {
+            tracing::warn!(pod = %view.name, "the pod names imagePullSecrets but this node reads no Secrets; pulling without them");
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for name in names {
+            let secret = match reader.0.secret(&view.namespace, &name).await {
+                Ok(Some(secret)) => secret,
+                Ok(None) => {
+                    tracing::warn!(pod = %view.name, secret = %name, "Unable to retrieve some image pull secrets; attempting to pull the image may not succeed.");
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(pod = %view.name, secret = %name, error = %e, "Unable to retrieve some image pull secrets; attempting to pull the image may not succeed.");
+                    continue;
+                }
+            };
+            let data: std::collections::BTreeMap<String, Vec<u8>> = secret
+                .data
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (k, v.0))
+                .collect();
+            match auth::parse_secret(secret.type_.as_deref().unwrap_or_default(), &data) {
+                Ok(entries) => out.push(entries),
+                Err(e) => {
+                    tracing::warn!(pod = %view.name, secret = %name, error = %e, "an image pull secret is not a docker config");
+                }
+            }
+        }
+        out
+    }
+
+    /// Pulls `image` with each credential of the pod's pull secrets that matches it, in turn,
+    /// until one works (anonymously when none matches). `Err`: the runtime's error, or each
+    /// credential's error as `[e1, e2]` when there were several.
+    async fn pull(&self, view: &PodView<'_>, image: &str) -> Result<(), String> {
+        let credentials = auth::credentials_for(image, &self.pull_secrets(view).await);
+        let attempts: Vec<Option<cri::AuthConfig>> = if credentials.is_empty() {
+            vec![None]
+        } else {
+            credentials.into_iter().map(Some).collect()
+        };
+        let mut errors = Vec::new();
+        for auth in attempts {
+            let spec = cri::ImageSpec {
+                image: image.to_string(),
+                ..Default::default()
+            };
+            match self
+                .client
+                .pull_image(spec, auth, Some(view.sandbox_config.clone()))
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(e) => errors.push(e.message()),
+            }
+        }
+        Err(if errors.len() == 1 {
+            errors.remove(0)
+        } else {
+            format!("[{}]", errors.join(", "))
+        })
     }
 
     /// Creates and starts the `attempt`-th run of `container` and runs its postStart hook.
@@ -1180,6 +1245,7 @@ impl PodRuntime for CriRuntime {
                 host_ip: node.host_ip.clone(),
             },
             containers,
+            secrets: node.secrets.clone(),
         };
         let policy = restart_policy(pod);
         let spec = pod.spec.clone().unwrap_or_default();
