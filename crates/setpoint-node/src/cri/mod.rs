@@ -19,6 +19,7 @@ pub mod resources;
 pub mod runtime;
 pub mod sandbox;
 pub mod state;
+pub mod streaming;
 
 pub use client::{CriClient, CriError, CriOptions, ExecSyncOutput};
 pub use runtime::{CriRuntime, CriRuntimeOptions};

@@ -1389,6 +1389,27 @@ impl PodRuntime for CriRuntime {
         super::portforward::connect(&self.inner.client, &pod.uid, port).await
     }
 
+    /// Runs a command in the container through CRI `Exec` ([`super::streaming`]).
+    async fn exec(
+        &self,
+        pod: &RuntimePod,
+        request: crate::runtime::ExecRequest,
+        io: crate::runtime::StreamIo,
+    ) -> Result<i32, RuntimeError> {
+        super::streaming::exec(&self.inner.client, &pod.uid, request, io).await
+    }
+
+    /// Attaches to the container through CRI `Attach` ([`super::streaming`]).
+    async fn attach(
+        &self,
+        pod: &RuntimePod,
+        container: &str,
+        tty: bool,
+        io: crate::runtime::StreamIo,
+    ) -> Result<(), RuntimeError> {
+        super::streaming::attach(&self.inner.client, &pod.uid, container, tty, io).await
+    }
+
     async fn pods(&self) -> Vec<RuntimePod> {
         let sandboxes = match self.inner.client.list_pod_sandbox(&HashMap::new()).await {
             Ok(s) => s,

@@ -15,6 +15,9 @@
 //! so it sits directly on hyper's upgraded stream (the same path the API server proxies
 //! through), and it is the client of containerd's streaming server too.
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -24,8 +27,9 @@ use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::mpsc;
-use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
+use tokio::sync::{mpsc, Notify};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
@@ -135,6 +139,8 @@ impl Protocol {
 pub const MAX_MESSAGE: usize = 1024 * 1024;
 /// How many frames may wait for the connection's writer.
 const OUTGOING: usize = 16;
+/// How long output waits for a client that sends nothing first to be ready to read it.
+const CLIENT_READY_GRACE: Duration = Duration::from_millis(150);
 /// How much of one output stream goes into one frame.
 const CHUNK: usize = 32 * 1024;
 
@@ -278,12 +284,31 @@ where
         resize,
     } = remotecommand::pipes(&session.options);
     let (out_tx, mut out_rx) = mpsc::channel::<Message>(OUTGOING);
+    let client_spoke = Arc::new(Notify::new());
+    let heard = client_spoke.clone();
     let writer = tokio::spawn(async move {
+        // client-go (kubectl) starts reading right after the handshake but registers its
+        // channels a moment later, and drops frames of channels it has not registered yet:
+        // a fast command's whole output and status could be lost. So nothing is sent until
+        // the client has sent something (a TTY's first resize, stdin) or a short grace has
+        // passed.
+        tokio::select! {
+            _ = heard.notified() => {}
+            _ = tokio::time::sleep(CLIENT_READY_GRACE) => {}
+        }
         while let Some(m) = out_rx.recv().await {
             if sink.send(m).await.is_err() {
                 return;
             }
         }
+        // A normal closure (1000): clients read it as the end of every channel, while a
+        // close without a code is an error to client-go.
+        let _ = sink
+            .send(Message::Close(Some(CloseFrame {
+                code: CloseCode::Normal,
+                reason: "".into(),
+            })))
+            .await;
         let _ = sink.close().await;
     });
     let mut pumps = Vec::new();
@@ -296,6 +321,7 @@ where
     let reader = tokio::spawn(async move {
         let mut stdin = stdin;
         while let Some(Ok(message)) = incoming.next().await {
+            client_spoke.notify_one();
             if message.is_close() {
                 break;
             }
