@@ -39,6 +39,10 @@ pub const LOCAL_PATH_PROVISIONER: &str = "setpoint.io/local-path";
 /// The default StorageClass `setpoint up` creates for [`LOCAL_PATH_PROVISIONER`].
 pub const LOCAL_PATH_CLASS: &str = "local-path";
 
+/// The Node annotation in which a node agent publishes the directory its local-path volumes
+/// live under; the provisioner puts a claim's volume there.
+pub const LOCAL_PATH_DIR_ANNOTATION: &str = "setpoint.io/local-path-dir";
+
 /// `volumeBindingMode` that delays binding and provisioning until a pod using the claim is
 /// scheduled.
 pub const WAIT_FOR_FIRST_CONSUMER: &str = "WaitForFirstConsumer";

@@ -34,9 +34,8 @@ use setpoint_runtime::ObjectKey;
 pub const NAME: &str = "persistentvolume-binder";
 /// The component its events are reported by, as upstream's.
 pub const COMPONENT: &str = "persistentvolume-controller";
-/// The Node annotation in which a node agent publishes the directory its local-path volumes
-/// live under.
-pub const LOCAL_PATH_DIR_ANNOTATION: &str = "setpoint.io/local-path-dir";
+/// Where a node's local-path directory is published (see [`st::LOCAL_PATH_DIR_ANNOTATION`]).
+pub use setpoint_api::storage::LOCAL_PATH_DIR_ANNOTATION;
 
 fn s<'a>(v: &'a Value, pointer: &str) -> &'a str {
     v.pointer(pointer).and_then(Value::as_str).unwrap_or("")

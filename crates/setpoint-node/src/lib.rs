@@ -26,6 +26,7 @@ pub mod containerd;
 pub mod cri;
 mod host;
 pub mod lease;
+pub mod localpath;
 pub mod metrics;
 pub mod node;
 pub mod podworker;

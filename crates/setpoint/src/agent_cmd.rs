@@ -313,6 +313,47 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Runs a node agent (`agent`) and, beside it, the node's local-path volume directories
+/// under `dir`, both until `shutdown`.
+async fn with_local_path<F, Fut>(
+    client: Client,
+    node: String,
+    dir: std::path::PathBuf,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    agent: F,
+) -> Result<(), setpoint_node::AgentError>
+where
+    F: FnOnce(Client, std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>) -> Fut,
+    Fut: std::future::Future<Output = Result<(), setpoint_node::AgentError>>,
+{
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let stop = std::sync::Arc::new(stop);
+    tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            shutdown.await;
+            let _ = stop.send(true);
+        }
+    });
+    let wait = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let local_path = tokio::spawn(setpoint_node::localpath::run(
+        client.clone(),
+        node,
+        dir,
+        wait(stopped.clone()),
+    ));
+    let result = agent(client, Box::pin(wait(stopped))).await;
+    let _ = stop.send(true);
+    match local_path.await {
+        Ok(Err(e)) => tracing::error!(error = %e, "local-path volumes stopped"),
+        Err(e) => tracing::error!(error = %e, "local-path volumes stopped"),
+        Ok(Ok(())) => {}
+    }
+    result
+}
+
 /// A node agent running inside `setpoint up`: the local node, or simulated nodes.
 pub struct InProcess {
     stop: tokio::sync::oneshot::Sender<()>,
@@ -324,11 +365,13 @@ pub struct InProcess {
 impl InProcess {
     /// Starts a node agent named `name` on `runtime`, serving logs on a free loopback port
     /// to callers with certificates from `client_ca_pem`.
+    /// Its local-path volumes live under `local_path_dir`.
     pub fn start(
         client: Client,
         name: &str,
         runtime: crate::container_runtime::NodeRuntime,
         client_ca_pem: Option<String>,
+        local_path_dir: std::path::PathBuf,
     ) -> InProcess {
         let mut config = AgentConfig::local(name);
         // Only this machine talks to the local node.
@@ -338,8 +381,15 @@ impl InProcess {
         config.system_info.container_runtime_version = runtime.version.clone();
         tracing::info!(node = %name, runtime = %runtime.description, "local node runtime");
         let pods = runtime.runtime.clone();
+        let node = name.to_string();
         let mut agent = InProcess::spawn("local node agent", move |shutdown| {
-            setpoint_node::run_agent(client, config, pods, shutdown)
+            with_local_path(
+                client,
+                node,
+                local_path_dir,
+                shutdown,
+                move |c, shutdown| setpoint_node::run_agent(c, config, pods, shutdown),
+            )
         });
         agent.runtime = Some(runtime);
         agent

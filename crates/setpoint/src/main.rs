@@ -40,6 +40,7 @@ mod container_runtime;
 mod controller_manager;
 mod join;
 mod leadership;
+mod local_path;
 mod sa_credentials;
 mod scheduler_cmd;
 mod secure_serving;
@@ -337,10 +338,16 @@ async fn run(args: ServeArgs, up: Option<Up>) -> anyhow::Result<()> {
                 &agent_cmd::local_node_name(),
                 runtime,
                 ca,
+                data_dir.join("node").join("storage"),
             ))
         }
         _ => None,
     };
+    if all_in_one {
+        // Like the Namespaces the server bootstraps, but only where the local-path
+        // provisioner runs: `up`'s controllers and node.
+        local_path::ensure_class(&in_process()).await?;
+    }
     let node_runtime = node.as_ref().and_then(|n| n.runtime_description());
     // Simulated nodes share the pod cache with the scheduler and the controllers.
     let simulation = up.and_then(|up| up.simulation.config(Duration::from_secs(10)));
