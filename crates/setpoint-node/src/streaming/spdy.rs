@@ -706,8 +706,9 @@ impl Window {
 struct StreamState {
     inbound: Option<mpsc::Sender<Bytes>>,
     window: Arc<Window>,
-    /// Bytes of the stream's receive window the peer has used up.
-    received: i64,
+    /// This side has sent its FLAG_FIN (or never sends: a unidirectional stream). The state
+    /// goes once both sides are done, so finished streams do not count as open.
+    local_done: bool,
 }
 
 /// Decides whether a stream is accepted, from its headers: an error refuses it with a
@@ -958,10 +959,14 @@ async fn read_loop<R: AsyncRead + Unpin>(
                     match streams.get_mut(&stream) {
                         None => None,
                         Some(s) => {
-                            s.received += data.len() as i64;
                             let tx = s.inbound.clone();
                             if fin {
                                 s.inbound = None;
+                                if s.local_done {
+                                    // Both sides are done. The sender just cloned still
+                                    // delivers this last frame.
+                                    streams.remove(&stream);
+                                }
                             }
                             Some(tx)
                         }
@@ -1048,7 +1053,7 @@ fn open_stream(shared: &Arc<Shared>, id: u32, flags: u8, headers: Headers) -> St
         StreamState {
             inbound: (!peer_done).then_some(tx),
             window: window.clone(),
-            received: 0,
+            local_done: flags & FLAG_UNIDIRECTIONAL != 0,
         },
     );
     let (read_half, write_half) = tokio::io::split(ours);
@@ -1080,9 +1085,6 @@ async fn inbound_pump(
         if unacknowledged >= DEFAULT_WINDOW / 2 {
             let delta = unacknowledged as u32;
             unacknowledged = 0;
-            if let Some(s) = shared.streams.lock().get_mut(&id) {
-                s.received -= i64::from(delta);
-            }
             let _ = shared
                 .out
                 .send(Outgoing::Frame(window_update_frame(id, delta)))
@@ -1140,9 +1142,12 @@ async fn outbound_pump(
             .send(Outgoing::Frame(data_frame(id, true, &[])))
             .await;
         let mut streams = shared.streams.lock();
-        if streams.get(&id).is_some_and(|s| s.inbound.is_none()) {
-            // Both sides are done.
-            streams.remove(&id);
+        if let Some(s) = streams.get_mut(&id) {
+            s.local_done = true;
+            if s.inbound.is_none() {
+                // Both sides are done.
+                streams.remove(&id);
+            }
         }
     }
 }
@@ -1515,6 +1520,47 @@ mod tests {
                 status: 0
             }
         ));
+    }
+
+    #[tokio::test]
+    async fn finished_streams_stop_counting_against_the_limit() {
+        let (mut client, mut conn) = pair();
+        for i in 0..(MAX_STREAMS as u32 + 10) {
+            let id = 2 * i + 1;
+            client.open(id, &[]).await;
+            let mut s = tokio::time::timeout(std::time::Duration::from_secs(10), conn.accept())
+                .await
+                .expect("accepted, not refused")
+                .unwrap();
+            assert!(matches!(client.frame().await, Frame::SynReply { .. }));
+            if i % 2 == 0 {
+                // This side first, then the client.
+                s.io.shutdown().await.unwrap();
+                assert!(matches!(
+                    client.frame().await,
+                    Frame::Data { fin: true, .. }
+                ));
+                client
+                    .io
+                    .write_all(&data_frame(id, true, b""))
+                    .await
+                    .unwrap();
+            } else {
+                // The client first.
+                client
+                    .io
+                    .write_all(&data_frame(id, true, b""))
+                    .await
+                    .unwrap();
+                let mut rest = Vec::new();
+                s.io.read_to_end(&mut rest).await.unwrap();
+                s.io.shutdown().await.unwrap();
+                assert!(matches!(
+                    client.frame().await,
+                    Frame::Data { fin: true, .. }
+                ));
+            }
+        }
     }
 
     #[tokio::test]
