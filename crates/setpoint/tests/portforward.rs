@@ -188,6 +188,12 @@ fn process_pods_forward_ports_and_run_commands_over_spdy() {
             f.child.try_wait().ok().flatten()
         });
         assert!(!status.success());
+        // kubectl has exited: its stderr ends, so this reads to the end and no further.
+        let rest: Vec<String> = f.stderr.iter().collect();
+        assert!(
+            rest.iter().any(|l| l.contains("lost connection to pod")),
+            "websockets={websockets}: {rest:?}"
+        );
         let f = port_forward(&s, &target, &[8080], websockets);
         assert!(
             serves(f.ports[0]),

@@ -729,6 +729,10 @@ struct Shared {
     closed: Notify,
     /// The highest stream id the peer opened.
     last_stream: Mutex<u32>,
+    /// Streams whose outbound side is still running, and a wake-up when one ends: closing
+    /// the session waits for them, so what the caller wrote before it asked to close is sent.
+    sending: Mutex<usize>,
+    sent: Notify,
 }
 
 impl Shared {
@@ -786,8 +790,21 @@ impl Connection {
         self.control.clone()
     }
 
-    /// Closes the session (GOAWAY) and waits for the writer to finish, at most `within`.
+    /// Closes the session, within `within`: waits for every stream's outbound side to have
+    /// sent what the caller wrote (a caller that shut its streams down or dropped them), then
+    /// sends a GOAWAY and waits for the writer to finish.
     pub async fn close(mut self, within: std::time::Duration) {
+        let shared = self.control.shared.clone();
+        let _ = tokio::time::timeout(within, async {
+            loop {
+                let sent = shared.sent.notified();
+                if *shared.sending.lock() == 0 {
+                    return;
+                }
+                sent.await;
+            }
+        })
+        .await;
         self.control.close().await;
         if let Some(writer) = self.tasks.pop() {
             let _ = tokio::time::timeout(within, writer).await;
@@ -828,6 +845,8 @@ where
         flow_control: AtomicBool::new(false),
         closed: Notify::new(),
         last_stream: Mutex::new(0),
+        sending: Mutex::new(0),
+        sent: Notify::new(),
     });
     let reader = tokio::spawn(read_loop(read, shared.clone(), accept_tx));
     let writer = tokio::spawn(write_loop(write, out_rx));
@@ -1059,7 +1078,13 @@ fn open_stream(shared: &Arc<Shared>, id: u32, flags: u8, headers: Headers) -> St
     let (read_half, write_half) = tokio::io::split(ours);
     tokio::spawn(inbound_pump(shared.clone(), id, rx, write_half));
     if flags & FLAG_UNIDIRECTIONAL == 0 {
-        tokio::spawn(outbound_pump(shared.clone(), id, window, read_half));
+        *shared.sending.lock() += 1;
+        let s = shared.clone();
+        tokio::spawn(async move {
+            outbound_pump(s.clone(), id, window, read_half).await;
+            *s.sending.lock() -= 1;
+            s.sent.notify_waiters();
+        });
     }
     Stream {
         id,
@@ -1520,6 +1545,30 @@ mod tests {
                 status: 0
             }
         ));
+    }
+
+    #[tokio::test]
+    async fn closing_sends_what_streams_were_given_first() {
+        let (mut client, mut conn) = pair();
+        client.open(1, &[]).await;
+        let mut s = conn.accept().await.unwrap();
+        assert!(matches!(client.frame().await, Frame::SynReply { .. }));
+        s.io.write_all(b"last words").await.unwrap();
+        s.io.shutdown().await.unwrap();
+        conn.close(std::time::Duration::from_secs(5)).await;
+        assert_eq!(
+            client.frame().await,
+            Frame::Data {
+                stream: 1,
+                fin: false,
+                data: Bytes::from_static(b"last words")
+            }
+        );
+        assert!(matches!(
+            client.frame().await,
+            Frame::Data { fin: true, .. }
+        ));
+        assert!(matches!(client.frame().await, Frame::GoAway { .. }));
     }
 
     #[tokio::test]
