@@ -11,7 +11,6 @@
 pub mod auth;
 pub mod client;
 pub mod containers;
-pub mod gc;
 pub mod hooks;
 pub mod images;
 pub mod logs;
