@@ -344,11 +344,9 @@ where
                     }
                     Err(e) => tracing::debug!(error = %e, "ignoring a malformed resize"),
                 },
-                channel::CLOSE if protocol.has_close() => {
-                    if data.first() == Some(&channel::STDIN) {
-                        // The container's stdin sees EOF.
-                        stdin = None;
-                    }
+                channel::CLOSE if protocol.has_close() && data.first() == Some(&channel::STDIN) => {
+                    // The container's stdin sees EOF.
+                    stdin = None;
                 }
                 _ => {}
             }
