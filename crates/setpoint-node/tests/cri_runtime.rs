@@ -1141,3 +1141,52 @@ async fn image_pull_secrets_reach_the_registry() {
         .await
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unused_images_are_collected_over_the_threshold() {
+    let Some(ctrd) = TestContainerd::start().await else {
+        return;
+    };
+    let data = tempfile::tempdir().unwrap();
+    // The pod starts first, on a runtime that collects nothing yet: busybox is unused
+    // until then.
+    let mut h = harness(&ctrd, data.path()).await;
+    let user = pod("user", "Always", vec![container("c", "exec sleep 1000")]);
+    h.sync_until(&user, "running", |s| running(&s.container_statuses[0]))
+        .await;
+    drop(h);
+    // A new runtime adopts it, with thresholds of 0 %: the filesystem is always "full", so
+    // every unused image goes.
+    let mut h = harness_with(&ctrd, data.path(), |o| {
+        o.image_gc_high_threshold = 0;
+        o.image_gc_low_threshold = 0;
+        o.image_minimum_age = Duration::ZERO;
+        o.image_gc_interval = Duration::from_millis(250);
+    })
+    .await;
+    let present = |client: CriClient, image: &'static str| async move {
+        client
+            .image_status(setpoint_node::cri::api::ImageSpec {
+                image: image.into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .is_some()
+    };
+    h.sync_until(&user, "adopted", |s| running(&s.container_statuses[0]))
+        .await;
+    // Several rounds pass: the image in use and the sandbox image stay.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(present(h.client.clone(), BUSYBOX_IMAGE).await);
+    assert!(present(h.client.clone(), PAUSE_IMAGE).await);
+    h.rt.kill_pod(&runtime_pod(&user), Duration::from_secs(1))
+        .await
+        .unwrap();
+    let start = Instant::now();
+    while present(h.client.clone(), BUSYBOX_IMAGE).await {
+        assert!(start.elapsed() < DEADLINE, "busybox was never collected");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(present(h.client.clone(), PAUSE_IMAGE).await);
+}

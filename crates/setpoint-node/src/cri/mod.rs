@@ -11,6 +11,7 @@
 pub mod auth;
 pub mod client;
 pub mod containers;
+pub mod gc;
 pub mod hooks;
 pub mod images;
 pub mod logs;

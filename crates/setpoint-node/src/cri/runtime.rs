@@ -31,6 +31,11 @@
 //! Not done yet: volumes and environment from ConfigMaps or Secrets (the container waits
 //! with `CreateContainerConfigError`), and compressing rotated logs.
 //!
+//! Unused images are garbage-collected as the kubelet's image manager does ([`super::gc`]):
+//! over `image_gc_high_threshold` percent of the image filesystem, least recently used
+//! first, down to `image_gc_low_threshold`; never an image a container uses or the
+//! sandbox image.
+//!
 //! Logs of running containers are rotated past a size, keeping a number of files, as the
 //! kubelet's `containerLogMaxSize` and `containerLogMaxFiles` do; `kubectl logs` reads the
 //! live file.
@@ -56,7 +61,7 @@ use super::sandbox::{
     self, CONTAINER_NAME_LABEL, POD_NAMESPACE_LABEL, POD_NAME_LABEL, POD_UID_LABEL,
 };
 use super::state::{self, Latest, Plan};
-use super::{auth, containers, hooks, logs, resources};
+use super::{auth, containers, gc, hooks, logs, resources};
 use crate::process::backoff::BackoffPolicy;
 use crate::process::expand::FieldContext;
 use crate::process::probe::{ProbeActions, ProbeSet, ProbeStatus, ProbeTarget};
@@ -85,6 +90,16 @@ pub struct CriRuntimeOptions {
     pub log_max_files: usize,
     /// How often log sizes are looked at (default 10 s).
     pub log_check_interval: Duration,
+    /// Image garbage collection starts when the image filesystem is this full, in percent
+    /// (the kubelet's `--image-gc-high-threshold`, 85).
+    pub image_gc_high_threshold: u8,
+    /// ... and removes unused images until it is this full (`--image-gc-low-threshold`, 80).
+    pub image_gc_low_threshold: u8,
+    /// An image first seen less than this ago is never collected
+    /// (`--minimum-image-ttl-duration`, 2 min).
+    pub image_minimum_age: Duration,
+    /// How often images are looked at for collection (the kubelet's 5 min).
+    pub image_gc_interval: Duration,
 }
 
 impl CriRuntimeOptions {
@@ -98,6 +113,10 @@ impl CriRuntimeOptions {
             log_max_bytes: 10 * 1024 * 1024,
             log_max_files: 5,
             log_check_interval: Duration::from_secs(10),
+            image_gc_high_threshold: gc::DEFAULT_HIGH_THRESHOLD,
+            image_gc_low_threshold: gc::DEFAULT_LOW_THRESHOLD,
+            image_minimum_age: gc::DEFAULT_MINIMUM_AGE,
+            image_gc_interval: Duration::from_secs(300),
         }
     }
 }
@@ -185,6 +204,7 @@ pub struct CriRuntime {
     inner: Arc<Inner>,
     monitor: AbortHandle,
     rotation: AbortHandle,
+    image_gc: AbortHandle,
 }
 
 impl Drop for CriRuntime {
@@ -193,6 +213,7 @@ impl Drop for CriRuntime {
     fn drop(&mut self) {
         self.monitor.abort();
         self.rotation.abort();
+        self.image_gc.abort();
         for (_, p) in lock(&self.inner.probes).drain() {
             p.task.abort();
         }
@@ -326,10 +347,12 @@ impl CriRuntime {
         });
         let monitor = tokio::spawn(Arc::clone(&inner).monitor()).abort_handle();
         let rotation = tokio::spawn(Arc::clone(&inner).rotate_logs()).abort_handle();
+        let image_gc = tokio::spawn(Arc::clone(&inner).collect_images()).abort_handle();
         Ok(Self {
             inner,
             monitor,
             rotation,
+            image_gc,
         })
     }
 
@@ -568,6 +591,102 @@ impl Inner {
                 self.notify(&uid);
             }
         }
+    }
+
+    /// Removes unused images when the image filesystem is too full ([`gc`]), every
+    /// `image_gc_interval`.
+    async fn collect_images(self: Arc<Self>) {
+        let began = Instant::now();
+        let mut memory = gc::ImageUse::default();
+        loop {
+            tokio::time::sleep(self.options.image_gc_interval).await;
+            if let Err(e) = self.collect_images_once(&mut memory, began).await {
+                tracing::warn!(error = %e, "Image garbage collection failed");
+            }
+        }
+    }
+
+    async fn collect_images_once(
+        &self,
+        memory: &mut gc::ImageUse,
+        began: Instant,
+    ) -> Result<(), String> {
+        let images = self
+            .client
+            .list_images(None)
+            .await
+            .map_err(|e| e.to_string())?;
+        // Every container, exited ones too, keeps its image.
+        let containers = self
+            .client
+            .list_containers("", &HashMap::new())
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut in_use: HashSet<String> = HashSet::new();
+        for c in &containers {
+            in_use.insert(c.image_ref.clone());
+            in_use.insert(c.image_id.clone());
+            if let Some(spec) = &c.image {
+                in_use.insert(spec.image.clone());
+            }
+        }
+        // An image in use by its name counts by its id; the local sandbox image is kept
+        // even where the runtime does not pin it.
+        for image in &images {
+            let named = image.repo_tags.iter().chain(&image.repo_digests);
+            if named
+                .clone()
+                .any(|n| in_use.contains(n) || n == crate::containerd::PAUSE_IMAGE)
+            {
+                in_use.insert(image.id.clone());
+            }
+        }
+        let info = self
+            .client
+            .image_fs_info()
+            .await
+            .map_err(|e| e.to_string())?;
+        let Some(mountpoint) = info
+            .image_filesystems
+            .first()
+            .and_then(|f| f.fs_id.as_ref())
+            .map(|id| id.mountpoint.clone())
+            .filter(|m| !m.is_empty())
+        else {
+            return Err("the runtime names no image filesystem".to_string());
+        };
+        let usage = gc::fs_usage(std::path::Path::new(&mountpoint))
+            .map_err(|e| format!("statvfs {mountpoint}: {e}"))?;
+        let records = memory.observe(&images, &in_use, began.elapsed().as_secs());
+        let doomed = gc::images_to_free(
+            &records,
+            usage,
+            self.options.image_gc_high_threshold,
+            self.options.image_gc_low_threshold,
+            began.elapsed().as_secs(),
+            self.options.image_minimum_age.as_secs(),
+        );
+        if doomed.is_empty() {
+            return Ok(());
+        }
+        tracing::info!(
+            usage = usage.percent_used(),
+            high = self.options.image_gc_high_threshold,
+            images = doomed.len(),
+            "Disk usage on image filesystem is over the high threshold, trying to free bytes down to the low threshold"
+        );
+        for id in doomed {
+            let spec = cri::ImageSpec {
+                image: id.clone(),
+                ..Default::default()
+            };
+            match self.client.remove_image(spec).await {
+                Ok(()) => tracing::info!(image = %id, "Removing image to free bytes"),
+                Err(e) if e.is_not_found() => {}
+                Err(e) => tracing::warn!(image = %id, error = %e, "removing an unused image"),
+            }
+        }
+        Ok(())
     }
 
     /// Rotates the logs of running containers that grew past the size limit: the file is
