@@ -9,7 +9,8 @@
 //!   page; `kubectl exec` with `KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false` runs a command, passes
 //!   a non-zero exit code on and pipes stdin;
 //! - a CRI pod (busybox `httpd` in containerd) serves a request through both kinds of
-//!   port-forward, the connection made inside the pod's network namespace. Skipped (saying
+//!   port-forward, the connection made inside the pod's network namespace, and `kubectl exec`
+//!   over SPDY runs a command in its container. Skipped (saying
 //!   why) without containerd unless `SETPOINT_REQUIRE_CONTAINERD=1`.
 
 mod support;
@@ -335,6 +336,19 @@ fn cri_pods_forward_ports_inside_their_network_namespace() {
         let (status, _) = get(f.ports[0]).unwrap();
         assert!(status.starts_with("HTTP/1."), "{status}");
     }
+    // exec over SPDY into the container.
+    let out = s
+        .kubectl_command(&["exec", &pod, "--", "sh", "-c", "echo in-container; exit 4"])
+        .env("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false")
+        .output()
+        .expect("kubectl exec");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "in-container\n",
+        "{out:?}"
+    );
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+
     s.ok(&["delete", "deployment", "web"]);
     eventually("the pod gone", DEADLINE, || {
         lines(&s.ok(&["get", "pods", "-o", "name"]))
