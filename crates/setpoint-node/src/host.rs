@@ -133,7 +133,8 @@ async fn register_node(
 ) -> Result<Registered, AgentError> {
     let config = node.config.clone();
     let client = node.client.clone();
-    let mut reporter = NodeReporter::new(client.clone(), nodes.store(), config.clone(), port);
+    let mut reporter = NodeReporter::new(client.clone(), nodes.store(), config.clone(), port)
+        .with_images_from(Arc::clone(&node.runtime));
     let registered = register(&mut reporter, &config.node_name).await?;
     let mut lease = LeaseRenewer::new(
         client.clone(),

@@ -217,6 +217,8 @@ pub struct NodeReporter {
     config: std::sync::Arc<AgentConfig>,
     port: u16,
     last_report: Option<Instant>,
+    /// Where `status.images` comes from, if the node has images.
+    runtime: Option<std::sync::Arc<dyn crate::runtime::PodRuntime>>,
 }
 
 fn params() -> PostParams {
@@ -241,7 +243,28 @@ impl NodeReporter {
             config,
             port,
             last_report: None,
+            runtime: None,
         }
+    }
+
+    /// Reports `runtime`'s images as `status.images` from now on.
+    pub fn with_images_from(
+        mut self,
+        runtime: std::sync::Arc<dyn crate::runtime::PodRuntime>,
+    ) -> Self {
+        self.runtime = Some(runtime);
+        self
+    }
+
+    /// The status to write: [`desired_status`] with the runtime's images, when it has them.
+    async fn status_with_images(&self, old: Option<&NodeStatus>) -> NodeStatus {
+        let mut status = desired_status(&self.config, self.port, old, crate::status::now());
+        if let Some(runtime) = &self.runtime {
+            if let Some(images) = runtime.images().await {
+                status.images = Some(images);
+            }
+        }
+        status
     }
 
     /// Creates the Node, or (after a restart) adds our labels and taints to the existing
@@ -279,12 +302,7 @@ impl NodeReporter {
     }
 
     async fn write_status(&mut self, mut node: Node) -> Result<Node, ClientError> {
-        node.status = Some(desired_status(
-            &self.config,
-            self.port,
-            node.status.as_ref(),
-            crate::status::now(),
-        ));
+        node.status = Some(self.status_with_images(node.status.as_ref()).await);
         let name = self.config.node_name.clone();
         let written = self.api.replace_status(&name, &params(), &node).await?;
         self.last_report = Some(Instant::now());
@@ -316,12 +334,7 @@ impl NodeReporter {
         let due = self
             .last_report
             .is_none_or(|t| t.elapsed() >= self.config.status_report_frequency);
-        let desired = desired_status(
-            &self.config,
-            self.port,
-            current.status.as_ref(),
-            crate::status::now(),
-        );
+        let desired = self.status_with_images(current.status.as_ref()).await;
         if !needs_report(current.status.as_ref(), &desired, due) {
             return Ok(false);
         }

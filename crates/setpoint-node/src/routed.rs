@@ -171,6 +171,11 @@ impl PodRuntime for RoutedRuntime {
         merge([self.processes.subscribe(), self.containers.subscribe()])
     }
 
+    /// The container runtime's: processes have no images.
+    async fn images(&self) -> Option<Vec<k8s_openapi::api::core::v1::ContainerImage>> {
+        self.containers.images().await
+    }
+
     fn events(&self) -> Option<mpsc::UnboundedReceiver<RuntimeEvent>> {
         let both: Vec<_> = [self.processes.events(), self.containers.events()]
             .into_iter()

@@ -209,6 +209,12 @@ pub trait PodRuntime: Send + Sync + 'static {
     /// Called once by the agent.
     fn subscribe(&self) -> mpsc::UnboundedReceiver<String>;
 
+    /// The node's images for `status.images` (largest first, at most 50), or `None` for a
+    /// runtime without images, whose node leaves the field as it is.
+    async fn images(&self) -> Option<Vec<k8s_openapi::api::core::v1::ContainerImage>> {
+        None
+    }
+
     /// A channel of the Events the runtime reports ([`RuntimeEvent`]); `None` for runtimes
     /// that report none. Called once by the agent.
     fn events(&self) -> Option<mpsc::UnboundedReceiver<RuntimeEvent>> {

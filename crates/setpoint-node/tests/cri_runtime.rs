@@ -1154,6 +1154,18 @@ async fn unused_images_are_collected_over_the_threshold() {
     let user = pod("user", "Always", vec![container("c", "exec sleep 1000")]);
     h.sync_until(&user, "running", |s| running(&s.container_statuses[0]))
         .await;
+    // The node's images for status.images: both local images, named, largest first.
+    let images = h.rt.images().await.expect("a CRI node has images");
+    let named = |name: &str| {
+        images
+            .iter()
+            .any(|i| i.names.iter().flatten().any(|n| n == name))
+    };
+    assert!(named(BUSYBOX_IMAGE) && named(PAUSE_IMAGE), "{images:?}");
+    assert!(images.iter().all(|i| i.size_bytes.unwrap_or(0) > 0));
+    assert!(images
+        .windows(2)
+        .all(|w| w[0].size_bytes >= w[1].size_bytes));
     drop(h);
     // A new runtime adopts it, with thresholds of 0 %: the filesystem is always "full", so
     // every unused image goes.

@@ -1557,6 +1557,17 @@ impl PodRuntime for CriRuntime {
         rx
     }
 
+    async fn images(&self) -> Option<Vec<k8s_openapi::api::core::v1::ContainerImage>> {
+        match self.inner.client.list_images(None).await {
+            Ok(images) => Some(gc::node_images(&images)),
+            Err(e) => {
+                // Left as reported last time rather than emptied by a passing failure.
+                tracing::warn!(error = %e, "listing images for the node status");
+                None
+            }
+        }
+    }
+
     fn events(&self) -> Option<mpsc::UnboundedReceiver<RuntimeEvent>> {
         let (tx, rx) = mpsc::unbounded_channel();
         *lock(&self.inner.events) = Some(tx);
