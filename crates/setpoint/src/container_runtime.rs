@@ -52,6 +52,49 @@ pub struct ContainerRuntimeFlags {
     /// as kubelet's flag of the same name. Its own CNI network and sandbox image apply.
     #[arg(long)]
     pub container_runtime_endpoint: Option<String>,
+    /// Image garbage collection on CRI nodes.
+    #[command(flatten)]
+    pub image_gc: ImageGcFlags,
+}
+
+/// The kubelet's image garbage collection flags, for CRI nodes.
+#[derive(clap::Args, Clone, Debug, PartialEq, Eq)]
+pub struct ImageGcFlags {
+    /// The percent of the image filesystem's space used at which unused images start being
+    /// removed (100 never removes any), as kubelet's flag of the same name.
+    #[arg(long, default_value_t = 85, value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub image_gc_high_threshold: u8,
+    /// The percent of the image filesystem's space used that image garbage collection
+    /// frees down to; below the high threshold.
+    #[arg(long, default_value_t = 80, value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub image_gc_low_threshold: u8,
+}
+
+impl Default for ImageGcFlags {
+    fn default() -> Self {
+        Self {
+            image_gc_high_threshold: setpoint_node::cri::gc::DEFAULT_HIGH_THRESHOLD,
+            image_gc_low_threshold: setpoint_node::cri::gc::DEFAULT_LOW_THRESHOLD,
+        }
+    }
+}
+
+impl ImageGcFlags {
+    /// The CRI runtime's options with these thresholds; refused, in the kubelet's words,
+    /// when the low threshold is not below the high one.
+    pub fn options(&self, logs: &Path) -> anyhow::Result<CriRuntimeOptions> {
+        if self.image_gc_low_threshold >= self.image_gc_high_threshold {
+            anyhow::bail!(
+                "invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) {} must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) {}",
+                self.image_gc_low_threshold,
+                self.image_gc_high_threshold
+            );
+        }
+        let mut options = CriRuntimeOptions::new(logs);
+        options.image_gc_high_threshold = self.image_gc_high_threshold;
+        options.image_gc_low_threshold = self.image_gc_low_threshold;
+        Ok(options)
+    }
 }
 
 /// The first pod subnet `10.223.<x>.0/24` tried. Private containerds of nodes take
@@ -237,7 +280,7 @@ impl ContainerRuntimeFlags {
                 .with_context(|| format!("asking the CRI runtime at {endpoint} its version"))?;
             let logs = node_dir.join(CONTAINER_LOGS_DIR);
             move_container_logs(node_dir, &logs)?;
-            let containers = CriRuntime::new(client, CriRuntimeOptions::new(&logs))
+            let containers = CriRuntime::new(client, self.image_gc.options(&logs)?)
                 .await
                 .with_context(|| format!("CRI runtime at {endpoint}"))?;
             let processes = ProcessRuntime::new(node_dir)
@@ -451,6 +494,33 @@ mod tests {
         .unwrap();
         assert_eq!(cli.flags.container_runtime, RuntimeKind::Cri);
         assert!(Cli::try_parse_from(["x", "--container-runtime", "docker"]).is_err());
+        // The kubelet's image garbage collection flags and defaults.
+        assert_eq!(cli.flags.image_gc, ImageGcFlags::default());
+        let cli = Cli::try_parse_from([
+            "x",
+            "--image-gc-high-threshold",
+            "90",
+            "--image-gc-low-threshold",
+            "70",
+        ])
+        .unwrap();
+        let options = cli.flags.image_gc.options(Path::new("/logs")).unwrap();
+        assert_eq!(
+            (
+                options.image_gc_high_threshold,
+                options.image_gc_low_threshold
+            ),
+            (90, 70)
+        );
+        assert!(Cli::try_parse_from(["x", "--image-gc-high-threshold", "101"]).is_err());
+        let inverted = ImageGcFlags {
+            image_gc_high_threshold: 80,
+            image_gc_low_threshold: 80,
+        };
+        assert_eq!(
+            inverted.options(Path::new("/logs")).unwrap_err().to_string(),
+            "invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) 80 must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) 80"
+        );
     }
 
     #[tokio::test]
@@ -459,6 +529,7 @@ mod tests {
         let flags = ContainerRuntimeFlags {
             container_runtime: RuntimeKind::Process,
             container_runtime_endpoint: Some("unix:///nowhere.sock".into()),
+            image_gc: ImageGcFlags::default(),
         };
         let err = flags
             .open(&dir.path().join("node"), &dir.path().join("containerd"))
@@ -473,6 +544,7 @@ mod tests {
         let auto = ContainerRuntimeFlags {
             container_runtime: RuntimeKind::Auto,
             container_runtime_endpoint: Some("unix:///x.sock".into()),
+            image_gc: ImageGcFlags::default(),
         };
         let (kind, why) = auto.choose();
         assert_eq!(kind, RuntimeKind::Cri);
@@ -480,12 +552,14 @@ mod tests {
         let process = ContainerRuntimeFlags {
             container_runtime: RuntimeKind::Process,
             container_runtime_endpoint: None,
+            image_gc: ImageGcFlags::default(),
         };
         assert_eq!(process.choose().0, RuntimeKind::Process);
         // Without an endpoint, auto follows what this machine has.
         let auto = ContainerRuntimeFlags {
             container_runtime: RuntimeKind::Auto,
             container_runtime_endpoint: None,
+            image_gc: ImageGcFlags::default(),
         };
         let usable = containerd::find_system_endpoint().is_some()
             || containerd::testing::missing_prerequisites().is_none();
@@ -518,6 +592,7 @@ mod tests {
                 "unix://{}",
                 dir.path().join("none.sock").display()
             )),
+            image_gc: ImageGcFlags::default(),
         };
         let err = flags
             .open(&dir.path().join("node"), &dir.path().join("containerd"))
