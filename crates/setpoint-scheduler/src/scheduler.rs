@@ -141,6 +141,8 @@ struct Shared {
     claims: Store<PersistentVolumeClaim>,
     volumes: Store<PersistentVolume>,
     classes: Store<StorageClass>,
+    /// Woken on every claim event, for binds waiting for their claims to be bound.
+    claims_changed: tokio::sync::Notify,
 }
 
 /// How long a pod whose claims wait for their first consumer waits for them to be bound
@@ -221,11 +223,15 @@ async fn run_on(
         claims: claims.store(),
         volumes: volumes.store(),
         classes: classes.store(),
+        claims_changed: tokio::sync::Notify::new(),
     });
     // A claim, volume or class appearing or changing can make a pod schedulable.
     let claim_handler = claims.subscribe(Arc::new({
         let shared = shared.clone();
-        move |_e: &Event<PersistentVolumeClaim>| shared.queue.move_all_unschedulable()
+        move |_e: &Event<PersistentVolumeClaim>| {
+            shared.claims_changed.notify_waiters();
+            shared.queue.move_all_unschedulable()
+        }
     }));
     let volume_handler = volumes.subscribe(Arc::new({
         let shared = shared.clone();
@@ -546,6 +552,11 @@ impl Shared {
             }
             let deadline = tokio::time::Instant::now() + VOLUME_BIND_TIMEOUT;
             loop {
+                // Registered before the check, so an event between the check and the wait
+                // still wakes it.
+                let changed = self.claims_changed.notified();
+                tokio::pin!(changed);
+                changed.as_mut().enable();
                 let all_bound = delayed.iter().all(|c| {
                     self.claims
                         .get(&ObjectKey::new(Some(ns), c))
@@ -554,11 +565,9 @@ impl Shared {
                 if all_bound {
                     return Ok(());
                 }
-                if tokio::time::Instant::now() >= deadline {
+                if tokio::time::timeout_at(deadline, changed).await.is_err() {
                     return Err("binding volumes: context deadline exceeded".to_string());
                 }
-                // The claims' informer is the source of truth; check it again shortly.
-                tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
         .await;
