@@ -122,8 +122,8 @@ sys.stdout.write("\nEXIT=%d\n" % p.returncode)
 }
 
 /// Everything but the Python client and RBAC, on one running pod `pod` (container `main`).
-/// `stdin_to_eof`: whether the runtime can end a command's stdin (see the CRI streaming
-/// docs: containerd 1.6 speaks WebSocket only up to v4, which cannot).
+/// `stdin_to_eof`: whether the runtime can end a command's stdin (containerd 1.6 speaks
+/// WebSocket only up to v4, which cannot: see `docs/streaming.md`).
 fn exercise(s: &Setpoint, pod: &str, stdin_to_eof: bool) {
     // A command's output.
     assert_eq!(s.ok(&["exec", pod, "--", "echo", "hi"]), "hi\n");
@@ -174,11 +174,23 @@ fn exercise(s: &Setpoint, pod: &str, stdin_to_eof: bool) {
     assert!(screen.contains("answer=42"), "{screen}");
     assert!(screen.contains("33 111"), "{screen}");
     assert!(screen.contains("EXIT=0"), "{screen}");
-    // kubectl cp: a file into the pod and back out (tar over exec).
-    let local = s.home().join("sent.txt");
-    std::fs::write(&local, "copied both ways\n").unwrap();
+    // kubectl cp: a file into the pod (tar x over exec, which needs stdin's end) and back out
+    // (tar c); without stdin's end, the file is written by a command instead.
     let remote = format!("{pod}:/tmp/exec-test-{pod}.txt");
-    s.ok(&["cp", local.to_str().unwrap(), &remote]);
+    if stdin_to_eof {
+        let local = s.home().join("sent.txt");
+        std::fs::write(&local, "copied both ways\n").unwrap();
+        s.ok(&["cp", local.to_str().unwrap(), &remote]);
+    } else {
+        s.ok(&[
+            "exec",
+            pod,
+            "--",
+            "sh",
+            "-c",
+            &format!("echo copied both ways > /tmp/exec-test-{pod}.txt"),
+        ]);
+    }
     let back = s.home().join("back.txt");
     s.ok(&["cp", &remote, back.to_str().unwrap()]);
     assert_eq!(
