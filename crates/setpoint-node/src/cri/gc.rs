@@ -1,5 +1,5 @@
-//! Image garbage collection and the node's image list, as the kubelet's image manager does
-//! them.
+//! Image and container garbage collection and the node's image list, as the kubelet's image
+//! manager and container garbage collector do them.
 //!
 //! - When the image filesystem's usage (its used share of capacity, from `statvfs` of the
 //!   mount point CRI `ImageFsInfo` names) reaches `--image-gc-high-threshold` (85 %), unused
@@ -10,7 +10,13 @@
 //! - `status.images` lists the node's images, largest first, at most 50, each with at most
 //!   5 names (digests, then tags).
 //!
-//! The choices are pure functions ([`images_to_free`], [`node_images`]); the runtime feeds
+//! - Exited containers: of each container of each pod, the two most recent runs stay (the
+//!   running one and the dead one `kubectl logs --previous` reads), older exited ones go
+//!   ([`dead_containers_to_remove`]); everything of a pod that is gone goes when the agent
+//!   kills it.
+//!
+//! The choices are pure functions ([`images_to_free`], [`node_images`],
+//! [`dead_containers_to_remove`]); the runtime feeds
 //! them what CRI reports and what it remembers of each image's use.
 
 use std::collections::HashMap;
@@ -124,6 +130,41 @@ pub fn node_images(images: &[cri::Image]) -> Vec<ContainerImage> {
         })
         .take(MAX_NODE_IMAGES)
         .collect()
+}
+
+/// The exited containers to remove, as the kubelet's container garbage collection with
+/// its defaults (`MaxPerPodContainer` 1): of each container of each pod, the two most
+/// recent runs stay, which is the running one and one dead one (for `lastState` and
+/// `kubectl logs --previous`), or, while it waits to restart, the exited latest run and
+/// the one before it, which `--previous` reads then; older exited runs go. Running and
+/// created containers are never chosen. Containers without a pod's labels are not the
+/// node's and are left alone.
+pub fn dead_containers_to_remove(containers: &[cri::Container]) -> Vec<String> {
+    use super::sandbox::{CONTAINER_NAME_LABEL, POD_UID_LABEL};
+    let mut runs: HashMap<(&str, &str), Vec<&cri::Container>> = HashMap::new();
+    for c in containers {
+        let (Some(uid), Some(name)) = (
+            c.labels.get(POD_UID_LABEL),
+            c.labels.get(CONTAINER_NAME_LABEL),
+        ) else {
+            continue;
+        };
+        runs.entry((uid, name)).or_default().push(c);
+    }
+    let mut out: Vec<String> = Vec::new();
+    for mut all in runs.into_values() {
+        all.sort_by_key(|c| {
+            std::cmp::Reverse((c.metadata.as_ref().map_or(0, |m| m.attempt), c.created_at))
+        });
+        out.extend(
+            all.iter()
+                .skip(2)
+                .filter(|c| c.state == cri::ContainerState::ContainerExited as i32)
+                .map(|c| c.id.clone()),
+        );
+    }
+    out.sort();
+    out
 }
 
 /// What the collector remembers between rounds: when each image was first seen and last
@@ -301,6 +342,44 @@ mod tests {
             listed[1].names.clone().unwrap(),
             ["img59@sha256:59", "img59:1"]
         );
+    }
+
+    #[test]
+    fn one_exited_run_per_container_stays() {
+        let run = |id: &str, uid: &str, name: &str, attempt: u32, state: cri::ContainerState| {
+            cri::Container {
+                id: id.into(),
+                metadata: Some(cri::ContainerMetadata {
+                    name: name.into(),
+                    attempt,
+                }),
+                state: state as i32,
+                created_at: i64::from(attempt),
+                labels: [
+                    ("io.kubernetes.pod.uid".to_string(), uid.to_string()),
+                    ("io.kubernetes.container.name".to_string(), name.to_string()),
+                ]
+                .into(),
+                ..Default::default()
+            }
+        };
+        use cri::ContainerState::{ContainerExited as Exited, ContainerRunning as Running};
+        let mut foreign = run("foreign", "", "", 0, Exited);
+        foreign.labels.clear();
+        let containers = [
+            run("a0", "p1", "app", 0, Exited),
+            run("a1", "p1", "app", 1, Exited),
+            run("a2", "p1", "app", 2, Exited),
+            run("a3", "p1", "app", 3, Running),
+            run("s0", "p1", "side", 0, Exited),
+            // Waiting to restart: the latest exited run and the one before it stay.
+            run("b0", "p2", "app", 0, Exited),
+            run("b1", "p2", "app", 1, Exited),
+            run("b2", "p2", "app", 2, Exited),
+            foreign.clone(),
+            foreign,
+        ];
+        assert_eq!(dead_containers_to_remove(&containers), ["a0", "a1", "b0"]);
     }
 
     #[test]

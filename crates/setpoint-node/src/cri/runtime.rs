@@ -34,7 +34,8 @@
 //! Unused images are garbage-collected as the kubelet's image manager does ([`super::gc`]):
 //! over `image_gc_high_threshold` percent of the image filesystem, least recently used
 //! first, down to `image_gc_low_threshold`; never an image a container uses or the
-//! sandbox image.
+//! sandbox image. Exited containers beyond the two latest runs of each container are
+//! collected too.
 //!
 //! Logs of running containers are rotated past a size, keeping a number of files, as the
 //! kubelet's `containerLogMaxSize` and `containerLogMaxFiles` do; `kubectl logs` reads the
@@ -100,6 +101,8 @@ pub struct CriRuntimeOptions {
     pub image_minimum_age: Duration,
     /// How often images are looked at for collection (the kubelet's 5 min).
     pub image_gc_interval: Duration,
+    /// How often exited containers are collected (the kubelet's 1 min).
+    pub container_gc_interval: Duration,
 }
 
 impl CriRuntimeOptions {
@@ -117,6 +120,7 @@ impl CriRuntimeOptions {
             image_gc_low_threshold: gc::DEFAULT_LOW_THRESHOLD,
             image_minimum_age: gc::DEFAULT_MINIMUM_AGE,
             image_gc_interval: Duration::from_secs(300),
+            container_gc_interval: Duration::from_secs(60),
         }
     }
 }
@@ -205,6 +209,7 @@ pub struct CriRuntime {
     monitor: AbortHandle,
     rotation: AbortHandle,
     image_gc: AbortHandle,
+    container_gc: AbortHandle,
 }
 
 impl Drop for CriRuntime {
@@ -214,6 +219,7 @@ impl Drop for CriRuntime {
         self.monitor.abort();
         self.rotation.abort();
         self.image_gc.abort();
+        self.container_gc.abort();
         for (_, p) in lock(&self.inner.probes).drain() {
             p.task.abort();
         }
@@ -348,11 +354,13 @@ impl CriRuntime {
         let monitor = tokio::spawn(Arc::clone(&inner).monitor()).abort_handle();
         let rotation = tokio::spawn(Arc::clone(&inner).rotate_logs()).abort_handle();
         let image_gc = tokio::spawn(Arc::clone(&inner).collect_images()).abort_handle();
+        let container_gc = tokio::spawn(Arc::clone(&inner).collect_containers()).abort_handle();
         Ok(Self {
             inner,
             monitor,
             rotation,
             image_gc,
+            container_gc,
         })
     }
 
@@ -589,6 +597,38 @@ impl Inner {
             announced.retain(|(_, _, at)| now - *at < 3_600_000_000_000);
             for uid in changed {
                 self.notify(&uid);
+            }
+        }
+    }
+
+    /// Removes exited containers beyond what the kubelet keeps ([`gc`]), every
+    /// `container_gc_interval`. Only pods this runtime syncs are touched, each under its
+    /// pod's lock so that no sync is reading the runs it removes; what is left of a pod
+    /// that is gone goes when the agent kills it.
+    async fn collect_containers(self: Arc<Self>) {
+        loop {
+            tokio::time::sleep(self.options.container_gc_interval).await;
+            let all = match self.client.list_containers("", &HashMap::new()).await {
+                Ok(all) => all,
+                Err(e) => {
+                    tracing::warn!(error = %e, "Container garbage collection failed");
+                    continue;
+                }
+            };
+            let doomed: HashSet<String> = gc::dead_containers_to_remove(&all).into_iter().collect();
+            for c in all.iter().filter(|c| doomed.contains(&c.id)) {
+                let uid = label(&c.labels, POD_UID_LABEL);
+                let Some(pod_lock) = lock(&self.pod_locks).get(uid).cloned() else {
+                    continue;
+                };
+                let _guard = pod_lock.lock().await;
+                match self.client.remove_container(&c.id).await {
+                    Ok(()) => tracing::debug!(id = %c.id, uid, "exited container collected"),
+                    Err(e) if e.is_not_found() => {}
+                    Err(e) => {
+                        tracing::warn!(id = %c.id, error = %e, "removing an exited container")
+                    }
+                }
             }
         }
     }
