@@ -578,12 +578,12 @@ fn prepare(
             format!("invalid container name {name:?}"),
         ));
     }
-    let spec_env = expand::container_env(pod, container, ctx)
-        .map_err(|e| ("CreateContainerConfigError".to_string(), e))?;
-    let env = full_env(
     if let Some(why) = crate::unsupported::lifecycle_hooks_in_process(container) {
         return Err(("CreateContainerConfigError".to_string(), why));
     }
+    let spec_env = expand::container_env(pod, container, ctx)
+        .map_err(|e| ("CreateContainerConfigError".to_string(), e))?;
+    let env = full_env(
         base_env(pod.metadata.name.as_deref().unwrap_or_default()),
         spec_env,
     );
