@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus,
+    Container, ContainerState, ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -425,9 +425,106 @@ pub fn container_events(pod_name: &str, old: Option<&PodStatus>, new: &PodStatus
     events
 }
 
+/// What a container means for its pod's phase; both runtimes report one per app container.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Disposition {
+    /// Not started yet (waiting for an image, its init containers, a config).
+    NotStarted,
+    /// Running, or going to run again.
+    Active,
+    /// Finished for good with this exit code.
+    Done(i32),
+}
+
+/// The pod's phase from its app containers: `Pending` while one has not started,
+/// `Succeeded` when all finished with 0, `Failed` when all finished and one did not,
+/// `Running` otherwise.
+pub fn pod_phase(dispositions: &[Disposition]) -> &'static str {
+    if dispositions.is_empty() || dispositions.contains(&Disposition::NotStarted) {
+        "Pending"
+    } else if dispositions
+        .iter()
+        .all(|d| matches!(d, Disposition::Done(_)))
+    {
+        if dispositions.iter().all(|d| *d == Disposition::Done(0)) {
+            "Succeeded"
+        } else {
+            "Failed"
+        }
+    } else {
+        "Running"
+    }
+}
+
+/// The pod's `restartPolicy` (`Always` when unset, as the API defaults it).
+pub fn restart_policy(pod: &Pod) -> String {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.restart_policy.clone())
+        .unwrap_or_else(|| "Always".to_string())
+}
+
+/// An init container with `restartPolicy: Always` is a sidecar: it keeps running beside
+/// the app containers.
+pub fn is_sidecar(container: &Container) -> bool {
+    container.restart_policy.as_deref() == Some("Always")
+}
+
+/// Whether an init container lets the next one start: a sidecar once it has started, any
+/// other once it exited with 0.
+pub fn init_container_done(sidecar: bool, status: &ContainerStatus) -> bool {
+    if sidecar {
+        status.started == Some(true)
+    } else {
+        status
+            .state
+            .as_ref()
+            .and_then(|s| s.terminated.as_ref())
+            .is_some_and(|t| t.exit_code == 0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn phase_follows_the_containers() {
+        use Disposition::*;
+        assert_eq!(pod_phase(&[NotStarted, Active]), "Pending");
+        assert_eq!(pod_phase(&[Active, Done(0)]), "Running");
+        assert_eq!(pod_phase(&[Done(0), Done(0)]), "Succeeded");
+        assert_eq!(pod_phase(&[Done(0), Done(2)]), "Failed");
+        assert_eq!(pod_phase(&[]), "Pending");
+    }
+
+    #[test]
+    fn init_containers_are_done_by_kind() {
+        use k8s_openapi::api::core::v1::ContainerStateTerminated;
+        let exited = |code: i32| ContainerStatus {
+            state: Some(ContainerState {
+                terminated: Some(ContainerStateTerminated {
+                    exit_code: code,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert!(init_container_done(false, &exited(0)));
+        assert!(!init_container_done(false, &exited(1)));
+        let started = ContainerStatus {
+            started: Some(true),
+            ..Default::default()
+        };
+        assert!(init_container_done(true, &started));
+        assert!(!init_container_done(true, &exited(0)));
+        assert!(is_sidecar(&Container {
+            restart_policy: Some("Always".into()),
+            ..Default::default()
+        }));
+        assert_eq!(restart_policy(&Pod::default()), "Always");
+    }
     use k8s_openapi::api::core::v1::{
         Container, ContainerStateRunning, PodReadinessGate, PodSpec, ResourceRequirements,
     };

@@ -70,6 +70,7 @@ use crate::runtime::{
     LogOptions, LogStream, NodeContext, PodRuntime, RuntimeError, RuntimeEvent, RuntimePod,
     RuntimeStatus, SecretReader,
 };
+use crate::status::{is_sidecar, restart_policy, Disposition};
 
 /// Tunables of a [`CriRuntime`].
 #[derive(Clone, Debug)]
@@ -241,17 +242,6 @@ fn now_ns() -> i64 {
         .unwrap_or(0)
 }
 
-fn is_sidecar(container: &Container) -> bool {
-    container.restart_policy.as_deref() == Some("Always")
-}
-
-fn restart_policy(pod: &Pod) -> String {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.restart_policy.clone())
-        .unwrap_or_else(|| "Always".to_string())
-}
-
 /// A container's place in its pod, as an Event's `fieldPath` names it.
 fn field_path(pod: &Pod, name: &str) -> String {
     let init = pod
@@ -272,31 +262,6 @@ fn label<'a>(labels: &'a HashMap<String, String>, key: &str) -> &'a str {
 
 fn attempt_of(c: &cri::Container) -> u32 {
     c.metadata.as_ref().map_or(0, |m| m.attempt)
-}
-
-/// What a container means for the pod's phase.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Disposition {
-    NotStarted,
-    Active,
-    Done(i32),
-}
-
-fn phase(dispositions: &[Disposition]) -> &'static str {
-    if dispositions.is_empty() || dispositions.contains(&Disposition::NotStarted) {
-        "Pending"
-    } else if dispositions
-        .iter()
-        .all(|d| matches!(d, Disposition::Done(_)))
-    {
-        if dispositions.iter().all(|d| *d == Disposition::Done(0)) {
-            "Succeeded"
-        } else {
-            "Failed"
-        }
-    } else {
-        "Running"
-    }
 }
 
 /// Everything one sync knows about the pod.
@@ -1423,15 +1388,7 @@ impl PodRuntime for CriRuntime {
                 status.state = Some(state::waiting("PodInitializing", None));
             }
             if initialized {
-                let done = if sidecar {
-                    status.started == Some(true)
-                } else {
-                    status
-                        .state
-                        .as_ref()
-                        .and_then(|s| s.terminated.as_ref())
-                        .is_some_and(|t| t.exit_code == 0)
-                };
+                let done = crate::status::init_container_done(sidecar, &status);
                 if matches!(disposition, Disposition::Done(code) if code != 0) {
                     init_failed = true;
                 }
@@ -1451,7 +1408,7 @@ impl PodRuntime for CriRuntime {
             statuses.push(status);
             dispositions.push(disposition);
         }
-        let mut phase = phase(&dispositions);
+        let mut phase = crate::status::pod_phase(&dispositions);
         if init_failed {
             phase = "Failed";
         }
@@ -1805,20 +1762,5 @@ impl Follow {
             }
             tokio::time::sleep(self.interval).await;
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use Disposition::*;
-
-    #[test]
-    fn phase_follows_the_containers() {
-        assert_eq!(phase(&[NotStarted, Active]), "Pending");
-        assert_eq!(phase(&[Active, Done(0)]), "Running");
-        assert_eq!(phase(&[Done(0), Done(0)]), "Succeeded");
-        assert_eq!(phase(&[Done(0), Done(2)]), "Failed");
-        assert_eq!(phase(&[]), "Pending");
     }
 }

@@ -62,6 +62,7 @@ use crate::runtime::{
     ExecRequest, LogOptions, LogStream, NodeContext, PodRuntime, RuntimeError, RuntimePod,
     RuntimeStatus, StreamIo,
 };
+use crate::status::{is_sidecar, restart_policy, Disposition};
 use backoff::{format_delay, BackoffPolicy};
 use expand::FieldContext;
 use ipam::IpRange;
@@ -985,44 +986,6 @@ enum InitProgress {
     Failed { note: String },
 }
 
-/// An init container with `restartPolicy: Always` is a sidecar: it keeps running beside
-/// the app containers.
-fn is_sidecar(container: &Container) -> bool {
-    container.restart_policy.as_deref() == Some("Always")
-}
-
-/// What a container means for the pod's phase.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Disposition {
-    NotStarted,
-    Active,
-    Done(i32),
-}
-
-fn restart_policy(pod: &Pod) -> String {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.restart_policy.clone())
-        .unwrap_or_else(|| "Always".to_string())
-}
-
-fn phase(dispositions: &[Disposition]) -> &'static str {
-    if dispositions.is_empty() || dispositions.contains(&Disposition::NotStarted) {
-        "Pending"
-    } else if dispositions
-        .iter()
-        .all(|d| matches!(d, Disposition::Done(_)))
-    {
-        if dispositions.iter().all(|d| *d == Disposition::Done(0)) {
-            "Succeeded"
-        } else {
-            "Failed"
-        }
-    } else {
-        "Running"
-    }
-}
-
 fn waiting(reason: &str, message: Option<String>) -> ContainerState {
     ContainerState {
         waiting: Some(ContainerStateWaiting {
@@ -1149,7 +1112,7 @@ impl PodRuntime for ProcessRuntime {
             dispositions.push(disposition);
         }
         let mut reason = (!notes.is_empty()).then(|| "SimulatedContainer".to_string());
-        let mut phase = phase(&dispositions);
+        let mut phase = crate::status::pod_phase(&dispositions);
         match &progress {
             InitProgress::Done => {}
             InitProgress::Waiting { note } => {
@@ -1330,16 +1293,6 @@ impl PodRuntime for ProcessRuntime {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use Disposition::*;
-
-    #[test]
-    fn phase_follows_the_containers() {
-        assert_eq!(phase(&[NotStarted, Active]), "Pending");
-        assert_eq!(phase(&[Active, Done(0)]), "Running");
-        assert_eq!(phase(&[Done(0), Done(0)]), "Succeeded");
-        assert_eq!(phase(&[Done(0), Done(2)]), "Failed");
-        assert_eq!(phase(&[]), "Pending");
-    }
 
     #[test]
     fn restart_policy_decides_restarts() {
