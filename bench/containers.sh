@@ -21,7 +21,9 @@
 #
 # Usage: bench/containers.sh [rounds (3)]
 # Environment: PODS (100), REPLACEMENTS (20), WINDOW (20), RUNTIMES ("cri process"),
-# SETPOINT_BIN (run that binary instead of building one). Needs root, cargo, kubectl and, for
+# SETPOINT_BIN (run that binary instead of building one), AGENT_LOG (the agent's SETPOINT_LOG;
+# "warn,setpoint_node::cri::client=trace" logs every CRI call's duration) and LOG_DIR (where
+# the agents' logs are kept). Needs root, cargo, kubectl and, for
 # cri, containerd, runc, the CNI plugins and a static busybox.
 set -euo pipefail
 
@@ -119,7 +121,7 @@ start_cluster() {
   up_pid=$!
   kubeconfig="$dir/data/kubeconfig"
   wait_for "setpoint up" 120 eval 'grep -q "^Setpoint is running at" "$dir/up.out" 2>/dev/null && [[ -s $kubeconfig ]]'
-  SETPOINT_LOG=warn "$bin" agent --node-name "bench-$runtime" --address 127.0.0.1 \
+  SETPOINT_LOG=${AGENT_LOG:-warn} "$bin" agent --node-name "bench-$runtime" --address 127.0.0.1 \
     --listen 127.0.0.1:0 --container-runtime "$runtime" --kubeconfig "$kubeconfig" \
     --data-dir "$dir/agent" >"$dir/agent.out" 2>"$dir/agent.err" &
   agent_pid=$!
@@ -218,6 +220,7 @@ for ((round = 1; round <= rounds; round++)); do
     k delete pods --all --grace-period=1 --wait=false >/dev/null 2>&1 || true
     wait_for "the pods gone" 600 none_left
     stop_all
+    if [[ -n ${LOG_DIR:-} ]]; then cp "$dir/agent.err" "$LOG_DIR/$runtime-$round.agent.log"; fi
     # The bridge a private containerd's network made stays with the host otherwise.
     if [[ -f "$dir/agent/containerd/pod-subnet" ]]; then
       ip link del "sp-n$(cat "$dir/agent/containerd/pod-subnet")" 2>/dev/null || true
