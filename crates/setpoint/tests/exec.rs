@@ -122,9 +122,7 @@ sys.stdout.write("\nEXIT=%d\n" % p.returncode)
 }
 
 /// Everything but the Python client and RBAC, on one running pod `pod` (container `main`).
-/// `stdin_to_eof`: whether the runtime can end a command's stdin (containerd 1.6 speaks
-/// WebSocket only up to v4, which cannot: see `docs/streaming.md`).
-fn exercise(s: &Setpoint, pod: &str, stdin_to_eof: bool) {
+fn exercise(s: &Setpoint, pod: &str) {
     // A command's output.
     assert_eq!(s.ok(&["exec", pod, "--", "echo", "hi"]), "hi\n");
     // Its exit code becomes kubectl's.
@@ -146,15 +144,13 @@ fn exercise(s: &Setpoint, pod: &str, stdin_to_eof: bool) {
         String::from_utf8_lossy(&out.stderr).contains("command terminated with exit code 3"),
         "{out:?}"
     );
-    // stdin.
-    if stdin_to_eof {
-        let out = kubectl_with_input(s, &["exec", "-i", pod, "--", "cat"], b"data\n");
-        assert_eq!(
-            expect_success("exec -i cat", &out),
-            "data\n",
-            "stdin reaches the command and ends"
-        );
-    }
+    // stdin, to its end.
+    let out = kubectl_with_input(s, &["exec", "-i", pod, "--", "cat"], b"data\n");
+    assert_eq!(
+        expect_success("exec -i cat", &out),
+        "data\n",
+        "stdin reaches the command and ends"
+    );
     let out = kubectl_with_input(
         s,
         &[
@@ -175,22 +171,11 @@ fn exercise(s: &Setpoint, pod: &str, stdin_to_eof: bool) {
     assert!(screen.contains("33 111"), "{screen}");
     assert!(screen.contains("EXIT=0"), "{screen}");
     // kubectl cp: a file into the pod (tar x over exec, which needs stdin's end) and back out
-    // (tar c); without stdin's end, the file is written by a command instead.
+    // (tar c).
     let remote = format!("{pod}:/tmp/exec-test-{pod}.txt");
-    if stdin_to_eof {
-        let local = s.home().join("sent.txt");
-        std::fs::write(&local, "copied both ways\n").unwrap();
-        s.ok(&["cp", local.to_str().unwrap(), &remote]);
-    } else {
-        s.ok(&[
-            "exec",
-            pod,
-            "--",
-            "sh",
-            "-c",
-            &format!("echo copied both ways > /tmp/exec-test-{pod}.txt"),
-        ]);
-    }
+    let local = s.home().join("sent.txt");
+    std::fs::write(&local, "copied both ways\n").unwrap();
+    s.ok(&["cp", local.to_str().unwrap(), &remote]);
     let back = s.home().join("back.txt");
     s.ok(&["cp", &remote, back.to_str().unwrap()]);
     assert_eq!(
@@ -288,7 +273,7 @@ fn exec_attach_cp_on_a_process_pod() {
     let s = Setpoint::up(dir.path());
     s.apply(&ticker("proc", "busybox"));
     wait_running(&s, "proc");
-    exercise(&s, "proc", true);
+    exercise(&s, "proc");
     python_client(&s, "proc");
     refused_without_create(&s, "proc");
     // A pod with two containers and none named: kube-apiserver's message (kubectl picks one
@@ -325,7 +310,7 @@ fn exec_attach_cp_on_a_containerd_pod() {
     let s = Setpoint::start(&["up", "--container-runtime", "cri"], dir.path());
     s.apply(&ticker("ctr", "setpoint.local/busybox:1"));
     wait_running(&s, "ctr");
-    exercise(&s, "ctr", false);
+    exercise(&s, "ctr");
     python_client(&s, "ctr");
     s.ok(&["delete", "pod", "ctr", "--wait=true"]);
 }

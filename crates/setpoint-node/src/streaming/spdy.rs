@@ -1,5 +1,7 @@
-//! A server-side SPDY/3.1 session, as kubectl and client-go (through moby's spdystream)
-//! speak it after an `Upgrade: SPDY/3.1` (or inside a WebSocket, see [`super::portforward`]).
+//! A SPDY/3.1 session, as kubectl and client-go (through moby's spdystream) speak it after an
+//! `Upgrade: SPDY/3.1` (or inside a WebSocket, see [`super::portforward`]): the server role
+//! the agent's streaming endpoints answer with ([`serve`]), and the client role it dials a
+//! container runtime's streaming server with ([`dial`], [`client`]).
 //!
 //! The client opens every stream (SYN_STREAM, odd ids) with a name/value header block; this
 //! side accepts it with an empty SYN_REPLY, as the kubelet does, and hands it to the caller as
@@ -7,7 +9,9 @@
 //! the client's DATA until its FIN (then EOF); writing sends DATA, and shutting the write half
 //! down sends an empty DATA frame with FLAG_FIN. Header blocks are zlib streams with SPDY/3's
 //! preset dictionary, one compression context per direction for the whole session, as the
-//! protocol requires (a block cannot be decoded on its own).
+//! protocol requires (a block cannot be decoded on its own). The client role is the same
+//! session turned around: it opens the streams with [`Connection::open`] (SYN_STREAM, odd ids
+//! from 1) and takes the server's SYN_REPLY; everything after that is shared.
 //!
 //! Flow control: windows are counted both ways and this side sends WINDOW_UPDATE as the
 //! caller consumes a stream's bytes. spdystream, kubectl's implementation, neither sends
@@ -656,6 +660,11 @@ enum Outgoing {
         headers: Vec<(String, String)>,
         fin: bool,
     },
+    /// A client's SYN_STREAM whose headers the writer compresses, in the order it sends them.
+    Syn {
+        stream: u32,
+        headers: Vec<(String, String)>,
+    },
     /// Flush and close the connection's write half.
     Close,
 }
@@ -717,6 +726,8 @@ pub type Validator = Arc<dyn Fn(&Headers) -> Result<(), String> + Send + Sync>;
 
 struct Shared {
     out: mpsc::Sender<Outgoing>,
+    /// This side is the client: it opens the streams and takes none from the peer.
+    client: bool,
     validate: Validator,
     streams: Mutex<HashMap<u32, StreamState>>,
     /// The session-wide send window.
@@ -772,17 +783,45 @@ impl Control {
     }
 }
 
-/// A running session: accepted streams arrive on [`Connection::accept`].
+/// A running session: on a server's, accepted streams arrive on [`Connection::accept`]; a
+/// client's opens them with [`Connection::open`].
 pub struct Connection {
     incoming: mpsc::Receiver<Stream>,
     control: Control,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// The id of the next stream a client session opens (odd, rising); 0 on a server's.
+    next_stream: u32,
 }
 
 impl Connection {
-    /// The next stream the client opens; `None` once the connection has ended.
+    /// The next stream the client opens; `None` once the connection has ended (at once on
+    /// a client session, which takes no streams).
     pub async fn accept(&mut self) -> Option<Stream> {
         self.incoming.recv().await
+    }
+
+    /// Opens a stream with `headers` (names lowercase, as SPDY/3 requires) on a client
+    /// session. The SYN_STREAM is queued before anything written on the stream, and the
+    /// server's SYN_REPLY is not waited for: a stream it refuses is reset, which ends it.
+    /// `None` on a server session, once ids ran out, or when the connection has ended.
+    pub async fn open(&mut self, headers: Vec<(String, String)>) -> Option<Stream> {
+        let shared = &self.control.shared;
+        if !shared.client || self.next_stream > 0x7fff_ffff || shared.out.is_closed() {
+            return None;
+        }
+        let id = self.next_stream;
+        self.next_stream += 2;
+        let stream = open_stream(shared, id, 0, Headers(headers.clone()));
+        // Queued before the caller has the stream, so before any of its DATA.
+        shared
+            .out
+            .send(Outgoing::Syn {
+                stream: id,
+                headers,
+            })
+            .await
+            .ok()?;
+        Some(stream)
     }
 
     /// A handle to reset streams or close the session.
@@ -833,11 +872,28 @@ pub fn serve_with<IO>(io: IO, validate: Validator) -> Connection
 where
     IO: AsyncRead + AsyncWrite + Send + 'static,
 {
+    start(io, validate, false)
+}
+
+/// Starts a client session on an upgraded connection: it opens streams with
+/// [`Connection::open`] and refuses any the server would open.
+pub fn client<IO>(io: IO) -> Connection
+where
+    IO: AsyncRead + AsyncWrite + Send + 'static,
+{
+    start(io, Arc::new(|_: &Headers| Ok(())), true)
+}
+
+fn start<IO>(io: IO, validate: Validator, client: bool) -> Connection
+where
+    IO: AsyncRead + AsyncWrite + Send + 'static,
+{
     let (read, write) = tokio::io::split(io);
     let (out_tx, out_rx) = mpsc::channel(OUTGOING);
     let (accept_tx, accept_rx) = mpsc::channel(ACCEPT_QUEUE);
     let shared = Arc::new(Shared {
         out: out_tx,
+        client,
         validate,
         streams: Mutex::new(HashMap::new()),
         session_window: Window::new(DEFAULT_WINDOW),
@@ -855,6 +911,7 @@ where
         control: Control { shared },
         // The writer last: `close` waits on it.
         tasks: vec![reader, writer],
+        next_stream: if client { 1 } else { 0 },
     }
 }
 
@@ -868,6 +925,9 @@ async fn write_loop<W: AsyncWrite + Unpin>(mut write: W, mut rx: mpsc::Receiver<
                 headers,
                 fin,
             } => syn_reply_frame(stream, fin, &deflater.block(&headers)),
+            Outgoing::Syn { stream, headers } => {
+                syn_stream_frame(stream, 0, &deflater.block(&headers))
+            }
             Outgoing::Close => break,
         };
         if write.write_all(&frame).await.is_err() || write.flush().await.is_err() {
@@ -896,6 +956,8 @@ async fn read_loop<R: AsyncRead + Unpin>(
 ) {
     let mut inflater = Inflater::default();
     let mut gone_away = false;
+    // A client takes no streams: its `accept` ends at once.
+    let accept = (!shared.client).then_some(accept);
     let send = |f: Vec<u8>| {
         let out = shared.out.clone();
         async move {
@@ -927,6 +989,11 @@ async fn read_loop<R: AsyncRead + Unpin>(
                         send(goaway_frame(shared.last(), goaway::PROTOCOL_ERROR)).await;
                         break;
                     }
+                };
+                let Some(accept) = &accept else {
+                    // The server of a client session opens no streams of its own here.
+                    send(rst_frame(stream, rst::REFUSED_STREAM)).await;
+                    continue;
                 };
                 let refuse = {
                     let mut last = shared.last_stream.lock();
@@ -1027,8 +1094,9 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 }
             }
             Frame::Ping(id) => {
-                // Echo the client's pings (odd ids); even ids would be answers to ours.
-                if id % 2 == 1 {
+                // Echo the peer's pings (a client's are odd, a server's even); the others
+                // would be answers to ours.
+                if (id % 2 == 1) != shared.client {
                     send(ping_frame(id)).await;
                 }
             }
@@ -1183,6 +1251,71 @@ pub const UPGRADE_TOKEN: &str = "SPDY/3.1";
 pub const PROTOCOL_HEADER: &str = "X-Stream-Protocol-Version";
 /// The header listing the server's protocols when none of the client's is one.
 pub const ACCEPTED_PROTOCOLS_HEADER: &str = "X-Accepted-Stream-Protocol-Versions";
+
+/// The most bytes of an upgrade response's status line and headers [`dial`] reads.
+const MAX_UPGRADE_RESPONSE: u64 = 16 * 1024;
+
+/// Connects to `url` (plain `http://`) and upgrades the connection to SPDY/3.1 with
+/// stream protocol `protocol`, as client-go's SPDY round tripper does (a POST with
+/// `Connection: Upgrade`, `Upgrade: SPDY/3.1` and `X-Stream-Protocol-Version`); returns the
+/// client session once the server answered 101 with that protocol.
+pub async fn dial(url: &str, protocol: &str) -> Result<Connection, String> {
+    use tokio::io::AsyncBufReadExt;
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| format!("unsupported URL {url:?} (only http:// is dialled)"))?;
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let uri: axum::http::Uri = url.parse().map_err(|e| format!("bad URL {url:?}: {e}"))?;
+    let host = uri.host().unwrap_or("127.0.0.1");
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let port = uri.port_u16().unwrap_or(80);
+    let tcp = tokio::net::TcpStream::connect((host, port))
+        .await
+        .map_err(|e| e.to_string())?;
+    let _ = tcp.set_nodelay(true);
+    let mut io = tokio::io::BufReader::new(tcp);
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: Upgrade\r\n\
+         Upgrade: {UPGRADE_TOKEN}\r\n{PROTOCOL_HEADER}: {protocol}\r\nContent-Length: 0\r\n\r\n"
+    );
+    io.write_all(request.as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    io.flush().await.map_err(|e| e.to_string())?;
+    // The response head, line by line through the buffer: what follows it is the session's.
+    let mut head = Vec::new();
+    let mut limited = (&mut io).take(MAX_UPGRADE_RESPONSE);
+    loop {
+        let before = head.len();
+        let n = limited
+            .read_until(b'\n', &mut head)
+            .await
+            .map_err(|e| e.to_string())?;
+        if n == 0 {
+            return Err("the server closed the connection during the upgrade".into());
+        }
+        if head[before..].iter().all(|b| *b == b'\r' || *b == b'\n') {
+            break;
+        }
+    }
+    let head = String::from_utf8_lossy(&head);
+    let mut lines = head.lines();
+    let status = lines.next().unwrap_or("");
+    if status.split_whitespace().nth(1) != Some("101") {
+        return Err(format!("the server refused the upgrade: {}", status.trim()));
+    }
+    let chosen = lines
+        .filter_map(|l| l.split_once(':'))
+        .find(|(name, _)| name.trim().eq_ignore_ascii_case(PROTOCOL_HEADER))
+        .map(|(_, value)| value.trim().to_string());
+    if chosen.as_deref() != Some(protocol) {
+        return Err(format!("the server chose stream protocol {chosen:?}"));
+    }
+    Ok(client(io))
+}
 
 /// Whether a request asks for an upgrade to SPDY/3.1 (upstream's test: the `Connection`
 /// header mentions `upgrade` and the `Upgrade` header `spdy/3.1`, without case).
@@ -1545,6 +1678,148 @@ mod tests {
                 status: 0
             }
         ));
+    }
+
+    /// Serves one upgrade on a local port the way the agent does: a server session that
+    /// echoes the `stdin` stream onto `stdout` until stdin's FIN, then writes `done` on the
+    /// `error` stream and closes.
+    async fn echo_server() -> std::net::SocketAddr {
+        use axum::routing::post;
+        async fn exec(request: axum::extract::Request) -> axum::response::Response {
+            let protocol = match negotiate(request.headers(), &["v4.channel.k8s.io"]) {
+                Ok(p) => p,
+                Err(refused) => return *refused,
+            };
+            upgrade(request, protocol, |io| async move {
+                let mut conn = serve(io);
+                let mut streams = HashMap::new();
+                while streams.len() < 3 {
+                    let s = conn.accept().await.unwrap();
+                    let kind = s.headers.get("streamtype").unwrap().to_string();
+                    streams.insert(kind, s);
+                }
+                let mut stdin = streams.remove("stdin").unwrap();
+                let mut stdout = streams.remove("stdout").unwrap();
+                let mut error = streams.remove("error").unwrap();
+                tokio::io::copy(&mut stdin.io, &mut stdout.io)
+                    .await
+                    .unwrap();
+                stdout.io.shutdown().await.unwrap();
+                error.io.write_all(b"done").await.unwrap();
+                error.io.shutdown().await.unwrap();
+                conn.close(std::time::Duration::from_secs(5)).await;
+            })
+        }
+        let app = axum::Router::new().route("/exec/{token}", post(exec));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let service = hyper_util::service::TowerToHyperService::new(app);
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(tcp), service)
+                .with_upgrades()
+                .await;
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn a_dialled_client_session_ends_stdin_with_its_fin() {
+        let addr = echo_server().await;
+        let mut conn = dial(&format!("http://{addr}/exec/t0k3n"), "v4.channel.k8s.io")
+            .await
+            .unwrap();
+        let stream = |kind: &str| vec![("streamtype".to_string(), kind.to_string())];
+        let mut error = conn.open(stream("error")).await.unwrap();
+        let mut stdin = conn.open(stream("stdin")).await.unwrap();
+        let mut stdout = conn.open(stream("stdout")).await.unwrap();
+        // Odd ids from 1, in the order opened.
+        assert_eq!((error.id, stdin.id, stdout.id), (1, 3, 5));
+        // More than one frame and more than the default window, so windows are exercised.
+        let sent: Vec<u8> = (0..3 * DEFAULT_WINDOW as usize)
+            .map(|i| (i % 251) as u8)
+            .collect();
+        let writer = {
+            let sent = sent.clone();
+            tokio::spawn(async move {
+                stdin.io.write_all(&sent).await.unwrap();
+                // The FIN: the server's copy ends only on it.
+                stdin.io.shutdown().await.unwrap();
+            })
+        };
+        let mut echoed = Vec::new();
+        stdout.io.read_to_end(&mut echoed).await.unwrap();
+        assert!(echoed == sent, "the server echoed {} bytes", echoed.len());
+        let mut status = Vec::new();
+        error.io.read_to_end(&mut status).await.unwrap();
+        assert_eq!(status, b"done");
+        writer.await.unwrap();
+        // A server session opens no streams of its own.
+        assert!(conn.accept().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn dialling_fails_on_a_refused_upgrade() {
+        let addr = echo_server().await;
+        let err = dial(&format!("http://{addr}/exec/t"), "v9.channel.k8s.io")
+            .await
+            .err()
+            .unwrap();
+        assert!(err.contains("403"), "{err}");
+        assert!(dial("https://127.0.0.1:1/x", "v4.channel.k8s.io")
+            .await
+            .is_err());
+    }
+
+    #[tokio::test]
+    async fn a_client_session_refuses_streams_and_answers_only_server_pings() {
+        let (a, mut b) = tokio::io::duplex(1 << 16);
+        let mut conn = client(a);
+        let mut deflate = Deflater::default();
+        let mut inflate = Inflater::default();
+        let opened = conn.open(h(&[("streamtype", "error")])).await.unwrap();
+        let f = read_frame(&mut b).await.unwrap().unwrap();
+        let Frame::SynStream {
+            stream: 1,
+            flags: 0,
+            block,
+            ..
+        } = f
+        else {
+            panic!("{f:?}")
+        };
+        assert_eq!(
+            inflate.headers(&block).unwrap().get("streamType"),
+            Some("error")
+        );
+        // The reply, then a stream the server opens: refused.
+        b.write_all(&syn_reply_frame(1, false, &deflate.block(&[])))
+            .await
+            .unwrap();
+        b.write_all(&syn_stream_frame(2, 0, &deflate.block(&h(&[("x", "y")]))))
+            .await
+            .unwrap();
+        assert_eq!(
+            read_frame(&mut b).await.unwrap().unwrap(),
+            Frame::RstStream {
+                stream: 2,
+                status: rst::REFUSED_STREAM
+            }
+        );
+        // A server's ping (even) is echoed; an odd one would answer this side's.
+        b.write_all(&ping_frame(1)).await.unwrap();
+        b.write_all(&ping_frame(2)).await.unwrap();
+        assert_eq!(read_frame(&mut b).await.unwrap().unwrap(), Frame::Ping(2));
+        // DATA after the reply reaches the stream: the zlib contexts stayed in step.
+        b.write_all(&data_frame(1, true, b"status")).await.unwrap();
+        let mut got = Vec::new();
+        let mut io = opened.io;
+        io.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, b"status");
+        // A server session does not open streams.
+        let (c, _d) = tokio::io::duplex(64);
+        assert!(serve(c).open(h(&[])).await.is_none());
     }
 
     #[tokio::test]
