@@ -561,6 +561,78 @@ async fn a_memory_limit_is_enforced_with_oom_kills() {
         .unwrap();
 }
 
+/// The CFS quota and period of the cgroup `pid` is in: cgroup v1's `cpu` controller
+/// (`cpu.cfs_quota_us`, `cpu.cfs_period_us`) or cgroup v2's `cpu.max`.
+fn cpu_quota_and_period(pid: i32) -> (String, String) {
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    for line in cgroups.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next(), parts.next(), parts.next());
+        let (Some(controllers), Some(path)) = (controllers, path) else {
+            continue;
+        };
+        if controllers.is_empty() {
+            let max = std::fs::read_to_string(format!("/sys/fs/cgroup{path}/cpu.max")).unwrap();
+            let mut words = max.split_whitespace().map(str::to_string);
+            return (words.next().unwrap(), words.next().unwrap());
+        }
+        if controllers.split(',').any(|c| c == "cpu") {
+            let dir = format!("/sys/fs/cgroup/{controllers}{path}");
+            let read = |f: &str| {
+                std::fs::read_to_string(format!("{dir}/{f}"))
+                    .unwrap()
+                    .trim()
+                    .to_string()
+            };
+            return (read("cpu.cfs_quota_us"), read("cpu.cfs_period_us"));
+        }
+    }
+    panic!("no cpu cgroup for {pid}: {cgroups}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cpu_limit_is_the_container_cgroups_quota() {
+    let Some(ctrd) = TestContainerd::start().await else {
+        return;
+    };
+    let data = tempfile::tempdir().unwrap();
+    let mut h = harness(&ctrd, data.path()).await;
+    let mut app = container("app", "exec sleep 3600");
+    let cpu: std::collections::BTreeMap<String, Quantity> = [
+        ("cpu".to_string(), Quantity("250m".into())),
+        ("memory".to_string(), Quantity("32Mi".into())),
+    ]
+    .into();
+    app.resources = Some(ResourceRequirements {
+        limits: Some(cpu.clone()),
+        requests: Some(cpu),
+        ..Default::default()
+    });
+    let pod = pod("cpu", "Always", vec![app]);
+    let status = h
+        .sync_until(&pod, "the limited container running", |s| {
+            s.container_statuses.first().is_some_and(running)
+        })
+        .await;
+    let id = status.container_statuses[0].container_id.clone().unwrap();
+    let pid = main_pid(&h.client, &id).await;
+    // 250m of a 100 ms period is 25 ms, as the kubelet computes the quota.
+    assert_eq!(
+        cpu_quota_and_period(pid),
+        ("25000".to_string(), "100000".to_string())
+    );
+    // Requests equal to limits make the pod Guaranteed: its cgroup is right under kubepods.
+    let uid = pod.metadata.uid.clone().unwrap();
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    assert!(
+        cgroups.contains(&format!("/kubepods/pod{uid}/")),
+        "{cgroups}"
+    );
+    h.rt.kill_pod(&runtime_pod(&pod), Duration::from_secs(1))
+        .await
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_sandbox_is_replaced_and_its_containers_start_again() {
     let Some(ctrd) = TestContainerd::start().await else {
