@@ -20,9 +20,9 @@ use serde_json::Value;
 use setpoint_api::status::ApiError;
 
 /// How long connecting to an agent may take before the request fails.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The most of an agent's error body relayed into the Status message.
-const MAX_ERROR_BODY: usize = 16 * 1024;
+pub(crate) const MAX_ERROR_BODY: usize = 16 * 1024;
 /// Query parameters passed on to the agent (the rest are the API server's own).
 const FORWARDED: &[&str] = &[
     "follow",

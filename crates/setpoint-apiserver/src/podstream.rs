@@ -11,7 +11,6 @@
 //! either side closes; any other answer becomes the client's error.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::Body;
 use axum::response::Response;
@@ -22,12 +21,9 @@ use rustls::pki_types::ServerName;
 use serde_json::Value;
 use setpoint_api::status::ApiError;
 
-use crate::podlogs::{agent_address, agent_error};
-
-/// How long connecting to an agent and its answer to the upgrade may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// The most of an agent's refusal relayed into the Status message.
-const MAX_ERROR_BODY: usize = 16 * 1024;
+// The same connect deadline (here also for the agent's answer to the upgrade) and bound on
+// relayed refusals as `pods/log`.
+use crate::podlogs::{agent_address, agent_error, CONNECT_TIMEOUT, MAX_ERROR_BODY};
 
 /// The request headers that negotiate the upgraded protocol, passed on to the agent; and
 /// the response headers passed back.

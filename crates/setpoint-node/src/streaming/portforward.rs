@@ -26,16 +26,13 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 
-use axum::body::Body;
 use axum::extract::{Path, RawQuery, Request, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::StatusCode;
 use axum::response::Response;
 use bytes::Bytes;
 use futures::{Sink, SinkExt, Stream, StreamExt};
-use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::mpsc;
-use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
@@ -88,9 +85,9 @@ pub async fn handle(
     let target = Target { runtime, pod };
     let headers = request.headers();
     if websocket::is_upgrade(headers) {
-        let offered = offered_subprotocols(headers);
+        let offered = websocket::offered_subprotocols(headers);
         if offered.iter().any(|p| p == TUNNELING_PROTOCOL) {
-            return accept_websocket(request, Some(TUNNELING_PROTOCOL), move |ws| async move {
+            return websocket::accept(request, Some(TUNNELING_PROTOCOL), move |ws| async move {
                 serve_spdy(WsBytes::new(ws), target).await
             });
         }
@@ -124,7 +121,7 @@ pub async fn handle(
         let name = protocol.map(Protocol::name);
         // No subprotocol: binary channels, as the kubelet's default.
         let protocol = protocol.unwrap_or(Protocol::V4);
-        return accept_websocket(request, name, move |ws| async move {
+        return websocket::accept(request, name, move |ws| async move {
             serve_channels(ws, protocol, ports, target).await
         });
     }
@@ -139,73 +136,6 @@ pub async fn handle(
         StatusCode::BAD_REQUEST,
         "unable to upgrade: port-forward needs an upgrade to SPDY/3.1 or WebSocket",
     )
-}
-
-fn offered_subprotocols(headers: &axum::http::HeaderMap) -> Vec<String> {
-    headers
-        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
-        .iter()
-        .flat_map(|v| {
-            v.to_str()
-                .unwrap_or("")
-                .split(',')
-                .map(|p| p.trim().to_string())
-                .collect::<Vec<_>>()
-        })
-        .filter(|p| !p.is_empty())
-        .collect()
-}
-
-/// Answers a WebSocket upgrade with 101 (naming `protocol`, if any) and runs `session`.
-fn accept_websocket<F, Fut>(
-    mut request: Request,
-    protocol: Option<&'static str>,
-    session: F,
-) -> Response
-where
-    F: FnOnce(WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>) -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
-{
-    let headers = request.headers();
-    if headers
-        .get(header::SEC_WEBSOCKET_VERSION)
-        .is_none_or(|v| v.as_bytes() != b"13")
-    {
-        return super::text(
-            StatusCode::BAD_REQUEST,
-            "unsupported WebSocket version: Sec-WebSocket-Version must be 13",
-        );
-    }
-    let Some(key) = headers.get(header::SEC_WEBSOCKET_KEY) else {
-        return super::text(StatusCode::BAD_REQUEST, "missing Sec-WebSocket-Key");
-    };
-    let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
-    let on_upgrade = hyper::upgrade::on(&mut request);
-    tokio::spawn(async move {
-        match on_upgrade.await {
-            Ok(upgraded) => {
-                let ws = WebSocketStream::from_raw_socket(
-                    TokioIo::new(upgraded),
-                    Role::Server,
-                    Some(websocket::config()),
-                )
-                .await;
-                session(ws).await;
-            }
-            Err(e) => tracing::debug!(error = %e, "port-forward upgrade failed"),
-        }
-    });
-    let mut response = Response::builder()
-        .status(StatusCode::SWITCHING_PROTOCOLS)
-        .header(header::CONNECTION, "Upgrade")
-        .header(header::UPGRADE, "websocket")
-        .header(header::SEC_WEBSOCKET_ACCEPT, accept);
-    if let Some(p) = protocol {
-        response = response.header(header::SEC_WEBSOCKET_PROTOCOL, HeaderValue::from_static(p));
-    }
-    response
-        .body(Body::empty())
-        .unwrap_or_else(|e| super::text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
 }
 
 /// The ports of a WebSocket request, the kubelet's rules and messages: `port` (or the API's

@@ -169,18 +169,7 @@ pub fn is_upgrade(headers: &HeaderMap) -> bool {
 /// The protocol for the client's `Sec-WebSocket-Protocol` offers: the first offered that
 /// this server speaks; `V1` (named in no header) when the client offers none.
 pub fn negotiate(headers: &HeaderMap) -> Result<(Protocol, bool), String> {
-    let offered: Vec<String> = headers
-        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
-        .iter()
-        .flat_map(|v| {
-            v.to_str()
-                .unwrap_or("")
-                .split(',')
-                .map(|p| p.trim().to_string())
-                .collect::<Vec<_>>()
-        })
-        .filter(|p| !p.is_empty())
-        .collect();
+    let offered = offered_subprotocols(headers);
     if offered.is_empty() {
         return Ok((Protocol::V1, false));
     }
@@ -199,12 +188,40 @@ pub fn negotiate(headers: &HeaderMap) -> Result<(Protocol, bool), String> {
 }
 
 /// Answers a WebSocket upgrade with 101 and runs the session on the upgraded connection.
-pub fn serve(mut request: Request, session: Session) -> Response {
-    let headers = request.headers();
-    let (protocol, named) = match negotiate(headers) {
+pub fn serve(request: Request, session: Session) -> Response {
+    let (protocol, named) = match negotiate(request.headers()) {
         Ok(p) => p,
         Err(e) => return super::text(StatusCode::BAD_REQUEST, e),
     };
+    accept(request, named.then(|| protocol.name()), move |ws| {
+        run(ws, protocol, session)
+    })
+}
+
+/// The subprotocols a client offers in `Sec-WebSocket-Protocol`, in its order.
+pub fn offered_subprotocols(headers: &HeaderMap) -> Vec<String> {
+    headers
+        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .flat_map(|v| {
+            v.to_str()
+                .unwrap_or("")
+                .split(',')
+                .map(|p| p.trim().to_string())
+                .collect::<Vec<_>>()
+        })
+        .filter(|p| !p.is_empty())
+        .collect()
+}
+
+/// Answers a WebSocket upgrade with 101 (naming `protocol`, if any) and runs `session` on
+/// the upgraded connection, with this module's frame limits.
+pub fn accept<F, Fut>(mut request: Request, protocol: Option<&'static str>, session: F) -> Response
+where
+    F: FnOnce(WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let headers = request.headers();
     if headers
         .get(header::SEC_WEBSOCKET_VERSION)
         .is_none_or(|v| v.as_bytes() != b"13")
@@ -218,9 +235,9 @@ pub fn serve(mut request: Request, session: Session) -> Response {
         return super::text(StatusCode::BAD_REQUEST, "missing Sec-WebSocket-Key");
     };
     let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
-    let upgrade = hyper::upgrade::on(&mut request);
+    let on_upgrade = hyper::upgrade::on(&mut request);
     tokio::spawn(async move {
-        match upgrade.await {
+        match on_upgrade.await {
             Ok(upgraded) => {
                 let ws = WebSocketStream::from_raw_socket(
                     TokioIo::new(upgraded),
@@ -228,7 +245,7 @@ pub fn serve(mut request: Request, session: Session) -> Response {
                     Some(config()),
                 )
                 .await;
-                run(ws, protocol, session).await;
+                session(ws).await;
             }
             Err(e) => tracing::debug!(error = %e, "streaming upgrade failed"),
         }
@@ -238,11 +255,8 @@ pub fn serve(mut request: Request, session: Session) -> Response {
         .header(header::CONNECTION, "Upgrade")
         .header(header::UPGRADE, "websocket")
         .header(header::SEC_WEBSOCKET_ACCEPT, accept);
-    if named {
-        response = response.header(
-            header::SEC_WEBSOCKET_PROTOCOL,
-            HeaderValue::from_static(protocol.name()),
-        );
+    if let Some(p) = protocol {
+        response = response.header(header::SEC_WEBSOCKET_PROTOCOL, HeaderValue::from_static(p));
     }
     response
         .body(Body::empty())
