@@ -18,7 +18,6 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use setpoint_node::containerd::testing::{missing_prerequisites, REQUIRE_ENV};
 use setpoint_node::cri::CriClient;
 use support::{eventually, lines, Setpoint};
 
@@ -26,21 +25,6 @@ use support::{eventually, lines, Setpoint};
 const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
 
 const DEADLINE: Duration = Duration::from_secs(120);
-
-/// Whether this machine can run the test; says why not (or panics when it is required).
-fn containerd_available() -> bool {
-    match missing_prerequisites() {
-        None => true,
-        Some(reason) => {
-            assert!(
-                std::env::var(REQUIRE_ENV).as_deref() != Ok("1"),
-                "{REQUIRE_ENV}=1 but containerd cannot run here: {reason}"
-            );
-            eprintln!("skipping: containerd cannot run here: {reason}");
-            false
-        }
-    }
-}
 
 /// What `setpoint up` printed about its local node's runtime: the CRI endpoint and, for a
 /// private containerd, the pod subnet's first three octets (`10.223.<x>.`).
@@ -180,7 +164,7 @@ impl Drop for CriCleanup {
 
 #[test]
 fn deployment_runs_in_containerd() {
-    if !support::kubectl_available() || !containerd_available() {
+    if !support::kubectl_available() || !support::containerd_available() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -460,7 +444,7 @@ fn agent_runs_pods_on_the_endpoint_given() {
 /// address, no restart.
 #[test]
 fn restart_keeps_the_subnet_and_adopts_pods() {
-    if !support::kubectl_available() || !containerd_available() {
+    if !support::kubectl_available() || !support::containerd_available() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -23,7 +23,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use setpoint_node::containerd::testing::{missing_prerequisites, REQUIRE_ENV};
 use setpoint_node::cri::CriClient;
 use support::{eventually, lines, Setpoint};
 
@@ -37,24 +36,6 @@ const DEADLINE: Duration = Duration::from_secs(120);
 
 /// The local image every container of these tests runs (built from the host's busybox).
 const IMAGE: &str = "setpoint.local/busybox:1";
-
-/// Whether this machine can run the test; says why not (or panics when it is required).
-fn containerd_available() -> bool {
-    if !support::kubectl_available() {
-        return false;
-    }
-    match missing_prerequisites() {
-        None => true,
-        Some(reason) => {
-            assert!(
-                std::env::var(REQUIRE_ENV).as_deref() != Ok("1"),
-                "{REQUIRE_ENV}=1 but containerd cannot run here: {reason}"
-            );
-            eprintln!("skipping: containerd cannot run here: {reason}");
-            false
-        }
-    }
-}
 
 /// What a node printed about its runtime: the CRI endpoint and, for a private containerd,
 /// its pod subnet's first three octets and bridge.
@@ -290,7 +271,7 @@ fn line_with(lines: &mpsc::Receiver<String>, needle: &str) -> String {
 
 #[test]
 fn auto_keeps_process_pods_and_runs_the_walkthrough_in_containers() {
-    if !containerd_available() {
+    if !support::kubectl_available() || !support::containerd_available() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -553,7 +534,7 @@ fn stop_agent(mut agent: KillOnDrop) {
 
 #[test]
 fn agent_restart_keeps_ten_container_pods() {
-    if !containerd_available() {
+    if !support::kubectl_available() || !support::containerd_available() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

@@ -10,24 +10,9 @@ mod support;
 
 use std::time::Duration;
 
-use setpoint_node::containerd::testing::{missing_prerequisites, REQUIRE_ENV};
 use support::{eventually, Setpoint};
 
 const DEADLINE: Duration = Duration::from_secs(120);
-
-fn containerd_available() -> bool {
-    match missing_prerequisites() {
-        None => true,
-        Some(reason) => {
-            assert!(
-                std::env::var(REQUIRE_ENV).as_deref() != Ok("1"),
-                "{REQUIRE_ENV}=1 but containerd cannot run here: {reason}"
-            );
-            eprintln!("skipping: containerd cannot run here: {reason}");
-            false
-        }
-    }
-}
 
 const PODS: &str = r#"
 apiVersion: v1
@@ -74,7 +59,7 @@ fn events(s: &Setpoint, pod: &str, reason: &str) -> String {
 
 #[test]
 fn failing_hooks_are_events_and_the_kubelets_states() {
-    if !support::kubectl_available() || !containerd_available() {
+    if !support::kubectl_available() || !support::containerd_available() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

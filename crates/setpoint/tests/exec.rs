@@ -15,24 +15,9 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use setpoint_node::containerd::testing::{missing_prerequisites, REQUIRE_ENV};
 use support::{eventually, expect_failure, expect_success, Setpoint};
 
 const DEADLINE: Duration = Duration::from_secs(120);
-
-fn containerd_available() -> bool {
-    match missing_prerequisites() {
-        None => true,
-        Some(reason) => {
-            assert!(
-                std::env::var(REQUIRE_ENV).as_deref() != Ok("1"),
-                "{REQUIRE_ENV}=1 but containerd cannot run here: {reason}"
-            );
-            eprintln!("skipping: containerd cannot run here: {reason}");
-            false
-        }
-    }
-}
 
 /// A pod whose container prints a numbered tick every 200 ms (what attach shows).
 fn ticker(name: &str, image: &str) -> String {
@@ -303,7 +288,7 @@ spec:
 
 #[test]
 fn exec_attach_cp_on_a_containerd_pod() {
-    if !support::kubectl_available() || !containerd_available() {
+    if !support::kubectl_available() || !support::containerd_available() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

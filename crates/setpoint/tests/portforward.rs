@@ -21,7 +21,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use setpoint_node::containerd::testing::{missing_prerequisites, REQUIRE_ENV};
 use support::{eventually, lines, Setpoint};
 
 const DEADLINE: Duration = Duration::from_secs(120);
@@ -277,24 +276,9 @@ print(data.split(b"\r\n")[0].decode())
     assert!(lines(&s.ok(&["get", "pods", "-o", "name"])).len() == 1);
 }
 
-/// Whether this machine can run containers; says why not (or panics when required).
-fn containerd_available() -> bool {
-    match missing_prerequisites() {
-        None => true,
-        Some(reason) => {
-            assert!(
-                std::env::var(REQUIRE_ENV).as_deref() != Ok("1"),
-                "{REQUIRE_ENV}=1 but containerd cannot run here: {reason}"
-            );
-            eprintln!("skipping: containerd cannot run here: {reason}");
-            false
-        }
-    }
-}
-
 #[test]
 fn cri_pods_forward_ports_inside_their_network_namespace() {
-    if !support::kubectl_available() || !containerd_available() {
+    if !support::kubectl_available() || !support::containerd_available() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

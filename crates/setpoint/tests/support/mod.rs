@@ -356,3 +356,20 @@ pub fn spawn_with_stderr_lines(cmd: &mut Command) -> (Child, mpsc::Receiver<Stri
     });
     (child, lines)
 }
+
+/// Whether this machine can run containers through containerd; says why not, or panics
+/// when `SETPOINT_REQUIRE_CONTAINERD=1` requires it.
+pub fn containerd_available() -> bool {
+    use setpoint_node::containerd::testing::{missing_prerequisites, REQUIRE_ENV};
+    match missing_prerequisites() {
+        None => true,
+        Some(reason) => {
+            assert!(
+                std::env::var(REQUIRE_ENV).as_deref() != Ok("1"),
+                "{REQUIRE_ENV}=1 but containerd cannot run here: {reason}"
+            );
+            eprintln!("skipping: containerd cannot run here: {reason}");
+            false
+        }
+    }
+}
