@@ -19,6 +19,9 @@ use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::Value;
 use setpoint_api::status::ApiError;
 
+// Logs name their container by the same rule as exec and attach.
+pub use crate::podstream::pick_container;
+
 /// How long connecting to an agent may take before the request fails.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The most of an agent's error body relayed into the Status message.
@@ -58,36 +61,6 @@ pub fn agent_client_config(
 
 fn str_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
     path.iter().try_fold(v, |v, k| v.get(*k))?.as_str()
-}
-
-/// The container a log request is about: the one named, or the pod's only container.
-pub fn pick_container(pod: &Value, requested: Option<&str>) -> Result<String, ApiError> {
-    let name = str_at(pod, &["metadata", "name"]).unwrap_or_default();
-    let names = |field: &str| -> Vec<String> {
-        pod.get("spec")
-            .and_then(|s| s.get(field))
-            .and_then(Value::as_array)
-            .map(|cs| {
-                cs.iter()
-                    .filter_map(|c| c.get("name").and_then(Value::as_str))
-                    .map(String::from)
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let containers = names("containers");
-    let init = names("initContainers");
-    match requested.filter(|c| !c.is_empty()) {
-        Some(c) if containers.iter().chain(&init).any(|n| n == c) => Ok(c.to_string()),
-        Some(c) => Err(ApiError::bad_request(format!(
-            "container {c} is not valid for pod {name}"
-        ))),
-        None if containers.len() == 1 => Ok(containers[0].clone()),
-        None => Err(ApiError::bad_request(format!(
-            "a container name must be specified for pod {name}, choose one of: [{}]",
-            containers.join(" ")
-        ))),
-    }
 }
 
 /// Where a node's agent serves: its first InternalIP (else any address) and its kubelet port.
