@@ -244,8 +244,55 @@ impl Drop for Setpoint {
         // Pods' processes outlive their node agent by design; a test leaves none behind.
         if !self.keep_pods {
             kill_processes_under(&self.data_dir);
+            remove_private_bridge(&self.data_dir);
         }
     }
+}
+
+/// Deletes the CNI bridge (`sp-n<x>`) of the private containerd that ran under the data dir
+/// `dir`, if any, once no `setpoint` holds its subnet. The bridge outlives its containerd on
+/// the host by design (as k3s's `cni0` does); a test leaves none behind. The subnet's lock is
+/// taken first, so a bridge another cluster now uses on the same subnet is left alone.
+pub fn remove_private_bridge(dir: &Path) {
+    let conflist = dir.join("containerd/cni/net.d/10-setpoint.conflist");
+    let Ok(text) = std::fs::read_to_string(&conflist) else {
+        return;
+    };
+    let Ok(list) = serde_json::from_str::<serde_json::Value>(&text) else {
+        return;
+    };
+    let bridges = list["plugins"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p["bridge"].as_str());
+    for bridge in bridges {
+        let Some(x) = bridge.strip_prefix("sp-n") else {
+            continue;
+        };
+        let Ok(lock) = std::fs::File::open(format!("/run/setpoint/pod-net-{x}.lock")) else {
+            continue;
+        };
+        if try_lock(&lock) {
+            let _ = Command::new("ip")
+                .args(["link", "del", bridge])
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// An exclusive, non-blocking `flock` on `file` (released when it is closed).
+#[allow(unsafe_code)]
+fn try_lock(file: &std::fs::File) -> bool {
+    use std::os::fd::AsRawFd;
+    extern "C" {
+        fn flock(fd: i32, operation: i32) -> i32;
+    }
+    const LOCK_EX: i32 = 2;
+    const LOCK_NB: i32 = 4;
+    // SAFETY: flock on a descriptor `file` keeps open for the call.
+    unsafe { flock(file.as_raw_fd(), LOCK_EX | LOCK_NB) == 0 }
 }
 
 /// Kills (SIGKILL, whole process group) every process whose working directory is under
