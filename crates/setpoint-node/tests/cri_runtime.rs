@@ -12,10 +12,11 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use setpoint_node::containerd::{TestContainerd, BUSYBOX_IMAGE, PAUSE_IMAGE};
+use setpoint_node::containerd::{image, TestContainerd, BUSYBOX_IMAGE, PAUSE_IMAGE};
 use setpoint_node::cri::runtime::{CriRuntime, CriRuntimeOptions};
 use setpoint_node::cri::CriClient;
 use setpoint_node::runtime::{LogOptions, NodeContext, PodRuntime, RuntimePod, RuntimeStatus};
+use setpoint_testing::eventually_within;
 use tokio::sync::mpsc;
 
 const DEADLINE: Duration = Duration::from_secs(90);
@@ -1214,6 +1215,9 @@ async fn image_pull_secrets_reach_the_registry() {
         .unwrap();
 }
 
+/// An image the image-collection test imports and nothing uses.
+const UNUSED_IMAGE: &str = "setpoint.local/unused:1";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unused_images_are_collected_over_the_threshold() {
     let Some(ctrd) = TestContainerd::start().await else {
@@ -1239,6 +1243,23 @@ async fn unused_images_are_collected_over_the_threshold() {
         .windows(2)
         .all(|w| w[0].size_bytes >= w[1].size_bytes));
     drop(h);
+    // An image nothing uses (busybox's root with a config of its own, so an id of its own):
+    // its removal shows a collection round has run.
+    let (busybox, applets) = image::host_busybox().unwrap();
+    let archive = image::oci_archive(&image::ImageSpec {
+        name: UNUSED_IMAGE.into(),
+        config: image::RunConfig {
+            cmd: vec!["true".into()],
+            ..Default::default()
+        },
+        entries: image::busybox_rootfs(&busybox, &applets),
+    })
+    .unwrap();
+    let archive_path = data.path().join("unused.tar");
+    std::fs::write(&archive_path, &archive.bytes).unwrap();
+    image::import_archive(ctrd.endpoint(), &archive_path)
+        .await
+        .unwrap();
     // A new runtime adopts it, with thresholds of 0 %: the filesystem is always "full", so
     // every unused image goes.
     let mut h = harness_with(&ctrd, data.path(), |o| {
@@ -1260,17 +1281,23 @@ async fn unused_images_are_collected_over_the_threshold() {
     };
     h.sync_until(&user, "adopted", |s| running(&s.container_statuses[0]))
         .await;
-    // Several rounds pass: the image in use and the sandbox image stay.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Once a round has collected the unused image, the image in use and the sandbox image
+    // are still there.
+    let client = h.client.clone();
+    eventually_within(DEADLINE, "the unused image collected", || {
+        let client = client.clone();
+        async move { (!present(client, UNUSED_IMAGE).await).then_some(()) }
+    })
+    .await;
     assert!(present(h.client.clone(), BUSYBOX_IMAGE).await);
     assert!(present(h.client.clone(), PAUSE_IMAGE).await);
     h.rt.kill_pod(&runtime_pod(&user), Duration::from_secs(1))
         .await
         .unwrap();
-    let start = Instant::now();
-    while present(h.client.clone(), BUSYBOX_IMAGE).await {
-        assert!(start.elapsed() < DEADLINE, "busybox was never collected");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    eventually_within(DEADLINE, "busybox collected once unused", || {
+        let client = client.clone();
+        async move { (!present(client, BUSYBOX_IMAGE).await).then_some(()) }
+    })
+    .await;
     assert!(present(h.client.clone(), PAUSE_IMAGE).await);
 }
