@@ -1,6 +1,6 @@
 //! What a container may ask for that no runtime of this node gives it yet: environment from
 //! ConfigMaps, Secrets and resource fields, `envFrom`, and volume mounts; and what only the
-//! CRI runtime gives (lifecycle hooks, [`lifecycle_hooks_in_process`]).
+//! CRI runtime gives (lifecycle hooks and `stdin`, [`in_process`]).
 //!
 //! Both the process and the CRI runtime ask [`unsupported`] before they create a container,
 //! so a container that needs one of these waits with `CreateContainerConfigError` and a
@@ -45,9 +45,16 @@ pub fn unsupported(container: &Container) -> Option<String> {
 }
 
 /// Why the process runtime cannot run `container`: its lifecycle hooks (`postStart`,
-/// `preStop`) need a container to run in, which only the CRI runtime has. Refused rather
-/// than ignored, so a pod that counts on its hooks never runs without them.
-pub fn lifecycle_hooks_in_process(container: &Container) -> Option<String> {
+/// `preStop`) need a container to run in, and `stdin` a stream the workload keeps open,
+/// which only the CRI runtime has (process workloads read `/dev/null`). Refused rather than
+/// ignored, so a pod that counts on them never runs without them.
+pub fn in_process(container: &Container) -> Option<String> {
+    if container.stdin == Some(true) {
+        return Some(
+            "stdin is not supported by the process runtime; use --container-runtime cri"
+                .to_string(),
+        );
+    }
     let lifecycle = container.lifecycle.as_ref()?;
     let names: Vec<&str> = [
         lifecycle.post_start.as_ref().map(|_| "postStart"),
@@ -116,16 +123,24 @@ mod tests {
             name: "c".into(),
             ..Default::default()
         };
-        assert_eq!(lifecycle_hooks_in_process(&c), None);
+        assert_eq!(in_process(&c), None);
         c.lifecycle = Some(Lifecycle::default());
-        assert_eq!(lifecycle_hooks_in_process(&c), None);
+        assert_eq!(in_process(&c), None);
         c.lifecycle = Some(Lifecycle {
             post_start: Some(handler.clone()),
             pre_stop: Some(handler),
         });
         assert_eq!(
-            lifecycle_hooks_in_process(&c).unwrap(),
+            in_process(&c).unwrap(),
             "lifecycle hooks (postStart, preStop) are not supported by the process runtime; use --container-runtime cri"
+        );
+        c.lifecycle = None;
+        c.stdin = Some(false);
+        assert_eq!(in_process(&c), None);
+        c.stdin = Some(true);
+        assert_eq!(
+            in_process(&c).unwrap(),
+            "stdin is not supported by the process runtime; use --container-runtime cri"
         );
     }
 

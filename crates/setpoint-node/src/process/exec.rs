@@ -11,7 +11,9 @@
 //! `attach` streams what the workload writes from now on (its run's log, followed, so
 //! stdout and stderr arrive merged, as the log holds them) until the workload exits or the
 //! client leaves. Workloads read `/dev/null` ([`super::launch`]), so there is no stdin to
-//! attach to: what a client sends is discarded.
+//! attach to: a container that asks for `stdin` is refused ([`crate::unsupported::in_process`]),
+//! and what a client sends to another one is discarded, as a container without `stdin` does
+//! under the kubelet.
 
 // openpty, setsid, TIOCSCTTY and TIOCSWINSZ are system calls.
 #![allow(unsafe_code)]

@@ -579,7 +579,7 @@ fn prepare(
             format!("invalid container name {name:?}"),
         ));
     }
-    if let Some(why) = crate::unsupported::lifecycle_hooks_in_process(container) {
+    if let Some(why) = crate::unsupported::in_process(container) {
         return Err(("CreateContainerConfigError".to_string(), why));
     }
     let spec_env = expand::container_env(pod, container, ctx)
