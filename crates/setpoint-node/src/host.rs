@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod, Secret};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount,
+};
 use parking_lot::Mutex;
 use setpoint_runtime::client::{Api, Client};
 use setpoint_runtime::informer::{Event, Informer};
@@ -24,7 +26,9 @@ use crate::agent::{AgentConfig, AgentError};
 use crate::lease::LeaseRenewer;
 use crate::node::NodeReporter;
 use crate::podworker::PodWorkers;
-use crate::runtime::{NodeContext, PodRuntime, SecretReader, SecretSource};
+use crate::runtime::{
+    IssuedToken, NodeContext, ObjectSource, PodRuntime, SourceFuture, Sources, TokenRequestFor,
+};
 
 /// How many nodes register at once when a host starts many.
 const REGISTER_CONCURRENCY: usize = 32;
@@ -155,7 +159,7 @@ async fn register_node(
     let context = NodeContext {
         node_name: config.node_name.clone(),
         host_ip: config.address.clone(),
-        secrets: Some(SecretReader(Arc::new(ApiSecrets {
+        sources: Some(Sources(Arc::new(ApiSources {
             client: client.clone(),
         }))),
     };
@@ -228,25 +232,97 @@ pub(crate) async fn run(
     Ok(())
 }
 
-/// Secrets read through the node's client, for image pull secrets.
-struct ApiSecrets {
+/// What the node's pods refer to, read through the node's client: one GET per read.
+struct ApiSources {
     client: Client,
 }
 
-impl SecretSource for ApiSecrets {
-    fn secret(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> futures::future::BoxFuture<'static, Result<Option<Secret>, String>> {
-        let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+/// `Ok(None)` for a 404, the error's text otherwise.
+fn found<T>(result: Result<T, setpoint_runtime::client::ClientError>) -> Result<Option<T>, String> {
+    match result {
+        Ok(object) => Ok(Some(object)),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+impl ApiSources {
+    fn get<K>(&self, namespace: Option<&str>, name: &str) -> SourceFuture<Option<K>>
+    where
+        K: k8s_openapi::Resource + serde::de::DeserializeOwned + serde::Serialize + Send + 'static,
+        K::Scope: 'static,
+    {
+        let api: Api<K> = match namespace {
+            Some(ns) => Api::namespaced(self.client.clone(), ns),
+            None => Api::all(self.client.clone()),
+        };
         let name = name.to_string();
+        Box::pin(async move { found(api.get(&name).await) })
+    }
+}
+
+impl ObjectSource for ApiSources {
+    fn secret(&self, namespace: &str, name: &str) -> SourceFuture<Option<Secret>> {
+        self.get(Some(namespace), name)
+    }
+
+    fn config_map(&self, namespace: &str, name: &str) -> SourceFuture<Option<ConfigMap>> {
+        self.get(Some(namespace), name)
+    }
+
+    fn claim(&self, namespace: &str, name: &str) -> SourceFuture<Option<PersistentVolumeClaim>> {
+        self.get(Some(namespace), name)
+    }
+
+    fn volume(&self, name: &str) -> SourceFuture<Option<PersistentVolume>> {
+        self.get(None, name)
+    }
+
+    fn services(&self, namespace: &str) -> SourceFuture<Vec<Service>> {
+        let api: Api<Service> = Api::namespaced(self.client.clone(), namespace);
         Box::pin(async move {
-            match api.get(&name).await {
-                Ok(secret) => Ok(Some(secret)),
-                Err(e) if e.is_not_found() => Ok(None),
-                Err(e) => Err(e.to_string()),
-            }
+            api.list_all(&Default::default())
+                .await
+                .map(|l| l.items)
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn token(&self, request: &TokenRequestFor) -> SourceFuture<IssuedToken> {
+        let api: Api<ServiceAccount> = Api::namespaced(self.client.clone(), &request.namespace);
+        let mut spec = serde_json::json!({
+            "expirationSeconds": request.expiration_seconds,
+            "boundObjectRef": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": request.pod_name,
+                "uid": request.pod_uid,
+            },
+        });
+        if !request.audience.is_empty() {
+            spec["audiences"] = serde_json::json!([request.audience]);
+        }
+        let body = serde_json::json!({
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": spec,
+        });
+        let account = request.service_account.clone();
+        Box::pin(async move {
+            let answer = api
+                .create_subresource(&account, "token", &body)
+                .await
+                .map_err(|e| e.to_string())?;
+            let token = answer["status"]["token"]
+                .as_str()
+                .filter(|t| !t.is_empty())
+                .ok_or("the TokenRequest answer has no token")?
+                .to_string();
+            let expires = answer["status"]["expirationTimestamp"]
+                .as_str()
+                .and_then(|t| t.parse().ok())
+                .ok_or("the TokenRequest answer has no expirationTimestamp")?;
+            Ok(IssuedToken { token, expires })
         })
     }
 }

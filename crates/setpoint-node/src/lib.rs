@@ -24,6 +24,7 @@
 pub mod agent;
 pub mod containerd;
 pub mod cri;
+pub mod env;
 mod host;
 pub mod lease;
 pub mod localpath;
@@ -39,6 +40,7 @@ pub mod simulation;
 pub mod status;
 pub mod streaming;
 pub mod unsupported;
+pub mod volumes;
 
 pub use agent::{run_agent, AgentConfig, AgentError, Capacity};
 pub use metrics::NodeMetrics;

@@ -37,34 +37,128 @@ pub struct NodeContext {
     pub node_name: String,
     /// The node's address (`status.hostIP`).
     pub host_ip: String,
-    /// How the node reads the Secrets its pods name (image pull secrets); `None` where it
-    /// reads none (a runtime used on its own).
-    pub secrets: Option<SecretReader>,
+    /// How the node reads the objects its pods refer to (ConfigMaps, Secrets, claims, volumes,
+    /// Services, service-account tokens); `None` where it reads none (a runtime used on its
+    /// own, in tests): a pod that needs one then waits with a clear error.
+    pub sources: Option<Sources>,
 }
 
-/// Reads Secrets for the runtime. The runtime itself never talks to the API server: the
+/// A future an [`ObjectSource`] answers with.
+pub type SourceFuture<T> = futures::future::BoxFuture<'static, Result<T, String>>;
+
+/// A service-account token a pod's projected volume asks for (`serviceaccounts/token`, bound
+/// to the pod).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TokenRequestFor {
+    /// The pod's namespace.
+    pub namespace: String,
+    /// The ServiceAccount (`spec.serviceAccountName`).
+    pub service_account: String,
+    /// The pod's name, the token's bound object.
+    pub pod_name: String,
+    /// The pod's uid.
+    pub pod_uid: String,
+    /// The token's audience; empty for the API server's own.
+    pub audience: String,
+    /// The lifetime asked for (`expirationSeconds`).
+    pub expiration_seconds: i64,
+}
+
+/// A token the API issued.
+#[derive(Clone, PartialEq, Eq)]
+pub struct IssuedToken {
+    /// The bearer token. Never logged.
+    pub token: String,
+    /// When it expires (`status.expirationTimestamp`).
+    pub expires: k8s_openapi::jiff::Timestamp,
+}
+
+impl std::fmt::Debug for IssuedToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IssuedToken")
+            .field("expires", &self.expires)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where a pod reaches the API server (`KUBERNETES_SERVICE_HOST`/`_PORT`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiServerAddress {
+    /// An IP address.
+    pub host: String,
+    /// Its port.
+    pub port: u16,
+}
+
+/// Reads what a node's pods refer to. The runtime itself never talks to the API server: the
 /// agent hands it this, reading through the node's own identity (the node authorizer lets a
-/// node read only the Secrets its pods name).
-pub trait SecretSource: Send + Sync + 'static {
-    /// The Secret `namespace/name`; `Ok(None)` when it does not exist. An error says why it
-    /// could not be read, never what it holds.
+/// node read only the objects its pods name). `Ok(None)` is "does not exist"; an error says
+/// why an object could not be read, never what it holds. Every method but [`secret`] has a
+/// default that answers "not available", for sources that serve only some kinds.
+///
+/// [`secret`]: ObjectSource::secret
+pub trait ObjectSource: Send + Sync + 'static {
+    /// The Secret `namespace/name`.
     fn secret(
         &self,
         namespace: &str,
         name: &str,
-    ) -> futures::future::BoxFuture<
-        'static,
-        Result<Option<k8s_openapi::api::core::v1::Secret>, String>,
-    >;
+    ) -> SourceFuture<Option<k8s_openapi::api::core::v1::Secret>>;
+
+    /// The ConfigMap `namespace/name`.
+    fn config_map(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> SourceFuture<Option<k8s_openapi::api::core::v1::ConfigMap>> {
+        let _ = (namespace, name);
+        Box::pin(async { Err("this node reads no ConfigMaps".to_string()) })
+    }
+
+    /// The PersistentVolumeClaim `namespace/name`.
+    fn claim(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> SourceFuture<Option<k8s_openapi::api::core::v1::PersistentVolumeClaim>> {
+        let _ = (namespace, name);
+        Box::pin(async { Err("this node reads no PersistentVolumeClaims".to_string()) })
+    }
+
+    /// The PersistentVolume `name`.
+    fn volume(
+        &self,
+        name: &str,
+    ) -> SourceFuture<Option<k8s_openapi::api::core::v1::PersistentVolume>> {
+        let _ = name;
+        Box::pin(async { Err("this node reads no PersistentVolumes".to_string()) })
+    }
+
+    /// The Services of `namespace`, for service environment variables.
+    fn services(&self, namespace: &str) -> SourceFuture<Vec<k8s_openapi::api::core::v1::Service>> {
+        let _ = namespace;
+        Box::pin(async { Err("this node reads no Services".to_string()) })
+    }
+
+    /// A token for a pod's projected `serviceAccountToken` volume source.
+    fn token(&self, request: &TokenRequestFor) -> SourceFuture<IssuedToken> {
+        let _ = request;
+        Box::pin(async { Err("this node requests no service-account tokens".to_string()) })
+    }
+
+    /// Where this node's pods reach the API server, if it knows.
+    fn api_server(&self) -> Option<ApiServerAddress> {
+        None
+    }
 }
 
-/// A shared [`SecretSource`].
+/// A shared [`ObjectSource`].
 #[derive(Clone)]
-pub struct SecretReader(pub std::sync::Arc<dyn SecretSource>);
+pub struct Sources(pub std::sync::Arc<dyn ObjectSource>);
 
-impl std::fmt::Debug for SecretReader {
+impl std::fmt::Debug for Sources {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("SecretReader")
+        f.write_str("Sources")
     }
 }
 

@@ -543,7 +543,7 @@ mod tests {
         NodeContext {
             node_name: "n".into(),
             host_ip: "10.0.0.1".into(),
-            secrets: None,
+            sources: None,
         }
     }
 

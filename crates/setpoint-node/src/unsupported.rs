@@ -1,5 +1,6 @@
 //! What a container may ask for that no runtime of this node gives it yet: environment from
-//! ConfigMaps, Secrets and resource fields, `envFrom`, and volume mounts; and what only the
+//! ConfigMaps, Secrets and resource fields, and `envFrom` (volume mounts:
+//! [`crate::volumes::unsupported_mounts`]); and what only the
 //! CRI runtime gives (lifecycle hooks and `stdin`, [`in_process`]).
 //!
 //! Both the process and the CRI runtime ask [`unsupported`] before they create a container,
@@ -33,12 +34,6 @@ pub fn unsupported(container: &Container) -> Option<String> {
         return Some(format!(
             "env var {}: {kind} is not supported by this node yet",
             var.name
-        ));
-    }
-    if let Some(mount) = container.volume_mounts.iter().flatten().next() {
-        return Some(format!(
-            "volume {:?} (mounted at {}): volume mounts are not supported by this node yet",
-            mount.name, mount.mount_path
         ));
     }
     None
@@ -75,7 +70,7 @@ pub fn in_process(container: &Container) -> Option<String> {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{
-        ConfigMapKeySelector, EnvFromSource, EnvVar, EnvVarSource, ObjectFieldSelector, VolumeMount,
+        ConfigMapKeySelector, EnvFromSource, EnvVar, EnvVarSource, ObjectFieldSelector,
     };
 
     fn var(name: &str, source: EnvVarSource) -> EnvVar {
@@ -170,16 +165,6 @@ mod tests {
         assert_eq!(
             unsupported(&c).unwrap(),
             "envFrom is not supported by this node yet"
-        );
-        c.env_from = None;
-        c.volume_mounts = Some(vec![VolumeMount {
-            name: "data".into(),
-            mount_path: "/data".into(),
-            ..Default::default()
-        }]);
-        assert_eq!(
-            unsupported(&c).unwrap(),
-            "volume \"data\" (mounted at /data): volume mounts are not supported by this node yet"
         );
     }
 }

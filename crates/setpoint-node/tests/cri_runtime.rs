@@ -54,7 +54,7 @@ fn node() -> NodeContext {
     NodeContext {
         node_name: "n1".into(),
         host_ip: "127.0.0.1".into(),
-        secrets: None,
+        sources: None,
     }
 }
 
@@ -1080,15 +1080,12 @@ async fn lifecycle_hooks_run_in_the_container_and_around_the_stop() {
 /// Secrets from a fixed set, as the agent's API reader would give them.
 struct FixedSecrets(Vec<k8s_openapi::api::core::v1::Secret>);
 
-impl setpoint_node::runtime::SecretSource for FixedSecrets {
+impl setpoint_node::runtime::ObjectSource for FixedSecrets {
     fn secret(
         &self,
         namespace: &str,
         name: &str,
-    ) -> futures::future::BoxFuture<
-        'static,
-        Result<Option<k8s_openapi::api::core::v1::Secret>, String>,
-    > {
+    ) -> setpoint_node::runtime::SourceFuture<Option<k8s_openapi::api::core::v1::Secret>> {
         let found = self
             .0
             .iter()
@@ -1167,7 +1164,7 @@ async fn image_pull_secrets_reach_the_registry() {
         ..Default::default()
     };
     let node = NodeContext {
-        secrets: Some(setpoint_node::runtime::SecretReader(std::sync::Arc::new(
+        sources: Some(setpoint_node::runtime::Sources(std::sync::Arc::new(
             FixedSecrets(vec![secret]),
         ))),
         ..node()

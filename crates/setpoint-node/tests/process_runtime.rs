@@ -94,7 +94,7 @@ impl Harness {
         NodeContext {
             node_name: "node-1".into(),
             host_ip: "127.0.0.1".into(),
-            secrets: None,
+            sources: None,
         }
     }
 

@@ -10,7 +10,7 @@
 //! - Images are pulled per `imagePullPolicy` ([`super::images`]), with the kubelet's
 //!   back-off after a failed pull, with the credentials of the pod's `imagePullSecrets`
 //!   that match the image's registry ([`super::auth`], read through
-//!   [`NodeContext::secrets`]).
+//!   [`NodeContext::sources`]).
 //! - Exited containers restart per `restartPolicy` with CrashLoopBackOff
 //!   ([`crate::process::backoff`]); the restart count is the CRI attempt number.
 //! - Nothing is kept on the agent's side that CRI does not hold: sandboxes and containers
@@ -68,7 +68,7 @@ use crate::process::expand::FieldContext;
 use crate::process::probe::{ProbeActions, ProbeSet, ProbeStatus, ProbeTarget};
 use crate::runtime::{
     LogOptions, LogStream, NodeContext, PodRuntime, RuntimeError, RuntimeEvent, RuntimePod,
-    RuntimeStatus, SecretReader,
+    RuntimeStatus, Sources,
 };
 use crate::status::{is_sidecar, restart_policy, Disposition};
 
@@ -276,7 +276,7 @@ struct PodView<'a> {
     /// The pod's CRI containers, newest attempt first per name.
     containers: Vec<cri::Container>,
     /// How the node reads the pod's image pull secrets.
-    secrets: Option<SecretReader>,
+    secrets: Option<Sources>,
 }
 
 impl PodView<'_> {
@@ -1367,9 +1367,11 @@ impl PodRuntime for CriRuntime {
                 pod_ip: pod_ip.clone().unwrap_or_default(),
                 node_name: node.node_name.clone(),
                 host_ip: node.host_ip.clone(),
+                env: std::sync::Arc::new(crate::env::gather(pod, node).await),
+                volumes: std::sync::Arc::new(crate::volumes::PodVolumes::default()),
             },
             containers,
-            secrets: node.secrets.clone(),
+            secrets: node.sources.clone(),
         };
         let policy = restart_policy(pod);
         let spec = pod.spec.clone().unwrap_or_default();

@@ -60,6 +60,10 @@ pub struct FieldContext {
     pub node_name: String,
     /// The node's address (`status.hostIP`).
     pub host_ip: String,
+    /// The API objects the pod's environments read ([`crate::env::gather`]).
+    pub env: std::sync::Arc<crate::env::EnvInputs>,
+    /// The pod's prepared volumes.
+    pub volumes: std::sync::Arc<crate::volumes::PodVolumes>,
 }
 
 /// Resolves a `fieldRef.fieldPath` against the pod.
@@ -103,6 +107,9 @@ pub fn container_env(
     ctx: &FieldContext,
 ) -> Result<Vec<(String, String)>, String> {
     if let Some(why) = crate::unsupported::unsupported(container) {
+        return Err(why);
+    }
+    if let Some(why) = crate::volumes::unsupported_mounts(container) {
         return Err(why);
     }
     let mut defined: HashMap<String, String> = HashMap::new();
@@ -219,6 +226,7 @@ mod tests {
             pod_ip: "127.1.0.7".into(),
             node_name: "ignored".into(),
             host_ip: "10.0.0.1".into(),
+            ..Default::default()
         };
         let container = Container {
             name: "c".into(),

@@ -1050,6 +1050,8 @@ impl PodRuntime for ProcessRuntime {
             attempts += 1;
             tokio::task::yield_now().await;
         };
+        // Read before the pod's lock is taken: it may wait on the API.
+        let env = crate::env::gather(pod, node).await;
         let mut guard = entry.lock().await;
         let st = &mut *guard;
         let mut changed = observe(&st.paths, &mut st.record);
@@ -1059,6 +1061,8 @@ impl PodRuntime for ProcessRuntime {
             pod_ip: st.record.ip.clone(),
             node_name: node.node_name.clone(),
             host_ip: node.host_ip.clone(),
+            env: std::sync::Arc::new(env),
+            volumes: std::sync::Arc::new(crate::volumes::PodVolumes::default()),
         };
         let policy = restart_policy(pod);
         let containers = pod
