@@ -47,6 +47,12 @@ pub fn apply(group: &str, kind: &str, obj: &mut Value) {
                 }
             }
         }
+        ("discovery.k8s.io", "EndpointSlice") => {
+            for port in items(root, "ports") {
+                default_string(port, "name", "");
+                default_string(port, "protocol", "TCP");
+            }
+        }
         ("", "LimitRange") => {
             if let Some(spec) = child(root, "spec") {
                 for item in items(spec, "limits") {

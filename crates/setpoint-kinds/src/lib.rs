@@ -290,6 +290,15 @@ pub static BUILTIN: &[KindInfo] = &[
         false,
     )
     .short(&["sc"]),
+    // discovery.k8s.io/v1
+    kind(
+        "discovery.k8s.io",
+        "v1",
+        "EndpointSlice",
+        "endpointslices",
+        "endpointslice",
+        true,
+    ),
     // apiextensions.k8s.io/v1
     kind(
         "apiextensions.k8s.io",

@@ -9,6 +9,7 @@
 mod apps;
 mod certificates;
 mod core;
+mod discovery;
 mod rbac;
 mod storage;
 #[cfg(test)]
@@ -113,6 +114,9 @@ fn printer(group: &str, kind: &str) -> (&'static [Column], CellFn) {
         ("", "Namespace") => (core::NAMESPACE, core::namespace),
         ("", "Node") => (core::NODE, core::node),
         ("", "Endpoints") => (core::ENDPOINTS, core::endpoints),
+        ("discovery.k8s.io", "EndpointSlice") => {
+            (discovery::ENDPOINT_SLICE, discovery::endpoint_slice)
+        }
         ("", "ConfigMap") => (core::CONFIG_MAP, core::config_map),
         ("", "Secret") => (core::SECRET, core::secret),
         ("", "ServiceAccount") => (core::SERVICE_ACCOUNT, core::service_account),

@@ -23,6 +23,7 @@ mod batch;
 pub mod certificates;
 mod config;
 mod container;
+mod discovery;
 mod fields;
 mod meta;
 mod pod;
@@ -182,6 +183,7 @@ pub fn validate_with_type_errors(
         ("certificates.k8s.io", "CertificateSigningRequest") => {
             certificates::csr(e, obj, old, certificates::parse_request)
         }
+        ("discovery.k8s.io", "EndpointSlice") => discovery::endpoint_slice(e, obj, old),
         ("coordination.k8s.io", "Lease") => {
             let spec = at(obj, "spec");
             if let Some(d) = int(spec, "leaseDurationSeconds") {

@@ -160,6 +160,9 @@ pub fn decoder(group: &str, version: &str, kind: &str) -> Option<DecodeFn> {
         ("autoscaling", "v1", "Scale") => DecodeFn::of::<autoscaling::v1::Scale>(),
         ("coordination.k8s.io", "v1", "Lease") => DecodeFn::of::<coordination::v1::Lease>(),
         ("storage.k8s.io", "v1", "StorageClass") => DecodeFn::of::<storage::v1::StorageClass>(),
+        ("discovery.k8s.io", "v1", "EndpointSlice") => {
+            DecodeFn::of::<discovery::v1::EndpointSlice>()
+        }
         ("rbac.authorization.k8s.io", "v1", "Role") => DecodeFn::of::<rbac::v1::Role>(),
         ("rbac.authorization.k8s.io", "v1", "ClusterRole") => {
             DecodeFn::of::<rbac::v1::ClusterRole>()
