@@ -125,6 +125,9 @@ impl Attributes {
         a.namespace = namespace.clone().unwrap_or_default();
         a.name = name.cloned().unwrap_or_default();
         a.subresource = subresource.cloned().unwrap_or_default();
+        if matches!(a.verb.as_str(), "list" | "watch") && collection {
+            a.name = selected_name(q).unwrap_or_default();
+        }
         // `/api/v1/namespaces/<name>` is the namespace itself: upstream's request info puts
         // its name in the namespace too, so namespaced roles can grant reading it.
         if a.api_group.is_empty() && a.resource == "namespaces" && !a.name.is_empty() {
@@ -132,6 +135,18 @@ impl Attributes {
         }
         a
     }
+}
+
+/// The name a list or watch is narrowed to by a `metadata.name=<name>` term of its field
+/// selector, as upstream's request info reads it, so an authorizer can allow reading one
+/// object through a list or watch (the node agent's per-object watches). A selector that
+/// does not parse, or a name that could not be a path segment, names nothing.
+fn selected_name(q: &Query) -> Option<String> {
+    let selector = q.get("fieldSelector").filter(|s| !s.is_empty())?;
+    let selector = setpoint_api::selector::FieldSelector::parse(selector).ok()?;
+    let name = selector.exact_match("metadata.name")?;
+    setpoint_api::names::path_segment_name(name).ok()?;
+    Some(name.to_string())
 }
 
 /// The verb of a non-resource request: the method, lower case.
@@ -314,6 +329,47 @@ mod tests {
         assert!(!attrs(&u, Method::GET, "/apis", "").resource_request);
         let ns = attrs(&u, Method::GET, "/api/v1/namespaces/y", "");
         assert_eq!((ns.namespace.as_str(), ns.name.as_str()), ("y", "y"));
+    }
+
+    #[test]
+    fn a_list_or_watch_of_one_name_carries_the_name() {
+        let u = UserInfo::authenticated("x", vec![]);
+        let path = "/api/v1/namespaces/y/configmaps";
+        let cases = [
+            ("fieldSelector=metadata.name%3Dcm", "list", "cm"),
+            ("watch=true&fieldSelector=metadata.name%3Dcm", "watch", "cm"),
+            ("fieldSelector=metadata.name%3D%3Dcm", "list", "cm"),
+            (
+                "fieldSelector=metadata.namespace%3Dy,metadata.name%3Dcm",
+                "list",
+                "cm",
+            ),
+            ("fieldSelector=metadata.name!%3Dcm", "list", ""),
+            ("fieldSelector=metadata.namespace%3Dy", "list", ""),
+            ("fieldSelector=metadata.name%3D..", "list", ""),
+            ("fieldSelector=metadata.name", "list", ""),
+            ("", "list", ""),
+        ];
+        for (q, verb, name) in cases {
+            let a = attrs(&u, Method::GET, path, q);
+            assert_eq!((a.verb.as_str(), a.name.as_str()), (verb, name), "{q}");
+        }
+        // Only reads: a deletecollection keeps naming the collection.
+        let d = attrs(&u, Method::DELETE, path, "fieldSelector=metadata.name%3Dcm");
+        assert_eq!((d.verb.as_str(), d.name.as_str()), ("deletecollection", ""));
+        let e = forbidden(
+            &attrs(
+                &u,
+                Method::GET,
+                path,
+                "watch=1&fieldSelector=metadata.name%3Dcm",
+            ),
+            "",
+        );
+        assert_eq!(
+            e.message,
+            r#"configmaps "cm" is forbidden: User "x" cannot watch resource "configmaps" in API group "" in the namespace "y""#
+        );
     }
 
     #[test]
