@@ -37,7 +37,7 @@ use serde_json::Value;
 use setpoint_api::ApiError;
 
 pub use api::{Api, DynamicObject, ObjectList};
-pub use kubeconfig::Kubeconfig;
+pub use kubeconfig::{Kubeconfig, SERVICE_ACCOUNT_DIR};
 pub use params::{DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchParams};
 pub use ratelimit::TokenBucket;
 pub use resource::ApiResource;
@@ -259,9 +259,12 @@ impl Client {
         Ok(c)
     }
 
-    /// A client from `$KUBECONFIG` or `~/.kube/config`.
+    /// A client from `$KUBECONFIG` or `~/.kube/config`, else, in a pod, from the in-cluster
+    /// configuration: the API server of `KUBERNETES_SERVICE_HOST`/`KUBERNETES_SERVICE_PORT`,
+    /// the pod's service-account token (re-read every minute, as the node refreshes it) and
+    /// CA, and the pod's namespace as the default namespace ([`Kubeconfig::infer`]).
     pub fn try_default() -> Result<Self, ClientError> {
-        Client::from_kubeconfig(&Kubeconfig::from_env()?)
+        Client::from_kubeconfig(&Kubeconfig::infer()?)
     }
 
     /// Limits requests to `qps` per second with bursts of `burst` (watch requests count once).

@@ -2,7 +2,9 @@
 //! for any Kubernetes-compatible server and [`ServiceTransport`] for an in-process server (any
 //! `tower::Service`, e.g. Setpoint's API router — same admission and storage path, no sockets).
 
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -10,6 +12,7 @@ use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::rt::TokioExecutor;
+use parking_lot::Mutex;
 use tower::ServiceExt;
 
 use super::kubeconfig::Kubeconfig;
@@ -71,7 +74,7 @@ where
 /// client certificate or bearer token. Connections are pooled; HTTP/2 is used when offered.
 pub struct HttpsTransport {
     base: String,
-    token: Option<String>,
+    token: Option<TokenSource>,
     client: HyperClient<
         hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
         Full<Bytes>,
@@ -130,9 +133,18 @@ impl HttpsTransport {
         let client = HyperClient::builder(TokioExecutor::new())
             .pool_max_idle_per_host(64)
             .build(connector);
+        let token = match (&kc.token_file, &kc.token) {
+            (Some(path), initial) => Some(TokenSource::file(
+                path.clone(),
+                initial.clone(),
+                TOKEN_FILE_PERIOD,
+            )),
+            (None, Some(t)) => Some(TokenSource::Static(t.clone())),
+            (None, None) => None,
+        };
         Ok(HttpsTransport {
             base: kc.server.trim_end_matches('/').to_string(),
-            token: kc.token.clone(),
+            token,
             client,
         })
     }
@@ -150,7 +162,8 @@ impl Transport for HttpsTransport {
         parts.uri = format!("{}{}", self.base, path)
             .parse()
             .map_err(|e| ClientError::Config(format!("URL: {e}")))?;
-        if let Some(t) = &self.token {
+        if let Some(source) = &self.token {
+            let t = source.token()?;
             let v = http::HeaderValue::from_str(&format!("Bearer {t}"))
                 .map_err(|e| ClientError::Config(e.to_string()))?;
             parts.headers.insert(http::header::AUTHORIZATION, v);
@@ -161,5 +174,112 @@ impl Transport for HttpsTransport {
             .await
             .map_err(|e| ClientError::Transport(format!("{e:?}")))?;
         Ok(resp.map(|b| b.map_err(|e| Box::new(e) as BoxError).boxed_unsync()))
+    }
+}
+
+/// How often a token file is read again: client-go's cached file token source and kube-rs
+/// both re-read it once a minute, well within the refresh margin of a projected token (the
+/// node rewrites it at 80 % of its lifetime, an hour by default).
+const TOKEN_FILE_PERIOD: Duration = Duration::from_secs(60);
+
+/// Where a transport's bearer token comes from.
+enum TokenSource {
+    /// A token given once (a kubeconfig's `token`).
+    Static(String),
+    /// A file read again once `period` has passed since the last read (a kubeconfig's
+    /// `tokenFile`, a pod's projected service-account token).
+    File {
+        path: PathBuf,
+        period: Duration,
+        /// The token last read and when; `None` until the first read.
+        cached: Mutex<Option<(String, Instant)>>,
+    },
+}
+
+impl TokenSource {
+    /// A file source; `initial` (already read by the caller) counts as read now.
+    fn file(path: PathBuf, initial: Option<String>, period: Duration) -> Self {
+        TokenSource::File {
+            path,
+            period,
+            cached: Mutex::new(initial.map(|t| (t, Instant::now()))),
+        }
+    }
+
+    /// The token to send now.
+    fn token(&self) -> Result<String, ClientError> {
+        let (path, period, cached) = match self {
+            TokenSource::Static(t) => return Ok(t.clone()),
+            TokenSource::File {
+                path,
+                period,
+                cached,
+            } => (path, *period, cached),
+        };
+        let mut cached = cached.lock();
+        if let Some((token, read)) = cached.as_ref() {
+            if read.elapsed() < period {
+                return Ok(token.clone());
+            }
+        }
+        match std::fs::read_to_string(path) {
+            Ok(text) => {
+                let token = text.trim().to_string();
+                *cached = Some((token.clone(), Instant::now()));
+                Ok(token)
+            }
+            // As client-go's caching source: a token that cannot be read again is kept (and
+            // tried again on the next request) rather than failing the request outright.
+            Err(e) => match cached.as_ref() {
+                Some((token, _)) => {
+                    tracing::warn!(path = %path.display(), error = %e, "re-reading the bearer token file failed; using the token read before");
+                    Ok(token.clone())
+                }
+                None => Err(ClientError::Config(format!(
+                    "reading the bearer token file {}: {e}",
+                    path.display()
+                ))),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_static_token_is_sent_as_given() {
+        assert_eq!(TokenSource::Static("t".into()).token().unwrap(), "t");
+    }
+
+    #[test]
+    fn a_token_file_is_read_again_once_its_period_has_passed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        std::fs::write(&path, "one\n").unwrap();
+        // Period zero: every request reads the file, so a rotated token is seen at once.
+        let fresh = TokenSource::file(path.clone(), None, Duration::ZERO);
+        assert_eq!(fresh.token().unwrap(), "one");
+        std::fs::write(&path, "two").unwrap();
+        assert_eq!(fresh.token().unwrap(), "two");
+        // Within the period the token read before is sent without touching the file.
+        let cached = TokenSource::file(path.clone(), Some("two".into()), Duration::from_secs(3600));
+        std::fs::write(&path, "three").unwrap();
+        assert_eq!(cached.token().unwrap(), "two");
+    }
+
+    #[test]
+    fn an_unreadable_token_file_keeps_the_last_token_or_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        let source = TokenSource::file(path.clone(), Some("old".into()), Duration::ZERO);
+        assert_eq!(source.token().unwrap(), "old");
+        let never = TokenSource::file(path, None, Duration::ZERO);
+        assert!(never
+            .token()
+            .unwrap_err()
+            .to_string()
+            .contains("reading the bearer token file"));
     }
 }
