@@ -8,6 +8,7 @@ pub mod exposition;
 pub mod jsonkey;
 pub mod meta;
 pub mod names;
+pub mod nodeselector;
 pub mod packed;
 pub mod podsecurity;
 pub mod qos;

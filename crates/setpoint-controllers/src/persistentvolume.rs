@@ -151,56 +151,26 @@ pub fn best_match<'a>(pvc: &Value, volumes: &'a [Value], node: Option<&Node>) ->
 }
 
 /// Whether a volume's required node affinity lets a pod on `node` use it (no affinity: yes).
+/// The rule is the scheduler's ([`setpoint_api::nodeselector`]); an affinity that does not
+/// parse as a node selector lets no node use the volume.
 pub fn node_affinity_allows(pv: &Value, node: &Node) -> bool {
-    let Some(terms) = pv
-        .pointer("/spec/nodeAffinity/required/nodeSelectorTerms")
-        .and_then(Value::as_array)
+    let Some(required) = pv
+        .pointer("/spec/nodeAffinity/required")
+        .filter(|r| !r.is_null())
     else {
         return true;
     };
-    let labels = node.metadata.labels.clone().unwrap_or_default();
-    let name = node.metadata.name.clone().unwrap_or_default();
-    // Terms are ORed, expressions within a term ANDed (upstream's NodeSelector).
-    terms.iter().any(|term| {
-        let exprs = term
-            .get("matchExpressions")
-            .and_then(Value::as_array)
-            .map(Vec::as_slice)
-            .unwrap_or(&[]);
-        let fields = term
-            .get("matchFields")
-            .and_then(Value::as_array)
-            .map(Vec::as_slice)
-            .unwrap_or(&[]);
-        if exprs.is_empty() && fields.is_empty() {
-            return false;
-        }
-        exprs
-            .iter()
-            .all(|e| requirement_holds(e, labels.get(s(e, "/key")).map(String::as_str)))
-            && fields.iter().all(|e| {
-                s(e, "/key") == "metadata.name" && requirement_holds(e, Some(name.as_str()))
-            })
-    })
-}
-
-fn requirement_holds(expr: &Value, value: Option<&str>) -> bool {
-    let values: Vec<&str> = expr
-        .get("values")
-        .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
-    let number = |v: Option<&str>| v.and_then(|v| v.parse::<i64>().ok());
-    let bound = values.first().and_then(|v| v.parse::<i64>().ok());
-    match s(expr, "/operator") {
-        "In" => value.is_some_and(|v| values.contains(&v)),
-        "NotIn" => value.is_none_or(|v| !values.contains(&v)),
-        "Exists" => value.is_some(),
-        "DoesNotExist" => value.is_none(),
-        "Gt" => matches!((number(value), bound), (Some(v), Some(b)) if v > b),
-        "Lt" => matches!((number(value), bound), (Some(v), Some(b)) if v < b),
-        _ => false,
-    }
+    let Ok(selector) =
+        serde_json::from_value::<k8s_openapi::api::core::v1::NodeSelector>(required.clone())
+    else {
+        return false;
+    };
+    let empty = std::collections::BTreeMap::new();
+    setpoint_api::nodeselector::node_selector_matches(
+        &selector,
+        node.metadata.name.as_deref().unwrap_or_default(),
+        node.metadata.labels.as_ref().unwrap_or(&empty),
+    )
 }
 
 /// What to do with one claim.

@@ -17,9 +17,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
 use k8s_openapi::api::core::v1::{
-    Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod, PreferredSchedulingTerm,
-    Taint, Toleration,
+    Node, NodeSelector, Pod, PreferredSchedulingTerm, Taint, Toleration,
 };
+use setpoint_api::nodeselector::{node_selector_matches, term_matches};
 
 use crate::resources::{Allocatable, PodRequests, Resources};
 
@@ -263,65 +263,6 @@ pub fn untolerated_taint<'t>(taints: &'t [Taint], tolerations: &[Toleration]) ->
         .iter()
         .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
         .find(|t| !tolerations.iter().any(|tol| tolerates(tol, t)))
-}
-
-/// One label-selector requirement against a value (`None`: the label is absent).
-fn requirement_matches(r: &NodeSelectorRequirement, value: Option<&str>) -> bool {
-    let values = r.values.as_deref().unwrap_or(&[]);
-    match r.operator.as_str() {
-        "In" => value.is_some_and(|v| values.iter().any(|x| x == v)),
-        "NotIn" => value.is_none_or(|v| !values.iter().any(|x| x == v)),
-        "Exists" => value.is_some(),
-        "DoesNotExist" => value.is_none(),
-        op @ ("Gt" | "Lt") => {
-            // Exactly one integer bound; anything else is an invalid selector, which matches
-            // nothing.
-            let [bound] = values else {
-                return false;
-            };
-            match (bound.parse::<i64>(), value.map(str::parse::<i64>)) {
-                (Ok(b), Some(Ok(v))) => {
-                    if op == "Gt" {
-                        v > b
-                    } else {
-                        v < b
-                    }
-                }
-                _ => false,
-            }
-        }
-        _ => false,
-    }
-}
-
-/// One node selector term: its expressions (on labels) and fields (only `metadata.name`,
-/// `In`/`NotIn`) all match. An empty term matches nothing.
-fn term_matches(term: &NodeSelectorTerm, name: &str, labels: &BTreeMap<String, String>) -> bool {
-    let exprs = term.match_expressions.as_deref().unwrap_or(&[]);
-    let fields = term.match_fields.as_deref().unwrap_or(&[]);
-    if exprs.is_empty() && fields.is_empty() {
-        return false;
-    }
-    exprs
-        .iter()
-        .all(|r| requirement_matches(r, labels.get(&r.key).map(String::as_str)))
-        && fields.iter().all(|r| {
-            r.key == "metadata.name"
-                && matches!(r.operator.as_str(), "In" | "NotIn")
-                && requirement_matches(r, Some(name))
-        })
-}
-
-/// Whether a node selector (terms ORed) matches a node.
-pub fn node_selector_matches(
-    selector: &NodeSelector,
-    name: &str,
-    labels: &BTreeMap<String, String>,
-) -> bool {
-    selector
-        .node_selector_terms
-        .iter()
-        .any(|t| term_matches(t, name, labels))
 }
 
 /// Whether `spec.nodeSelector` and required node affinity both match.
