@@ -23,6 +23,7 @@ mod discovery;
 pub mod dupfields;
 mod health;
 pub mod http;
+mod masterendpoints;
 mod metrics;
 mod objects;
 pub mod openapi;

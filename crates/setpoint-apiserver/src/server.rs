@@ -189,13 +189,7 @@ impl ApiServer {
             .expect("built in")
             .clone();
         self.reserve_cluster_ip("10.96.0.1").await;
-        let kubernetes = json!({
-            "apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": "kubernetes", "namespace": "default",
-                         "labels": {"component": "apiserver", "provider": "kubernetes"}},
-            "spec": {"type": "ClusterIP", "clusterIP": "10.96.0.1",
-                     "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": self.config.listen.port() as i64}]}
-        });
+        let kubernetes = kubernetes_service(self.config.listen.port());
         match self
             .create(&svc, "default", kubernetes, &WriteOptions::default())
             .await
@@ -216,6 +210,7 @@ impl ApiServer {
             .local_addr()
             .map_err(|e| start_error::Error(e.to_string()))?;
         *self.address.write() = addr.to_string();
+        tokio::spawn(self.clone().master_endpoints_loop(addr));
         let (tx, rx) = watch::channel(false);
         let router = crate::http::router(self.clone());
         if self.config.insecure_http {
@@ -272,6 +267,17 @@ impl ApiServer {
             task,
         })
     }
+}
+
+/// The `default/kubernetes` Service, its port the API server's (`port`).
+pub(crate) fn kubernetes_service(port: u16) -> serde_json::Value {
+    json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "kubernetes", "namespace": "default",
+                     "labels": {"component": "apiserver", "provider": "kubernetes"}},
+        "spec": {"type": "ClusterIP", "clusterIP": "10.96.0.1",
+                 "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": port}]}
+    })
 }
 
 /// The service-account token issuer, with the key servers on one shared store share (see
