@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use setpoint_runtime::client::{Api, Client, PostParams};
+use setpoint_runtime::client::{Api, Client, ClientError, PostParams};
 use setpoint_runtime::controller::{Action, Context, Controller, ReconcileError, Reconciler};
 use setpoint_runtime::events::{EventRecorder, EventType, Reporter, ToObjectReference};
 use setpoint_runtime::informer::{Scope, SharedInformers, Store};
@@ -87,13 +87,14 @@ impl Reconciler for NamespaceDefaults {
                 ),
                 // The cache was behind: the next event brings the object and reconciles again.
                 Err(e) if e.is_already_exists() => {}
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(refused(&key.name, "create", e)),
             },
             Some(cm) if cm.data != want.data => {
                 let mut fixed = (*cm).clone();
                 fixed.data = want.data;
                 api.replace(CONFIG_MAP, &PostParams::default(), &fixed)
-                    .await?;
+                    .await
+                    .map_err(|e| refused(&key.name, "update", e))?;
                 self.recorder.publish(
                     &ns.object_reference(),
                     EventType::Normal,
@@ -105,6 +106,21 @@ impl Reconciler for NamespaceDefaults {
         }
         Ok(Action::Done)
     }
+}
+
+/// The reconcile error for a failed write; a 403 is also logged as what it means: the
+/// operator's identity (in a pod, its service account) lacks an RBAC permission, which no
+/// retry fixes until someone grants it.
+fn refused(namespace: &str, verb: &str, e: ClientError) -> ReconcileError {
+    if e.code() == Some(403) {
+        tracing::error!(
+            namespace,
+            verb,
+            error = %e,
+            "forbidden: RBAC does not allow this operator to {verb} ConfigMaps; bind its service account to the namespace-defaults ClusterRole (see README.md)"
+        );
+    }
+    e.into()
 }
 
 /// Builds the controller: reconciles Namespaces, owns their ConfigMaps.

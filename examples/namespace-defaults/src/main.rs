@@ -1,4 +1,5 @@
-//! Runs the example operator against the cluster in `$KUBECONFIG`.
+//! Runs the example operator against the cluster in `$KUBECONFIG` (or `~/.kube/config`), or,
+//! in a pod, the cluster it runs in, as its service account (`Client::try_default`).
 //!
 //! `--leader-elect` runs it as one of several replicas: all keep their caches warm, only the
 //! holder of the Lease `default/namespace-defaults` reconciles. `--lease-seconds N` shortens
