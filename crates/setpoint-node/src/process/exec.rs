@@ -1,12 +1,16 @@
 //! `exec` and `attach` for process containers.
 //!
-//! A process container has no namespaces or cgroup of its own: it is a process of the node
+//! A process container has no cgroup or network namespace of its own: it is a process of the node
 //! with an environment and a working directory. So `exec` starts the command as another such
 //! process, with the environment and working directory the container's running workload has
 //! (read from `/proc/<pid>/environ` and `/proc/<pid>/cwd`, so it is exactly what the
 //! container got, `$(VAR)` expansions included), over pipes, or on a new pseudo-terminal
 //! when the client asks for a TTY (the command is the session leader with the terminal as
 //! its controlling terminal, and resizes are applied with `TIOCSWINSZ`).
+//!
+//! A container with volume mounts runs in a mount namespace of its own
+//! ([`super::mounts`]): the command joins it (and the workload's directory as the container
+//! sees it), so it sees the mounted files as the workload does.
 //!
 //! `attach` streams what the workload writes from now on (its run's log, followed, so
 //! stdout and stderr arrive merged, as the log holds them) until the workload exits or the
@@ -26,6 +30,9 @@ use futures::StreamExt;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::task::JoinHandle;
 
+use std::sync::Arc;
+
+use super::mounts::Joined;
 use super::{logs, run_handle, ProcessRuntime};
 use crate::runtime::{
     ExecRequest, LogOptions, RuntimeError, RuntimePod, StreamIo, StreamWriter, TerminalSize,
@@ -37,6 +44,8 @@ const CHUNK: usize = 32 * 1024;
 /// What `exec` needs from the container's running workload.
 struct Workload {
     pid: i32,
+    /// Its start time (clock ticks since boot; 0 when unknown).
+    start: u64,
     env: Vec<(String, String)>,
     cwd: PathBuf,
 }
@@ -151,7 +160,12 @@ impl ProcessRuntime {
         };
         let env = environ(pid).map_err(gone)?;
         let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).map_err(gone)?;
-        Ok(Workload { pid, env, cwd })
+        Ok(Workload {
+            pid,
+            start: run.pid_start.unwrap_or(0),
+            env,
+            cwd,
+        })
     }
 
     /// Runs `request` beside the container's workload (see the [module docs](self)).
@@ -172,8 +186,20 @@ impl ProcessRuntime {
             .args(&request.command[1..])
             .env_clear()
             .envs(workload.env.iter().map(|(k, v)| (k, v)))
-            .current_dir(&workload.cwd)
             .kill_on_drop(true);
+        // A container with volume mounts has a mount namespace of its own: the command runs
+        // in it, so it sees the same files.
+        let joined = Joined::of(workload.pid, workload.start, &workload.cwd).map_err(|e| {
+            RuntimeError::Internal(format!(
+                "failed to exec in container: entering its mount namespace: {e}"
+            ))
+        })?;
+        match joined {
+            Some(joined) => Arc::new(joined).install(&mut command),
+            None => {
+                command.current_dir(&workload.cwd);
+            }
+        }
         tracing::debug!(pod = %pod.name, container = %request.container, workload = workload.pid, tty = request.tty, "exec");
         let start_error = |e: std::io::Error| {
             RuntimeError::Internal(format!(

@@ -67,6 +67,9 @@ pub struct LaunchSpec {
     pub pid_file: PathBuf,
     /// Where the wrapper writes the workload's exit status.
     pub exit_file: PathBuf,
+    /// The container's own mount namespace, for a container with volume mounts
+    /// ([`super::mounts`]); `None`: it runs in the node's.
+    pub namespace: Option<std::sync::Arc<super::mounts::Namespace>>,
 }
 
 /// A started run.
@@ -134,7 +137,6 @@ pub async fn launch(spec: &LaunchSpec) -> std::io::Result<Launched> {
         .args(&spec.argv)
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .current_dir(&spec.workdir)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
@@ -158,7 +160,21 @@ pub async fn launch(spec: &LaunchSpec) -> std::io::Result<Launched> {
             });
         }
     }
-    let mut child = cmd.spawn()?;
+    match &spec.namespace {
+        // The child enters the working directory itself, after mounting: it may be inside a
+        // volume.
+        Some(namespace) => namespace.install(&mut cmd),
+        None => {
+            cmd.current_dir(&spec.workdir);
+        }
+    }
+    let mut child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(e) => match &spec.namespace {
+            Some(namespace) => return Err(std::io::Error::new(e.kind(), namespace.explain(&e))),
+            None => return Err(e),
+        },
+    };
     let wrapper_pid = child.id().map(|p| p as i32).unwrap_or(0);
     let wrapper_start = proc_stat(wrapper_pid).map(|s| s.start).unwrap_or(0);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);

@@ -23,9 +23,14 @@
 //! A monitor task polls the processes and the logs and sends the pod's uid to the
 //! subscriber whenever an exit happened, a probe verdict flipped or a back-off expired.
 //!
-//! Not done: environment from ConfigMaps, Secrets, resource fields or `envFrom`, and volume
-//! mounts (the container waits with `CreateContainerConfigError`, see
-//! [`crate::unsupported`]), statuses of init containers (the runtime
+//! - Volumes are set up on every sync by a [`VolumeManager`] under `<root>/volumes`; a
+//!   container that mounts them runs in a mount namespace of its own with each mount bound
+//!   at its `mountPath` ([`mounts`]), which `exec` and exec probes join. Without the
+//!   privilege for it, such a container waits with `CreateContainerConfigError`.
+//!
+//! Not done: environment from ConfigMaps, Secrets, resource fields or `envFrom` (the
+//! container waits with `CreateContainerConfigError`, see [`crate::unsupported`]),
+//! statuses of init containers (the runtime
 //! contract has no place for them: the pod's reason and message say which one runs or
 //! failed, and app containers wait with `PodInitializing`), lifecycle hooks (a container
 //! with one waits with `CreateContainerConfigError` saying so), resource limits (ignored),
@@ -37,6 +42,7 @@ pub mod expand;
 pub mod ipam;
 pub mod launch;
 pub mod logs;
+pub mod mounts;
 pub mod portforward;
 pub mod probe;
 pub mod state;
@@ -63,6 +69,7 @@ use crate::runtime::{
     RuntimeStatus, StreamIo,
 };
 use crate::status::{is_sidecar, restart_policy, Disposition};
+use crate::volumes::{ContainerMount, VolumeManager};
 use backoff::{format_delay, BackoffPolicy};
 use expand::FieldContext;
 use ipam::IpRange;
@@ -123,6 +130,10 @@ struct Inner {
     announced: Mutex<HashMap<(String, String), i64>>,
     /// How much of each live log the timestamp checkpoints cover.
     indexed: Mutex<HashMap<PathBuf, u64>>,
+    /// Sets up the pods' volumes under `<root>/volumes`.
+    volumes: VolumeManager,
+    /// The mount points the runtime created on the node ([`mounts::MountPoints`]).
+    mount_points: Mutex<mounts::MountPoints>,
 }
 
 struct PodState {
@@ -132,6 +143,8 @@ struct PodState {
     probes: HashMap<String, ProbeRun>,
     /// Why a container could not be started at the last sync (reason, message).
     errors: HashMap<String, (String, String)>,
+    /// Why the pod's volumes could not be set up at the last sync, if they could not.
+    volume_error: Option<String>,
     /// Set by `kill_pod`: the state is being torn down.
     gone: bool,
 }
@@ -141,6 +154,9 @@ struct ProbeRun {
     status: Arc<ProbeStatus>,
     task: AbortHandle,
 }
+
+/// The list of mount points the runtime created, under its root.
+const MOUNT_POINTS: &str = "mountpoints.json";
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // A panic elsewhere must not wedge the runtime: the data stays usable.
@@ -210,7 +226,6 @@ impl ProcessRuntime {
         std::fs::create_dir_all(&pods_dir).map_err(internal("creating the state directory"))?;
         let lock_file = lock_dir(&root)?;
         let inner = Arc::new(Inner {
-            root,
             options,
             pods: Mutex::new(HashMap::new()),
             ips: Mutex::new(HashSet::new()),
@@ -220,8 +235,12 @@ impl ProcessRuntime {
             tasks: Mutex::new(Vec::new()),
             announced: Mutex::new(HashMap::new()),
             indexed: Mutex::new(HashMap::new()),
+            volumes: VolumeManager::new(root.join("volumes")),
+            mount_points: Mutex::new(mounts::MountPoints::load(&root.join(MOUNT_POINTS))),
+            root,
         });
         inner.adopt(&pods_dir)?;
+        inner.forget_orphans();
         let range = match inner.options.pod_ips {
             Some(range) => range,
             None => IpRange::for_state_dir(&inner.root, &lock(&inner.ips))
@@ -293,11 +312,65 @@ impl Inner {
                 record,
                 probes: HashMap::new(),
                 errors: HashMap::new(),
+                volume_error: None,
                 gone: false,
             };
             lock(&self.pods).insert(uid, Arc::new(tokio::sync::Mutex::new(state)));
         }
         Ok(())
+    }
+
+    /// Removes the volumes and releases the mount points of pods that have no state any
+    /// more (an agent stopped between removing a pod's state and its volumes). The volumes of
+    /// adopted pods stay as they are: their containers' mounts live in the containers' own
+    /// namespaces, and the next sync sets the volumes up idempotently.
+    fn forget_orphans(&self) {
+        let known: HashSet<String> = lock(&self.pods).keys().cloned().collect();
+        let volume_pods = self.root.join("volumes").join("pods");
+        for entry in std::fs::read_dir(&volume_pods)
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let uid = entry.file_name().to_string_lossy().into_owned();
+            if !known.contains(&uid) {
+                if let Err(e) = self.volumes.cleanup(&uid) {
+                    tracing::warn!(uid, error = %e, "removing the volumes of a pod without state");
+                }
+            }
+        }
+        let orphans: Vec<String> = lock(&self.mount_points)
+            .uids()
+            .into_iter()
+            .filter(|uid| !known.contains(uid))
+            .collect();
+        for uid in orphans {
+            self.release_mount_points(&uid);
+        }
+    }
+
+    /// Forgets that the pod `uid` needs the mount points the runtime created, and removes
+    /// those no pod needs any more if they are still empty.
+    fn release_mount_points(&self, uid: &str) {
+        let mut points = lock(&self.mount_points);
+        let free = points.release(uid);
+        if free.is_empty() {
+            return;
+        }
+        for path in &free {
+            mounts::remove_if_empty(path);
+        }
+        if let Err(e) = points.save(&self.root.join(MOUNT_POINTS)) {
+            tracing::warn!(error = %e, "saving the mount points");
+        }
+    }
+
+    /// Removes the pod's volumes and releases its mount points.
+    fn forget_volumes(&self, uid: &str) {
+        if let Err(e) = self.volumes.cleanup(uid) {
+            tracing::warn!(uid, error = %e, "removing the pod's volumes");
+        }
+        self.release_mount_points(uid);
     }
 
     fn notify(&self, uid: &str) {
@@ -437,6 +510,7 @@ impl Inner {
             record,
             probes: HashMap::new(),
             errors: HashMap::new(),
+            volume_error: None,
             gone: false,
         };
         let entry = Arc::new(tokio::sync::Mutex::new(state));
@@ -531,6 +605,14 @@ fn restarts(policy: &str, code: i32) -> bool {
     }
 }
 
+/// Whether the container mounts volumes (and so runs in a mount namespace of its own).
+fn has_mounts(container: &Container) -> bool {
+    container
+        .volume_mounts
+        .as_ref()
+        .is_some_and(|m| !m.is_empty())
+}
+
 fn is_simulated(container: &Container) -> bool {
     container.command.as_ref().is_none_or(|c| c.is_empty())
 }
@@ -563,6 +645,37 @@ struct Prepared {
     argv: Vec<String>,
     env: Vec<(String, String)>,
     workdir: PathBuf,
+    /// The container's volume mounts; none: it runs in the node's mount namespace.
+    mounts: Vec<ContainerMount>,
+}
+
+/// The container's mounts, or why it cannot be created yet: the pod's volumes could not be
+/// set up, or one it mounts failed (the container stays `ContainerCreating`, as the
+/// kubelet's waits for its volumes), or a mount cannot be given (`CreateContainerConfigError`).
+fn container_mounts(
+    container: &Container,
+    ctx: &FieldContext,
+    volume_error: Option<&str>,
+    env: &[(String, String)],
+) -> Result<Vec<ContainerMount>, (String, String)> {
+    if !has_mounts(container) {
+        return Ok(Vec::new());
+    }
+    let creating = |message: String| ("ContainerCreating".to_string(), message);
+    if let Some(e) = volume_error {
+        return Err(creating(e.to_string()));
+    }
+    for mount in container.volume_mounts.iter().flatten() {
+        if let Some(e) = ctx.volumes.get(&mount.name).and_then(|v| v.error.clone()) {
+            return Err(creating(e));
+        }
+    }
+    let config = |message: String| ("CreateContainerConfigError".to_string(), message);
+    let mounts = ctx.volumes.mounts_for(container, env).map_err(config)?;
+    if !mounts.is_empty() && !mounts::namespaces_permitted() {
+        return Err(config(mounts::NOT_PERMITTED.to_string()));
+    }
+    Ok(mounts)
 }
 
 fn prepare(
@@ -570,6 +683,7 @@ fn prepare(
     container: &Container,
     ctx: &FieldContext,
     paths: &PodPaths,
+    volume_error: Option<&str>,
 ) -> Result<Prepared, (String, String)> {
     let name = container.name.as_str();
     if name.is_empty() || name.contains('/') || name == "." || name == ".." {
@@ -584,6 +698,7 @@ fn prepare(
     }
     let spec_env = expand::container_env(pod, container, ctx)
         .map_err(|e| ("CreateContainerConfigError".to_string(), e))?;
+    let mounts = container_mounts(container, ctx, volume_error, &spec_env)?;
     let env = full_env(
         base_env(pod.metadata.name.as_deref().unwrap_or_default()),
         spec_env,
@@ -597,7 +712,8 @@ fn prepare(
     let workdir = match container.working_dir.as_deref().filter(|w| !w.is_empty()) {
         Some(dir) => {
             let dir = PathBuf::from(dir);
-            if !dir.is_dir() {
+            // A directory inside a volume is looked for in the volume.
+            if !mounts::node_path_of(&dir, &mounts).is_dir() {
                 return Err((
                     "CreateContainerError".to_string(),
                     format!("workingDir {} does not exist on this node", dir.display()),
@@ -616,10 +732,48 @@ fn prepare(
             dir
         }
     };
-    Ok(Prepared { argv, env, workdir })
+    Ok(Prepared {
+        argv,
+        env,
+        workdir,
+        mounts,
+    })
 }
 
 impl ProcessRuntime {
+    /// The mount namespace a run of a container with mounts starts in ([`mounts`]), with
+    /// its missing mount points created and recorded; `None` for a container without.
+    fn mount_namespace(
+        &self,
+        st: &PodState,
+        prepared: &Prepared,
+    ) -> Result<Option<Arc<mounts::Namespace>>, (String, String)> {
+        if prepared.mounts.is_empty() {
+            return Ok(None);
+        }
+        let mut points = lock(&self.inner.mount_points);
+        let (namespace, changed) = mounts::Namespace::prepare(
+            &prepared.mounts,
+            &prepared.workdir,
+            &st.record.uid,
+            &self.inner.root,
+            &mut points,
+        )
+        .map_err(|e| {
+            let reason = match e {
+                mounts::MountError::Io { .. } => "CreateContainerError",
+                _ => "CreateContainerConfigError",
+            };
+            (reason.to_string(), e.to_string())
+        })?;
+        if changed {
+            if let Err(e) = points.save(&self.inner.root.join(MOUNT_POINTS)) {
+                tracing::warn!(error = %e, "saving the mount points");
+            }
+        }
+        Ok(Some(Arc::new(namespace)))
+    }
+
     async fn start_run(
         &self,
         st: &mut PodState,
@@ -639,6 +793,7 @@ impl ProcessRuntime {
             }
             lock(&self.inner.indexed).remove(&st.paths.run_file(name, old, "log"));
         }
+        let namespace = self.mount_namespace(st, &prepared)?;
         let spec = LaunchSpec {
             argv: prepared.argv,
             env: prepared.env.clone(),
@@ -646,6 +801,7 @@ impl ProcessRuntime {
             log: st.paths.run_file(name, index, "log"),
             pid_file: st.paths.run_file(name, index, "pid"),
             exit_file: st.paths.run_file(name, index, "exit"),
+            namespace,
         };
         for path in [&spec.log, &spec.pid_file, &spec.exit_file] {
             let _ = std::fs::remove_file(path);
@@ -731,20 +887,31 @@ impl ProcessRuntime {
             .unwrap_or_else(tokio::time::Instant::now);
         let subscribers = Arc::clone(&self.inner.subscribers);
         let uid = st.record.uid.clone();
+        let target = ProbeTarget {
+            pod_ip: st.record.ip.clone(),
+            ports: container.ports.clone().unwrap_or_default(),
+            env: env.to_vec(),
+            workdir: workdir.to_path_buf(),
+        };
+        let handle = run_handle(&st.paths, name, run);
+        // A container with mounts has its own mount namespace: exec probes run in it.
+        let actions = run.pid.filter(|_| has_mounts(container)).map(|pid| {
+            Arc::new(probe::InMountNamespace {
+                pid,
+                start: run.pid_start.unwrap_or(0),
+                target: target.clone(),
+                run: handle.clone(),
+            }) as Arc<dyn probe::ProbeActions>
+        });
         let set = ProbeSet {
             startup: container.startup_probe.clone(),
             liveness: container.liveness_probe.clone(),
             readiness: container.readiness_probe.clone(),
-            target: ProbeTarget {
-                pod_ip: st.record.ip.clone(),
-                ports: container.ports.clone().unwrap_or_default(),
-                env: env.to_vec(),
-                workdir: workdir.to_path_buf(),
-            },
+            target,
             status: Arc::clone(&status),
             on_change: Arc::new(move || notify_all(&subscribers, &uid)),
-            run: Some(run_handle(&st.paths, name, run)),
-            actions: None,
+            run: Some(handle),
+            actions,
             grace,
             started_at,
         };
@@ -873,7 +1040,7 @@ impl ProcessRuntime {
                 Some(_) => None,
             },
         };
-        let prepared = prepare(pod, container, ctx, &st.paths);
+        let prepared = prepare(pod, container, ctx, &st.paths, st.volume_error.as_deref());
         let Some(index) = next_index else {
             // Running (perhaps adopted): make sure its probes run.
             if let Ok(p) = prepared {
@@ -1050,19 +1217,24 @@ impl PodRuntime for ProcessRuntime {
             attempts += 1;
             tokio::task::yield_now().await;
         };
-        // Read before the pod's lock is taken: it may wait on the API.
+        // Read before the pod's lock is taken: they may wait on the API.
         let env = crate::env::gather(pod, node).await;
+        let (volumes, volume_error) = match self.inner.volumes.prepare(pod, node).await {
+            Ok(volumes) => (volumes, None),
+            Err(e) => (crate::volumes::PodVolumes::default(), Some(e.to_string())),
+        };
         let mut guard = entry.lock().await;
         let st = &mut *guard;
         let mut changed = observe(&st.paths, &mut st.record);
         prune_probes(st);
         st.errors.clear();
+        st.volume_error = volume_error;
         let ctx = FieldContext {
             pod_ip: st.record.ip.clone(),
             node_name: node.node_name.clone(),
             host_ip: node.host_ip.clone(),
             env: std::sync::Arc::new(env),
-            volumes: std::sync::Arc::new(crate::volumes::PodVolumes::default()),
+            volumes: std::sync::Arc::new(volumes),
         };
         let policy = restart_policy(pod);
         let containers = pod
@@ -1145,6 +1317,8 @@ impl PodRuntime for ProcessRuntime {
 
     async fn kill_pod(&self, pod: &RuntimePod, grace: Duration) -> Result<(), RuntimeError> {
         let Some(entry) = self.inner.pod_entry(&pod.uid) else {
+            // Nothing runs; whatever was set up for it goes (idempotent).
+            self.inner.forget_volumes(&pod.uid);
             return Ok(());
         };
         let mut st = entry.lock().await;
@@ -1170,6 +1344,8 @@ impl PodRuntime for ProcessRuntime {
         for h in &handles {
             h.kill_leftovers();
         }
+        // The containers are gone, and with them their mount namespaces.
+        self.inner.forget_volumes(&pod.uid);
         match std::fs::remove_dir_all(&st.paths.dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 tracing::warn!(uid = %pod.uid, error = %e, "removing pod directory");

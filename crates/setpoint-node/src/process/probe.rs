@@ -17,6 +17,7 @@ use k8s_openapi::api::core::v1::{ContainerPort, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::launch::RunHandle;
+use super::mounts::Joined;
 
 /// Where and how a container's probes run.
 #[derive(Clone, Debug)]
@@ -40,6 +41,38 @@ pub trait ProbeActions: Send + Sync + 'static {
     fn exec(&self, argv: Vec<String>, timeout: Duration) -> BoxFuture<'static, Result<(), String>>;
     /// Stops the container, giving it `grace` before it is killed.
     fn stop(&self, grace: Duration) -> BoxFuture<'static, ()>;
+}
+
+/// The probe actions of a process container with volume mounts: exec probes run in the
+/// mount namespace of its workload ([`super::mounts`]), so they see its mounted files; a
+/// failure stops the run, as for any process container.
+#[derive(Clone, Debug)]
+pub struct InMountNamespace {
+    /// The workload's pid.
+    pub pid: i32,
+    /// Its start time (clock ticks since boot; 0 when unknown).
+    pub start: u64,
+    /// The container's environment and directory.
+    pub target: ProbeTarget,
+    /// The run to stop.
+    pub run: RunHandle,
+}
+
+impl ProbeActions for InMountNamespace {
+    fn exec(
+        &self,
+        argv: Vec<String>,
+        _timeout: Duration,
+    ) -> BoxFuture<'static, Result<(), String>> {
+        // The caller bounds the check by its timeout and drops it, which kills the command.
+        let this = self.clone();
+        Box::pin(async move { exec_in(&argv, &this.target, Some((this.pid, this.start))).await })
+    }
+
+    fn stop(&self, grace: Duration) -> BoxFuture<'static, ()> {
+        let run = self.run.clone();
+        Box::pin(async move { run.terminate(grace).await })
+    }
 }
 
 /// A probe's verdict.
@@ -128,17 +161,39 @@ async fn check_inner(
 }
 
 async fn exec_check(argv: &[String], target: &ProbeTarget) -> Result<(), String> {
+    exec_in(argv, target, None).await
+}
+
+/// Runs an exec probe's command with the container's environment and directory, in the
+/// mount namespace of the process `(pid, start time)` when one is given.
+async fn exec_in(
+    argv: &[String],
+    target: &ProbeTarget,
+    namespace_of: Option<(i32, u64)>,
+) -> Result<(), String> {
     let (program, args) = argv.split_first().ok_or("exec probe has no command")?;
-    let status = tokio::process::Command::new(program)
+    let mut command = tokio::process::Command::new(program);
+    command
         .args(args)
         .env_clear()
         .envs(target.env.iter().map(|(k, v)| (k, v)))
-        .current_dir(&target.workdir)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         // A timed-out check is dropped: its process must not outlive it.
-        .kill_on_drop(true)
+        .kill_on_drop(true);
+    let joined = match namespace_of {
+        Some((pid, start)) => Joined::of(pid, start, &target.workdir)
+            .map_err(|e| format!("entering the container's mount namespace: {e}"))?,
+        None => None,
+    };
+    match joined {
+        Some(joined) => Arc::new(joined).install(&mut command),
+        None => {
+            command.current_dir(&target.workdir);
+        }
+    }
+    let status = command
         .status()
         .await
         .map_err(|e| format!("exec {program}: {e}"))?;
