@@ -65,8 +65,8 @@ use tokio::sync::{mpsc, Notify};
 use tokio::task::AbortHandle;
 
 use crate::runtime::{
-    ExecRequest, LogOptions, LogStream, NodeContext, PodRuntime, RuntimeError, RuntimePod,
-    RuntimeStatus, StreamIo,
+    ExecRequest, LogOptions, LogStream, NodeContext, PodRuntime, RuntimeError, RuntimeEvent,
+    RuntimePod, RuntimeStatus, StreamIo,
 };
 use crate::status::{is_sidecar, restart_policy, Disposition};
 use crate::volumes::{ContainerMount, VolumeManager};
@@ -134,6 +134,8 @@ struct Inner {
     volumes: VolumeManager,
     /// The mount points the runtime created on the node ([`mounts::MountPoints`]).
     mount_points: Mutex<mounts::MountPoints>,
+    /// Where the Events the runtime reports go ([`PodRuntime::events`]), once asked for.
+    events: Mutex<Option<mpsc::UnboundedSender<RuntimeEvent>>>,
 }
 
 struct PodState {
@@ -145,6 +147,9 @@ struct PodState {
     errors: HashMap<String, (String, String)>,
     /// Why the pod's volumes could not be set up at the last sync, if they could not.
     volume_error: Option<String>,
+    /// Why the pod was evicted (an emptyDir over its `sizeLimit`): its containers were
+    /// killed and none starts again.
+    evicted: Option<String>,
     /// Set by `kill_pod`: the state is being torn down.
     gone: bool,
 }
@@ -237,6 +242,7 @@ impl ProcessRuntime {
             indexed: Mutex::new(HashMap::new()),
             volumes: VolumeManager::new(root.join("volumes")),
             mount_points: Mutex::new(mounts::MountPoints::load(&root.join(MOUNT_POINTS))),
+            events: Mutex::new(None),
             root,
         });
         inner.adopt(&pods_dir)?;
@@ -313,6 +319,7 @@ impl Inner {
                 probes: HashMap::new(),
                 errors: HashMap::new(),
                 volume_error: None,
+                evicted: None,
                 gone: false,
             };
             lock(&self.pods).insert(uid, Arc::new(tokio::sync::Mutex::new(state)));
@@ -511,6 +518,7 @@ impl Inner {
             probes: HashMap::new(),
             errors: HashMap::new(),
             volume_error: None,
+            evicted: None,
             gone: false,
         };
         let entry = Arc::new(tokio::sync::Mutex::new(state));
@@ -741,6 +749,46 @@ fn prepare(
 }
 
 impl ProcessRuntime {
+    /// Evicts the pod as the kubelet evicts one over its local storage limit (an emptyDir
+    /// over its `sizeLimit`): its running containers are killed at once, none starts again,
+    /// and the kubelet's `Evicted` Event is reported. Returns whether the record changed.
+    async fn evict(&self, st: &mut PodState, message: &str) -> bool {
+        tracing::warn!(pod = %st.record.name, %message, "evicting the pod");
+        for (_, p) in st.probes.drain() {
+            p.task.abort();
+        }
+        let handles: Vec<RunHandle> = st
+            .record
+            .containers
+            .iter()
+            .filter_map(|(name, c)| {
+                c.run
+                    .as_ref()
+                    .filter(|r| !r.simulated && r.exit.is_none())
+                    .map(|r| run_handle(&st.paths, name, r))
+            })
+            .collect();
+        futures::future::join_all(handles.iter().map(|h| h.terminate(Duration::ZERO))).await;
+        for c in st.record.containers.values_mut() {
+            c.restart_at_ms = None;
+        }
+        st.evicted = Some(message.to_string());
+        if let Some(tx) = lock(&self.inner.events).as_ref() {
+            let _ = tx.send(RuntimeEvent {
+                pod: RuntimePod {
+                    uid: st.record.uid.clone(),
+                    namespace: st.record.namespace.clone(),
+                    name: st.record.name.clone(),
+                },
+                field_path: None,
+                warning: true,
+                reason: crate::volumes::emptydir::EVICTED_REASON.to_string(),
+                message: message.to_string(),
+            });
+        }
+        observe(&st.paths, &mut st.record) | !handles.is_empty()
+    }
+
     /// The mount namespace a run of a container with mounts starts in ([`mounts`]), with
     /// its missing mount points created and recorded; `None` for a container without.
     fn mount_namespace(
@@ -1247,10 +1295,20 @@ impl PodRuntime for ProcessRuntime {
             .as_ref()
             .and_then(|s| s.init_containers.clone())
             .unwrap_or_default();
-        let progress = self
-            .sync_init_containers(st, pod, &inits, &ctx, &policy, &mut changed)
-            .await;
-        if progress == InitProgress::Done {
+        if st.evicted.is_none() {
+            if let Some(message) = ctx.volumes.eviction() {
+                changed |= self.evict(st, message).await;
+            }
+        }
+        let progress = if st.evicted.is_some() {
+            InitProgress::Done
+        } else {
+            self.sync_init_containers(st, pod, &inits, &ctx, &policy, &mut changed)
+                .await
+        };
+        if st.evicted.is_some() {
+            // Killed for good: nothing starts again.
+        } else if progress == InitProgress::Done {
             for container in &containers {
                 changed |= self.sync_container(st, pod, container, &ctx, &policy).await;
             }
@@ -1300,6 +1358,20 @@ impl PodRuntime for ProcessRuntime {
                 reason = Some("InitContainerFailed".to_string());
                 phase = "Failed";
             }
+        }
+        if let Some(message) = &st.evicted {
+            // Each container shows how its last run ended, not a restart that will not come.
+            for status in &mut statuses {
+                if status.state.as_ref().is_some_and(|s| s.waiting.is_some()) {
+                    if let Some(last) = status.last_state.take() {
+                        status.state = Some(last);
+                    }
+                }
+                status.ready = false;
+            }
+            phase = "Failed";
+            reason = Some(crate::volumes::emptydir::EVICTED_REASON.to_string());
+            notes = vec![message.clone()];
         }
         let any_started = st.record.containers.values().any(|c| c.run.is_some());
         Ok(RuntimeStatus {
@@ -1400,6 +1472,12 @@ impl PodRuntime for ProcessRuntime {
         let (tx, rx) = mpsc::unbounded_channel();
         lock(&self.inner.subscribers).push(tx);
         rx
+    }
+
+    fn events(&self) -> Option<mpsc::UnboundedReceiver<RuntimeEvent>> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        *lock(&self.inner.events) = Some(tx);
+        Some(rx)
     }
 
     async fn exec(
