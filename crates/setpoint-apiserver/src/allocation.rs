@@ -128,18 +128,6 @@ impl ApiServer {
             .delete(&format!("{SERVICE_IP_PREFIX}{ip}"), Precondition::None)
             .await;
     }
-
-    /// Reserves an exact cluster IP (used at bootstrap for the `kubernetes` service).
-    pub(crate) async fn reserve_cluster_ip(&self, ip: &str) {
-        let _ = self
-            .store
-            .put(
-                &format!("{SERVICE_IP_PREFIX}{ip}"),
-                Bytes::from_static(b"{}"),
-                Precondition::NotExists,
-            )
-            .await;
-    }
 }
 
 fn is_service(res: &ResourceDef) -> bool {

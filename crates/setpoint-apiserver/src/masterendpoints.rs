@@ -34,6 +34,8 @@ pub const RECONCILE_INTERVAL: Duration = Duration::from_secs(10);
 /// The Service, its Endpoints and its EndpointSlice.
 const NAME: &str = "kubernetes";
 const NAMESPACE: &str = "default";
+/// The `kubernetes` Service's cluster IP.
+const KUBERNETES_IP: &str = "10.96.0.1";
 /// The Service's port name.
 const PORT_NAME: &str = "https";
 
@@ -242,7 +244,13 @@ impl ApiServer {
             Err(e) if e.code == 404 => {}
             Err(e) => return Err(e),
         }
-        self.reserve_cluster_ip("10.96.0.1").await;
+        // The allocator never hands out 10.96.0.1: a reservation of it without the Service
+        // is left from an earlier start (whose bootstrap reserved it before a create that
+        // failed), and would refuse this create.
+        self.release(&crate::allocation::Reservation::ClusterIp(
+            KUBERNETES_IP.to_string(),
+        ))
+        .await;
         match self
             .create(
                 &res,

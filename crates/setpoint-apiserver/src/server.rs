@@ -188,7 +188,7 @@ impl ApiServer {
             .get("", "v1", "services")
             .expect("built in")
             .clone();
-        self.reserve_cluster_ip("10.96.0.1").await;
+        // Its create reserves 10.96.0.1, which the allocator hands out to no other Service.
         let kubernetes = kubernetes_service(self.config.listen.port());
         match self
             .create(&svc, "default", kubernetes, &WriteOptions::default())

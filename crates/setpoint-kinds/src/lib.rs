@@ -298,7 +298,8 @@ pub static BUILTIN: &[KindInfo] = &[
         "endpointslices",
         "endpointslice",
         true,
-    ),
+    )
+    .generation(),
     // apiextensions.k8s.io/v1
     kind(
         "apiextensions.k8s.io",

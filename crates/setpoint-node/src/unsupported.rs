@@ -1,40 +1,32 @@
-//! What a container may ask for that no runtime of this node gives it yet: environment from
-//! ConfigMaps, Secrets and resource fields, and `envFrom` (volume mounts:
-//! [`crate::volumes::unsupported_mounts`]); and what only the
-//! CRI runtime gives (lifecycle hooks and `stdin`, [`in_process`]).
+//! What a container may ask for that no runtime of this node gives it yet: an environment
+//! variable whose `valueFrom` names a source this node does not know (volume mounts:
+//! [`crate::volumes::unsupported_mounts`]); and what only the CRI runtime gives (lifecycle
+//! hooks and `stdin`, [`in_process`]).
 //!
 //! Both the process and the CRI runtime ask [`unsupported`] before they create a container,
 //! so a container that needs one of these waits with `CreateContainerConfigError` and a
 //! message naming what is missing, instead of running with an empty variable or without the
-//! files it expects.
+//! files it expects. ConfigMaps, Secrets, resource and pod fields, and `envFrom` are given
+//! ([`crate::process::expand::container_env`]).
 
 use k8s_openapi::api::core::v1::Container;
 
 /// Why `container` cannot be created on this node, if it asks for something not given yet.
 pub fn unsupported(container: &Container) -> Option<String> {
-    if container.env_from.as_ref().is_some_and(|e| !e.is_empty()) {
-        return Some("envFrom is not supported by this node yet".to_string());
-    }
     for var in container.env.iter().flatten() {
         let Some(source) = &var.value_from else {
             continue;
         };
-        if source.field_ref.is_some() {
-            continue;
+        let known = source.field_ref.is_some()
+            || source.resource_field_ref.is_some()
+            || source.config_map_key_ref.is_some()
+            || source.secret_key_ref.is_some();
+        if !known {
+            return Some(format!(
+                "env var {}: this valueFrom source is not supported by this node",
+                var.name
+            ));
         }
-        let kind = if source.config_map_key_ref.is_some() {
-            "configMapKeyRef"
-        } else if source.secret_key_ref.is_some() {
-            "secretKeyRef"
-        } else if source.resource_field_ref.is_some() {
-            "resourceFieldRef"
-        } else {
-            "this valueFrom source"
-        };
-        return Some(format!(
-            "env var {}: {kind} is not supported by this node yet",
-            var.name
-        ));
     }
     None
 }
@@ -140,7 +132,7 @@ mod tests {
     }
 
     #[test]
-    fn config_sources_and_mounts_are_named() {
+    fn config_sources_are_given_and_an_empty_source_is_named() {
         let mut c = Container {
             name: "c".into(),
             env: Some(vec![var(
@@ -154,17 +146,14 @@ mod tests {
                     ..Default::default()
                 },
             )]),
+            env_from: Some(vec![EnvFromSource::default()]),
             ..Default::default()
         };
+        assert_eq!(unsupported(&c), None);
+        c.env = Some(vec![var("Y", EnvVarSource::default())]);
         assert_eq!(
             unsupported(&c).unwrap(),
-            "env var X: configMapKeyRef is not supported by this node yet"
-        );
-        c.env = None;
-        c.env_from = Some(vec![EnvFromSource::default()]);
-        assert_eq!(
-            unsupported(&c).unwrap(),
-            "envFrom is not supported by this node yet"
+            "env var Y: this valueFrom source is not supported by this node"
         );
     }
 }

@@ -426,7 +426,7 @@ async fn exit_codes_restart_policies_init_containers_and_images() {
         Some("ImagePullBackOff")
     );
 
-    // Environment from a ConfigMap is not there yet: the container says so and waits.
+    // Environment from a ConfigMap this node cannot read: the container says so and waits.
     let mut wants_config = container("c", "true");
     wants_config.env = Some(vec![k8s_openapi::api::core::v1::EnvVar {
         name: "X".into(),
@@ -449,10 +449,7 @@ async fn exit_codes_restart_policies_init_containers_and_images() {
         .waiting
         .unwrap();
     assert_eq!(w.reason.as_deref(), Some("CreateContainerConfigError"));
-    assert_eq!(
-        w.message.as_deref(),
-        Some("env var X: configMapKeyRef is not supported by this node yet")
-    );
+    assert_eq!(w.message.as_deref(), Some("this node reads no ConfigMaps"));
     assert_eq!(status.phase, "Pending");
 
     // runAsNonRoot with an image that runs as root: refused with the kubelet's message.

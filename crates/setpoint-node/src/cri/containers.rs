@@ -4,9 +4,10 @@
 //! annotation, the log path `<container>/<attempt>.log` under the sandbox's log directory,
 //! Linux resources from requests and limits, and the security context.
 //!
-//! Not done yet: environment from ConfigMaps, Secrets, resource fields and `envFrom`, and
-//! volumes. A container that asks for them is not created ([`crate::unsupported`]); it
-//! waits with `CreateContainerConfigError` and a message naming what is missing.
+//! The environment is [`expand::container_env`]'s (ConfigMaps, Secrets, resource and pod
+//! fields, Services). Not done yet: volumes. A container that asks for them is not created
+//! ([`crate::volumes::unsupported_mounts`]); it waits with `CreateContainerConfigError` and a
+//! message naming what is missing.
 
 use std::collections::HashMap;
 
@@ -365,7 +366,7 @@ mod tests {
     }
 
     #[test]
-    fn unsupported_sources_are_config_errors() {
+    fn missing_config_maps_are_config_errors() {
         let mut c = container();
         c.env = Some(vec![EnvVar {
             name: "X".into(),
@@ -379,11 +380,15 @@ mod tests {
             }),
             ..Default::default()
         }]);
-        let err =
-            container_config(&pod(c.clone()), &c, 0, &FieldContext::default(), 0).unwrap_err();
-        assert_eq!(
-            err,
-            "env var X: configMapKeyRef is not supported by this node yet"
-        );
+        let mut inputs = crate::env::EnvInputs::default();
+        inputs
+            .config_maps
+            .insert("cm".into(), crate::env::Read::Missing);
+        let ctx = FieldContext {
+            env: std::sync::Arc::new(inputs),
+            ..Default::default()
+        };
+        let err = container_config(&pod(c.clone()), &c, 0, &ctx, 0).unwrap_err();
+        assert_eq!(err, "configmap \"cm\" not found");
     }
 }
