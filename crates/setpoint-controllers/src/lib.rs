@@ -10,6 +10,8 @@
 //! - [`gc`]: the garbage collector — background, foreground and orphan cascading deletion
 //!   driven by `ownerReferences`;
 //! - [`replicaset`]: keeps a ReplicaSet's pods at `spec.replicas`;
+//! - [`endpointslice`] and [`endpoints`]: a Service's EndpointSlices and its Endpoints,
+//!   from the pods its selector picks;
 //! - [`deployment`]: rolls a Deployment's pod template out through ReplicaSets
 //!   (rolling update, recreate, pause, rollback, revision history);
 //! - [`cronjob`]: creates a Job each time a CronJob's schedule ([`setpoint_api::cron`]) comes round;
@@ -31,6 +33,8 @@ pub mod csrapproving;
 pub mod csrsigning;
 pub mod deployment;
 pub mod discovery;
+pub mod endpoints;
+pub mod endpointslice;
 pub mod expectations;
 pub mod gc;
 pub mod job;

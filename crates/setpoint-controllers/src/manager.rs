@@ -17,6 +17,8 @@ pub const ALL: &[&str] = &[
     "garbagecollector",
     "replicaset",
     "deployment",
+    "endpoint",
+    "endpointslice",
     "nodelifecycle",
     "job",
     "cronjob",
@@ -70,6 +72,10 @@ pub struct Concurrency {
     pub garbagecollector: usize,
 }
 
+/// kube-controller-manager's default `--concurrent-endpoint-syncs` (the Endpoints
+/// controller) and `--concurrent-service-endpoint-syncs` (the EndpointSlice controller).
+pub const DEFAULT_ENDPOINT_SYNCS: usize = 5;
+
 impl Concurrency {
     /// The concurrency of the controller `--controllers` calls `name`; `None` for those that
     /// keep the runtime's default.
@@ -81,6 +87,9 @@ impl Concurrency {
             "cronjob" => Some(self.cronjob),
             "namespace" => Some(self.namespace),
             "garbagecollector" => Some(self.garbagecollector),
+            // `--concurrent-endpoint-syncs` and `--concurrent-service-endpoint-syncs`, at
+            // their defaults.
+            "endpoint" | "endpointslice" => Some(DEFAULT_ENDPOINT_SYNCS),
             _ => None,
         }
     }
@@ -115,6 +124,12 @@ pub async fn build(
             "deployment" => crate::deployment::controller(c, informers),
             "garbagecollector" => continue,
             "replicaset" => crate::replicaset::controller(c, informers),
+            "endpoint" => crate::endpoints::controller(c, informers),
+            "endpointslice" => crate::endpointslice::controller(
+                c,
+                informers,
+                crate::endpointslice::EndpointSliceConfig::default(),
+            ),
             "job" => crate::job::controller(c, informers),
             "cronjob" => crate::cronjob::controller(c, informers),
             "clusterrole-aggregation" => crate::clusterroleaggregation::controller(c, informers),

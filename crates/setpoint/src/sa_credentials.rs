@@ -29,6 +29,8 @@ pub fn service_account_of(controller: &str) -> Option<&'static str> {
         "garbagecollector" => "generic-garbage-collector",
         "replicaset" => "replicaset-controller",
         "deployment" => "deployment-controller",
+        "endpoint" => "endpoint-controller",
+        "endpointslice" => "endpointslice-controller",
         "nodelifecycle" => "node-controller",
         "job" => "job-controller",
         "cronjob" => "cronjob-controller",

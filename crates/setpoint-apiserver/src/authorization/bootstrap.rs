@@ -689,6 +689,37 @@ fn controller_roles() -> Vec<Role> {
             true,
         ),
         c(
+            "system:controller:endpoint-controller",
+            vec![
+                rule(&["get", "list", "watch"], &[""], &["services", "pods"]),
+                rule(
+                    &["get", "list", "create", "update", "delete"],
+                    &[""],
+                    &["endpoints"],
+                ),
+                rule(&["create"], &[""], &["endpoints/restricted"]),
+            ],
+            true,
+        ),
+        c(
+            "system:controller:endpointslice-controller",
+            vec![
+                rule(
+                    &["get", "list", "watch"],
+                    &[""],
+                    &["services", "pods", "nodes"],
+                ),
+                // Slices carry blockOwnerDeletion on their Service's reference.
+                rule(&["update"], &[""], &["services/finalizers"]),
+                rule(
+                    &["get", "list", "create", "update", "delete"],
+                    &["discovery.k8s.io"],
+                    &["endpointslices"],
+                ),
+            ],
+            true,
+        ),
+        c(
             "system:controller:replicaset-controller",
             vec![
                 rule(
