@@ -364,8 +364,16 @@ impl Inner {
         if free.is_empty() {
             return;
         }
+        // A path some other namespace still mounts at (another agent's container, or one of
+        // ours not quite gone) stays, with the levels above it, and is looked at again at the
+        // next release.
+        let in_use = mounts::mounted_elsewhere(&free);
         for path in &free {
-            mounts::remove_if_empty(path);
+            if in_use.iter().any(|u| u.starts_with(path)) {
+                points.keep(path);
+            } else {
+                mounts::remove_if_empty(path);
+            }
         }
         if let Err(e) = points.save(&self.root.join(MOUNT_POINTS)) {
             tracing::warn!(error = %e, "saving the mount points");

@@ -255,6 +255,11 @@ impl MountPoints {
         free
     }
 
+    /// Keeps `path` recorded with no pod needing it, so the next release looks at it again.
+    pub fn keep(&mut self, path: &Path) {
+        self.created.entry(path.to_path_buf()).or_default();
+    }
+
     /// The pods that need some recorded path.
     pub fn uids(&self) -> BTreeSet<String> {
         self.created.values().flatten().cloned().collect()
@@ -264,6 +269,63 @@ impl MountPoints {
     pub fn is_empty(&self) -> bool {
         self.created.is_empty()
     }
+}
+
+/// Which of `candidates` are mount points in some mount namespace of this machine other
+/// than the agent's own: another agent's containers may mount at a path this runtime
+/// created (it found the path there and so did not record it), and removing the directory
+/// would take the mount away from them. Each namespace's table is read once.
+pub fn mounted_elsewhere(candidates: &[PathBuf]) -> BTreeSet<PathBuf> {
+    let mut found = BTreeSet::new();
+    let own = std::fs::read_link("/proc/self/ns/mnt").ok();
+    let mut seen = std::collections::HashSet::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let name = entry.file_name();
+        if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(ns) = std::fs::read_link(entry.path().join("ns/mnt")) else {
+            continue;
+        };
+        if Some(&ns) == own.as_ref() || !seen.insert(ns) {
+            continue;
+        }
+        if let Ok(table) = std::fs::read_to_string(entry.path().join("mountinfo")) {
+            found.extend(mount_points_in(&table, candidates));
+        }
+    }
+    found
+}
+
+/// Which of `candidates` a `/proc/<pid>/mountinfo` table has as mount points (its fifth
+/// field, with spaces, tabs, newlines and backslashes escaped in octal).
+pub fn mount_points_in(table: &str, candidates: &[PathBuf]) -> Vec<PathBuf> {
+    let escaped: Vec<(String, &PathBuf)> = candidates
+        .iter()
+        .map(|p| {
+            let text = p.to_string_lossy();
+            let mut out = String::with_capacity(text.len());
+            for c in text.chars() {
+                match c {
+                    ' ' => out.push_str("\\040"),
+                    '\t' => out.push_str("\\011"),
+                    '\n' => out.push_str("\\012"),
+                    '\\' => out.push_str("\\134"),
+                    c => out.push(c),
+                }
+            }
+            (out, p)
+        })
+        .collect();
+    let points: std::collections::HashSet<&str> = table
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .collect();
+    escaped
+        .into_iter()
+        .filter(|(e, _)| points.contains(e.as_str()))
+        .map(|(_, p)| p.clone())
+        .collect()
 }
 
 /// Removes a mount point the runtime created if it is still empty (an empty directory, or
@@ -871,6 +933,24 @@ mod tests {
     }
 
     #[test]
+    fn mount_tables_are_read_for_mount_points() {
+        let table = "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n\
+                     40 22 0:5 /v /etc/app rw,relatime - ext4 /dev/sda1 rw\n\
+                     41 22 0:5 /w /my\\040data rw - ext4 /dev/sda1 rw\n";
+        let candidates = [
+            PathBuf::from("/etc/app"),
+            PathBuf::from("/my data"),
+            PathBuf::from("/etc"),
+        ];
+        assert_eq!(
+            mount_points_in(table, &candidates),
+            [PathBuf::from("/etc/app"), PathBuf::from("/my data")]
+        );
+        // This process's own namespace is not "elsewhere".
+        assert!(mounted_elsewhere(&[PathBuf::from("/")]).len() <= 1);
+    }
+
+    #[test]
     fn mount_points_are_removed_when_the_last_pod_is_gone() {
         let mut points = MountPoints::default();
         let (a, ab) = (Path::new("/a"), Path::new("/a/b"));
@@ -882,6 +962,10 @@ mod tests {
         assert!(!points.need(Path::new("/etc"), "p2", false));
         assert!(points.release("p1").is_empty());
         assert_eq!(points.release("p2"), [ab.to_path_buf(), a.to_path_buf()]);
+        assert!(points.is_empty());
+        // A path kept (still mounted elsewhere) comes back at the next release.
+        points.keep(a);
+        assert_eq!(points.release("p3"), [a.to_path_buf()]);
         assert!(points.is_empty());
         assert!(points.release("p2").is_empty());
     }
