@@ -155,6 +155,10 @@ pub struct AgentConfig {
     pub resync_interval: Duration,
     /// Concurrent pod syncs (different pods).
     pub pod_workers: usize,
+    /// Where pods that share the node's network (process pods, `hostNetwork` pods) reach the
+    /// API server: their `KUBERNETES_SERVICE_HOST` and `_PORT`. `None`: the master Service's
+    /// cluster IP, as for every other pod.
+    pub api_server: Option<crate::runtime::ApiServerAddress>,
 }
 
 impl AgentConfig {
@@ -188,6 +192,7 @@ impl AgentConfig {
             status_report_frequency: Duration::from_secs(5 * 60),
             resync_interval: Duration::from_secs(10),
             pod_workers: 4,
+            api_server: None,
         }
     }
 }

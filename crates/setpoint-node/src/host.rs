@@ -12,11 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{
-    ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount,
-};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use parking_lot::Mutex;
-use setpoint_runtime::client::{Api, Client};
+use setpoint_runtime::client::Client;
 use setpoint_runtime::informer::{Event, Informer};
 use setpoint_runtime::workqueue::WorkQueueMetrics;
 use tokio::task::JoinSet;
@@ -26,9 +24,8 @@ use crate::agent::{AgentConfig, AgentError};
 use crate::lease::LeaseRenewer;
 use crate::node::NodeReporter;
 use crate::podworker::PodWorkers;
-use crate::runtime::{
-    IssuedToken, NodeContext, ObjectSource, PodRuntime, SourceFuture, Sources, TokenRequestFor,
-};
+use crate::runtime::{NodeContext, PodRuntime, Sources};
+use crate::sources::ApiSources;
 
 /// How many nodes register at once when a host starts many.
 const REGISTER_CONCURRENCY: usize = 32;
@@ -122,6 +119,7 @@ struct HostedNodeTimes {
 /// A registered node whose heartbeat runs, its pod workers ready to start.
 struct Registered {
     workers: PodWorkers,
+    sources: Arc<ApiSources>,
     pod_workers: usize,
     resync: Duration,
 }
@@ -156,19 +154,22 @@ async fn register_node(
         status_interval: config.status_interval,
     };
     heartbeats.lock().spawn(heartbeat(lease, reporter, times));
+    let sources = Arc::new(ApiSources::new(client.clone(), config.api_server.clone()));
     let context = NodeContext {
         node_name: config.node_name.clone(),
         host_ip: config.address.clone(),
-        sources: Some(Sources(Arc::new(ApiSources {
-            client: client.clone(),
-        }))),
+        sources: Some(Sources(sources.clone())),
     };
     let workers = PodWorkers::new(client, context, node.runtime, pods.store());
+    // A change of an object a pod names syncs the pod again.
+    let resync = workers.clone();
+    sources.set_resync(Box::new(move |pod| resync.enqueue(pod)));
     if let Some(m) = &node.queue_metrics {
         workers.record_metrics(m);
     }
     Ok(Registered {
         workers,
+        sources,
         pod_workers: config.pod_workers,
         resync: config.resync_interval,
     })
@@ -208,121 +209,28 @@ pub(crate) async fn run(
     let mut workers = HashMap::new();
     for r in registered {
         r.workers.spawn(r.pod_workers, r.resync, &mut tasks);
-        workers.insert(r.workers.node().node_name.clone(), r.workers);
+        workers.insert(r.workers.node().node_name.clone(), (r.workers, r.sources));
     }
     let workers = Arc::new(workers);
     let routed = workers.clone();
     let routing = pods.subscribe(Arc::new(move |event: &Event<Pod>| {
-        if let Some(w) = node_of(event.object()).and_then(|n| routed.get(n)) {
+        if let Some((w, sources)) = node_of(event.object()).and_then(|n| routed.get(n)) {
+            // What the pod names is tracked before its sync reads it.
+            sources.observe(event);
             w.enqueue(event.key());
         }
     }));
     // After a restart: reconcile what the runtimes still hold against the API.
-    for w in workers.values() {
+    for (w, _) in workers.values() {
         w.enqueue_all().await;
     }
     tracing::info!(nodes = workers.len(), "hosting nodes");
     shutdown.await;
     // The informer may be shared with other components and outlive these nodes.
     pods.unsubscribe(routing);
-    for w in workers.values() {
+    for (w, _) in workers.values() {
         w.shutdown().await;
     }
     tasks.shutdown().await;
     Ok(())
-}
-
-/// What the node's pods refer to, read through the node's client: one GET per read.
-struct ApiSources {
-    client: Client,
-}
-
-/// `Ok(None)` for a 404, the error's text otherwise.
-fn found<T>(result: Result<T, setpoint_runtime::client::ClientError>) -> Result<Option<T>, String> {
-    match result {
-        Ok(object) => Ok(Some(object)),
-        Err(e) if e.is_not_found() => Ok(None),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
-impl ApiSources {
-    fn get<K>(&self, namespace: Option<&str>, name: &str) -> SourceFuture<Option<K>>
-    where
-        K: k8s_openapi::Resource + serde::de::DeserializeOwned + serde::Serialize + Send + 'static,
-        K::Scope: 'static,
-    {
-        let api: Api<K> = match namespace {
-            Some(ns) => Api::namespaced(self.client.clone(), ns),
-            None => Api::all(self.client.clone()),
-        };
-        let name = name.to_string();
-        Box::pin(async move { found(api.get(&name).await) })
-    }
-}
-
-impl ObjectSource for ApiSources {
-    fn secret(&self, namespace: &str, name: &str) -> SourceFuture<Option<Secret>> {
-        self.get(Some(namespace), name)
-    }
-
-    fn config_map(&self, namespace: &str, name: &str) -> SourceFuture<Option<ConfigMap>> {
-        self.get(Some(namespace), name)
-    }
-
-    fn claim(&self, namespace: &str, name: &str) -> SourceFuture<Option<PersistentVolumeClaim>> {
-        self.get(Some(namespace), name)
-    }
-
-    fn volume(&self, name: &str) -> SourceFuture<Option<PersistentVolume>> {
-        self.get(None, name)
-    }
-
-    fn services(&self, namespace: &str) -> SourceFuture<Vec<Service>> {
-        let api: Api<Service> = Api::namespaced(self.client.clone(), namespace);
-        Box::pin(async move {
-            api.list_all(&Default::default())
-                .await
-                .map(|l| l.items)
-                .map_err(|e| e.to_string())
-        })
-    }
-
-    fn token(&self, request: &TokenRequestFor) -> SourceFuture<IssuedToken> {
-        let api: Api<ServiceAccount> = Api::namespaced(self.client.clone(), &request.namespace);
-        let mut spec = serde_json::json!({
-            "expirationSeconds": request.expiration_seconds,
-            "boundObjectRef": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "name": request.pod_name,
-                "uid": request.pod_uid,
-            },
-        });
-        if !request.audience.is_empty() {
-            spec["audiences"] = serde_json::json!([request.audience]);
-        }
-        let body = serde_json::json!({
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": spec,
-        });
-        let account = request.service_account.clone();
-        Box::pin(async move {
-            let answer = api
-                .create_subresource(&account, "token", &body)
-                .await
-                .map_err(|e| e.to_string())?;
-            let token = answer["status"]["token"]
-                .as_str()
-                .filter(|t| !t.is_empty())
-                .ok_or("the TokenRequest answer has no token")?
-                .to_string();
-            let expires = answer["status"]["expirationTimestamp"]
-                .as_str()
-                .and_then(|t| t.parse().ok())
-                .ok_or("the TokenRequest answer has no expirationTimestamp")?;
-            Ok(IssuedToken { token, expires })
-        })
-    }
 }

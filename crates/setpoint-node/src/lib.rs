@@ -37,6 +37,7 @@ pub mod runtime;
 pub mod server;
 pub mod simulated;
 pub mod simulation;
+pub mod sources;
 pub mod status;
 pub mod streaming;
 pub mod unsupported;

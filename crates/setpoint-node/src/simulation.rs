@@ -135,6 +135,7 @@ impl SimulationConfig {
             status_report_frequency: self.status_report_frequency,
             resync_interval: self.resync_interval,
             pod_workers: self.pod_workers,
+            api_server: None,
         }
     }
 }

@@ -288,6 +288,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     config.server_listen = args.listen;
     config.client_ca_pem = kubeconfig.ca_pem.clone();
     config.lease_interval = lease_interval;
+    config.api_server = setpoint_node::sources::api_server_address(&kubeconfig.server);
     if let Some(a) = args.address {
         config.address = a;
     }
@@ -365,15 +366,18 @@ pub struct InProcess {
 impl InProcess {
     /// Starts a node agent named `name` on `runtime`, serving logs on a free loopback port
     /// to callers with certificates from `client_ca_pem`.
-    /// Its local-path volumes live under `local_path_dir`.
+    /// Its local-path volumes live under `local_path_dir`; pods that share its network reach
+    /// the API server at `api_server_url`.
     pub fn start(
         client: Client,
         name: &str,
         runtime: crate::container_runtime::NodeRuntime,
         client_ca_pem: Option<String>,
         local_path_dir: std::path::PathBuf,
+        api_server_url: &str,
     ) -> InProcess {
         let mut config = AgentConfig::local(name);
+        config.api_server = setpoint_node::sources::api_server_address(api_server_url);
         // Only this machine talks to the local node.
         config.address = "127.0.0.1".into();
         config.server_listen = SocketAddr::from(([127, 0, 0, 1], 0));

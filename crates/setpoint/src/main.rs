@@ -339,6 +339,7 @@ async fn run(args: ServeArgs, up: Option<Up>) -> anyhow::Result<()> {
                 runtime,
                 ca,
                 data_dir.join("node").join("storage"),
+                &running.url,
             ))
         }
         _ => None,
