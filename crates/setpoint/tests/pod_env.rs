@@ -79,8 +79,9 @@ fn config_map(color: &str) -> String {
     )
 }
 
-/// The pod: prints its environment, sorted, then keeps running.
-fn pod(name: &str, links: bool) -> String {
+/// The pod: prints its environment, sorted, then keeps running (`image`: what a process
+/// pod ignores, or the local busybox image for a container).
+fn pod_with_image(name: &str, links: bool, image: &str) -> String {
     format!(
         r#"apiVersion: v1
 kind: Pod
@@ -95,7 +96,8 @@ spec:
   terminationGracePeriodSeconds: 1
   containers:
   - name: main
-    image: busybox
+    image: {image}
+    imagePullPolicy: IfNotPresent
     command: ["sh", "-c", "env | sort; echo '--- end'; while true; do sleep 1; done"]
     resources:
       requests:
@@ -161,6 +163,75 @@ spec:
     )
 }
 
+fn pod(name: &str, links: bool) -> String {
+    pod_with_image(name, links, "busybox")
+}
+
+/// The pod waits for its missing ConfigMap with the kubelet's message, then runs once it is
+/// created.
+fn waits_for_the_config_map(s: &Setpoint, pod: &str) {
+    let message = eventually("CreateContainerConfigError", WAIT, || {
+        let reason = jsonpath(
+            s,
+            &["pod", pod],
+            "{.status.containerStatuses[0].state.waiting.reason}",
+        )?;
+        (reason == "CreateContainerConfigError").then(|| {
+            jsonpath(
+                s,
+                &["pod", pod],
+                "{.status.containerStatuses[0].state.waiting.message}",
+            )
+        })?
+    });
+    assert_eq!(message, "configmap \"app-settings\" not found");
+    let table = s.ok(&["get", "pod", pod]);
+    assert!(table.contains("CreateContainerConfigError"), "{table}");
+    // Created, it reaches the waiting pod through the node's watch of that one object.
+    let created = Instant::now();
+    s.apply(&config_map("blue"));
+    wait_running(s, pod);
+    eprintln!(
+        "{pod} Running {:?} after its ConfigMap was created",
+        created.elapsed()
+    );
+}
+
+/// The same on a containerd node: the container in its own network namespace gets the
+/// master Service's cluster IP, as upstream.
+#[test]
+fn containers_get_their_environment_from_the_api() {
+    if !support::kubectl_available() || !support::containerd_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let s = Setpoint::start(&["up", "--container-runtime", "cri"], dir.path());
+    s.apply(SERVICE);
+    s.apply(SECRET);
+    s.apply(&pod_with_image("ctr-env", true, "setpoint.local/busybox:1"));
+    waits_for_the_config_map(&s, "ctr-env");
+    let env = printed_env(&s, "ctr-env");
+    let pod_ip = jsonpath(&s, &["pod", "ctr-env"], "{.status.podIP}").unwrap();
+    let backend = jsonpath(&s, &["service", "backend-api"], "{.spec.clusterIP}").unwrap();
+    let master = jsonpath(&s, &["service", "kubernetes"], "{.spec.clusterIP}").unwrap();
+    for (name, value) in [
+        ("CFG_color", "blue"),
+        ("PASSWORD", "s3cret"),
+        ("MEM_LIMIT_MI", "64"),
+        ("CPU_REQUEST_M", "100"),
+        ("POD_NAME", "ctr-env"),
+        ("POD_IP", pod_ip.as_str()),
+        ("BACKEND_API_SERVICE_HOST", backend.as_str()),
+        ("BACKEND_API_SERVICE_PORT_HTTP", "8080"),
+        ("KUBERNETES_SERVICE_HOST", master.as_str()),
+        ("KUBERNETES_SERVICE_PORT", "443"),
+    ] {
+        assert_eq!(var(&env, name), Some(value), "{name} in {env:?}");
+    }
+    s.ok(&["delete", "pod", "ctr-env", "--wait=true"]);
+    s.stop();
+}
+
 #[test]
 fn process_pods_get_their_environment_from_the_api() {
     if !support::kubectl_available() {
@@ -176,32 +247,7 @@ fn process_pods_get_their_environment_from_the_api() {
     s.apply(&pod("env-demo", true));
 
     // The ConfigMap is missing: the container waits, saying so in the kubelet's words.
-    let message = eventually("CreateContainerConfigError", WAIT, || {
-        let reason = jsonpath(
-            &s,
-            &["pod", "env-demo"],
-            "{.status.containerStatuses[0].state.waiting.reason}",
-        )?;
-        (reason == "CreateContainerConfigError").then(|| {
-            jsonpath(
-                &s,
-                &["pod", "env-demo"],
-                "{.status.containerStatuses[0].state.waiting.message}",
-            )
-        })?
-    });
-    assert_eq!(message, "configmap \"app-settings\" not found");
-    let table = s.ok(&["get", "pod", "env-demo"]);
-    assert!(table.contains("CreateContainerConfigError"), "{table}");
-
-    // Created, it reaches the waiting pod through the node's watch of that one object.
-    let created = Instant::now();
-    s.apply(&config_map("blue"));
-    wait_running(&s, "env-demo");
-    eprintln!(
-        "env-demo Running {:?} after its ConfigMap was created",
-        created.elapsed()
-    );
+    waits_for_the_config_map(&s, "env-demo");
 
     let env = printed_env(&s, "env-demo");
     let uid = jsonpath(&s, &["pod", "env-demo"], "{.metadata.uid}").unwrap();
