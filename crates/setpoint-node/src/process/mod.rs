@@ -28,9 +28,10 @@
 //!   at its `mountPath` ([`mounts`]), which `exec` and exec probes join. Without the
 //!   privilege for it, such a container waits with `CreateContainerConfigError`.
 //!
-//! Not done: environment from ConfigMaps, Secrets, resource fields or `envFrom` (the
-//! container waits with `CreateContainerConfigError`, see [`crate::unsupported`]),
-//! statuses of init containers (the runtime
+//! The environment is [`expand::container_env`]'s (ConfigMaps, Secrets, resource and pod
+//! fields, Services; `docs/environment.md`).
+//!
+//! Not done: statuses of init containers (the runtime
 //! contract has no place for them: the pod's reason and message say which one runs or
 //! failed, and app containers wait with `PodInitializing`), lifecycle hooks (a container
 //! with one waits with `CreateContainerConfigError` saying so), resource limits (ignored),
