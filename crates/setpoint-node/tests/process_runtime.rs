@@ -883,3 +883,260 @@ async fn init_containers_run_in_order_before_the_app() {
             .unwrap();
     }
 }
+
+/// Runs `command` in the pod's container through the runtime's exec; returns its output.
+async fn exec_output(h: &Harness, pod: &Pod, command: &[&str]) -> (i32, String) {
+    use tokio::io::AsyncReadExt;
+    let (writer, mut reader) = tokio::io::duplex(64 * 1024);
+    let io = setpoint_node::runtime::StreamIo {
+        stdout: Some(Box::new(writer)),
+        ..Default::default()
+    };
+    let request = setpoint_node::runtime::ExecRequest {
+        container: "main".into(),
+        command: command.iter().map(|s| s.to_string()).collect(),
+        tty: false,
+    };
+    let code = h.rt.exec(&rpod(pod), request, io).await.unwrap();
+    let mut out = String::new();
+    reader.read_to_string(&mut out).await.unwrap();
+    (code, out)
+}
+
+#[tokio::test]
+async fn volumes_are_mounted_in_the_containers_own_mount_namespace() {
+    let mut h = Harness::new(61);
+    let node_dir = h.dir.path().join("node-data");
+    std::fs::create_dir_all(node_dir.join("sub")).unwrap();
+    std::fs::write(node_dir.join("config.txt"), "from the node\n").unwrap();
+    std::fs::write(node_dir.join("sub/item"), "one item\n").unwrap();
+    // Mount points outside the runtime's state, which no mount may hide; made for the
+    // container on the node and removed with the pod.
+    let base = format!(
+        "/run/setpoint-mounts-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::SeqCst)
+    );
+    let script = format!(
+        "cat {base}/config/config.txt {base}/item; echo scratch > {base}/scratch/f && cat {base}/scratch/f; \
+         touch {base}/config/x 2>/dev/null && echo writable || echo read-only; echo done; sleep 300"
+    );
+    let mut container = sh("main", &script);
+    container["volumeMounts"] = serde_json::json!([
+        {"name": "config", "mountPath": format!("{base}/config"), "readOnly": true},
+        {"name": "config", "mountPath": format!("{base}/item"), "subPath": "sub/item"},
+        {"name": "scratch", "mountPath": format!("{base}/scratch")},
+    ]);
+    container["readinessProbe"] = serde_json::json!({
+        "exec": {"command": ["cat", format!("{base}/config/config.txt")]},
+        "periodSeconds": 1,
+    });
+    let mut pod = pod("mounts", "Always", serde_json::json!([container]));
+    pod.spec.as_mut().unwrap().volumes = Some(
+        serde_json::from_value(serde_json::json!([
+            {"name": "config", "hostPath": {"path": node_dir, "type": "Directory"}},
+            {"name": "scratch", "emptyDir": {}},
+        ]))
+        .unwrap(),
+    );
+    if !setpoint_node::process::mounts::namespaces_permitted() {
+        // Without the privilege the container is refused, never run without its files.
+        let status = h
+            .sync_until(&pod, "the refusal", |s| {
+                first(s)
+                    .state
+                    .as_ref()
+                    .and_then(|s| s.waiting.as_ref())
+                    .is_some_and(|w| w.reason.as_deref() == Some("CreateContainerConfigError"))
+            })
+            .await;
+        let waiting = first(&status).state.clone().unwrap().waiting.unwrap();
+        assert_eq!(
+            waiting.message.as_deref(),
+            Some(setpoint_node::process::mounts::NOT_PERMITTED)
+        );
+        return;
+    }
+    h.sync_until(&pod, "running", running).await;
+    let log = h.log_until(&pod, "main", "done").await;
+    assert_eq!(
+        log, "from the node\none item\nscratch\nread-only\ndone\n",
+        "the container's view"
+    );
+    // The node does not see the container's mounts: its mount points are empty there.
+    let config = std::path::Path::new(&base).join("config");
+    assert!(config.is_dir());
+    assert_eq!(std::fs::read_dir(&config).unwrap().count(), 0);
+    assert!(
+        !node_dir.join("x").exists(),
+        "the read-only mount was not written"
+    );
+    // exec and exec probes run in the container's namespace.
+    let (code, out) = exec_output(&h, &pod, &["cat", &format!("{base}/config/config.txt")]).await;
+    assert_eq!((code, out.as_str()), (0, "from the node\n"));
+    let (code, _) = exec_output(&h, &pod, &["touch", &format!("{base}/config/y")]).await;
+    assert_ne!(code, 0, "a read-only mount refuses writes from exec too");
+    h.sync_until(&pod, "ready by its exec probe", |s| first(s).ready)
+        .await;
+    // The pod's end removes its volumes and the mount points made for it.
+    h.rt.kill_pod(&rpod(&pod), Duration::from_secs(2))
+        .await
+        .unwrap();
+    assert!(!std::path::Path::new(&base).exists(), "{base} removed");
+    assert!(node_dir.join("config.txt").exists(), "a hostPath stays");
+}
+
+/// A unique directory for a test's mount points, outside the runtime's state (which no
+/// mount may hide).
+fn mount_base() -> String {
+    format!(
+        "/run/setpoint-mounts-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::SeqCst)
+    )
+}
+
+/// A pod whose container `main` runs `script` with an emptyDir `scratch` (of `source`)
+/// mounted at `<base>/scratch`.
+fn pod_with_scratch(name: &str, base: &str, source: serde_json::Value, script: &str) -> Pod {
+    let mut container = sh("main", script);
+    container["volumeMounts"] =
+        serde_json::json!([{"name": "scratch", "mountPath": format!("{base}/scratch")}]);
+    let mut pod = pod(name, "Always", serde_json::json!([container]));
+    pod.spec.as_mut().unwrap().volumes = Some(
+        serde_json::from_value(serde_json::json!([{"name": "scratch", "emptyDir": source}]))
+            .unwrap(),
+    );
+    pod
+}
+
+#[tokio::test]
+async fn an_empty_dir_over_its_size_limit_evicts_the_pod() {
+    if !setpoint_node::process::mounts::namespaces_permitted() {
+        eprintln!("skipped: this process may not create mount namespaces");
+        return;
+    }
+    let mut h = Harness::new(62);
+    let base = mount_base();
+    let pod = pod_with_scratch(
+        "evicted",
+        &base,
+        serde_json::json!({"sizeLimit": "4Ki"}),
+        &format!("head -c 65536 /dev/zero > {base}/scratch/big; echo written; sleep 300"),
+    );
+    h.sync_until(&pod, "running", running).await;
+    h.log_until(&pod, "main", "written").await;
+    let status = h
+        .sync_until(&pod, "the eviction", |s| s.phase == "Failed")
+        .await;
+    assert_eq!(status.reason.as_deref(), Some("Evicted"));
+    assert!(
+        status.message.as_deref().is_some_and(
+            |m| m.starts_with("Usage of EmptyDir volume \"scratch\" exceeds the limit")
+        ),
+        "{status:#?}"
+    );
+    let state = first(&status).state.as_ref().unwrap();
+    assert!(
+        state.terminated.is_some(),
+        "killed, not restarted: {state:?}"
+    );
+    // And it stays so: nothing starts again.
+    let again = h.rt.sync_pod(&pod, &Harness::node()).await.unwrap();
+    assert_eq!(again.phase, "Failed");
+    assert_eq!(first(&again).restart_count, 0);
+    h.rt.kill_pod(&rpod(&pod), Duration::from_secs(1))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn an_adopted_container_keeps_its_mounts_and_memory_volumes_are_not_mounted_twice() {
+    if !setpoint_node::process::mounts::namespaces_permitted() {
+        eprintln!("skipped: this process may not create mount namespaces");
+        return;
+    }
+    let mut h = Harness::new(63);
+    let base = mount_base();
+    let pod = pod_with_scratch(
+        "adopted",
+        &base,
+        serde_json::json!({"medium": "Memory"}),
+        &format!("echo kept > {base}/scratch/f; echo written; sleep 300"),
+    );
+    h.sync_until(&pod, "running", running).await;
+    h.log_until(&pod, "main", "written").await;
+    let tmpfs_mounts = || {
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains(&rpod(&pod).uid) && l.contains(" - tmpfs "))
+            .count()
+    };
+    assert_eq!(tmpfs_mounts(), 1, "the volume's tmpfs, on the node");
+
+    // The agent goes away and comes back over the same directory.
+    let old = std::mem::replace(
+        &mut h.rt,
+        ProcessRuntime::with_options(h.dir.path().join("unused"), options(64)).unwrap(),
+    );
+    drop(old);
+    h.rt = ProcessRuntime::with_options(h.dir.path(), options(63)).unwrap();
+    h.rx = h.rt.subscribe();
+    let status = h.sync_until(&pod, "adopted and running", running).await;
+    assert_eq!(first(&status).restart_count, 0);
+    h.rt.sync_pod(&pod, &Harness::node()).await.unwrap();
+    assert_eq!(tmpfs_mounts(), 1, "set up again without a second tmpfs");
+    let (code, out) = exec_output(&h, &pod, &["cat", &format!("{base}/scratch/f")]).await;
+    assert_eq!((code, out.as_str()), (0, "kept\n"));
+    h.rt.kill_pod(&rpod(&pod), Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert_eq!(tmpfs_mounts(), 0, "the tmpfs goes with the pod");
+    assert!(!std::path::Path::new(&base).exists(), "{base} removed");
+}
+
+#[tokio::test]
+async fn a_volume_that_cannot_be_set_up_keeps_the_container_creating() {
+    let mut h = Harness::new(65);
+    let mut events = h.rt.events().expect("the process runtime reports Events");
+    let missing = h.dir.path().join("no-such-dir");
+    let mut container = sh("main", "echo started; sleep 300");
+    container["volumeMounts"] = serde_json::json!([{"name": "data", "mountPath": "/srv/data"}]);
+    let mut pod = pod("unmounted", "Always", serde_json::json!([container]));
+    pod.spec.as_mut().unwrap().volumes = Some(
+        serde_json::from_value(serde_json::json!([
+            {"name": "data", "hostPath": {"path": missing, "type": "Directory"}},
+        ]))
+        .unwrap(),
+    );
+    let status = h
+        .sync_until(&pod, "the container waiting on its volume", |s| {
+            first(s)
+                .state
+                .as_ref()
+                .and_then(|s| s.waiting.as_ref())
+                .is_some_and(|w| w.message.is_some())
+        })
+        .await;
+    let waiting = first(&status).state.clone().unwrap().waiting.unwrap();
+    assert_eq!(waiting.reason.as_deref(), Some("ContainerCreating"));
+    let message = waiting.message.unwrap();
+    assert!(
+        message.starts_with("MountVolume.SetUp failed for volume \"data\" : "),
+        "{message}"
+    );
+    let event = events.recv().await.unwrap();
+    assert_eq!(
+        (event.reason.as_str(), event.warning, &event.message),
+        ("FailedMount", true, &message)
+    );
+    // Once the directory exists, the container starts.
+    std::fs::create_dir_all(&missing).unwrap();
+    if setpoint_node::process::mounts::namespaces_permitted() {
+        h.sync_until(&pod, "running", running).await;
+    }
+    h.rt.kill_pod(&rpod(&pod), Duration::from_secs(1))
+        .await
+        .unwrap();
+}

@@ -381,6 +381,13 @@ impl Inner {
         }
     }
 
+    /// Hands an Event to the agent, if it asked for them.
+    fn emit(&self, event: RuntimeEvent) {
+        if let Some(tx) = lock(&self.events).as_ref() {
+            let _ = tx.send(event);
+        }
+    }
+
     /// Removes the pod's volumes and releases its mount points.
     fn forget_volumes(&self, uid: &str) {
         if let Err(e) = self.volumes.cleanup(uid) {
@@ -782,19 +789,17 @@ impl ProcessRuntime {
             c.restart_at_ms = None;
         }
         st.evicted = Some(message.to_string());
-        if let Some(tx) = lock(&self.inner.events).as_ref() {
-            let _ = tx.send(RuntimeEvent {
-                pod: RuntimePod {
-                    uid: st.record.uid.clone(),
-                    namespace: st.record.namespace.clone(),
-                    name: st.record.name.clone(),
-                },
-                field_path: None,
-                warning: true,
-                reason: crate::volumes::emptydir::EVICTED_REASON.to_string(),
-                message: message.to_string(),
-            });
-        }
+        self.inner.emit(RuntimeEvent {
+            pod: RuntimePod {
+                uid: st.record.uid.clone(),
+                namespace: st.record.namespace.clone(),
+                name: st.record.name.clone(),
+            },
+            field_path: None,
+            warning: true,
+            reason: crate::volumes::emptydir::EVICTED_REASON.to_string(),
+            message: message.to_string(),
+        });
         observe(&st.paths, &mut st.record) | !handles.is_empty()
     }
 
@@ -1280,6 +1285,20 @@ impl PodRuntime for ProcessRuntime {
             Ok(volumes) => (volumes, None),
             Err(e) => (crate::volumes::PodVolumes::default(), Some(e.to_string())),
         };
+        // The kubelet reports each volume it cannot set up at every attempt.
+        for message in volumes.failures() {
+            self.inner.emit(RuntimeEvent {
+                pod: RuntimePod {
+                    uid: uid.to_string(),
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                },
+                field_path: None,
+                warning: true,
+                reason: "FailedMount".to_string(),
+                message: message.to_string(),
+            });
+        }
         let mut guard = entry.lock().await;
         let st = &mut *guard;
         let mut changed = observe(&st.paths, &mut st.record);
