@@ -212,3 +212,65 @@ fn endpoints_follow_the_ready_pods_a_service_selects() {
 
     s.stop();
 }
+
+/// Starts one `setpoint server` process on the etcd at `etcd_url`.
+fn server_on(etcd_url: &str, data_dir: &std::path::Path) -> Setpoint {
+    Setpoint::start(
+        &["server", "--store", "etcd", "--etcd-endpoints", etcd_url],
+        data_dir,
+    )
+}
+
+/// The `kubernetes` Endpoints' `ip:port`s as kubectl shows them through `via`.
+fn kubernetes_endpoints(via: &Setpoint) -> Vec<String> {
+    let out = via.kubectl(&[
+        "get",
+        "endpoints",
+        "kubernetes",
+        "-o",
+        r#"jsonpath={range .subsets[*]}{range .addresses[*]}{.ip}{"\n"}{end}{.ports[0].port}{"\n"}{end}"#,
+    ]);
+    if !out.status.success() {
+        return Vec::new();
+    }
+    // Each subset: its addresses, then its port.
+    let mut result = Vec::new();
+    let mut pending = Vec::new();
+    for word in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+        if word.contains('.') {
+            pending.push(word.to_string());
+        } else {
+            result.extend(pending.drain(..).map(|ip| format!("{ip}:{word}")));
+        }
+    }
+    result.sort();
+    result
+}
+
+#[test]
+fn several_api_servers_on_etcd_list_each_other_while_they_run() {
+    if !support::kubectl_available() {
+        return;
+    }
+    let Some(etcd) = support::Etcd::start() else {
+        return;
+    };
+    let dir_a = tempfile::tempdir().unwrap();
+    let dir_b = tempfile::tempdir().unwrap();
+    let a = server_on(&etcd.url, dir_a.path());
+    support::share_pki(dir_a.path(), dir_b.path());
+    let b = server_on(&etcd.url, dir_b.path());
+    let address = |s: &Setpoint| s.url.trim_start_matches("https://").to_string();
+    let mut both = vec![address(&a), address(&b)];
+    both.sort();
+    eventually("both servers in the kubernetes endpoints", WAIT, || {
+        (kubernetes_endpoints(&a) == both).then_some(())
+    });
+
+    // A stopped server drops out once its record expires.
+    b.stop();
+    eventually("the stopped server gone from the endpoints", WAIT, || {
+        (kubernetes_endpoints(&a) == [address(&a)]).then_some(())
+    });
+    a.stop();
+}
