@@ -57,6 +57,9 @@ pub struct AgentArgs {
     /// Seconds between Lease renewals.
     #[arg(long, default_value_t = 10)]
     lease_interval_seconds: u64,
+    /// How many pods the node takes (`status.capacity.pods`), as the kubelet's `--max-pods`.
+    #[arg(long, default_value_t = 110)]
+    max_pods: u32,
 }
 
 /// How many simulated nodes to host and how they behave: `setpoint agent --simulate N` and
@@ -292,6 +295,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     if let Some(a) = args.address {
         config.address = a;
     }
+    config.capacity.pods = args.max_pods;
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating {}", args.data_dir.display()))?;
     let data_dir = args.data_dir.canonicalize()?;
