@@ -50,6 +50,8 @@ pub struct Options {
     /// Where the controllers record `controller_runtime_reconcile_*` and their queues'
     /// `workqueue_*` series (one set shared by every controller); none when `None`.
     pub metrics: Option<ControllerMetrics>,
+    /// The EndpointSlice controller's settings (`--max-endpoints-per-slice`).
+    pub endpointslice: crate::endpointslice::EndpointSliceConfig,
 }
 
 /// Concurrent reconciles per controller: `kube-controller-manager`'s `--concurrent-*-syncs`,
@@ -66,15 +68,15 @@ pub struct Concurrency {
     pub job: usize,
     /// `--concurrent-cron-job-syncs` (default 5).
     pub cronjob: usize,
+    /// `--concurrent-endpoint-syncs` (default 5): the Endpoints controller.
+    pub endpoint: usize,
+    /// `--concurrent-service-endpoint-syncs` (default 5): the EndpointSlice controller.
+    pub endpointslice: usize,
     /// `--concurrent-namespace-syncs` (default 10).
     pub namespace: usize,
     /// `--concurrent-gc-syncs` (default 20).
     pub garbagecollector: usize,
 }
-
-/// kube-controller-manager's default `--concurrent-endpoint-syncs` (the Endpoints
-/// controller) and `--concurrent-service-endpoint-syncs` (the EndpointSlice controller).
-pub const DEFAULT_ENDPOINT_SYNCS: usize = 5;
 
 impl Concurrency {
     /// The concurrency of the controller `--controllers` calls `name`; `None` for those that
@@ -87,9 +89,8 @@ impl Concurrency {
             "cronjob" => Some(self.cronjob),
             "namespace" => Some(self.namespace),
             "garbagecollector" => Some(self.garbagecollector),
-            // `--concurrent-endpoint-syncs` and `--concurrent-service-endpoint-syncs`, at
-            // their defaults.
-            "endpoint" | "endpointslice" => Some(DEFAULT_ENDPOINT_SYNCS),
+            "endpoint" => Some(self.endpoint),
+            "endpointslice" => Some(self.endpointslice),
             _ => None,
         }
     }
@@ -102,6 +103,8 @@ impl Default for Concurrency {
             replicaset: 5,
             job: 5,
             cronjob: 5,
+            endpoint: 5,
+            endpointslice: 5,
             namespace: 10,
             garbagecollector: 20,
         }
@@ -125,11 +128,9 @@ pub async fn build(
             "garbagecollector" => continue,
             "replicaset" => crate::replicaset::controller(c, informers),
             "endpoint" => crate::endpoints::controller(c, informers),
-            "endpointslice" => crate::endpointslice::controller(
-                c,
-                informers,
-                crate::endpointslice::EndpointSliceConfig::default(),
-            ),
+            "endpointslice" => {
+                crate::endpointslice::controller(c, informers, options.endpointslice)
+            }
             "job" => crate::job::controller(c, informers),
             "cronjob" => crate::cronjob::controller(c, informers),
             "clusterrole-aggregation" => crate::clusterroleaggregation::controller(c, informers),

@@ -67,6 +67,9 @@ pub struct ControllerManagerArgs {
     node_monitor_grace_period_seconds: u64,
     #[command(flatten)]
     concurrency: ConcurrencyFlags,
+    /// The most endpoints an EndpointSlice holds before another is started (1 to 1000).
+    #[arg(long, default_value_t = setpoint_controllers::endpointslice::DEFAULT_MAX_ENDPOINTS_PER_SLICE as u64, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    max_endpoints_per_slice: u64,
     /// Run each controller as its own ServiceAccount in `kube-system` (upstream's
     /// `system:controller:<name>` roles), with tokens this manager requests and renews;
     /// otherwise every controller uses the kubeconfig's credentials.
@@ -90,6 +93,12 @@ pub struct ConcurrencyFlags {
     /// CronJobs reconciled at once.
     #[arg(long, default_value_t = Concurrency::default().cronjob)]
     concurrent_cron_job_syncs: usize,
+    /// Services whose Endpoints are written at once.
+    #[arg(long, default_value_t = Concurrency::default().endpoint)]
+    concurrent_endpoint_syncs: usize,
+    /// Services whose EndpointSlices are written at once.
+    #[arg(long, default_value_t = Concurrency::default().endpointslice)]
+    concurrent_service_endpoint_syncs: usize,
     /// Namespaces emptied at once.
     #[arg(long, default_value_t = Concurrency::default().namespace)]
     concurrent_namespace_syncs: usize,
@@ -106,6 +115,8 @@ impl ConcurrencyFlags {
             replicaset: self.concurrent_replicaset_syncs,
             job: self.concurrent_job_syncs,
             cronjob: self.concurrent_cron_job_syncs,
+            endpoint: self.concurrent_endpoint_syncs,
+            endpointslice: self.concurrent_service_endpoint_syncs,
             namespace: self.concurrent_namespace_syncs,
             garbagecollector: self.concurrent_gc_syncs,
         }
@@ -142,6 +153,9 @@ impl ControllerManagerArgs {
             root_ca_pem: None,
             cluster_signing: None,
             metrics: None,
+            endpointslice: setpoint_controllers::endpointslice::EndpointSliceConfig {
+                max_endpoints_per_slice: self.max_endpoints_per_slice as usize,
+            },
         }
     }
 
@@ -289,6 +303,7 @@ pub fn start_in_process(
             root_ca_pem,
             cluster_signing,
             metrics,
+            endpointslice: Default::default(),
         },
         informers,
         leading,
