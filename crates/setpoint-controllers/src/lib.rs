@@ -12,6 +12,8 @@
 //! - [`replicaset`]: keeps a ReplicaSet's pods at `spec.replicas`;
 //! - [`endpointslice`] and [`endpoints`]: a Service's EndpointSlices and its Endpoints,
 //!   from the pods its selector picks;
+//! - [`statefulset`]: pods with stable names, ordinals and claims, in order, with rolling
+//!   updates and revision history;
 //! - [`deployment`]: rolls a Deployment's pod template out through ReplicaSets
 //!   (rolling update, recreate, pause, rollback, revision history);
 //! - [`cronjob`]: creates a Job each time a CronJob's schedule ([`setpoint_api::cron`]) comes round;
@@ -46,6 +48,7 @@ pub mod replicaset;
 pub mod resourcequota;
 pub mod rootca;
 pub mod serviceaccount;
+pub mod statefulset;
 pub mod tokens;
 pub mod volumeprotection;
 

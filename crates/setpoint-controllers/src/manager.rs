@@ -19,6 +19,7 @@ pub const ALL: &[&str] = &[
     "deployment",
     "endpoint",
     "endpointslice",
+    "statefulset",
     "nodelifecycle",
     "job",
     "cronjob",
@@ -64,6 +65,8 @@ pub struct Concurrency {
     pub deployment: usize,
     /// `--concurrent-replicaset-syncs` (default 5).
     pub replicaset: usize,
+    /// `--concurrent-statefulset-syncs` (default 5).
+    pub statefulset: usize,
     /// `--concurrent-job-syncs` (default 5).
     pub job: usize,
     /// `--concurrent-cron-job-syncs` (default 5).
@@ -85,6 +88,7 @@ impl Concurrency {
         match name {
             "deployment" => Some(self.deployment),
             "replicaset" => Some(self.replicaset),
+            "statefulset" => Some(self.statefulset),
             "job" => Some(self.job),
             "cronjob" => Some(self.cronjob),
             "namespace" => Some(self.namespace),
@@ -101,6 +105,7 @@ impl Default for Concurrency {
         Concurrency {
             deployment: 5,
             replicaset: 5,
+            statefulset: 5,
             job: 5,
             cronjob: 5,
             endpoint: 5,
@@ -127,6 +132,7 @@ pub async fn build(
             "deployment" => crate::deployment::controller(c, informers),
             "garbagecollector" => continue,
             "replicaset" => crate::replicaset::controller(c, informers),
+            "statefulset" => crate::statefulset::controller(c, informers),
             "endpoint" => crate::endpoints::controller(c, informers),
             "endpointslice" => {
                 crate::endpointslice::controller(c, informers, options.endpointslice)

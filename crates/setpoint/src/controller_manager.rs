@@ -24,7 +24,7 @@ pub struct ControllerManagerArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "namespace,garbagecollector,replicaset,deployment,endpoint,endpointslice,nodelifecycle,job,cronjob,clusterrole-aggregation,serviceaccount-token,serviceaccount,root-ca-cert-publisher,resourcequota,csrapproving,csrsigning,persistentvolume-binder,pvc-protection,pv-protection",
+        default_value = "namespace,garbagecollector,replicaset,deployment,endpoint,endpointslice,statefulset,nodelifecycle,job,cronjob,clusterrole-aggregation,serviceaccount-token,serviceaccount,root-ca-cert-publisher,resourcequota,csrapproving,csrsigning,persistentvolume-binder,pvc-protection,pv-protection",
         value_parser = clap::builder::PossibleValuesParser::new(ALL)
     )]
     controllers: Vec<String>,
@@ -87,6 +87,9 @@ pub struct ConcurrencyFlags {
     /// ReplicaSets reconciled at once.
     #[arg(long, default_value_t = Concurrency::default().replicaset)]
     concurrent_replicaset_syncs: usize,
+    /// StatefulSets reconciled at once.
+    #[arg(long, default_value_t = Concurrency::default().statefulset)]
+    concurrent_statefulset_syncs: usize,
     /// Jobs reconciled at once.
     #[arg(long, default_value_t = Concurrency::default().job)]
     concurrent_job_syncs: usize,
@@ -113,6 +116,7 @@ impl ConcurrencyFlags {
         Concurrency {
             deployment: self.concurrent_deployment_syncs,
             replicaset: self.concurrent_replicaset_syncs,
+            statefulset: self.concurrent_statefulset_syncs,
             job: self.concurrent_job_syncs,
             cronjob: self.concurrent_cron_job_syncs,
             endpoint: self.concurrent_endpoint_syncs,

@@ -29,6 +29,7 @@ pub fn service_account_of(controller: &str) -> Option<&'static str> {
         "garbagecollector" => "generic-garbage-collector",
         "replicaset" => "replicaset-controller",
         "deployment" => "deployment-controller",
+        "statefulset" => "statefulset-controller",
         "endpoint" => "endpoint-controller",
         "endpointslice" => "endpointslice-controller",
         "nodelifecycle" => "node-controller",

@@ -746,6 +746,30 @@ fn controller_roles() -> Vec<Role> {
             true,
         ),
         c(
+            "system:controller:statefulset-controller",
+            vec![
+                rule(&["list", "watch"], &[""], &["pods"]),
+                rule(&["get", "list", "watch"], &["apps"], &["statefulsets"]),
+                rule(&["update"], &["apps"], &["statefulsets/status"]),
+                rule(&["update"], &["apps"], &["statefulsets/finalizers"]),
+                rule(
+                    &["get", "create", "delete", "update", "patch"],
+                    &[""],
+                    &["pods"],
+                ),
+                rule(
+                    &[
+                        "get", "create", "delete", "update", "patch", "list", "watch",
+                    ],
+                    &["apps"],
+                    &["controllerrevisions"],
+                ),
+                rule(&["get", "create"], &[""], &["persistentvolumeclaims"]),
+                rule(&["update", "delete"], &[""], &["persistentvolumeclaims"]),
+            ],
+            true,
+        ),
+        c(
             "system:controller:resourcequota-controller",
             vec![
                 rule(&["list", "watch"], &["*"], &["*"]),

@@ -1,0 +1,553 @@
+//! The StatefulSet controller: pods with stable names and ordinals (`<set>-<ordinal>`), each
+//! with its own claims (`<template>-<set>-<ordinal>`), created in order and removed in reverse
+//! order, rolled to a new template from the highest ordinal down, with the templates'
+//! history in ControllerRevisions.
+//!
+//! One module per concern, as upstream splits it:
+//!
+//! - `identity`: ordinals, names, the identity labels, `hostname`/`subdomain`, the pod and
+//!   its claims made from the template;
+//! - `history`: ControllerRevisions — the current and update revisions, rollbacks,
+//!   collisions, `revisionHistoryLimit`;
+//! - `plan`: the pure decision of a pass — what to create, delete and relabel, under
+//!   `OrderedReady` or `Parallel`, `RollingUpdate` (`partition`, `maxUnavailable`) or
+//!   `OnDelete`;
+//! - `claims`: `persistentVolumeClaimRetentionPolicy` as the claims' owner references;
+//! - `status`: the status counts and revisions;
+//! - this module: the I/O — caches in, adoption, the plan's writes out, events.
+
+pub mod claims;
+pub mod history;
+pub mod identity;
+pub mod plan;
+pub mod status;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, PodTemplateSpec};
+use serde_json::json;
+use setpoint_runtime::client::{Api, Client, DeleteParams, Patch, PatchParams, PostParams};
+use setpoint_runtime::controller::{Action, Context, Controller, ReconcileError, Reconciler};
+use setpoint_runtime::events::{EventRecorder, EventType, Reporter, ToObjectReference};
+use setpoint_runtime::informer::{Scope, SharedInformers, Store};
+use setpoint_runtime::{Object, ObjectKey};
+
+use identity::{ordinal_of, selector, selects};
+use plan::At;
+
+/// The controller's name (work queue, metrics, logs, `--controllers`).
+pub const NAME: &str = "statefulset";
+/// The reporter of its events.
+pub const REPORTER: &str = "statefulset-controller";
+
+/// The controller reference of an object, if any.
+fn controller_uid(obj: &impl Object) -> Option<String> {
+    obj.owner_references()
+        .into_iter()
+        .find(|r| r.controller == Some(true))
+        .map(|r| r.uid)
+}
+
+/// Whether `claim` is named as one of `set`'s claims: `<template>-<set>-<ordinal>`.
+fn is_claim_of(set: &StatefulSet, claim: &str) -> bool {
+    let set_name = set.name();
+    identity::claim_templates(set).iter().any(|t| {
+        claim
+            .strip_prefix(&t.name())
+            .and_then(|rest| rest.strip_prefix('-'))
+            .and_then(|rest| ordinal_of(&set_name, rest))
+            .is_some()
+    })
+}
+
+/// The reconciler of StatefulSets.
+pub struct StatefulSetController {
+    client: Client,
+    sets: Store<StatefulSet>,
+    pods: Store<Pod>,
+    revisions: Store<ControllerRevision>,
+    claims: Store<PersistentVolumeClaim>,
+    events: EventRecorder,
+}
+
+/// The member pods of a set after adoption and release.
+struct Members {
+    pods: Vec<Arc<Pod>>,
+}
+
+impl StatefulSetController {
+    /// The set's pods: those it controls that still match (others are released), and matching
+    /// orphans named as its members (adopted, as upstream's `ClaimPods`).
+    async fn members(&self, set: &StatefulSet, api: &Api<Pod>) -> Members {
+        let uid = set.uid().unwrap_or_default();
+        let set_name = set.name();
+        let sel = selector(set);
+        let member = |p: &Pod| {
+            selects(&sel, p.metadata.labels.as_ref()) && ordinal_of(&set_name, &p.name()).is_some()
+        };
+        let mut pods = Vec::new();
+        for p in self.pods.by_owner(&uid) {
+            if controller_uid(p.as_ref()).as_deref() != Some(uid.as_str()) {
+                continue;
+            }
+            if member(&p) {
+                pods.push(p);
+            } else {
+                let refs: Vec<serde_json::Value> = p
+                    .owner_references()
+                    .iter()
+                    .filter(|r| r.uid != uid)
+                    .filter_map(|r| serde_json::to_value(r).ok())
+                    .collect();
+                self.patch_refs(api, &p, refs, "release").await;
+            }
+        }
+        if set.metadata.deletion_timestamp.is_none() {
+            let ns = set.namespace().unwrap_or_default();
+            for p in self.pods.orphans_in(&ns) {
+                if p.metadata.deletion_timestamp.is_some() || !member(&p) {
+                    continue;
+                }
+                let mut refs: Vec<serde_json::Value> = p
+                    .owner_references()
+                    .iter()
+                    .filter_map(|r| serde_json::to_value(r).ok())
+                    .collect();
+                refs.push(identity::owner_reference(set));
+                if self.patch_refs(api, &p, refs, "adopt").await {
+                    pods.push(p);
+                }
+            }
+        }
+        Members { pods }
+    }
+
+    /// Sets a pod's owner references, failing if it changed since it was read.
+    async fn patch_refs(
+        &self,
+        api: &Api<Pod>,
+        obj: &Pod,
+        refs: Vec<serde_json::Value>,
+        what: &str,
+    ) -> bool {
+        let patch = Patch::Merge(json!({"metadata": {
+            "uid": obj.uid(),
+            "resourceVersion": obj.resource_version(),
+            "ownerReferences": refs,
+        }}));
+        match api
+            .patch(&obj.name(), &PatchParams::default(), &patch)
+            .await
+        {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::debug!(object = %obj.name(), error = %e, "{what} failed");
+                false
+            }
+        }
+    }
+
+    /// Makes the claims of the set's pod with `ordinal` that do not exist yet. `Ok(false)`
+    /// while one of them is still being deleted: the pod must wait for it to be gone.
+    async fn create_claims(
+        &self,
+        set: &StatefulSet,
+        ordinal: i32,
+        api: &Api<PersistentVolumeClaim>,
+    ) -> Result<bool, String> {
+        let ns = set.namespace();
+        let pod_name = identity::pod_name(&set.name(), ordinal);
+        // The pod does not exist yet: only its name and ordinal matter to the policy.
+        let pod: Pod =
+            serde_json::from_value(json!({"metadata": {"name": pod_name}})).unwrap_or_default();
+        let reference = set.object_reference();
+        for mut claim in identity::new_claims(set, ordinal) {
+            let name = claim.name();
+            if let Some(existing) = self.claims.get(&ObjectKey::new(ns.as_deref(), &name)) {
+                if existing.metadata.deletion_timestamp.is_some() {
+                    tracing::info!(claim = %name, "waiting for the claim to be deleted before its pod is made");
+                    return Ok(false);
+                }
+                continue;
+            }
+            if let Some(refs) = claims::wanted_refs(set, &claim, &pod, ordinal) {
+                claim.metadata.owner_references = Some(refs);
+            }
+            match api.create(&PostParams::default(), &claim).await {
+                Ok(_) => self.events.publish(
+                    &reference,
+                    EventType::Normal,
+                    "SuccessfulCreate",
+                    &format!(
+                        "create Claim {name} Pod {pod_name} in StatefulSet {} success",
+                        set.name()
+                    ),
+                ),
+                Err(e) if e.is_already_exists() => {}
+                Err(e) => {
+                    self.events.publish(
+                        &reference,
+                        EventType::Warning,
+                        "FailedCreate",
+                        &format!(
+                            "create Claim {name} for Pod {pod_name} in StatefulSet {} failed error: {e}",
+                            set.name()
+                        ),
+                    );
+                    return Err(e.to_string());
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// Creates the set's pod with `ordinal` from `template` at `revision`, after its claims.
+    async fn create_pod(
+        &self,
+        set: &StatefulSet,
+        ordinal: i32,
+        template: &PodTemplateSpec,
+        revision: &str,
+        pods: &Api<Pod>,
+        claims: &Api<PersistentVolumeClaim>,
+    ) -> Result<(), String> {
+        if !self.create_claims(set, ordinal, claims).await? {
+            return Ok(());
+        }
+        let pod = identity::new_pod(set, template, ordinal, revision);
+        let name = pod.name();
+        let reference = set.object_reference();
+        match pods.create(&PostParams::default(), &pod).await {
+            Ok(_) => {
+                self.events.publish(
+                    &reference,
+                    EventType::Normal,
+                    "SuccessfulCreate",
+                    &format!("create Pod {name} in StatefulSet {} successful", set.name()),
+                );
+                Ok(())
+            }
+            // The cache has not seen it yet: the next pass will.
+            Err(e) if e.is_already_exists() => Ok(()),
+            Err(e) => {
+                self.events.publish(
+                    &reference,
+                    EventType::Warning,
+                    "FailedCreate",
+                    &format!(
+                        "create Pod {name} in StatefulSet {} failed error: {e}",
+                        set.name()
+                    ),
+                );
+                Err(e.to_string())
+            }
+        }
+    }
+
+    /// Deletes a pod (only the one with `uid`).
+    async fn delete_pod(
+        &self,
+        set: &StatefulSet,
+        d: &plan::Delete,
+        pods: &Api<Pod>,
+    ) -> Result<(), String> {
+        let params = DeleteParams {
+            precondition_uid: Some(d.uid.clone()),
+            ..Default::default()
+        };
+        tracing::debug!(pod = %d.name, why = ?d.why, "deleting");
+        let reference = set.object_reference();
+        match pods.delete(&d.name, &params).await {
+            Ok(_) => {
+                self.events.publish(
+                    &reference,
+                    EventType::Normal,
+                    "SuccessfulDelete",
+                    &format!(
+                        "delete Pod {} in StatefulSet {} successful",
+                        d.name,
+                        set.name()
+                    ),
+                );
+                Ok(())
+            }
+            Err(e) if e.is_not_found() || e.is_conflict() => Ok(()),
+            Err(e) => {
+                self.events.publish(
+                    &reference,
+                    EventType::Warning,
+                    "FailedDelete",
+                    &format!(
+                        "delete Pod {} in StatefulSet {} failed error: {e}",
+                        d.name,
+                        set.name()
+                    ),
+                );
+                Err(e.to_string())
+            }
+        }
+    }
+
+    /// Brings the claims of the member pods to the owner references the retention policy
+    /// asks for; done before any pod is deleted, so a condemned pod's claims go with it.
+    async fn retain_claims(
+        &self,
+        set: &StatefulSet,
+        members: &[Arc<Pod>],
+        api: &Api<PersistentVolumeClaim>,
+    ) {
+        let ns = set.namespace();
+        let set_name = set.name();
+        for p in members {
+            let Some(ord) = ordinal_of(&set_name, &p.name()) else {
+                continue;
+            };
+            for t in identity::claim_templates(set) {
+                let name = identity::claim_name(&t.name(), &set_name, ord);
+                let Some(claim) = self.claims.get(&ObjectKey::new(ns.as_deref(), &name)) else {
+                    continue;
+                };
+                if claim.metadata.deletion_timestamp.is_some() {
+                    continue;
+                }
+                if let Some(refs) = claims::wanted_refs(set, &claim, p, ord) {
+                    // An update, as upstream's (its role updates claims, it does not patch
+                    // them); the cached resourceVersion makes it fail if the claim changed.
+                    let mut next = (*claim).clone();
+                    next.metadata.owner_references = Some(refs);
+                    if let Err(e) = api.replace(&name, &PostParams::default(), &next).await {
+                        tracing::debug!(claim = %name, error = %e, "claim ownership update failed");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes what the history needs; `Err` to retry when a new revision's name is taken by
+    /// one the cache has not shown yet.
+    async fn write_history(
+        &self,
+        set: &StatefulSet,
+        write: &history::Write,
+        api: &Api<ControllerRevision>,
+    ) -> Result<(), ReconcileError> {
+        match write {
+            history::Write::Create(rev) => match api.create(&PostParams::default(), rev).await {
+                Ok(_) => Ok(()),
+                Err(e) if e.is_already_exists() => Err(ReconcileError::retry(format!(
+                    "controller revision {} of StatefulSet {} exists but is not in the cache yet",
+                    rev.name(),
+                    set.name()
+                ))),
+                Err(e) => Err(e.into()),
+            },
+            history::Write::Renumber { name, revision } => {
+                let patch = Patch::Merge(json!({"revision": revision}));
+                api.patch(name, &PatchParams::default(), &patch).await?;
+                Ok(())
+            }
+        }
+    }
+
+    /// Writes the status, once more over a fresh read on a conflict (as upstream retries).
+    async fn write_status(
+        &self,
+        set: &StatefulSet,
+        status: k8s_openapi::api::apps::v1::StatefulSetStatus,
+        api: &Api<StatefulSet>,
+    ) -> Result<(), ReconcileError> {
+        let mut next = set.clone();
+        for attempt in 0..2 {
+            next.status = Some(status.clone());
+            match api
+                .replace_status(&set.name(), &PostParams::default(), &next)
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(e) if e.is_conflict() && attempt == 0 => {
+                    match api.get_opt(&set.name()).await? {
+                        Some(fresh) => next = fresh,
+                        None => return Ok(()),
+                    }
+                }
+                Err(e) if e.is_not_found() => return Ok(()),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl Reconciler for StatefulSetController {
+    async fn reconcile(&self, _ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
+        let Some(set) = self.sets.get(key) else {
+            return Ok(Action::Done);
+        };
+        let ns = key.namespace.clone().unwrap_or_default();
+        let pods_api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        let claims_api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &ns);
+        let revs_api: Api<ControllerRevision> = Api::namespaced(self.client.clone(), &ns);
+        let sets_api: Api<StatefulSet> = Api::namespaced(self.client.clone(), &ns);
+        let uid = set.uid().unwrap_or_default();
+        let deleting = set.metadata.deletion_timestamp.is_some();
+
+        let owned_revisions: Vec<Arc<ControllerRevision>> = self
+            .revisions
+            .by_owner(&uid)
+            .into_iter()
+            .filter(|r| controller_uid(r.as_ref()).as_deref() == Some(uid.as_str()))
+            .collect();
+        let rev_refs: Vec<&ControllerRevision> =
+            owned_revisions.iter().map(|r| r.as_ref()).collect();
+        let resolved = history::resolve(&set, &rev_refs);
+        if !deleting {
+            if let Some(w) = &resolved.write {
+                self.write_history(&set, w, &revs_api).await?;
+            }
+        }
+
+        let members = self.members(&set, &pods_api).await;
+        let member_refs: Vec<&Pod> = members.pods.iter().map(|p| p.as_ref()).collect();
+        let now = crate::now();
+        let plan = plan::plan(&set, &member_refs, &resolved.update, now);
+
+        let mut failure: Option<String> = None;
+        if !deleting {
+            self.retain_claims(&set, &members.pods, &claims_api).await;
+            for &ord in &plan.ensure_claims {
+                if let Err(e) = self.create_claims(&set, ord, &claims_api).await {
+                    failure.get_or_insert(e);
+                }
+            }
+            for &(ord, at) in &plan.create {
+                let (template, revision) = match at {
+                    At::Current => (&resolved.current_template, &resolved.current),
+                    At::Update => (&resolved.update_template, &resolved.update),
+                };
+                if let Err(e) = self
+                    .create_pod(&set, ord, template, revision, &pods_api, &claims_api)
+                    .await
+                {
+                    failure.get_or_insert(e);
+                }
+            }
+            for d in &plan.delete {
+                if let Err(e) = self.delete_pod(&set, d, &pods_api).await {
+                    failure.get_or_insert(e);
+                }
+            }
+            for (name, ord) in &plan.relabel {
+                let labels: serde_json::Map<String, serde_json::Value> =
+                    identity::identity_labels(&set.name(), *ord)
+                        .into_iter()
+                        .map(|(k, v)| (k.to_string(), json!(v)))
+                        .collect();
+                let patch = Patch::Merge(json!({"metadata": {"labels": labels}}));
+                if let Err(e) = pods_api.patch(name, &PatchParams::default(), &patch).await {
+                    tracing::debug!(pod = %name, error = %e, "relabelling failed");
+                }
+            }
+            for name in history::truncate(
+                &set,
+                &rev_refs,
+                &member_refs,
+                &resolved.current,
+                &resolved.update,
+            ) {
+                if let Err(e) = revs_api.delete(&name, &DeleteParams::default()).await {
+                    if !e.is_not_found() {
+                        tracing::debug!(revision = %name, error = %e, "history truncation failed");
+                    }
+                }
+            }
+        }
+
+        let status = status::status(
+            &set,
+            &member_refs,
+            &resolved.current,
+            &resolved.update,
+            resolved.collision_count,
+            now,
+        );
+        if !status::same(&status, &set.status.clone().unwrap_or_default()) {
+            self.write_status(&set, status, &sets_api).await?;
+        }
+        if let Some(e) = failure {
+            return Err(ReconcileError::retry(e));
+        }
+        Ok(match plan.requeue {
+            Some(d) => Action::RequeueAfter(d + Duration::from_millis(100)),
+            None => Action::Done,
+        })
+    }
+}
+
+/// The StatefulSet controller, reconciling a set when it, one of its pods, revisions or
+/// claims, or an orphan pod its selector matches changes.
+pub fn controller(client: Client, informers: &SharedInformers) -> Controller {
+    let reconciler = StatefulSetController {
+        events: EventRecorder::new(client.clone(), Reporter::new(REPORTER)),
+        client,
+        sets: informers.typed::<StatefulSet>(Scope::all()).store(),
+        pods: informers.typed::<Pod>(Scope::all()).store(),
+        revisions: informers.typed::<ControllerRevision>(Scope::all()).store(),
+        claims: informers
+            .typed::<PersistentVolumeClaim>(Scope::all())
+            .store(),
+    };
+    let sets = informers.typed::<StatefulSet>(Scope::all()).store();
+    let claim_sets = sets.clone();
+    Controller::for_type::<StatefulSet>(NAME, informers, None)
+        .owns::<StatefulSet, Pod>(None)
+        .owns::<StatefulSet, ControllerRevision>(None)
+        // An orphan wakes the sets of its namespace whose members it could be.
+        .watches::<Pod>(None, move |pod: &Pod| {
+            if controller_uid(pod).is_some() || pod.metadata.deletion_timestamp.is_some() {
+                return Vec::new();
+            }
+            sets.by_namespace(&pod.namespace().unwrap_or_default())
+                .iter()
+                .filter(|s| {
+                    ordinal_of(&s.name(), &pod.name()).is_some()
+                        && selects(&selector(s), pod.metadata.labels.as_ref())
+                })
+                .map(|s| ObjectKey::of(s.as_ref()))
+                .collect()
+        })
+        // A claim named for one of a set's pods wakes the set: a pod waiting for its claim
+        // to be deleted, or a pending pod whose claim went away, goes on.
+        .watches::<PersistentVolumeClaim>(None, move |claim: &PersistentVolumeClaim| {
+            let name = claim.name();
+            claim_sets
+                .by_namespace(&claim.namespace().unwrap_or_default())
+                .iter()
+                .filter(|s| is_claim_of(s, &name))
+                .map(|s| ObjectKey::of(s.as_ref()))
+                .collect()
+        })
+        .build(Arc::new(reconciler))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claims_are_recognised_by_template_set_and_ordinal() {
+        let set: StatefulSet = serde_json::from_value(json!({
+            "metadata": {"name": "web"},
+            "spec": {"selector": {}, "template": {}, "serviceName": "",
+                     "volumeClaimTemplates": [{"metadata": {"name": "www"}}]}
+        }))
+        .unwrap();
+        assert!(is_claim_of(&set, "www-web-0"));
+        assert!(is_claim_of(&set, "www-web-12"));
+        assert!(!is_claim_of(&set, "www-web-"));
+        assert!(!is_claim_of(&set, "data-web-0"));
+        assert!(!is_claim_of(&set, "www-webs-0"));
+    }
+}
