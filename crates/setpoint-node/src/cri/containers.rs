@@ -4,10 +4,14 @@
 //! annotation, the log path `<container>/<attempt>.log` under the sandbox's log directory,
 //! Linux resources from requests and limits, and the security context.
 //!
+//! Volume mounts are the pod's prepared volumes ([`crate::volumes::PodVolumes::mounts_for`]),
+//! bind-mounted with private propagation; a mount that cannot be given (a bad `subPath`)
+//! keeps the container from being created: it waits with `CreateContainerConfigError` and
+//! the kubelet's message.
+//!
 //! The environment is [`expand::container_env`]'s (ConfigMaps, Secrets, resource and pod
-//! fields, Services). Not done yet: volumes. A container that asks for them is not created
-//! ([`crate::volumes::unsupported_mounts`]); it waits with `CreateContainerConfigError` and a
-//! message naming what is missing.
+//! fields, Services; `docs/environment.md`); what it cannot give keeps the container from
+//! being created, waiting with `CreateContainerConfigError` and the kubelet's message.
 
 use std::collections::HashMap;
 
@@ -17,6 +21,7 @@ use setpoint_cri_proto as cri;
 use super::resources::{self, LinuxResources};
 use super::sandbox::{self, CONTAINER_NAME_LABEL};
 use crate::process::expand::{self, FieldContext};
+use crate::volumes::ContainerMount;
 
 /// The annotation carrying the container's restart count.
 pub const RESTART_COUNT_ANNOTATION: &str = "io.kubernetes.container.restartCount";
@@ -38,6 +43,18 @@ fn to_cri(r: LinuxResources) -> cri::LinuxContainerResources {
         cpu_shares: r.cpu_shares,
         memory_limit_in_bytes: r.memory_limit,
         oom_score_adj: r.oom_score_adj,
+        ..Default::default()
+    }
+}
+
+/// A volume mount as CRI takes it: private propagation, the only kind this node gives
+/// ([`crate::volumes::PodVolumes::mounts_for`] refuses the others).
+fn to_cri_mount(m: ContainerMount) -> cri::Mount {
+    cri::Mount {
+        container_path: m.container_path,
+        host_path: m.host_path.to_string_lossy().into_owned(),
+        readonly: m.read_only,
+        propagation: cri::MountPropagation::PropagationPrivate as i32,
         ..Default::default()
     }
 }
@@ -169,6 +186,7 @@ pub fn container_config(
     node_memory: i64,
 ) -> Result<cri::ContainerConfig, String> {
     let env = expand::container_env(pod, container, ctx)?;
+    let mounts = ctx.volumes.mounts_for(container, &env)?;
     let lookup = |name: &str| env.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
     let expand_all = |words: &Option<Vec<String>>| -> Vec<String> {
         words
@@ -238,6 +256,7 @@ pub fn container_config(
         stdin: container.stdin.unwrap_or(false),
         stdin_once: container.stdin_once.unwrap_or(false),
         tty: container.tty.unwrap_or(false),
+        mounts: mounts.into_iter().map(to_cri_mount).collect(),
         linux: Some(cri::LinuxContainerConfig {
             resources: Some(to_cri(resources)),
             security_context: Some(security_context(pod, container)?),

@@ -28,8 +28,14 @@
 //!   preStop before every stop the agent makes; failures are reported as Events through
 //!   [`PodRuntime::events`].
 //!
-//! Not done yet: volumes and environment from ConfigMaps or Secrets (the container waits
-//! with `CreateContainerConfigError`), and compressing rotated logs.
+//! - Volumes are set up on every sync by a [`VolumeManager`] under the data directory
+//!   (`<data_dir>/pods/<uid>/volumes`), so ConfigMap, Secret, downwardAPI and projected
+//!   files follow their objects at each sync; a volume that fails is a `FailedMount` Event
+//!   and keeps the containers that mount it in `ContainerCreating` until it is set up; an
+//!   emptyDir over its
+//!   `sizeLimit` evicts the pod. They are removed with the pod.
+//!
+//! Not done yet: compressing rotated logs.
 //!
 //! Unused images are garbage-collected as the kubelet's image manager does ([`super::gc`]):
 //! over `image_gc_high_threshold` percent of the image filesystem, least recently used
@@ -71,6 +77,7 @@ use crate::runtime::{
     RuntimeStatus, Sources,
 };
 use crate::status::{is_sidecar, restart_policy, Disposition};
+use crate::volumes::{emptydir::EVICTED_REASON, VolumeManager};
 
 /// Tunables of a [`CriRuntime`].
 #[derive(Clone, Debug)]
@@ -158,6 +165,8 @@ struct Inner {
     probes: Mutex<HashMap<String, ProbeRun>>,
     /// Where Events go once the agent asked for them ([`PodRuntime::events`]).
     events: Mutex<Option<mpsc::UnboundedSender<RuntimeEvent>>>,
+    /// The pods' volumes, under the data directory.
+    volumes: VolumeManager,
 }
 
 /// The probes of one running container.
@@ -303,6 +312,7 @@ impl CriRuntime {
             Some(r) => r.clone(),
             None => std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default(),
         };
+        let volumes = VolumeManager::new(&options.data_dir);
         let inner = Arc::new(Inner {
             client,
             runtime_name: version.runtime_name,
@@ -315,6 +325,7 @@ impl CriRuntime {
             subscribers: Arc::new(Mutex::new(Vec::new())),
             probes: Mutex::new(HashMap::new()),
             events: Mutex::new(None),
+            volumes,
         });
         let monitor = tokio::spawn(Arc::clone(&inner).monitor()).abort_handle();
         let rotation = tokio::spawn(Arc::clone(&inner).rotate_logs()).abort_handle();
@@ -357,6 +368,41 @@ impl Inner {
         if let Some(tx) = lock(&self.events).as_ref() {
             let _ = tx.send(event);
         }
+    }
+
+    /// Kills the pod's running containers at once (no grace, as the kubelet's eviction of a
+    /// pod over its local storage limit) and reports the eviction as the kubelet's
+    /// `Evicted` Event.
+    async fn evict(
+        &self,
+        view: &PodView<'_>,
+        pod: &RuntimePod,
+        message: &str,
+    ) -> Result<(), RuntimeError> {
+        let running: Vec<&cri::Container> = view
+            .containers
+            .iter()
+            .filter(|c| c.state == cri::ContainerState::ContainerRunning as i32)
+            .collect();
+        if running.is_empty() {
+            return Ok(());
+        }
+        tracing::warn!(pod = %pod.name, %message, "evicting the pod");
+        for c in running {
+            if let Err(e) = self.client.stop_container(&c.id, Duration::ZERO).await {
+                if !e.is_not_found() {
+                    return Err(internal("stopping an evicted pod's container")(e));
+                }
+            }
+        }
+        self.emit(RuntimeEvent {
+            pod: pod.clone(),
+            field_path: None,
+            warning: true,
+            reason: EVICTED_REASON.to_string(),
+            message: message.to_string(),
+        });
+        Ok(())
     }
 
     /// The address of the pod `uid`'s ready sandbox, if it has one.
@@ -989,6 +1035,10 @@ impl Inner {
         container: &Container,
         attempt: u32,
     ) -> Result<(String, Option<String>), (String, String)> {
+        // Nothing is pulled or created before the volumes it mounts are set up.
+        if let Some(message) = view.ctx.volumes.waiting_for(container) {
+            return Err(("ContainerCreating".to_string(), message.to_string()));
+        }
         self.ensure_image(view, container).await?;
         let config =
             containers::container_config(view.pod, container, attempt, &view.ctx, self.node_memory)
@@ -1337,6 +1387,25 @@ impl PodRuntime for CriRuntime {
         let inner = &self.inner;
         let pod_lock = inner.pod_lock(&uid);
         let _guard = pod_lock.lock().await;
+        let volumes = inner
+            .volumes
+            .prepare(pod, node)
+            .await
+            .map_err(|e| RuntimeError::Internal(format!("preparing the pod's volumes: {e}")))?;
+        let runtime_pod = RuntimePod {
+            uid: uid.clone(),
+            namespace: namespace.clone(),
+            name: name.clone(),
+        };
+        for message in volumes.failures() {
+            inner.emit(RuntimeEvent {
+                pod: runtime_pod.clone(),
+                field_path: None,
+                warning: true,
+                reason: "FailedMount".to_string(),
+                message: message.to_string(),
+            });
+        }
         let (sandbox_id, sandbox_config) = inner.ensure_sandbox(pod, &uid).await?;
         let sandbox_status = inner
             .client
@@ -1368,16 +1437,22 @@ impl PodRuntime for CriRuntime {
                 node_name: node.node_name.clone(),
                 host_ip: node.host_ip.clone(),
                 env: std::sync::Arc::new(crate::env::gather(pod, node).await),
-                volumes: std::sync::Arc::new(crate::volumes::PodVolumes::default()),
+                volumes: std::sync::Arc::new(volumes),
             },
             containers,
             secrets: node.sources.clone(),
         };
+        // An emptyDir over its sizeLimit: the kubelet evicts the pod, its containers killed
+        // at once and none started again; the pod fails with the eviction's message.
+        let evicted = view.ctx.volumes.eviction().map(str::to_string);
+        if let Some(message) = &evicted {
+            inner.evict(&view, &runtime_pod, message).await?;
+        }
         let policy = restart_policy(pod);
         let spec = pod.spec.clone().unwrap_or_default();
         let inits = spec.init_containers.clone().unwrap_or_default();
         let mut init_statuses = Vec::new();
-        let mut initialized = true;
+        let mut initialized = evicted.is_none();
         let mut init_failed = false;
         for init in &inits {
             let sidecar = is_sidecar(init);
@@ -1404,6 +1479,11 @@ impl PodRuntime for CriRuntime {
             let (mut status, disposition) = inner
                 .sync_container(&view, container, &policy, initialized)
                 .await?;
+            if evicted.is_some() {
+                dispositions.push(disposition);
+                statuses.push(status);
+                continue;
+            }
             if !initialized && disposition == Disposition::NotStarted {
                 status.state = Some(state::waiting("PodInitializing", None));
             }
@@ -1411,8 +1491,19 @@ impl PodRuntime for CriRuntime {
             dispositions.push(disposition);
         }
         let mut phase = crate::status::pod_phase(&dispositions);
-        if init_failed {
+        if init_failed || evicted.is_some() {
             phase = "Failed";
+        }
+        if evicted.is_some() {
+            // Killed for good: each shows its last run, not a restart that will not come.
+            for s in statuses.iter_mut().chain(init_statuses.iter_mut()) {
+                if s.state.as_ref().is_some_and(|st| st.waiting.is_some()) {
+                    if let Some(last) = s.last_state.take() {
+                        s.state = Some(last);
+                    }
+                }
+                s.ready = false;
+            }
         }
         let running_ids: HashSet<String> = statuses
             .iter()
@@ -1431,8 +1522,8 @@ impl PodRuntime for CriRuntime {
             container_statuses: statuses,
             init_container_statuses: init_statuses,
             start_time,
-            reason: None,
-            message: None,
+            reason: evicted.as_ref().map(|_| EVICTED_REASON.to_string()),
+            message: evicted,
         })
     }
 
@@ -1481,6 +1572,10 @@ impl PodRuntime for CriRuntime {
                     }
                 }
             }
+        }
+        // Volumes go with the sandbox; an error is logged, as the pod is gone from the runtime.
+        if let Err(e) = inner.volumes.cleanup(&pod.uid) {
+            tracing::warn!(uid = %pod.uid, error = %e, "removing the pod's volumes");
         }
         let logs =
             sandbox::log_directory_of(&inner.options.data_dir, &pod.namespace, &pod.name, &pod.uid);

@@ -97,6 +97,20 @@ impl PodVolumes {
         self.eviction.as_deref()
     }
 
+    /// The `FailedMount` message of the first volume `container` mounts that was never set
+    /// up: the container waits (`ContainerCreating`, as the kubelet waits for a pod's
+    /// volumes) until it is. A volume that was set up before and whose update failed is not
+    /// waited for: it keeps its last contents, as a volume the kubelet has mounted does.
+    pub fn waiting_for(&self, container: &Container) -> Option<&str> {
+        container
+            .volume_mounts
+            .iter()
+            .flatten()
+            .filter_map(|m| self.volumes.get(&m.name))
+            .find(|v| v.path.is_none())
+            .and_then(|v| v.error.as_deref())
+    }
+
     /// The mounts of `container`, whose environment is `env` (for `subPathExpr`), in the
     /// order of its `volumeMounts`. `Err` says why the container cannot be created yet: a
     /// volume that was never set up (its `FailedMount` message), a bad `subPath`, or a
@@ -150,15 +164,15 @@ fn unsupported_mount(mount: &k8s_openapi::api::core::v1::VolumeMount) -> Option<
     }
 }
 
-/// Why `container`'s volume mounts cannot be given on this node, if they cannot: both
-/// runtimes check this before they create a container, so a container never runs without
-/// the files it expects.
+/// Why `container`'s volume mounts cannot be given on this node, if they cannot (a
+/// `mountPropagation` other than `None`): both runtimes check this before they create a
+/// container, so a container never runs without the mounts it expects.
 pub fn unsupported_mounts(container: &Container) -> Option<String> {
-    let mount = container.volume_mounts.iter().flatten().next()?;
-    Some(format!(
-        "volume {:?} (mounted at {}): volume mounts are not supported by this node yet",
-        mount.name, mount.mount_path
-    ))
+    container
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find_map(unsupported_mount)
 }
 
 #[cfg(test)]
@@ -167,20 +181,24 @@ mod tests {
     use k8s_openapi::api::core::v1::VolumeMount;
 
     #[test]
-    fn mounts_are_named_while_they_are_refused() {
+    fn only_mount_propagation_is_refused() {
         let mut c = Container {
             name: "c".into(),
             ..Default::default()
         };
         assert_eq!(unsupported_mounts(&c), None);
-        c.volume_mounts = Some(vec![VolumeMount {
+        let mut shared = VolumeMount {
             name: "data".into(),
             mount_path: "/data".into(),
             ..Default::default()
-        }]);
+        };
+        c.volume_mounts = Some(vec![shared.clone()]);
+        assert_eq!(unsupported_mounts(&c), None);
+        shared.mount_propagation = Some("Bidirectional".into());
+        c.volume_mounts = Some(vec![shared]);
         assert_eq!(
             unsupported_mounts(&c).unwrap(),
-            "volume \"data\" (mounted at /data): volume mounts are not supported by this node yet"
+            "mountPropagation Bidirectional is not supported by this node"
         );
     }
 
@@ -240,6 +258,17 @@ mod tests {
         assert_eq!(
             got[1].host_path,
             dir.path().canonicalize().unwrap().join("app.conf")
+        );
+        assert_eq!(
+            v.waiting_for(&container(vec![mount("config", "/etc/app")])),
+            None
+        );
+        assert_eq!(
+            v.waiting_for(&container(vec![
+                mount("config", "/a"),
+                mount("broken", "/b")
+            ])),
+            Some("MountVolume.SetUp failed for volume \"broken\" : configmap \"x\" not found")
         );
         assert_eq!(
             v.mounts_for(&container(vec![mount("broken", "/b")]), &[])
