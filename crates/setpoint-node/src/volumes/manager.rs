@@ -662,6 +662,41 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_memory_empty_dir_is_a_tmpfs_of_its_size_limit_detached_on_cleanup() {
+        let dir = tempfile::tempdir().unwrap();
+        let manager = VolumeManager::new(dir.path());
+        let memory = Volume {
+            name: "cache".into(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                medium: Some("Memory".into()),
+                size_limit: Some(k8s_openapi::apimachinery::pkg::api::resource::Quantity(
+                    "1Mi".into(),
+                )),
+            }),
+            ..Default::default()
+        };
+        let p = pod(vec![memory]);
+        let v = manager.prepare(&p, &NodeContext::default()).await.unwrap();
+        if let Some(failure) = v.failures().first() {
+            // Mounting needs CAP_SYS_ADMIN; without it the volume says so.
+            assert!(failure.contains("not permitted"), "{failure}");
+            return;
+        }
+        let path = dir
+            .path()
+            .join("pods/uid-1/volumes/kubernetes.io~empty-dir/cache");
+        assert!(emptydir::is_mount_point(&path).unwrap());
+        // Set up again: the same mount, not a second one.
+        manager.prepare(&p, &NodeContext::default()).await.unwrap();
+        assert_eq!(emptydir::mounts_under(&path).len(), 1);
+        // The tmpfs holds at most its limit.
+        assert!(std::fs::write(path.join("big"), vec![1u8; 2 * 1024 * 1024]).is_err());
+        manager.cleanup("uid-1").unwrap();
+        assert!(emptydir::mounts_under(&path).is_empty());
+        assert!(!dir.path().join("pods/uid-1").exists());
+    }
+
+    #[tokio::test]
     async fn an_empty_dir_over_its_limit_evicts_and_unknown_kinds_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let manager = VolumeManager::new(dir.path());
