@@ -19,6 +19,7 @@ pub const ALL: &[&str] = &[
     "deployment",
     "endpoint",
     "endpointslice",
+    "endpointslicemirroring",
     "statefulset",
     "nodelifecycle",
     "job",
@@ -137,6 +138,7 @@ pub async fn build(
             "endpointslice" => {
                 crate::endpointslice::controller(c, informers, options.endpointslice)
             }
+            "endpointslicemirroring" => crate::endpointslice::mirroring::controller(c, informers),
             "job" => crate::job::controller(c, informers),
             "cronjob" => crate::cronjob::controller(c, informers),
             "clusterrole-aggregation" => crate::clusterroleaggregation::controller(c, informers),

@@ -22,10 +22,13 @@ fn start_controllers(client: &Client, max: usize) -> tokio::task::JoinHandle<()>
         },
     );
     let endpoints = setpoint_controllers::endpoints::controller(client.clone(), &informers);
+    let mirroring =
+        setpoint_controllers::endpointslice::mirroring::controller(client.clone(), &informers);
     tokio::spawn(async move {
         tokio::join!(
             slices.run(std::future::pending()),
-            endpoints.run(std::future::pending())
+            endpoints.run(std::future::pending()),
+            mirroring.run(std::future::pending())
         );
         informers.shutdown().await;
     })
@@ -209,12 +212,26 @@ async fn services_get_slices_and_endpoints_of_the_pods_they_select() {
     })
     .await;
 
-    // The selector-less Service kept its user's Endpoints and got no slices.
+    // The selector-less Service kept its user's Endpoints, mirrored into a slice by the
+    // mirroring controller (and by no other).
     assert_eq!(
         endpoints(&client, "manual").await,
         Some((vec!["192.0.2.10".to_string()], vec![]))
     );
-    assert!(slices(&client, "manual").await.is_empty());
+    let mirrored = eventually("the user's Endpoints mirrored", || async {
+        let s = slices(&client, "manual").await;
+        (s.len() == 1 && s[0].1 == vec![("192.0.2.10".to_string(), true)]).then_some(s)
+    })
+    .await;
+    let slice = Api::<EndpointSlice>::namespaced(client.clone(), NS)
+        .get(&mirrored[0].0)
+        .await
+        .unwrap();
+    let labels = slice.metadata.labels.unwrap();
+    assert_eq!(
+        labels["endpointslice.kubernetes.io/managed-by"],
+        "endpointslicemirroring-controller.k8s.io"
+    );
 
     // The Service goes: so do its Endpoints (its slices go with it by the garbage
     // collector, which this test does not run).

@@ -32,6 +32,7 @@ pub fn service_account_of(controller: &str) -> Option<&'static str> {
         "statefulset" => "statefulset-controller",
         "endpoint" => "endpoint-controller",
         "endpointslice" => "endpointslice-controller",
+        "endpointslicemirroring" => "endpointslicemirroring-controller",
         "nodelifecycle" => "node-controller",
         "job" => "job-controller",
         "cronjob" => "cronjob-controller",

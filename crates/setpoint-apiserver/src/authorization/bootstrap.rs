@@ -720,6 +720,20 @@ fn controller_roles() -> Vec<Role> {
             true,
         ),
         c(
+            "system:controller:endpointslicemirroring-controller",
+            vec![
+                rule(&["get", "list", "watch"], &[""], &["services", "endpoints"]),
+                // Mirrored slices carry blockOwnerDeletion on their Endpoints' reference.
+                rule(&["update"], &[""], &["endpoints/finalizers"]),
+                rule(
+                    &["get", "list", "create", "update", "delete"],
+                    &["discovery.k8s.io"],
+                    &["endpointslices"],
+                ),
+            ],
+            true,
+        ),
+        c(
             "system:controller:replicaset-controller",
             vec![
                 rule(

@@ -9,6 +9,7 @@
 //! `kubernetes.io/service-name` label and deleted with the Service by the garbage collector
 //! (each carries a controller reference to it).
 
+pub mod mirroring;
 pub mod pods;
 pub mod reconcile;
 

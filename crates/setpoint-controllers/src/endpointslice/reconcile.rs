@@ -210,21 +210,46 @@ impl Changes {
     }
 }
 
-/// A new slice of the Service with these ports and endpoints.
-fn new_slice(
-    service: &Service,
-    ports: Vec<EndpointPort>,
-    endpoints: Vec<Endpoint>,
-) -> EndpointSlice {
+/// Who writes a Service's slices: the labels and controller reference they carry.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Writer {
+    /// The Service's name (`generateName` is `<name>-`).
+    pub name: String,
+    /// The Service's namespace.
+    pub namespace: Option<String>,
+    /// The labels the slices carry (the managed-by label among them).
+    pub labels: BTreeMap<String, String>,
+    /// The slices' controller reference.
+    pub owner: OwnerReference,
+}
+
+impl Writer {
+    /// The EndpointSlice controller's writer of a Service's slices.
+    pub fn for_service(service: &Service) -> Writer {
+        Writer {
+            name: service.metadata.name.clone().unwrap_or_default(),
+            namespace: service.metadata.namespace.clone(),
+            labels: slice_labels(service),
+            owner: owner_reference(service),
+        }
+    }
+
+    /// Whether the slice's controller reference is this writer's owner.
+    pub fn owns(&self, slice: &EndpointSlice) -> bool {
+        slice.metadata.owner_references.iter().flatten().any(|r| {
+            r.controller == Some(true) && r.kind == self.owner.kind && r.uid == self.owner.uid
+        })
+    }
+}
+
+/// A new slice with these ports and endpoints.
+fn new_slice(w: &Writer, ports: Vec<EndpointPort>, endpoints: Vec<Endpoint>) -> EndpointSlice {
     EndpointSlice {
         metadata: ObjectMeta {
-            generate_name: Some(format!(
-                "{}-",
-                service.metadata.name.as_deref().unwrap_or_default()
-            )),
-            namespace: service.metadata.namespace.clone(),
-            labels: Some(slice_labels(service)),
-            owner_references: Some(vec![owner_reference(service)]),
+            generate_name: Some(format!("{}-", w.name)),
+            namespace: w.namespace.clone(),
+            labels: Some(w.labels.clone()),
+            owner_references: Some(vec![w.owner.clone()]),
             ..Default::default()
         },
         address_type: ADDRESS_TYPE.into(),
@@ -235,12 +260,12 @@ fn new_slice(
 
 /// Sets what the controller owns on a slice it writes: labels, controller reference and the
 /// trigger-time annotation.
-fn stamp(slice: &mut EndpointSlice, service: &Service, trigger: Option<&str>) {
+fn stamp(slice: &mut EndpointSlice, w: &Writer, trigger: Option<&str>) {
     let mut labels = slice.metadata.labels.clone().unwrap_or_default();
     labels.remove(HEADLESS_LABEL);
-    labels.extend(slice_labels(service));
+    labels.extend(w.labels.clone());
     slice.metadata.labels = Some(labels);
-    slice.metadata.owner_references = Some(vec![owner_reference(service)]);
+    slice.metadata.owner_references = Some(vec![w.owner.clone()]);
     if let Some(t) = trigger {
         slice
             .metadata
@@ -251,13 +276,13 @@ fn stamp(slice: &mut EndpointSlice, service: &Service, trigger: Option<&str>) {
 }
 
 /// Whether a slice's labels and owner are what the controller would write.
-fn stamped(slice: &EndpointSlice, service: &Service) -> bool {
+fn stamped(slice: &EndpointSlice, w: &Writer) -> bool {
     let labels = slice.metadata.labels.clone().unwrap_or_default();
-    let want = slice_labels(service);
+    let want = &w.labels;
     let headless_ok = want.contains_key(HEADLESS_LABEL) || !labels.contains_key(HEADLESS_LABEL);
     headless_ok
         && want.iter().all(|(k, v)| labels.get(k) == Some(v))
-        && slice.metadata.owner_references.as_deref() == Some(&[owner_reference(service)][..])
+        && slice.metadata.owner_references.as_deref() == Some(std::slice::from_ref(&w.owner))
 }
 
 fn ports_of(slice: &EndpointSlice) -> &[EndpointPort] {
@@ -274,6 +299,24 @@ pub fn plan(
     max_per_slice: usize,
     trigger: Option<&str>,
 ) -> Changes {
+    plan_for(
+        &Writer::for_service(service),
+        desired,
+        existing,
+        max_per_slice,
+        trigger,
+    )
+}
+
+/// [`plan`] for slices written by `w` (the EndpointSlice controller's for a Service, or the
+/// mirroring controller's for a user's Endpoints).
+pub fn plan_for(
+    w: &Writer,
+    desired: &Desired,
+    existing: &[impl Borrow<EndpointSlice>],
+    max_per_slice: usize,
+    trigger: Option<&str>,
+) -> Changes {
     let max = max_per_slice.max(1);
     let mut changes = Changes::default();
     let mut existing: Vec<&EndpointSlice> = existing.iter().map(Borrow::borrow).collect();
@@ -281,7 +324,7 @@ pub fn plan(
     // Slices of another address type or an earlier Service of the same name go.
     let (mut mine, others): (Vec<&EndpointSlice>, Vec<&EndpointSlice>) = existing
         .into_iter()
-        .partition(|s| s.address_type == ADDRESS_TYPE && owned_by(s, service));
+        .partition(|s| s.address_type == ADDRESS_TYPE && w.owns(s));
     let mut deleting: Vec<&EndpointSlice> = others;
 
     let total: usize = desired.values().map(|(_, eps)| eps.len()).sum();
@@ -293,9 +336,9 @@ pub fn plan(
         match placeholder {
             Some(i) => {
                 let keep = mine.remove(i);
-                if !stamped(keep, service) {
+                if !stamped(keep, w) {
                     let mut s = keep.clone();
-                    stamp(&mut s, service, trigger);
+                    stamp(&mut s, w, trigger);
                     changes.update.push(s);
                 }
             }
@@ -304,12 +347,12 @@ pub fn plan(
                     let mut s = reused.clone();
                     s.endpoints = Vec::new();
                     s.ports = Some(Vec::new());
-                    stamp(&mut s, service, trigger);
+                    stamp(&mut s, w, trigger);
                     changes.update.push(s);
                 }
                 None => {
-                    let mut s = new_slice(service, Vec::new(), Vec::new());
-                    stamp(&mut s, service, trigger);
+                    let mut s = new_slice(w, Vec::new(), Vec::new());
+                    stamp(&mut s, w, trigger);
                     changes.create.push(s);
                 }
             },
@@ -340,7 +383,7 @@ pub fn plan(
         let mut unchanged: Vec<&EndpointSlice> = Vec::new();
         for slice in by_ports.remove(key).unwrap_or_default() {
             let mut kept = Vec::new();
-            let mut changed = !stamped(slice, service);
+            let mut changed = !stamped(slice, w);
             for ep in &slice.endpoints {
                 match wanted.remove(&endpoint_key(ep)) {
                     Some(want) => {
@@ -387,10 +430,10 @@ pub fn plan(
             }
         }
         for chunk in remaining.chunks(max) {
-            to_create.push(new_slice(service, ports.clone(), chunk.to_vec()));
+            to_create.push(new_slice(w, ports.clone(), chunk.to_vec()));
         }
         for mut s in updating {
-            stamp(&mut s, service, trigger);
+            stamp(&mut s, w, trigger);
             changes.update.push(s);
         }
     }
@@ -406,11 +449,11 @@ pub fn plan(
             Some(old) => {
                 s.metadata = old.metadata.clone();
                 s.address_type = ADDRESS_TYPE.into();
-                stamp(&mut s, service, trigger);
+                stamp(&mut s, w, trigger);
                 changes.update.push(s);
             }
             None => {
-                stamp(&mut s, service, trigger);
+                stamp(&mut s, w, trigger);
                 changes.create.push(s);
             }
         }
