@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet};
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Pod};
 use serde_json::json;
 use setpoint_runtime::client::{
@@ -314,6 +314,59 @@ async fn on_delete_failed_pods_adoption_and_ordinal_start() {
         .then_some(())
     })
     .await;
+    node.abort();
+    cluster.stop().await;
+}
+
+#[tokio::test]
+async fn an_orphan_revision_of_the_template_is_adopted_not_copied() {
+    let cluster = TestCluster::start_with_controllers().await;
+    let client = cluster.client();
+    namespace(&client, "adopt").await;
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), "adopt");
+    let revisions: Api<ControllerRevision> = Api::namespaced(client.clone(), "adopt");
+    let node = stand_in_node(client.clone(), "adopt", Arc::new(AtomicBool::new(true)));
+
+    // The revision a set of this template left behind when it was deleted with
+    // `--cascade=orphan`: selected by the new set, with the template as its data (as the
+    // server stores it, defaults filled in: a dry run shows them).
+    let set = stateful_set(json!({"replicas": 1}));
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let stored = sets.create(&dry, &set).await.unwrap();
+    let template = serde_json::to_value(&stored.spec.as_ref().unwrap().template).unwrap();
+    let mut data = json!({"spec": {"template": template}});
+    data["spec"]["template"]["$patch"] = json!("replace");
+    let orphan: ControllerRevision = serde_json::from_value(json!({
+        "metadata": {"name": "web-old", "labels": {"app": "web"}},
+        "data": data,
+        "revision": 4,
+    }))
+    .unwrap();
+    revisions
+        .create(&PostParams::default(), &orphan)
+        .await
+        .unwrap();
+    let created = sets.create(&PostParams::default(), &set).await.unwrap();
+    let uid = created.metadata.uid.unwrap();
+
+    let status = eventually("the set ready on the adopted revision", || async {
+        let s = sets.get("web").await.unwrap().status.unwrap_or_default();
+        (s.ready_replicas == Some(1)).then_some(s)
+    })
+    .await;
+    assert_eq!(status.update_revision.as_deref(), Some("web-old"));
+    assert_eq!(status.current_revision.as_deref(), Some("web-old"));
+    let all = revisions.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(all.len(), 1, "{all:?}");
+    let refs = all[0].metadata.owner_references.clone().unwrap();
+    assert_eq!(
+        (refs[0].uid.as_str(), refs[0].controller),
+        (uid.as_str(), Some(true))
+    );
+    assert_eq!(all[0].revision, 4);
     node.abort();
     cluster.stop().await;
 }

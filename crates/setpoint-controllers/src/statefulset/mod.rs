@@ -132,6 +132,26 @@ impl StatefulSetController {
         refs: Vec<serde_json::Value>,
         what: &str,
     ) -> bool {
+        self.patch_owner_refs(api, obj, refs, what).await
+    }
+
+    /// Sets an object's owner references, failing if it changed since it was read (the uid
+    /// and resourceVersion in the patch are preconditions).
+    async fn patch_owner_refs<K>(
+        &self,
+        api: &Api<K>,
+        obj: &K,
+        refs: Vec<serde_json::Value>,
+        what: &str,
+    ) -> bool
+    where
+        K: k8s_openapi::Resource
+            + Object
+            + k8s_openapi::serde::de::DeserializeOwned
+            + k8s_openapi::serde::Serialize
+            + Send
+            + 'static,
+    {
         let patch = Patch::Merge(json!({"metadata": {
             "uid": obj.uid(),
             "resourceVersion": obj.resource_version(),
@@ -325,6 +345,59 @@ impl StatefulSetController {
         }
     }
 
+    /// The set's revisions: those it controls that its selector still matches (others are
+    /// released), and orphans it matches (adopted), as upstream's `ClaimControllerRevisions`.
+    async fn claim_revisions(
+        &self,
+        set: &StatefulSet,
+        api: &Api<ControllerRevision>,
+    ) -> Vec<Arc<ControllerRevision>> {
+        let uid = set.uid().unwrap_or_default();
+        let sel = selector(set);
+        let to_json =
+            |refs: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>| {
+                refs.iter()
+                    .filter_map(|r| serde_json::to_value(r).ok())
+                    .collect::<Vec<_>>()
+            };
+        let mut out = Vec::new();
+        for r in self.revisions.by_owner(&uid) {
+            if controller_uid(r.as_ref()).as_deref() != Some(uid.as_str()) {
+                continue;
+            }
+            if selects(&sel, r.metadata.labels.as_ref()) {
+                out.push(r);
+            } else {
+                let refs = r
+                    .owner_references()
+                    .into_iter()
+                    .filter(|o| o.uid != uid)
+                    .collect();
+                self.patch_owner_refs(api, r.as_ref(), to_json(refs), "revision release")
+                    .await;
+            }
+        }
+        if set.metadata.deletion_timestamp.is_none() {
+            let ns = set.namespace().unwrap_or_default();
+            for r in self.revisions.orphans_in(&ns) {
+                if r.metadata.deletion_timestamp.is_some()
+                    || !selects(&sel, r.metadata.labels.as_ref())
+                {
+                    continue;
+                }
+                let mut refs = to_json(r.owner_references());
+                refs.push(identity::owner_reference(set));
+                if self
+                    .patch_owner_refs(api, r.as_ref(), refs, "revision adoption")
+                    .await
+                {
+                    out.push(r);
+                }
+            }
+        }
+        out
+    }
+
     /// Writes what the history needs; `Err` to retry when a new revision's name is taken by
     /// one the cache has not shown yet.
     async fn write_history(
@@ -391,15 +464,9 @@ impl Reconciler for StatefulSetController {
         let claims_api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &ns);
         let revs_api: Api<ControllerRevision> = Api::namespaced(self.client.clone(), &ns);
         let sets_api: Api<StatefulSet> = Api::namespaced(self.client.clone(), &ns);
-        let uid = set.uid().unwrap_or_default();
         let deleting = set.metadata.deletion_timestamp.is_some();
 
-        let owned_revisions: Vec<Arc<ControllerRevision>> = self
-            .revisions
-            .by_owner(&uid)
-            .into_iter()
-            .filter(|r| controller_uid(r.as_ref()).as_deref() == Some(uid.as_str()))
-            .collect();
+        let owned_revisions = self.claim_revisions(&set, &revs_api).await;
         let rev_refs: Vec<&ControllerRevision> =
             owned_revisions.iter().map(|r| r.as_ref()).collect();
         let resolved = history::resolve(&set, &rev_refs);
