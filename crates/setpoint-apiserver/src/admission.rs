@@ -7,6 +7,7 @@ pub mod limitrange;
 pub mod noderestriction;
 mod podsecurity;
 mod quota;
+pub mod serviceaccount;
 mod storage;
 
 use crate::registry::ResourceDef;

@@ -675,11 +675,14 @@ impl ApiServer {
         crate::crd::admit(res, &mut obj);
         crate::admission::admit(res, &mut obj, &self.config.admission());
         self.default_limits(res, namespace, &mut obj);
+        // NamespaceLifecycle comes before ServiceAccount, as upstream orders its plugins: a
+        // pod in a missing namespace is 404, not a missing `default` account.
+        self.check_namespace(res, namespace).await?;
+        self.admit_service_account(res, namespace, &mut obj).await?;
         self.admit_storage(res, &mut obj);
         if track {
             crate::apply::record_update(res, None, &mut obj, manager(opts), None, &now);
         }
-        self.check_namespace(res, namespace).await?;
         // A generated name that collides is retried with a fresh suffix, as Kubernetes does.
         let attempts = if generate.is_empty() { 1 } else { 8 };
         for attempt in 0..attempts {

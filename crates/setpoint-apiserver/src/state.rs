@@ -58,6 +58,10 @@ pub struct ServerConfig {
     /// How long new pods tolerate their node being not ready or unreachable before they are
     /// evicted (the `tolerationSeconds` added to pods that set none).
     pub default_toleration_seconds: i64,
+    /// Whether the `ServiceAccount` admission step runs on new pods (`setpoint server` and
+    /// `up` turn it on, as kube-apiserver enables it by default; off for bare in-process
+    /// servers in tests, which run no controller to create the `default` accounts).
+    pub service_account_admission: bool,
 }
 
 impl Default for ServerConfig {
@@ -73,6 +77,7 @@ impl Default for ServerConfig {
             authentication: Default::default(),
             compaction_interval: Duration::from_secs(300),
             default_toleration_seconds: 300,
+            service_account_admission: false,
         }
     }
 }

@@ -222,6 +222,9 @@ async fn run(args: ServeArgs, up: Option<Up>) -> anyhow::Result<()> {
         insecure_http: args.insecure_http,
         compaction_interval: Duration::from_secs(args.compaction_interval_seconds.max(1)),
         default_toleration_seconds: args.default_toleration_seconds.max(0),
+        // `up` always runs the serviceaccount controller that creates the `default`
+        // accounts the step needs; a bare `server` does not turn it on (yet).
+        service_account_admission: all_in_one,
         authentication: setpoint_apiserver::authentication::AuthenticationConfig {
             anonymous_auth: args.anonymous_auth,
             token_auth_file: args.token_auth_file.clone(),

@@ -15,7 +15,7 @@ use crate::authorization::node::{node_name, NODE_LEASE_NAMESPACE};
 use crate::registry::ResourceDef;
 
 /// Upstream's annotation of mirror pods.
-const MIRROR_POD: &str = "kubernetes.io/config.mirror";
+pub(crate) const MIRROR_POD: &str = "kubernetes.io/config.mirror";
 
 /// Labels in the `kubernetes.io` and `k8s.io` namespaces a node may set on itself (upstream's
 /// `kubeletLabels`).
