@@ -14,6 +14,8 @@
 //!   from the pods its selector picks;
 //! - [`statefulset`]: pods with stable names, ordinals and claims, in order, with rolling
 //!   updates and revision history;
+//! - [`daemonset`]: one pod per eligible node (node selector, affinity, taints), rolling
+//!   updates with `maxUnavailable`/`maxSurge` or `OnDelete`, revision history;
 //! - [`deployment`]: rolls a Deployment's pod template out through ReplicaSets
 //!   (rolling update, recreate, pause, rollback, revision history);
 //! - [`cronjob`]: creates a Job each time a CronJob's schedule ([`setpoint_api::cron`]) comes round;
@@ -33,6 +35,7 @@ pub mod clusterroleaggregation;
 pub mod cronjob;
 pub mod csrapproving;
 pub mod csrsigning;
+pub mod daemonset;
 pub mod deployment;
 pub mod discovery;
 pub mod endpoints;

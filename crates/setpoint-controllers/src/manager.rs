@@ -17,6 +17,7 @@ pub const ALL: &[&str] = &[
     "garbagecollector",
     "replicaset",
     "deployment",
+    "daemonset",
     "endpoint",
     "endpointslice",
     "endpointslicemirroring",
@@ -66,6 +67,8 @@ pub struct Concurrency {
     pub deployment: usize,
     /// `--concurrent-replicaset-syncs` (default 5).
     pub replicaset: usize,
+    /// `--concurrent-daemonset-syncs` (default 2).
+    pub daemonset: usize,
     /// `--concurrent-statefulset-syncs` (default 5).
     pub statefulset: usize,
     /// `--concurrent-job-syncs` (default 5).
@@ -89,6 +92,7 @@ impl Concurrency {
         match name {
             "deployment" => Some(self.deployment),
             "replicaset" => Some(self.replicaset),
+            "daemonset" => Some(self.daemonset),
             "statefulset" => Some(self.statefulset),
             "job" => Some(self.job),
             "cronjob" => Some(self.cronjob),
@@ -106,6 +110,7 @@ impl Default for Concurrency {
         Concurrency {
             deployment: 5,
             replicaset: 5,
+            daemonset: 2,
             statefulset: 5,
             job: 5,
             cronjob: 5,
@@ -133,12 +138,13 @@ pub async fn build(
             "deployment" => crate::deployment::controller(c, informers),
             "garbagecollector" => continue,
             "replicaset" => crate::replicaset::controller(c, informers),
-            "statefulset" => crate::statefulset::controller(c, informers),
+            "daemonset" => crate::daemonset::controller(c, informers),
             "endpoint" => crate::endpoints::controller(c, informers),
             "endpointslice" => {
                 crate::endpointslice::controller(c, informers, options.endpointslice)
             }
             "endpointslicemirroring" => crate::endpointslice::mirroring::controller(c, informers),
+            "statefulset" => crate::statefulset::controller(c, informers),
             "job" => crate::job::controller(c, informers),
             "cronjob" => crate::cronjob::controller(c, informers),
             "clusterrole-aggregation" => crate::clusterroleaggregation::controller(c, informers),

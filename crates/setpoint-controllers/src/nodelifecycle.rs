@@ -24,6 +24,8 @@ use k8s_openapi::api::core::v1::{Node, NodeCondition, Pod, Taint, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
+/// Taint matching is `setpoint_api::taints`' rule, shared with the scheduler.
+pub use setpoint_api::taints::tolerates;
 use setpoint_runtime::client::{Api, Client, DeleteParams, Patch, PatchParams};
 use setpoint_runtime::controller::{Action, Context, Controller, ReconcileError, Reconciler};
 use setpoint_runtime::events::{EventRecorder, EventType, Reporter, ToObjectReference};
@@ -154,24 +156,6 @@ pub fn plan_node(
             Some(d) if d < grace => Some(grace - d),
             _ => None,
         },
-    }
-}
-
-/// Whether `toleration` tolerates `taint` (Kubernetes' matching rules).
-pub fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
-    let effect_ok = toleration
-        .effect
-        .as_deref()
-        .is_none_or(|e| e.is_empty() || e == taint.effect);
-    let key = toleration.key.as_deref().unwrap_or("");
-    match toleration.operator.as_deref().unwrap_or("Equal") {
-        "Exists" => effect_ok && (key.is_empty() || key == taint.key),
-        "Equal" => {
-            effect_ok
-                && key == taint.key
-                && toleration.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
-        }
-        _ => false,
     }
 }
 

@@ -20,6 +20,8 @@ use k8s_openapi::api::core::v1::{
     Node, NodeSelector, Pod, PreferredSchedulingTerm, Taint, Toleration,
 };
 use setpoint_api::nodeselector::{node_selector_matches, term_matches};
+/// Taint matching is `setpoint_api::taints`' rule, shared with the controllers.
+pub use setpoint_api::taints::{tolerates, untolerated_taint};
 
 use crate::resources::{Allocatable, PodRequests, Resources};
 
@@ -234,35 +236,6 @@ impl fmt::Display for Reason {
             ),
         }
     }
-}
-
-/// Whether a toleration tolerates a taint (Kubernetes' `ToleratesTaint`): effects match
-/// when the toleration names none; keys match when it names none (only valid with
-/// `Exists`, which then tolerates everything); `Equal` (the default) compares values.
-pub fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
-    let effect = toleration.effect.as_deref().unwrap_or("");
-    if !effect.is_empty() && effect != taint.effect {
-        return false;
-    }
-    let key = toleration.key.as_deref().unwrap_or("");
-    if !key.is_empty() && key != taint.key {
-        return false;
-    }
-    match toleration.operator.as_deref().unwrap_or("") {
-        "" | "Equal" => {
-            toleration.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
-        }
-        "Exists" => true,
-        _ => false,
-    }
-}
-
-/// The first NoSchedule/NoExecute taint no toleration tolerates.
-pub fn untolerated_taint<'t>(taints: &'t [Taint], tolerations: &[Toleration]) -> Option<&'t Taint> {
-    taints
-        .iter()
-        .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
-        .find(|t| !tolerations.iter().any(|tol| tolerates(tol, t)))
 }
 
 /// Whether `spec.nodeSelector` and required node affinity both match.

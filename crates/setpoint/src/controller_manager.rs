@@ -87,6 +87,9 @@ pub struct ConcurrencyFlags {
     /// ReplicaSets reconciled at once.
     #[arg(long, default_value_t = Concurrency::default().replicaset)]
     concurrent_replicaset_syncs: usize,
+    /// DaemonSets reconciled at once.
+    #[arg(long, default_value_t = Concurrency::default().daemonset)]
+    concurrent_daemonset_syncs: usize,
     /// StatefulSets reconciled at once.
     #[arg(long, default_value_t = Concurrency::default().statefulset)]
     concurrent_statefulset_syncs: usize,
@@ -116,6 +119,7 @@ impl ConcurrencyFlags {
         Concurrency {
             deployment: self.concurrent_deployment_syncs,
             replicaset: self.concurrent_replicaset_syncs,
+            daemonset: self.concurrent_daemonset_syncs,
             statefulset: self.concurrent_statefulset_syncs,
             job: self.concurrent_job_syncs,
             cronjob: self.concurrent_cron_job_syncs,

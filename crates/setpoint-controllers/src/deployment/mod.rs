@@ -32,7 +32,7 @@ mod pass;
 mod progress;
 mod reconcile;
 mod recreate;
-mod rolling;
+pub(crate) mod rolling;
 mod scale;
 mod sync;
 #[cfg(test)]

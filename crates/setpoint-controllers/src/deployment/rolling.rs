@@ -11,7 +11,7 @@ use super::recreate::is_recreate;
 
 /// A `maxSurge` or `maxUnavailable` value against `total` replicas: a count, or a
 /// percentage rounded up (surge) or down (unavailable) as Kubernetes rounds them.
-fn resolve(v: Option<&IntOrString>, total: i32, round_up: bool, default: &str) -> i32 {
+pub(crate) fn resolve(v: Option<&IntOrString>, total: i32, round_up: bool, default: &str) -> i32 {
     match v
         .cloned()
         .unwrap_or_else(|| IntOrString::String(default.into()))
