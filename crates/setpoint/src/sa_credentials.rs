@@ -30,6 +30,7 @@ pub fn service_account_of(controller: &str) -> Option<&'static str> {
         "replicaset" => "replicaset-controller",
         "deployment" => "deployment-controller",
         "statefulset" => "statefulset-controller",
+        "daemonset" => "daemon-set-controller",
         "endpoint" => "endpoint-controller",
         "endpointslice" => "endpointslice-controller",
         "endpointslicemirroring" => "endpointslicemirroring-controller",

@@ -602,6 +602,37 @@ fn controller_roles() -> Vec<Role> {
             true,
         ),
         c(
+            "system:controller:daemon-set-controller",
+            vec![
+                rule(
+                    &["get", "list", "watch"],
+                    &["extensions", "apps"],
+                    &["daemonsets"],
+                ),
+                rule(&["update"], &["extensions", "apps"], &["daemonsets/status"]),
+                rule(
+                    &["update"],
+                    &["extensions", "apps"],
+                    &["daemonsets/finalizers"],
+                ),
+                rule(&["list", "watch"], &[""], &["nodes"]),
+                rule(
+                    &["list", "watch", "create", "delete", "patch"],
+                    &[""],
+                    &["pods"],
+                ),
+                rule(&["create"], &[""], &["pods/binding"]),
+                rule(
+                    &[
+                        "get", "list", "watch", "create", "delete", "update", "patch",
+                    ],
+                    &["apps"],
+                    &["controllerrevisions"],
+                ),
+            ],
+            true,
+        ),
+        c(
             "system:controller:deployment-controller",
             vec![
                 rule(
