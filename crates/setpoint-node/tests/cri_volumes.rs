@@ -2,8 +2,9 @@
 //! containerd cannot run; `SETPOINT_REQUIRE_CONTAINERD=1` makes that a failure): ConfigMap,
 //! Secret and downwardAPI files inside the container, a ConfigMap edit reaching the running
 //! container through `..data` while a `subPath` mount keeps the old file, a missing
-//! ConfigMap holding the container back with the kubelet's message, and an emptyDir over
-//! its `sizeLimit` evicting the pod.
+//! ConfigMap holding the container back with the kubelet's message, an emptyDir over its
+//! `sizeLimit` evicting the pod, and the volumes of pods gone while the agent was down
+//! removed when it starts.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -351,6 +352,25 @@ async fn config_map_secret_and_downward_files_reach_the_container_and_follow_edi
         .await
         .unwrap();
     assert!(!data.path().join("pods").join(&uid).exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volumes_of_pods_gone_while_the_agent_was_down_are_removed_at_start() {
+    let Some(ctrd) = TestContainerd::start().await else {
+        return;
+    };
+    let data = tempfile::tempdir().unwrap();
+    let orphan = data
+        .path()
+        .join("pods/gone-uid/volumes/kubernetes.io~configmap/config");
+    std::fs::create_dir_all(&orphan).unwrap();
+    std::fs::write(orphan.join("key"), "stale").unwrap();
+    // A pod's log directory sits beside it and is not a pod's volumes.
+    let logs = data.path().join("pods/default_web_gone-uid");
+    std::fs::create_dir_all(&logs).unwrap();
+    let _h = harness(&ctrd, data.path(), Arc::new(Objects::default())).await;
+    assert!(!data.path().join("pods/gone-uid").exists());
+    assert!(logs.exists());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

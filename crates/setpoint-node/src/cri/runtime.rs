@@ -327,6 +327,7 @@ impl CriRuntime {
             events: Mutex::new(None),
             volumes,
         });
+        inner.remove_orphaned_volumes().await;
         let monitor = tokio::spawn(Arc::clone(&inner).monitor()).abort_handle();
         let rotation = tokio::spawn(Arc::clone(&inner).rotate_logs()).abort_handle();
         let image_gc = tokio::spawn(Arc::clone(&inner).collect_images()).abort_handle();
@@ -367,6 +368,33 @@ impl Inner {
     fn emit(&self, event: RuntimeEvent) {
         if let Some(tx) = lock(&self.events).as_ref() {
             let _ = tx.send(event);
+        }
+    }
+
+    /// Removes the volumes of pods that have no sandbox any more (killed while the agent
+    /// was down), as the kubelet cleans up orphaned pod directories. Called before any
+    /// sync, so no pod is setting its volumes up meanwhile; a pod whose volumes go here
+    /// only because its sandbox was not made yet gets them again at its next sync.
+    async fn remove_orphaned_volumes(&self) {
+        let sandboxes = match self.client.list_pod_sandbox(&HashMap::new()).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "listing sandboxes for orphaned volumes");
+                return;
+            }
+        };
+        let held: HashSet<&str> = sandboxes
+            .iter()
+            .filter_map(|s| s.labels.get(POD_UID_LABEL).map(String::as_str))
+            .collect();
+        for uid in self.volumes.pods_with_volumes() {
+            if held.contains(uid.as_str()) {
+                continue;
+            }
+            match self.volumes.cleanup(&uid) {
+                Ok(()) => tracing::info!(%uid, "removed the volumes of a pod that is gone"),
+                Err(e) => tracing::warn!(%uid, error = %e, "removing an orphaned pod's volumes"),
+            }
         }
     }
 

@@ -67,6 +67,19 @@ impl VolumeManager {
         self.root.join("pods").join(uid)
     }
 
+    /// The uids of the pods that have volumes under this manager's root.
+    pub fn pods_with_volumes(&self) -> Vec<String> {
+        let Ok(entries) = std::fs::read_dir(self.root.join("pods")) else {
+            return Vec::new();
+        };
+        entries
+            .flatten()
+            .filter(|e| e.path().join("volumes").is_dir())
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|uid| check_uid(uid).is_ok())
+            .collect()
+    }
+
     fn volume_dir(&self, uid: &str, plugin: &str, name: &str) -> PathBuf {
         self.pod_dir(uid).join("volumes").join(plugin).join(name)
     }
@@ -588,8 +601,10 @@ mod tests {
         let v = manager.prepare(&p, &node).await.unwrap();
         assert_eq!(v.failures().len(), 1);
         assert_eq!(std::fs::read_to_string(path.join("k")).unwrap(), "v2");
+        assert_eq!(manager.pods_with_volumes(), ["uid-1"]);
         manager.cleanup("uid-1").unwrap();
         assert!(!dir.path().join("pods/uid-1").exists());
+        assert!(manager.pods_with_volumes().is_empty());
     }
 
     #[tokio::test]
