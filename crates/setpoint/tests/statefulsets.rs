@@ -7,6 +7,10 @@
 //! and bound. A watch through the API records every pod change, so the order the controller
 //! acts in is checked on the exact sequence of events, not on samples.
 //!
+//! A second test runs the controller alone in `setpoint controller-manager
+//! --use-service-account-credentials` against `setpoint server`, so it holds only what
+//! upstream's `system:controller:statefulset-controller` role grants.
+//!
 //! Skipped (with a message) when kubectl is missing, unless `SETPOINT_REQUIRE_KUBECTL` is set.
 
 use std::collections::HashMap;
@@ -409,5 +413,96 @@ fn statefulset_walkthrough_with_kubectl() {
     );
 
     watcher.abort();
+    s.stop();
+}
+
+/// A `setpoint controller-manager` in the background, killed when dropped.
+struct ControllerManager(std::process::Child);
+
+impl Drop for ControllerManager {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn statefulset_controller_runs_on_its_own_account() {
+    if !support::kubectl_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let s = Setpoint::start(&["server"], &data);
+    let kubeconfig = data
+        .canonicalize()
+        .unwrap()
+        .join("controller-manager.kubeconfig");
+    let _cm = ControllerManager(
+        std::process::Command::new(env!("CARGO_BIN_EXE_setpoint"))
+            .args([
+                "controller-manager",
+                "--leader-elect=false",
+                "--secure-port",
+                "0",
+                "--use-service-account-credentials",
+                "--controllers",
+                "statefulset,garbagecollector",
+                "--kubeconfig",
+            ])
+            .arg(&kubeconfig)
+            .env("SETPOINT_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("start the controller manager"),
+    );
+
+    // No node runs: the pods stay unscheduled, but every write the controller makes goes
+    // through its role: revisions, claims (owned by the set), pods, status, events, deletes.
+    s.apply(&WEB.replace(
+        "  serviceName: web\n",
+        "  serviceName: web\n  podManagementPolicy: Parallel\n  persistentVolumeClaimRetentionPolicy: {whenDeleted: Delete}\n",
+    ));
+    eventually("three pods and their claims", WAIT, || {
+        let pods = lines(&s.ok(&["get", "pods", "-o", "name"]));
+        let claims = lines(&s.ok(&["get", "pvc", "-o", "name"]));
+        (pods.len() == 3 && claims.len() == 3).then_some(())
+    });
+    eventually("the status of three replicas", WAIT, || {
+        (status(&s, "replicas") == "3" && status(&s, "updateRevision").starts_with("web-"))
+            .then_some(())
+    });
+    assert_eq!(
+        jsonpath(
+            &s,
+            &["pvc", "www-web-2"],
+            "{.metadata.ownerReferences[0].kind}"
+        ),
+        "StatefulSet"
+    );
+    s.ok(&["scale", "statefulset", "web", "--replicas=1"]);
+    eventually("one pod left", WAIT, || {
+        (lines(&s.ok(&["get", "pods", "-o", "name"])) == ["pod/web-0"]).then_some(())
+    });
+    s.ok(&[
+        "-n",
+        "kube-system",
+        "get",
+        "serviceaccount",
+        "statefulset-controller",
+    ]);
+    let events = s.ok(&[
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.name=web",
+        "-o",
+        r#"jsonpath={range .items[*]}{.reason}: {.message}{"\n"}{end}"#,
+    ]);
+    assert!(
+        events.contains("SuccessfulDelete: delete Pod web-2 in StatefulSet web successful"),
+        "{events}"
+    );
+    assert!(!events.contains("Failed"), "{events}");
     s.stop();
 }
