@@ -1,9 +1,10 @@
 //! End to end with the real kubectl against `setpoint up --container-runtime cri` (a real
 //! containerd): a pod's volumes are CRI mounts. A ConfigMap at `/etc/app` is printed by the
 //! container and changes in place after `kubectl edit`; a downwardAPI volume shows the pod's
-//! labels and follows `kubectl label`; a claim of the default StorageClass keeps a file across
-//! the pod's recreation and its directory goes with the claim (Delete); a pod whose ConfigMap
-//! does not exist waits with the kubelet's `FailedMount` message and starts once it does.
+//! labels and follows `kubectl label`; the service account's projected token volume is there;
+//! a claim of the default StorageClass keeps a file across the pod's recreation and its
+//! directory goes with the claim (Delete); a pod whose ConfigMap does not exist waits with
+//! the kubelet's `FailedMount` message and starts once it does.
 //!
 //! Skipped (saying why) unless root with containerd, runc, the CNI plugins and a static
 //! busybox installed; `SETPOINT_REQUIRE_CONTAINERD=1` makes that a failure.
@@ -145,6 +146,18 @@ fn cri_pods_mount_config_maps_downward_api_and_claims() {
         exec(&s, "app", &["readlink", "/etc/app/greeting"]).as_deref(),
         Some("..data/greeting\n")
     );
+
+    // The service account's projected volume that admission adds: a token, the CA and the
+    // namespace.
+    let sa = "/var/run/secrets/kubernetes.io/serviceaccount";
+    assert_eq!(
+        exec(&s, "app", &["cat", &format!("{sa}/namespace")]).as_deref(),
+        Some("default")
+    );
+    let token = exec(&s, "app", &["cat", &format!("{sa}/token")]).unwrap_or_default();
+    assert_eq!(token.split('.').count(), 3, "a JWT expected: {token:?}");
+    let ca = exec(&s, "app", &["cat", &format!("{sa}/ca.crt")]).unwrap_or_default();
+    assert!(ca.starts_with("-----BEGIN CERTIFICATE-----"), "{ca}");
 
     // kubectl edit of the ConfigMap reaches the running container's file.
     let editor = dir.path().join("edit.sh");
