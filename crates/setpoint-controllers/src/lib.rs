@@ -42,6 +42,7 @@ pub mod endpoints;
 pub mod endpointslice;
 pub mod expectations;
 pub mod gc;
+pub mod history;
 pub mod job;
 pub mod manager;
 pub mod namespace;

@@ -9,7 +9,7 @@
 
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
-use serde_json::{json, Value};
+use serde_json::json;
 use setpoint_runtime::Object;
 
 use super::status::{pod_hash, REVISION_LABEL};
@@ -47,24 +47,7 @@ pub fn template(ds: &DaemonSet) -> PodTemplateSpec {
         .unwrap_or_default()
 }
 
-/// A revision's `data`: the patch that restores `template`.
-pub fn revision_data(template: &PodTemplateSpec) -> Value {
-    let mut t = serde_json::to_value(template).unwrap_or_else(|_| json!({}));
-    if let Some(o) = t.as_object_mut() {
-        o.insert("$patch".into(), json!("replace"));
-    }
-    json!({"spec": {"template": t}})
-}
-
-/// The template a revision restores; `None` for data of another shape.
-pub fn template_of(rev: &ControllerRevision) -> Option<PodTemplateSpec> {
-    let t = rev.data.as_ref()?.0.pointer("/spec/template")?.clone();
-    let mut t = t;
-    if let Some(o) = t.as_object_mut() {
-        o.remove("$patch");
-    }
-    serde_json::from_value(t).ok()
-}
+pub use crate::history::{revision_data, template_of};
 
 /// The hash of the revision of `template` with `collision_count`.
 pub fn hash(template: &PodTemplateSpec, collision_count: i32) -> String {
@@ -98,16 +81,7 @@ pub fn new_revision(ds: &DaemonSet, hash: &str, revision: i64) -> ControllerRevi
     serde_json::from_value(body).unwrap_or_default()
 }
 
-/// The revisions in history order: by number, then name.
-fn sorted<'a>(revisions: &[&'a ControllerRevision]) -> Vec<&'a ControllerRevision> {
-    let mut out = revisions.to_vec();
-    out.sort_by(|a, b| {
-        a.revision
-            .cmp(&b.revision)
-            .then_with(|| a.metadata.name.cmp(&b.metadata.name))
-    });
-    out
-}
+use crate::history::in_order as sorted;
 
 /// Resolves the update revision among the DaemonSet's `revisions` (upstream's
 /// `constructHistory`): the newest revision with the current template, renumbered to the

@@ -8,7 +8,7 @@
 
 use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet};
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
-use serde_json::{json, Value};
+use serde_json::json;
 use setpoint_runtime::Object;
 
 use super::identity::{owner_reference, pod_revision, REVISION_LABEL};
@@ -54,21 +54,7 @@ pub fn template(set: &StatefulSet) -> PodTemplateSpec {
         .unwrap_or_default()
 }
 
-/// A revision's `data`: the patch that restores `template`.
-pub fn revision_data(template: &PodTemplateSpec) -> Value {
-    let mut t = serde_json::to_value(template).unwrap_or_else(|_| json!({}));
-    if let Some(o) = t.as_object_mut() {
-        o.insert("$patch".into(), json!("replace"));
-    }
-    json!({"spec": {"template": t}})
-}
-
-/// The template a revision restores; `None` for data of another shape.
-pub fn template_of(rev: &ControllerRevision) -> Option<PodTemplateSpec> {
-    let data = rev.data.as_ref()?;
-    let t = data.0.pointer("/spec/template")?;
-    serde_json::from_value(t.clone()).ok()
-}
+pub use crate::history::{revision_data, template_of};
 
 /// The name of the revision of `template` with `collision_count`.
 pub fn revision_name(set_name: &str, template: &PodTemplateSpec, collision_count: i32) -> String {
@@ -110,13 +96,10 @@ pub fn new_revision(set: &StatefulSet, name: &str, revision: i64) -> ControllerR
 
 /// The set's revisions in history order: by number, then name.
 pub fn sorted(revisions: &[&ControllerRevision]) -> Vec<ControllerRevision> {
-    let mut out: Vec<ControllerRevision> = revisions.iter().map(|r| (*r).clone()).collect();
-    out.sort_by(|a, b| {
-        a.revision
-            .cmp(&b.revision)
-            .then_with(|| a.metadata.name.cmp(&b.metadata.name))
-    });
-    out
+    crate::history::in_order(revisions)
+        .into_iter()
+        .cloned()
+        .collect()
 }
 
 /// Resolves the set's revisions (`revisions`, those it controls): which one is the update

@@ -1,0 +1,71 @@
+//! What the controllers that keep their history in ControllerRevisions (StatefulSet,
+//! DaemonSet) share: a revision's `data` is the patch that puts the pod template back,
+//! `{"spec":{"template":{…,"$patch":"replace"}}}`, which `kubectl rollout undo` applies as a
+//! strategic merge patch; and the order revisions are listed in. Revision names hash the
+//! template with the Deployment controller's rule ([`crate::deployment::template_hash`]).
+
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use serde_json::{json, Value};
+
+/// A revision's `data`: the patch that restores `template`.
+pub fn revision_data(template: &PodTemplateSpec) -> Value {
+    let mut t = serde_json::to_value(template).unwrap_or_else(|_| json!({}));
+    if let Some(o) = t.as_object_mut() {
+        o.insert("$patch".into(), json!("replace"));
+    }
+    json!({"spec": {"template": t}})
+}
+
+/// The template a revision restores; `None` for data of another shape.
+pub fn template_of(rev: &ControllerRevision) -> Option<PodTemplateSpec> {
+    let mut t = rev.data.as_ref()?.0.pointer("/spec/template")?.clone();
+    if let Some(o) = t.as_object_mut() {
+        o.remove("$patch");
+    }
+    serde_json::from_value(t).ok()
+}
+
+/// Revisions in history order: by number, then name.
+pub fn in_order<'a>(revisions: &[&'a ControllerRevision]) -> Vec<&'a ControllerRevision> {
+    let mut out = revisions.to_vec();
+    out.sort_by(|a, b| {
+        a.revision
+            .cmp(&b.revision)
+            .then_with(|| a.metadata.name.cmp(&b.metadata.name))
+    });
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn data_restores_the_template_and_revisions_sort_by_number() {
+        let t: PodTemplateSpec = serde_json::from_value(json!({
+            "metadata": {"labels": {"app": "x"}},
+            "spec": {"containers": [{"name": "c", "image": "i"}]},
+        }))
+        .unwrap();
+        let data = revision_data(&t);
+        assert_eq!(data["spec"]["template"]["$patch"], "replace");
+        let rev = |name: &str, n: i64| ControllerRevision {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            data: Some(k8s_openapi::apimachinery::pkg::runtime::RawExtension(
+                data.clone(),
+            )),
+            revision: n,
+        };
+        let (old, newest, tied) = (rev("b", 2), rev("a", 10), rev("c", 2));
+        assert_eq!(template_of(&old), Some(t));
+        let order: Vec<&str> = in_order(&[&newest, &tied, &old])
+            .iter()
+            .map(|r| r.metadata.name.as_deref().unwrap())
+            .collect();
+        assert_eq!(order, vec!["b", "c", "a"], "by number, then name");
+    }
+}
