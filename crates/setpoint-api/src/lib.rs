@@ -19,6 +19,7 @@ pub mod resource;
 pub mod selector;
 pub mod status;
 pub mod storage;
+pub mod strconv;
 pub mod taints;
 pub mod time;
 pub mod tls;

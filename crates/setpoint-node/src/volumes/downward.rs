@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{ObjectFieldSelector, Pod, ResourceFieldSelector};
 use setpoint_api::quantity::Quantity;
+use setpoint_api::strconv::quote as go_quote;
 
 use crate::agent::Capacity;
 
@@ -16,46 +17,6 @@ pub fn format_map(map: &BTreeMap<String, String>) -> String {
         .map(|(k, v)| format!("{k}={}", go_quote(v)))
         .collect::<Vec<_>>()
         .join("\n")
-}
-
-/// A string as Go's `strconv.Quote` quotes it: `"` and `\` escaped, the C escapes for
-/// control characters, other non-printable characters as `\x`, `\u` or `\U`.
-pub fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\u{7}' => out.push_str("\\a"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{b}' => out.push_str("\\v"),
-            ' ' => out.push(' '),
-            c if c.is_control() || c.is_whitespace() || is_format(c) => {
-                let u = c as u32;
-                if u < 0x80 {
-                    out.push_str(&format!("\\x{u:02x}"));
-                } else if u < 0x10000 {
-                    out.push_str(&format!("\\u{u:04x}"));
-                } else {
-                    out.push_str(&format!("\\U{u:08x}"));
-                }
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-/// Unicode format characters Go does not print (the common ones: soft hyphen, zero-width
-/// and direction marks, the byte-order mark).
-fn is_format(c: char) -> bool {
-    matches!(c as u32, 0xAD | 0x200B..=0x200F | 0x202A..=0x202E | 0x2060..=0x2064 | 0xFEFF)
 }
 
 /// The value of a downwardAPI volume's `fieldRef` (what the kubelet's
