@@ -674,7 +674,7 @@ struct Prepared {
 }
 
 /// The container's mounts, or why it cannot be created yet: the pod's volumes could not be
-/// set up, or one it mounts failed (the container stays `ContainerCreating`, as the
+/// set up, or one it mounts was never set up (the container stays `ContainerCreating`, as the
 /// kubelet's waits for its volumes), or a mount cannot be given (`CreateContainerConfigError`).
 fn container_mounts(
     container: &Container,
@@ -689,10 +689,10 @@ fn container_mounts(
     if let Some(e) = volume_error {
         return Err(creating(e.to_string()));
     }
-    for mount in container.volume_mounts.iter().flatten() {
-        if let Some(e) = ctx.volumes.get(&mount.name).and_then(|v| v.error.clone()) {
-            return Err(creating(e));
-        }
+    // Only a volume never set up is waited for: one whose update failed keeps its last
+    // contents, as the CRI runtime and the kubelet treat it.
+    if let Some(e) = ctx.volumes.waiting_for(container) {
+        return Err(creating(e.to_string()));
     }
     let config = |message: String| ("CreateContainerConfigError".to_string(), message);
     let mounts = ctx.volumes.mounts_for(container, env).map_err(config)?;
