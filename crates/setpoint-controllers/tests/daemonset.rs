@@ -1,0 +1,146 @@
+//! The DaemonSet controller against a real in-process API server with the built-in
+//! controllers, on Node objects written by the test (no scheduler or node agent runs: a daemon
+//! pod's node is the one its `matchFields metadata.name` affinity names).
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use serde_json::json;
+use setpoint_controllers::daemonset::placement::target_node;
+use setpoint_runtime::client::{Api, Client, ListParams, Patch, PatchParams, PostParams};
+use setpoint_testing::TestCluster;
+
+async fn eventually<T, F: Future<Output = Option<T>>>(what: &str, check: impl FnMut() -> F) -> T {
+    setpoint_testing::eventually_within(Duration::from_secs(30), what, check).await
+}
+
+async fn add_node(client: &Client, name: &str, tier: &str) {
+    let node: Node =
+        serde_json::from_value(json!({"metadata": {"name": name, "labels": {"tier": tier}}}))
+            .unwrap();
+    Api::<Node>::all(client.clone())
+        .create(&PostParams::default(), &node)
+        .await
+        .unwrap();
+}
+
+async fn patch_node(client: &Client, name: &str, patch: serde_json::Value) {
+    Api::<Node>::all(client.clone())
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .unwrap();
+}
+
+/// The nodes the live daemon pods of `ns` are for.
+async fn daemon_nodes(client: &Client, ns: &str) -> BTreeSet<String> {
+    let pods = Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    pods.items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(target_node)
+        .collect()
+}
+
+fn set(names: &[&str]) -> BTreeSet<String> {
+    names.iter().map(|s| s.to_string()).collect()
+}
+
+#[tokio::test]
+async fn pods_follow_nodes_labels_and_taints() {
+    let cluster = TestCluster::start_with_controllers().await;
+    let client = cluster.client();
+    let ns = "daemons";
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+        .unwrap();
+    for n in ["n1", "n2", "n3"] {
+        add_node(&client, n, "a").await;
+    }
+    let ds: DaemonSet = serde_json::from_value(json!({
+        "metadata": {"name": "agent"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "agent"}},
+            "template": {
+                "metadata": {"labels": {"app": "agent"}},
+                "spec": {"nodeSelector": {"tier": "a"},
+                         "containers": [{"name": "c", "image": "busybox"}]},
+            },
+        }
+    }))
+    .unwrap();
+    let sets: Api<DaemonSet> = Api::namespaced(client.clone(), ns);
+    sets.create(&PostParams::default(), &ds).await.unwrap();
+
+    eventually("a pod for each of 3 nodes", || async {
+        (daemon_nodes(&client, ns).await == set(&["n1", "n2", "n3"])).then_some(())
+    })
+    .await;
+    let pods = Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    for p in &pods.items {
+        let r = &p.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!((r.kind.as_str(), r.controller), ("DaemonSet", Some(true)));
+        assert!(p.metadata.labels.as_ref().unwrap()["controller-revision-hash"].len() > 3);
+    }
+
+    add_node(&client, "n4", "a").await;
+    eventually("the joining node gets a pod", || async {
+        (daemon_nodes(&client, ns).await == set(&["n1", "n2", "n3", "n4"])).then_some(())
+    })
+    .await;
+
+    // NoSchedule keeps an existing pod (it is counted misscheduled); NoExecute removes it.
+    patch_node(
+        &client,
+        "n1",
+        json!({"spec": {"taints": [{"key": "dedicated", "effect": "NoSchedule"}]}}),
+    )
+    .await;
+    eventually("n1 no longer desired, its pod kept", || async {
+        let s = sets.get("agent").await.ok()?.status?;
+        (s.desired_number_scheduled == 3 && s.number_misscheduled == 1).then_some(())
+    })
+    .await;
+    assert_eq!(
+        daemon_nodes(&client, ns).await,
+        set(&["n1", "n2", "n3", "n4"])
+    );
+    patch_node(
+        &client,
+        "n1",
+        json!({"spec": {"taints": [{"key": "dedicated", "effect": "NoExecute"}]}}),
+    )
+    .await;
+    // A label the selector no longer matches removes the pod too.
+    patch_node(
+        &client,
+        "n2",
+        json!({"metadata": {"labels": {"tier": "b"}}}),
+    )
+    .await;
+    eventually("pods only on n3 and n4", || async {
+        (daemon_nodes(&client, ns).await == set(&["n3", "n4"])).then_some(())
+    })
+    .await;
+    eventually("the status counts 2 nodes", || async {
+        let s = sets.get("agent").await.ok()?.status?;
+        (s.desired_number_scheduled == 2
+            && s.current_number_scheduled == 2
+            && s.number_misscheduled == 0
+            && s.updated_number_scheduled == Some(2)
+            && s.number_unavailable == Some(2))
+        .then_some(())
+    })
+    .await;
+    cluster.stop().await;
+}
