@@ -144,3 +144,95 @@ async fn pods_follow_nodes_labels_and_taints() {
     .await;
     cluster.stop().await;
 }
+
+/// The names and revision hashes of the live pods of `ns`.
+async fn pod_hashes(client: &Client, ns: &str) -> BTreeSet<(String, String)> {
+    let pods = Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    pods.items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(|p| {
+            let labels = p.metadata.labels.clone().unwrap_or_default();
+            (
+                p.metadata.name.clone().unwrap_or_default(),
+                labels
+                    .get("controller-revision-hash")
+                    .cloned()
+                    .unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn on_delete_replaces_only_deleted_pods() {
+    let cluster = TestCluster::start_with_controllers().await;
+    let client = cluster.client();
+    let ns = "ondelete";
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+        .unwrap();
+    for n in ["m1", "m2"] {
+        add_node(&client, n, "a").await;
+    }
+    let ds: DaemonSet = serde_json::from_value(json!({
+        "metadata": {"name": "agent"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "agent"}},
+            "updateStrategy": {"type": "OnDelete"},
+            "template": {
+                "metadata": {"labels": {"app": "agent"}},
+                "spec": {"containers": [{"name": "c", "image": "busybox:1"}]},
+            },
+        }
+    }))
+    .unwrap();
+    let sets: Api<DaemonSet> = Api::namespaced(client.clone(), ns);
+    sets.create(&PostParams::default(), &ds).await.unwrap();
+    let before = eventually("a pod for each node", || async {
+        let pods = pod_hashes(&client, ns).await;
+        (pods.len() == 2).then_some(pods)
+    })
+    .await;
+
+    let image = json!({"spec": {"template": {"spec": {"containers": [
+        {"name": "c", "image": "busybox:2"}]}}}});
+    let updated = sets
+        .patch("agent", &PatchParams::default(), &Patch::Strategic(image))
+        .await
+        .unwrap();
+    let generation = updated.metadata.generation;
+    eventually("the new template observed, no pod updated", || async {
+        let s = sets.get("agent").await.ok()?.status?;
+        (s.observed_generation == generation && s.updated_number_scheduled == Some(0)).then_some(())
+    })
+    .await;
+    assert_eq!(
+        pod_hashes(&client, ns).await,
+        before,
+        "OnDelete replaces nothing"
+    );
+
+    let (victim, old_hash) = before.iter().next().unwrap().clone();
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .delete(&victim, &Default::default())
+        .await
+        .unwrap();
+    let after = eventually("the deleted pod replaced at the new revision", || async {
+        let pods = pod_hashes(&client, ns).await;
+        (pods.len() == 2 && !pods.iter().any(|(n, _)| *n == victim)).then_some(pods)
+    })
+    .await;
+    let hashes: Vec<&String> = after.iter().map(|(_, h)| h).collect();
+    assert_eq!(
+        hashes.iter().filter(|h| ***h == old_hash).count(),
+        1,
+        "only the deleted pod changed revision: {after:?}"
+    );
+    cluster.stop().await;
+}

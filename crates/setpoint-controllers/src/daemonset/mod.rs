@@ -600,3 +600,78 @@ pub fn controller(client: Client, informers: &SharedInformers) -> Controller {
     });
     controller
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_pods_back_off_per_node_doubling_to_the_limit() {
+        let b = FailedBackoff::default();
+        let t0 = Instant::now();
+        assert_eq!(
+            b.try_delete("ds", "n1", t0),
+            None,
+            "the first failure goes at once"
+        );
+        assert_eq!(
+            b.try_delete("ds", "n1", t0 + Duration::from_millis(400)),
+            Some(Duration::from_millis(600))
+        );
+        assert_eq!(b.try_delete("ds", "n2", t0), None, "each node has its own");
+        let t1 = t0 + Duration::from_secs(1);
+        assert_eq!(b.try_delete("ds", "n1", t1), None);
+        assert_eq!(
+            b.try_delete("ds", "n1", t1 + Duration::from_secs(1)),
+            Some(Duration::from_secs(1)),
+            "doubled to 2 s"
+        );
+        let mut t = t1;
+        for _ in 0..20 {
+            t += FAILED_POD_BACKOFF_MAX;
+            assert_eq!(b.try_delete("ds", "n1", t), None);
+        }
+        assert_eq!(
+            b.try_delete("ds", "n1", t + Duration::from_secs(1)),
+            Some(FAILED_POD_BACKOFF_MAX - Duration::from_secs(1)),
+            "never beyond the limit"
+        );
+        // Long quiet: back to the start.
+        let later = t + 3 * FAILED_POD_BACKOFF_MAX;
+        assert_eq!(b.try_delete("ds", "n1", later), None);
+        assert_eq!(
+            b.try_delete("ds", "n1", later + Duration::from_millis(500)),
+            Some(Duration::from_millis(500))
+        );
+    }
+
+    #[test]
+    fn a_daemon_pod_names_its_node_and_revision() {
+        let ds: DaemonSet = serde_json::from_value(json!({
+            "metadata": {"name": "agent", "namespace": "kube-system", "uid": "u1",
+                         "annotations": {TEMPLATE_GENERATION_ANNOTATION: "3"}},
+            "spec": {
+                "selector": {"matchLabels": {"app": "agent"}},
+                "template": {"metadata": {"labels": {"app": "agent"}},
+                             "spec": {"hostNetwork": true,
+                                      "containers": [{"name": "c", "image": "x"}]}},
+            }
+        }))
+        .unwrap();
+        let pod = new_pod(&ds, "node-7", "abc").unwrap();
+        assert_eq!(placement::target_node(&pod).as_deref(), Some("node-7"));
+        let labels = pod.metadata.labels.clone().unwrap();
+        assert_eq!(labels[status::REVISION_LABEL], "abc");
+        assert_eq!(labels[TEMPLATE_GENERATION_LABEL], "3");
+        assert_eq!(pod.metadata.generate_name.as_deref(), Some("agent-"));
+        let owner = &pod.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.controller),
+            ("DaemonSet", Some(true))
+        );
+        let tolerations = pod.spec.unwrap().tolerations.unwrap();
+        assert!(tolerations
+            .iter()
+            .any(|t| t.key.as_deref() == Some(placement::NETWORK_UNAVAILABLE)));
+    }
+}
