@@ -128,6 +128,11 @@ struct ServeArgs {
     /// (false).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     anonymous_auth: bool,
+    /// Admission plugins to turn off, comma-separated, as kube-apiserver's flag. Only
+    /// `ServiceAccount` can be (a server without a controller manager has no `default`
+    /// accounts, so it refuses pods that name none); the other steps always run.
+    #[arg(long, value_delimiter = ',')]
+    disable_admission_plugins: Vec<String>,
     /// A CSV file of static bearer tokens: `token,user,uid,"group1,group2"` per line.
     #[arg(long)]
     token_auth_file: Option<PathBuf>,
@@ -203,6 +208,24 @@ struct Up {
     container_runtime: container_runtime::ContainerRuntimeFlags,
 }
 
+/// The admission plugins `--disable-admission-plugins` names, refusing the ones this server
+/// cannot turn off.
+fn disabled_admission(names: &[String]) -> anyhow::Result<Vec<&str>> {
+    const CAN_BE_DISABLED: [&str; 1] = ["ServiceAccount"];
+    names
+        .iter()
+        .map(|n| n.trim())
+        .filter(|n| !n.is_empty())
+        .map(|n| {
+            CAN_BE_DISABLED.iter().copied().find(|c| *c == n).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "--disable-admission-plugins: {n:?} cannot be disabled (only ServiceAccount can)"
+                )
+            })
+        })
+        .collect()
+}
+
 /// Serves the API; with `up` also runs the controllers, the scheduler, the local node and any
 /// simulated nodes in this process.
 async fn run(args: ServeArgs, up: Option<Up>) -> anyhow::Result<()> {
@@ -222,9 +245,8 @@ async fn run(args: ServeArgs, up: Option<Up>) -> anyhow::Result<()> {
         insecure_http: args.insecure_http,
         compaction_interval: Duration::from_secs(args.compaction_interval_seconds.max(1)),
         default_toleration_seconds: args.default_toleration_seconds.max(0),
-        // `up` always runs the serviceaccount controller that creates the `default`
-        // accounts the step needs; a bare `server` does not turn it on (yet).
-        service_account_admission: all_in_one,
+        service_account_admission: !disabled_admission(&args.disable_admission_plugins)?
+            .contains(&"ServiceAccount"),
         authentication: setpoint_apiserver::authentication::AuthenticationConfig {
             anonymous_auth: args.anonymous_auth,
             token_auth_file: args.token_auth_file.clone(),
