@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
-use setpoint_runtime::client::{Api, PostParams};
+use setpoint_runtime::client::{Api, DeleteParams, PostParams};
 use setpoint_runtime::events::{EventRecorder, EventType};
 use setpoint_runtime::informer::{Event, HandlerId, Informer, Scope, SharedInformers, Store};
 use setpoint_runtime::{Object, ObjectKey};
@@ -182,6 +182,58 @@ pub async fn create_in_batches(
         BatchesEnd::Failed(msg) => Some(msg),
         BatchesEnd::Done | BatchesEnd::Stopped { .. } => None,
     }
+}
+
+/// Deletes `pods` (key, uid: the delete is preconditioned on the uid, so a pod recreated
+/// under the name is left alone) in slow-start batches, with a `SuccessfulDelete` or
+/// `FailedDelete` Event about `owner` for each, as upstream's pod control words them. A
+/// delete that fails lowers the owner's expectations (its deletion will never be observed);
+/// a pod already gone is what was wanted. Returns the first error.
+pub async fn delete_in_batches(
+    api: &Api<Pod>,
+    pods: &[(ObjectKey, String)],
+    expectations: &Expectations,
+    key: &ObjectKey,
+    events: &EventRecorder,
+    owner: &ObjectReference,
+) -> Option<String> {
+    let mut failed = None;
+    let mut rest = pods;
+    for size in crate::replicaset::batches(pods.len()) {
+        let (batch, tail) = rest.split_at(size);
+        rest = tail;
+        let results = futures::future::join_all(batch.iter().map(|(k, uid)| async move {
+            let params = DeleteParams {
+                precondition_uid: Some(uid.clone()),
+                ..Default::default()
+            };
+            (k, uid, api.delete(&k.name, &params).await)
+        }))
+        .await;
+        for (k, uid, r) in results {
+            match r {
+                Ok(_) => events.publish(
+                    owner,
+                    EventType::Normal,
+                    "SuccessfulDelete",
+                    &format!("Deleted pod: {}", k.name),
+                ),
+                Err(e) => {
+                    expectations.deletion_observed(key, uid);
+                    if !e.is_not_found() {
+                        events.publish(
+                            owner,
+                            EventType::Warning,
+                            "FailedDelete",
+                            &format!("Error deleting: {e}"),
+                        );
+                        failed.get_or_insert(e.to_string());
+                    }
+                }
+            }
+        }
+    }
+    failed
 }
 
 /// How [`create_in_batches_while`] ended.

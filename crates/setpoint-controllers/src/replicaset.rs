@@ -18,9 +18,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
 use setpoint_api::selector::LabelSelector;
-use setpoint_runtime::client::{Api, Client, DeleteParams, Patch, PatchParams, PostParams};
+use setpoint_runtime::client::{Api, Client, Patch, PatchParams, PostParams};
 use setpoint_runtime::controller::{Action, Context, Controller, ReconcileError, Reconciler};
-use setpoint_runtime::events::{EventRecorder, EventType, Reporter, ToObjectReference};
+use setpoint_runtime::events::{EventRecorder, Reporter, ToObjectReference};
 use setpoint_runtime::informer::{Scope, SharedInformers, Store};
 use setpoint_runtime::{Object, ObjectKey};
 
@@ -410,45 +410,15 @@ impl ReplicaSetController {
         key: &ObjectKey,
         pods: &[(ObjectKey, String)],
     ) -> Option<String> {
-        let reference = rs.object_reference();
-        let mut failed = None;
-        let mut rest = pods;
-        for size in batches(pods.len()) {
-            let (batch, tail) = rest.split_at(size);
-            rest = tail;
-            let results = futures::future::join_all(batch.iter().map(|(k, uid)| async move {
-                let params = DeleteParams {
-                    precondition_uid: Some(uid.clone()),
-                    ..Default::default()
-                };
-                (k, uid, api.delete(&k.name, &params).await)
-            }))
-            .await;
-            for (k, uid, r) in results {
-                match r {
-                    Ok(_) => self.events.publish(
-                        &reference,
-                        EventType::Normal,
-                        "SuccessfulDelete",
-                        &format!("Deleted pod: {}", k.name),
-                    ),
-                    Err(e) => {
-                        self.owned.expectations.deletion_observed(key, uid);
-                        // Already gone is what was wanted.
-                        if !e.is_not_found() {
-                            self.events.publish(
-                                &reference,
-                                EventType::Warning,
-                                "FailedDelete",
-                                &format!("Error deleting: {e}"),
-                            );
-                            failed.get_or_insert(e.to_string());
-                        }
-                    }
-                }
-            }
-        }
-        failed
+        crate::expectations::delete_in_batches(
+            api,
+            pods,
+            &self.owned.expectations,
+            key,
+            &self.events,
+            &rs.object_reference(),
+        )
+        .await
     }
 }
 

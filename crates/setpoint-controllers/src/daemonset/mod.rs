@@ -307,44 +307,15 @@ impl DaemonSetController {
         key: &ObjectKey,
         victims: &[(ObjectKey, String)],
     ) -> Option<String> {
-        let reference = ds.object_reference();
-        let mut failed = None;
-        let mut rest = victims;
-        for size in crate::replicaset::batches(victims.len()) {
-            let (batch, tail) = rest.split_at(size);
-            rest = tail;
-            let results = futures::future::join_all(batch.iter().map(|(k, uid)| async move {
-                let params = DeleteParams {
-                    precondition_uid: Some(uid.clone()),
-                    ..Default::default()
-                };
-                (k, uid, api.delete(&k.name, &params).await)
-            }))
-            .await;
-            for (k, uid, r) in results {
-                match r {
-                    Ok(_) => self.events.publish(
-                        &reference,
-                        EventType::Normal,
-                        "SuccessfulDelete",
-                        &format!("Deleted pod: {}", k.name),
-                    ),
-                    Err(e) => {
-                        self.expectations().deletion_observed(key, uid);
-                        if !e.is_not_found() {
-                            self.events.publish(
-                                &reference,
-                                EventType::Warning,
-                                "FailedDelete",
-                                &format!("Error deleting: {e}"),
-                            );
-                            failed.get_or_insert(e.to_string());
-                        }
-                    }
-                }
-            }
-        }
-        failed
+        crate::expectations::delete_in_batches(
+            api,
+            victims,
+            self.expectations(),
+            key,
+            &self.events,
+            &ds.object_reference(),
+        )
+        .await
     }
 
     /// Writes the history the pass resolved: a new revision or a renumbered one.
