@@ -1,7 +1,8 @@
 //! End to end with the real kubectl against `setpoint up` on a process node
 //! (`--container-runtime process`): a pod's volumes are mounted in its container's own mount
-//! namespace. A ConfigMap at `/etc/app` is printed by the container and changes in place
-//! after `kubectl apply` edits it; a downwardAPI volume shows the pod's labels and follows
+//! namespace. A ConfigMap at `/etc/app` and an env var from a Secret are printed by the
+//! container; the file changes in place after `kubectl apply` edits the ConfigMap, while the
+//! env var keeps its value when the Secret is edited (as upstream); a downwardAPI volume shows the pod's labels and follows
 //! `kubectl label`; a claim of the default StorageClass keeps a file across the pod's
 //! recreation and goes with the claim (Delete); `kubectl exec` sees what the container sees,
 //! and the node does not see the container's mounts.
@@ -56,6 +57,12 @@ fn mount_namespaces_permitted() -> bool {
         .is_some_and(|caps| caps & (1 << 21) != 0)
 }
 
+fn secret(password: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: app-secret\nstringData:\n  password: {password}\n"
+    )
+}
+
 fn config_map(greeting: &str) -> String {
     format!(
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app-config\ndata:\n  greeting: {greeting}\n"
@@ -79,9 +86,14 @@ spec:
     - -c
     - |
       echo "greeting: $(cat /etc/app/greeting)"
+      echo "password: $PASSWORD"
       echo "claim: $(cat /var/lib/app-data/written 2>/dev/null || echo empty)"
       echo kept > /var/lib/app-data/written
       while true; do sleep 1; done
+    env:
+    - name: PASSWORD
+      valueFrom:
+        secretKeyRef: {name: app-secret, key: password}
     volumeMounts:
     - name: config
       mountPath: /etc/app
@@ -123,6 +135,7 @@ fn process_pods_mount_config_maps_downward_api_and_claims() {
         &dir.path().join("data"),
     );
     s.apply(&config_map("hello"));
+    s.apply(&secret("s3cret"));
     s.apply(CLAIM);
     let etc_app_existed = Path::new("/etc/app").exists();
     s.apply(POD);
@@ -154,7 +167,7 @@ fn process_pods_mount_config_maps_downward_api_and_claims() {
         let logs = s.ok(&["logs", "app"]);
         logs.contains("claim:").then_some(logs)
     });
-    assert_eq!(logs, "greeting: hello\nclaim: empty\n");
+    assert_eq!(logs, "greeting: hello\npassword: s3cret\nclaim: empty\n");
 
     // kubectl exec runs in the container's mount namespace; the node has none of it.
     assert_eq!(
@@ -166,11 +179,20 @@ fn process_pods_mount_config_maps_downward_api_and_claims() {
         "the container's mount is not the node's"
     );
 
-    // An edit of the ConfigMap reaches the running pod's file; its output stays.
+    // An edit of the ConfigMap reaches the running pod's file; its output stays. The Secret
+    // is edited first: once the file has changed the pod has been synced since, and its
+    // environment still holds the value it started with, as upstream's does.
+    s.apply(&secret("rotated"));
     s.apply(&config_map("changed"));
     eventually("the edited ConfigMap in the pod", UPDATE_WAIT, || {
         (exec(&s, "app", &["cat", "/etc/app/greeting"]).as_deref() == Some("changed")).then_some(())
     });
+    assert_eq!(
+        exec(&s, "app", &["sh", "-c", "echo $PASSWORD"])
+            .as_deref()
+            .map(str::trim),
+        Some("s3cret")
+    );
 
     // The downwardAPI volume shows the labels, and follows kubectl label.
     let labels = exec(&s, "app", &["cat", "/etc/podinfo/labels"]).unwrap();
@@ -199,7 +221,7 @@ fn process_pods_mount_config_maps_downward_api_and_claims() {
         let logs = s.ok(&["logs", "app"]);
         logs.contains("claim:").then_some(logs)
     });
-    assert_eq!(logs, "greeting: changed\nclaim: kept\n");
+    assert_eq!(logs, "greeting: changed\npassword: rotated\nclaim: kept\n");
 
     // Deleting the pod and the claim removes the volume's directory (Delete), and the
     // mount point made for /etc/app when the node had none.
