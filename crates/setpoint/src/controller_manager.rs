@@ -24,7 +24,7 @@ pub struct ControllerManagerArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "namespace,garbagecollector,replicaset,deployment,endpoint,endpointslice,endpointslicemirroring,statefulset,nodelifecycle,job,cronjob,clusterrole-aggregation,serviceaccount-token,serviceaccount,root-ca-cert-publisher,resourcequota,csrapproving,csrsigning,persistentvolume-binder,pvc-protection,pv-protection",
+        default_values = ALL,
         value_parser = clap::builder::PossibleValuesParser::new(ALL)
     )]
     controllers: Vec<String>,
