@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use serde_json::{json, Value};
@@ -54,15 +54,16 @@ async fn a_node_watches_one_referenced_config_map_and_nothing_else() {
 
     // The authorizer reads the pod from the watch cache, which follows the write by a moment.
     let list_used = format!("{cms}?fieldSelector=metadata.name%3Dused");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let listed = loop {
-        let resp = as_node(&r, &list_used).await;
-        if resp.status == 200 {
-            break resp;
-        }
-        assert!(Instant::now() < deadline, "{:?}", resp.body);
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let (router, url) = (&r, &list_used);
+    let listed = setpoint_testing::eventually_within(
+        Duration::from_secs(10),
+        "the node allowed to list the ConfigMap its pod uses",
+        || async move {
+            let resp = as_node(router, url).await;
+            (resp.status == 200).then_some(resp)
+        },
+    )
+    .await;
     let items = listed.body["items"].as_array().unwrap();
     assert_eq!(items.len(), 1);
     assert_eq!(items[0]["metadata"]["name"], "used");

@@ -391,7 +391,9 @@ fn statefulset_walkthrough_with_kubectl() {
 
     // A deleted pod comes back under its name, with its claim.
     let old_uid = jsonpath(&s, &["pod", "web-1"], "{.metadata.uid}");
-    s.ok(&["delete", "pod", "web-1"]);
+    // Not waited for by kubectl: the replacement takes the name at once, and the uid check
+    // below is what shows the old pod gone.
+    s.ok(&["delete", "pod", "web-1", "--wait=false"]);
     eventually("web-1 recreated", WAIT, || {
         let uid = jsonpath(&s, &["pod", "web-1"], "{.metadata.uid}");
         (!uid.is_empty() && uid != old_uid).then_some(())
