@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
-use setpoint_runtime::client::{Api, DeleteParams, PostParams};
+use setpoint_runtime::client::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use setpoint_runtime::events::{EventRecorder, EventType};
 use setpoint_runtime::informer::{Event, HandlerId, Informer, Scope, SharedInformers, Store};
 use setpoint_runtime::{Object, ObjectKey};
@@ -181,6 +181,40 @@ pub async fn create_in_batches(
     match create_in_batches_while(api, pod, n, expectations, key, events, owner, always).await {
         BatchesEnd::Failed(msg) => Some(msg),
         BatchesEnd::Done | BatchesEnd::Stopped { .. } => None,
+    }
+}
+
+/// Sets an object's owner references (adopting or releasing it), failing if it changed
+/// since it was read: the uid and resourceVersion in the patch are preconditions. A failure
+/// is logged as `what` and left to the next pass, which reads the object again.
+pub async fn patch_owner_references<K>(
+    api: &Api<K>,
+    obj: &K,
+    refs: Vec<serde_json::Value>,
+    what: &str,
+) -> bool
+where
+    K: k8s_openapi::Resource
+        + Object
+        + k8s_openapi::serde::de::DeserializeOwned
+        + k8s_openapi::serde::Serialize
+        + Send
+        + 'static,
+{
+    let patch = Patch::Merge(serde_json::json!({"metadata": {
+        "uid": obj.uid(),
+        "resourceVersion": obj.resource_version(),
+        "ownerReferences": refs,
+    }}));
+    match api
+        .patch(&obj.name(), &PatchParams::default(), &patch)
+        .await
+    {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::debug!(object = %obj.name(), error = %e, "{what} failed");
+            false
+        }
     }
 }
 

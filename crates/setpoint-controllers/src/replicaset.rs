@@ -18,7 +18,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
 use setpoint_api::selector::LabelSelector;
-use setpoint_runtime::client::{Api, Client, Patch, PatchParams, PostParams};
+use setpoint_runtime::client::{Api, Client, PostParams};
 use setpoint_runtime::controller::{Action, Context, Controller, ReconcileError, Reconciler};
 use setpoint_runtime::events::{EventRecorder, Reporter, ToObjectReference};
 use setpoint_runtime::informer::{Scope, SharedInformers, Store};
@@ -343,15 +343,7 @@ impl ReplicaSetController {
             .filter_map(|r| serde_json::to_value(r).ok())
             .collect();
         refs.push(owner_reference(rs));
-        // The uid and resourceVersion make the patch fail if the pod changed meanwhile.
-        let patch = Patch::Merge(json!({"metadata": {
-            "uid": pod.uid(),
-            "resourceVersion": pod.resource_version(),
-            "ownerReferences": refs,
-        }}));
-        if let Err(e) = api.patch(&key.name, &PatchParams::default(), &patch).await {
-            tracing::debug!(pod = %key, error = %e, "adoption failed");
-        }
+        crate::expectations::patch_owner_references(api, &pod, refs, "adoption").await;
     }
 
     async fn release(&self, api: &Api<Pod>, rs: &ReplicaSet, key: &ObjectKey) {
@@ -365,14 +357,7 @@ impl ReplicaSetController {
             .filter(|r| r.uid != uid)
             .filter_map(|r| serde_json::to_value(r).ok())
             .collect();
-        let patch = Patch::Merge(json!({"metadata": {
-            "uid": pod.uid(),
-            "resourceVersion": pod.resource_version(),
-            "ownerReferences": refs,
-        }}));
-        if let Err(e) = api.patch(&key.name, &PatchParams::default(), &patch).await {
-            tracing::debug!(pod = %key, error = %e, "release failed");
-        }
+        crate::expectations::patch_owner_references(api, &pod, refs, "release").await;
     }
 
     /// Creates `n` pods in slow-start batches; returns the first error.

@@ -199,7 +199,13 @@ impl DaemonSetController {
                         .filter(|r| r.uid != uid)
                         .filter_map(|r| serde_json::to_value(r).ok())
                         .collect();
-                    self.patch_refs(api, &p, refs).await;
+                    crate::expectations::patch_owner_references(
+                        api,
+                        &p,
+                        refs,
+                        "owner reference update",
+                    )
+                    .await;
                 }
             }
         }
@@ -216,32 +222,20 @@ impl DaemonSetController {
                         .filter_map(|r| serde_json::to_value(r).ok())
                         .collect();
                     refs.push(owner_reference(ds));
-                    if self.patch_refs(api, &p, refs).await {
+                    if crate::expectations::patch_owner_references(
+                        api,
+                        &p,
+                        refs,
+                        "owner reference update",
+                    )
+                    .await
+                    {
                         out.push(p);
                     }
                 }
             }
         }
         out
-    }
-
-    /// Sets a pod's owner references, guarded by its uid and resourceVersion.
-    async fn patch_refs(&self, api: &Api<Pod>, pod: &Pod, refs: Vec<serde_json::Value>) -> bool {
-        let patch = Patch::Merge(json!({"metadata": {
-            "uid": pod.uid(),
-            "resourceVersion": pod.resource_version(),
-            "ownerReferences": refs,
-        }}));
-        match api
-            .patch(&pod.name(), &PatchParams::default(), &patch)
-            .await
-        {
-            Ok(_) => true,
-            Err(e) => {
-                tracing::debug!(pod = %pod.name(), error = %e, "owner reference update failed");
-                false
-            }
-        }
     }
 
     /// Creates a daemon pod on each of `nodes` in slow-start batches; the first error.

@@ -101,7 +101,7 @@ impl StatefulSetController {
                     .filter(|r| r.uid != uid)
                     .filter_map(|r| serde_json::to_value(r).ok())
                     .collect();
-                self.patch_refs(api, &p, refs, "release").await;
+                crate::expectations::patch_owner_references(api, &p, refs, "release").await;
             }
         }
         if set.metadata.deletion_timestamp.is_none() {
@@ -116,57 +116,12 @@ impl StatefulSetController {
                     .filter_map(|r| serde_json::to_value(r).ok())
                     .collect();
                 refs.push(identity::owner_reference(set));
-                if self.patch_refs(api, &p, refs, "adopt").await {
+                if crate::expectations::patch_owner_references(api, &p, refs, "adopt").await {
                     pods.push(p);
                 }
             }
         }
         Members { pods }
-    }
-
-    /// Sets a pod's owner references, failing if it changed since it was read.
-    async fn patch_refs(
-        &self,
-        api: &Api<Pod>,
-        obj: &Pod,
-        refs: Vec<serde_json::Value>,
-        what: &str,
-    ) -> bool {
-        self.patch_owner_refs(api, obj, refs, what).await
-    }
-
-    /// Sets an object's owner references, failing if it changed since it was read (the uid
-    /// and resourceVersion in the patch are preconditions).
-    async fn patch_owner_refs<K>(
-        &self,
-        api: &Api<K>,
-        obj: &K,
-        refs: Vec<serde_json::Value>,
-        what: &str,
-    ) -> bool
-    where
-        K: k8s_openapi::Resource
-            + Object
-            + k8s_openapi::serde::de::DeserializeOwned
-            + k8s_openapi::serde::Serialize
-            + Send
-            + 'static,
-    {
-        let patch = Patch::Merge(json!({"metadata": {
-            "uid": obj.uid(),
-            "resourceVersion": obj.resource_version(),
-            "ownerReferences": refs,
-        }}));
-        match api
-            .patch(&obj.name(), &PatchParams::default(), &patch)
-            .await
-        {
-            Ok(_) => true,
-            Err(e) => {
-                tracing::debug!(object = %obj.name(), error = %e, "{what} failed");
-                false
-            }
-        }
     }
 
     /// Makes the claims of the set's pod with `ordinal` that do not exist yet. `Ok(false)`
@@ -373,8 +328,13 @@ impl StatefulSetController {
                     .into_iter()
                     .filter(|o| o.uid != uid)
                     .collect();
-                self.patch_owner_refs(api, r.as_ref(), to_json(refs), "revision release")
-                    .await;
+                crate::expectations::patch_owner_references(
+                    api,
+                    r.as_ref(),
+                    to_json(refs),
+                    "revision release",
+                )
+                .await;
             }
         }
         if set.metadata.deletion_timestamp.is_none() {
@@ -387,9 +347,13 @@ impl StatefulSetController {
                 }
                 let mut refs = to_json(r.owner_references());
                 refs.push(identity::owner_reference(set));
-                if self
-                    .patch_owner_refs(api, r.as_ref(), refs, "revision adoption")
-                    .await
+                if crate::expectations::patch_owner_references(
+                    api,
+                    r.as_ref(),
+                    refs,
+                    "revision adoption",
+                )
+                .await
                 {
                     out.push(r);
                 }
