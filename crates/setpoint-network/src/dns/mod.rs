@@ -1,0 +1,1 @@
+//! The cluster DNS server: the model of CoreDNS's `kubernetes` plugin.
