@@ -247,10 +247,8 @@ impl ApiServer {
         // The allocator never hands out 10.96.0.1: a reservation of it without the Service
         // is left from an earlier start (whose bootstrap reserved it before a create that
         // failed), and would refuse this create.
-        self.release(&crate::allocation::Reservation::ClusterIp(
-            KUBERNETES_IP.to_string(),
-        ))
-        .await;
+        self.release(&crate::allocation::Reservation::cluster_ip(KUBERNETES_IP))
+            .await;
         match self
             .create(
                 &res,

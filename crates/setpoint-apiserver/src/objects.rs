@@ -965,6 +965,7 @@ impl ApiServer {
                     check_name(res, &mut new, name, namespace)?;
                     strategy::prepare_for_update(res, &mut new, &cur);
                     setpoint_kinds::defaults::apply(&res.group, &res.kind, &mut new);
+                    crate::allocation::carry_over(res, &mut new, &cur);
                     new
                 }
                 // Tracked writes record ownership from `cur`'s entries.
@@ -1052,9 +1053,31 @@ impl ApiServer {
                     Err(e) => return Err(e),
                 }
             }
+            let reserved = if view == View::Main {
+                self.allocate_for_update(res, &mut new, &cur).await?
+            } else {
+                None
+            };
             // On a race, read again and re-apply (a client-named resourceVersion will then
             // mismatch and give 409).
-            if let Some(put) = self.cas_put(res, &key, &new, kv.mod_revision).await? {
+            let put = match self.cas_put(res, &key, &new, kv.mod_revision).await {
+                Ok(put) => put,
+                Err(e) => {
+                    if let Some(r) = &reserved {
+                        self.release(r).await;
+                    }
+                    return Err(e);
+                }
+            };
+            if put.is_none() {
+                if let Some(r) = &reserved {
+                    self.release(r).await;
+                }
+            }
+            if let Some(put) = put {
+                if view == View::Main {
+                    self.release_unused(res, &cur, &new).await;
+                }
                 let rev = put.mod_revision;
                 return Ok(Written {
                     object: respond(with_rv(new, rev)),

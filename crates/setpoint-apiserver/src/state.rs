@@ -62,6 +62,9 @@ pub struct ServerConfig {
     /// `up` turn it on, as kube-apiserver enables it by default; off for bare in-process
     /// servers in tests, which run no controller to create the `default` accounts).
     pub service_account_admission: bool,
+    /// The ports `NodePort` and `LoadBalancer` Services' `nodePort`s come from
+    /// (kube-apiserver's `--service-node-port-range`, 30000-32767 by default).
+    pub service_node_port_range: std::ops::RangeInclusive<u16>,
 }
 
 impl Default for ServerConfig {
@@ -78,6 +81,7 @@ impl Default for ServerConfig {
             compaction_interval: Duration::from_secs(300),
             default_toleration_seconds: 300,
             service_account_admission: false,
+            service_node_port_range: 30000..=32767,
         }
     }
 }

@@ -124,6 +124,10 @@ struct ServeArgs {
     /// Seconds new pods tolerate an unreachable or not-ready node before eviction.
     #[arg(long, default_value_t = 300)]
     default_toleration_seconds: i64,
+    /// The ports Services' `nodePort`s come from, `<first>-<last>` inclusive, as
+    /// kube-apiserver's flag.
+    #[arg(long, default_value = "30000-32767", value_parser = parse_port_range)]
+    service_node_port_range: std::ops::RangeInclusive<u16>,
     /// Requests without credentials are `system:anonymous` (true), or refused with 401
     /// (false).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
@@ -245,6 +249,7 @@ async fn run(args: ServeArgs, up: Option<Up>) -> anyhow::Result<()> {
         insecure_http: args.insecure_http,
         compaction_interval: Duration::from_secs(args.compaction_interval_seconds.max(1)),
         default_toleration_seconds: args.default_toleration_seconds.max(0),
+        service_node_port_range: args.service_node_port_range.clone(),
         service_account_admission: !disabled_admission(&args.disable_admission_plugins)?
             .contains(&"ServiceAccount"),
         authentication: setpoint_apiserver::authentication::AuthenticationConfig {
@@ -520,6 +525,19 @@ async fn wait_for_signal() {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
     }
+}
+
+/// Parses a port range as kube-apiserver's `--service-node-port-range` takes it
+/// (`30000-32767`; a single port is a range of one).
+fn parse_port_range(text: &str) -> Result<std::ops::RangeInclusive<u16>, String> {
+    let bad = || format!("invalid port range {text:?}: want <first>-<last>, e.g. 30000-32767");
+    let (first, last) = text.split_once('-').unwrap_or((text, text));
+    let first: u16 = first.trim().parse().map_err(|_| bad())?;
+    let last: u16 = last.trim().parse().map_err(|_| bad())?;
+    if first == 0 || first > last {
+        return Err(bad());
+    }
+    Ok(first..=last)
 }
 
 #[cfg(test)]
