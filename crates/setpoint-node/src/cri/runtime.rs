@@ -91,6 +91,9 @@ pub struct CriRuntimeOptions {
     /// The DNS configuration pods get, in `resolv.conf` syntax (default: the node's
     /// `/etc/resolv.conf`).
     pub resolv_conf: Option<String>,
+    /// The node's cluster DNS (the kubelet's `--cluster-dns` and `--cluster-domain`), which
+    /// pods of `dnsPolicy: ClusterFirst` resolve through; none: they fall back to `Default`.
+    pub cluster_dns: setpoint_network::dns::ClusterDns,
     /// A running container's log is rotated once it passes this size (the kubelet's
     /// `containerLogMaxSize`, 10 MiB).
     pub log_max_bytes: u64,
@@ -121,6 +124,10 @@ impl CriRuntimeOptions {
             backoff: BackoffPolicy::default(),
             poll_interval: Duration::from_secs(1),
             resolv_conf: None,
+            cluster_dns: setpoint_network::dns::ClusterDns {
+                servers: Vec::new(),
+                domain: setpoint_network::dns::DEFAULT_CLUSTER_DOMAIN.to_string(),
+            },
             log_max_bytes: 10 * 1024 * 1024,
             log_max_files: 5,
             log_check_interval: Duration::from_secs(10),
@@ -840,8 +847,13 @@ impl Inner {
             .max_by_key(|s| s.created_at);
         if let Some(s) = ready {
             let attempt = s.metadata.as_ref().map_or(0, |m| m.attempt);
-            let config =
-                sandbox::sandbox_config(pod, attempt, &self.options.data_dir, &self.resolv_conf);
+            let config = sandbox::sandbox_config(
+                pod,
+                attempt,
+                &self.options.data_dir,
+                &self.resolv_conf,
+                &self.options.cluster_dns,
+            );
             return Ok((s.id.clone(), config));
         }
         let attempt = sandboxes
@@ -858,8 +870,13 @@ impl Inner {
                 }
             }
         }
-        let config =
-            sandbox::sandbox_config(pod, attempt, &self.options.data_dir, &self.resolv_conf);
+        let config = sandbox::sandbox_config(
+            pod,
+            attempt,
+            &self.options.data_dir,
+            &self.resolv_conf,
+            &self.options.cluster_dns,
+        );
         std::fs::create_dir_all(&config.log_directory).map_err(|e| {
             RuntimeError::Internal(format!("creating {}: {e}", config.log_directory))
         })?;

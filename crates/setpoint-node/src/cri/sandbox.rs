@@ -9,6 +9,7 @@ use std::path::Path;
 
 use k8s_openapi::api::core::v1::Pod;
 use setpoint_cri_proto as cri;
+use setpoint_network::dns::resolvconf::{self, ClusterDns, ResolvConf};
 
 use super::resources;
 
@@ -83,21 +84,22 @@ pub fn namespace_options(pod: &Pod) -> cri::NamespaceOption {
     }
 }
 
-/// The DNS configuration of the pod's sandbox. For now every pod gets the node's
-/// `/etc/resolv.conf` nameservers, search domains and options: there is no cluster DNS
-/// server yet, so `dnsPolicy: ClusterFirst` resolves as `Default` does.
-pub fn dns_config(resolv_conf: &str) -> cri::DnsConfig {
-    let mut dns = cri::DnsConfig::default();
-    for line in resolv_conf.lines() {
-        let mut words = line.split_whitespace();
-        match words.next() {
-            Some("nameserver") => dns.servers.extend(words.next().map(String::from)),
-            Some("search" | "domain") => dns.searches = words.map(String::from).collect(),
-            Some("options") => dns.options.extend(words.map(String::from)),
-            _ => {}
-        }
+/// The DNS configuration of the pod's sandbox: the kubelet's composition from `dnsPolicy`,
+/// `dnsConfig`, the node's cluster DNS and its `resolv.conf` (the rule lives in
+/// `setpoint_network::dns::resolvconf`, shared with every runtime). Given for host-network
+/// pods too, so `ClusterFirstWithHostNet` reaches the cluster DNS as upstream. What the
+/// kubelet records as Warning events (limits cut, no cluster DNS) is logged.
+pub fn dns_config(pod: &Pod, resolv_conf: &str, cluster: &ClusterDns) -> cri::DnsConfig {
+    let host = ResolvConf::parse(resolv_conf);
+    let composed = resolvconf::pod_dns(pod, cluster, &host);
+    for warning in &composed.warnings {
+        tracing::warn!(reason = warning.reason, "{}", warning.message);
     }
-    dns
+    cri::DnsConfig {
+        servers: composed.config.nameservers,
+        searches: composed.config.searches,
+        options: composed.config.options,
+    }
 }
 
 /// The `hostPort` mappings of every container port that names one.
@@ -128,6 +130,7 @@ pub fn sandbox_config(
     attempt: u32,
     data_dir: &Path,
     resolv_conf: &str,
+    cluster_dns: &ClusterDns,
 ) -> cri::PodSandboxConfig {
     let (name, namespace, uid) = identity(pod);
     let spec = pod.spec.clone().unwrap_or_default();
@@ -202,7 +205,7 @@ pub fn sandbox_config(
         }),
         hostname,
         log_directory: log_directory(data_dir, pod).to_string_lossy().into_owned(),
-        dns_config: (!host_network(pod)).then(|| dns_config(resolv_conf)),
+        dns_config: Some(dns_config(pod, resolv_conf, cluster_dns)),
         port_mappings: port_mappings(pod),
         labels,
         annotations,
@@ -266,6 +269,7 @@ mod tests {
             2,
             Path::new("data"),
             "# c\nnameserver 10.0.0.2\nnameserver 10.0.0.3\nsearch a.example b.example\noptions ndots:2\n",
+            &ClusterDns::default(),
         );
         let m = c.metadata.as_ref().unwrap();
         assert_eq!(
@@ -309,9 +313,27 @@ mod tests {
     fn host_network_pods_share_the_node_namespace_and_name() {
         let mut p = pod();
         p.spec.as_mut().unwrap().host_network = Some(true);
-        let c = sandbox_config(&p, 0, Path::new("d"), "nameserver 1.1.1.1\n");
+        let cluster = ClusterDns {
+            servers: vec!["10.96.0.10".into()],
+            domain: "cluster.local".into(),
+        };
+        let c = sandbox_config(&p, 0, Path::new("d"), "nameserver 1.1.1.1\n", &cluster);
         assert_eq!(c.hostname, "");
-        assert!(c.dns_config.is_none());
+        // ClusterFirst on the host network resolves as Default: the node's servers.
+        assert_eq!(c.dns_config.as_ref().unwrap().servers, ["1.1.1.1"]);
+        p.spec.as_mut().unwrap().dns_policy = Some("ClusterFirstWithHostNet".into());
+        let c = sandbox_config(&p, 0, Path::new("d"), "nameserver 1.1.1.1\n", &cluster);
+        let dns = c.dns_config.as_ref().unwrap();
+        assert_eq!(dns.servers, ["10.96.0.10"]);
+        assert_eq!(
+            dns.searches,
+            [
+                "shop.svc.cluster.local",
+                "svc.cluster.local",
+                "cluster.local"
+            ]
+        );
+        assert_eq!(dns.options, ["ndots:5"]);
         let ns = c
             .linux
             .unwrap()
