@@ -271,6 +271,18 @@ pub static BUILTIN: &[KindInfo] = &[
     .all()
     .status()
     .generation(),
+    // policy/v1
+    kind(
+        "policy",
+        "v1",
+        "PodDisruptionBudget",
+        "poddisruptionbudgets",
+        "poddisruptionbudget",
+        true,
+    )
+    .short(&["pdb"])
+    .status()
+    .generation(),
     // coordination.k8s.io/v1
     kind(
         "coordination.k8s.io",

@@ -10,6 +10,7 @@ mod apps;
 mod certificates;
 mod core;
 mod discovery;
+mod policy;
 mod rbac;
 mod storage;
 #[cfg(test)]
@@ -141,6 +142,7 @@ fn printer(group: &str, kind: &str) -> (&'static [Column], CellFn) {
         ("batch", "CronJob") => (apps::CRON_JOB, apps::cron_job),
         ("autoscaling", "HorizontalPodAutoscaler") => (apps::HPA, apps::hpa),
         ("coordination.k8s.io", "Lease") => (apps::LEASE, apps::lease),
+        ("policy", "PodDisruptionBudget") => (policy::POD_DISRUPTION_BUDGET, policy::pdb),
         ("rbac.authorization.k8s.io", "Role" | "ClusterRole") => (rbac::ROLE, rbac::role),
         ("rbac.authorization.k8s.io", "RoleBinding") => (rbac::BINDING, rbac::role_binding),
         ("rbac.authorization.k8s.io", "ClusterRoleBinding") => {

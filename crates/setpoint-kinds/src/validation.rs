@@ -27,6 +27,7 @@ mod discovery;
 mod fields;
 mod meta;
 mod pod;
+mod policy;
 mod quantity;
 mod rbac;
 mod service;
@@ -47,6 +48,7 @@ use self::pod::{pod, pod_template};
 use self::service::service;
 
 pub use self::meta::{name_rule, validate_object_meta, validate_object_meta_update, NameRule};
+pub use self::policy::UNHEALTHY_POD_EVICTION_POLICIES;
 pub use self::quantity::parse_quantity;
 
 /// Validates an object of this kind on create (`old` = None) or update; empty means valid.
@@ -173,6 +175,7 @@ pub fn validate_with_type_errors(
         }
         ("batch", "Job") => job(e, obj, old),
         ("batch", "CronJob") => cron_job(e, obj, old),
+        ("policy", "PodDisruptionBudget") => policy::pod_disruption_budget(e, obj),
         ("autoscaling", "HorizontalPodAutoscaler") => hpa(e, obj),
         ("rbac.authorization.k8s.io", "Role") => rbac::role(e, obj),
         ("rbac.authorization.k8s.io", "ClusterRole") => rbac::cluster_role(e, obj),

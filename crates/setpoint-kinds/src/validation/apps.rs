@@ -131,7 +131,8 @@ fn int_or_percent_value(v: &Value) -> Option<i64> {
     }
 }
 
-fn positive_int_or_percent(e: &mut Vec<Cause>, v: &Value, path: &str) {
+/// An int-or-percent field must be a non-negative int or a `<digits>%` string.
+pub(super) fn positive_int_or_percent(e: &mut Vec<Cause>, v: &Value, path: &str) {
     match v {
         Value::String(s) => {
             let valid = s
