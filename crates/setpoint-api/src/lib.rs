@@ -4,6 +4,7 @@
 //! caches keep per object.
 
 pub mod cron;
+pub mod disruption;
 pub mod exposition;
 pub mod jsonkey;
 pub mod meta;

@@ -21,6 +21,7 @@ pub mod crd;
 mod decoding;
 mod discovery;
 pub mod dupfields;
+mod eviction;
 mod health;
 pub mod http;
 mod masterendpoints;

@@ -154,6 +154,13 @@ impl ResourceDef {
                 verbs: &["create"],
             });
             out.push(Subresource {
+                name: "eviction",
+                group: "policy".into(),
+                version: "v1".into(),
+                kind: "Eviction".into(),
+                verbs: &["create"],
+            });
+            out.push(Subresource {
                 name: "log",
                 group: String::new(),
                 version: "v1".into(),

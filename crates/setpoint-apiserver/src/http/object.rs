@@ -15,7 +15,7 @@ use super::negotiation::{
     wants_metadata,
 };
 use super::options::delete_options;
-use super::pods::{bind_pod, pod_log};
+use super::pods::{bind_pod, evict_pod, pod_log};
 use super::respond::{to_api, to_storage, written_response};
 use super::{read_body, storage_def, write_request, Request};
 use crate::objects::BodySyntax;
@@ -62,6 +62,13 @@ pub(super) async fn serve(
             )
             .await?;
             return Ok(value_response(StatusCode::CREATED, &out));
+        }
+        Some("eviction") if is_pods => {
+            if *method != Method::POST {
+                return Err(ApiError::method_not_allowed());
+            }
+            let bytes = read_body(server, body).await?;
+            return evict_pod(server, res, ns, name, r.headers, &bytes, q, r.user).await;
         }
         Some("log") if is_pods => {
             if *method != Method::GET {

@@ -80,6 +80,28 @@ pub(super) fn with_default_manager(mut opts: WriteOptions, headers: &HeaderMap) 
     opts
 }
 
+/// The `DeleteOptions` a decoded body (or an Eviction's `deleteOptions`) gives.
+pub(super) fn delete_options_from(v: &Value) -> DeleteOptions {
+    let text = |p: &str| v.pointer(p).and_then(Value::as_str).map(String::from);
+    let mut propagation_policy = text("/propagationPolicy");
+    if v.get("orphanDependents").and_then(Value::as_bool) == Some(true)
+        && propagation_policy.is_none()
+    {
+        propagation_policy = Some("Orphan".into());
+    }
+    DeleteOptions {
+        grace_period_seconds: v.get("gracePeriodSeconds").and_then(Value::as_i64),
+        propagation_policy,
+        precondition_uid: text("/preconditions/uid"),
+        precondition_resource_version: text("/preconditions/resourceVersion"),
+        dry_run: v
+            .get("dryRun")
+            .and_then(Value::as_array)
+            .is_some_and(|a| a.iter().any(|x| x == "All")),
+        user: None,
+    }
+}
+
 /// `DeleteOptions` from a JSON body (kubectl) or the query (Python client).
 pub(super) fn delete_options(q: &Query, body: &[u8]) -> Result<DeleteOptions, ApiError> {
     let mut o = DeleteOptions::default();
@@ -91,28 +113,7 @@ pub(super) fn delete_options(q: &Query, body: &[u8]) -> Result<DeleteOptions, Ap
             serde_json::from_slice(body)
                 .map_err(|e| ApiError::bad_request(format!("decoding DeleteOptions: {e}")))?
         };
-        o.grace_period_seconds = v.get("gracePeriodSeconds").and_then(Value::as_i64);
-        o.propagation_policy = v
-            .get("propagationPolicy")
-            .and_then(Value::as_str)
-            .map(String::from);
-        if v.get("orphanDependents").and_then(Value::as_bool) == Some(true)
-            && o.propagation_policy.is_none()
-        {
-            o.propagation_policy = Some("Orphan".into());
-        }
-        o.precondition_uid = v
-            .pointer("/preconditions/uid")
-            .and_then(Value::as_str)
-            .map(String::from);
-        o.precondition_resource_version = v
-            .pointer("/preconditions/resourceVersion")
-            .and_then(Value::as_str)
-            .map(String::from);
-        o.dry_run = v
-            .get("dryRun")
-            .and_then(Value::as_array)
-            .is_some_and(|a| a.iter().any(|x| x == "All"));
+        o = delete_options_from(&v);
     }
     if let Some(g) = int_param(q, "gracePeriodSeconds")? {
         o.grace_period_seconds = Some(g);

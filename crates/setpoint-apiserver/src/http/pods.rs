@@ -1,6 +1,6 @@
 //! Pods' own operations: `pods/log` (streamed from the node agent), `pods/exec`,
 //! `pods/attach` and `pods/portforward` (upgraded connections spliced to the node agent) and
-//! `pods/binding`.
+//! `pods/binding` and `pods/eviction`.
 
 use std::sync::Arc;
 
@@ -16,7 +16,7 @@ use crate::request::Query;
 use crate::state::ApiServer;
 
 use super::negotiation::decode_object_body;
-use super::options::write_options;
+use super::options::{delete_options_from, write_options};
 use crate::response::value_response;
 
 /// `GET pods/<name>/log`: proxied to the agent of the pod's node.
@@ -144,4 +144,68 @@ pub(super) async fn bind_pod(
         StatusCode::CREATED,
         &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
     ))
+}
+
+/// `POST pods/<name>/eviction`: a policy/v1 (or v1beta1) Eviction, answered as upstream's
+/// eviction REST does: 201 with a `Success` Status when the pod is deleted, 429 when a budget
+/// forbids it, 500 when several budgets guard the pod.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn evict_pod(
+    server: &Arc<ApiServer>,
+    res: &Arc<ResourceDef>,
+    ns: &str,
+    name: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+    q: &Query,
+    user: &Arc<crate::authentication::UserInfo>,
+) -> Result<Response, ApiError> {
+    // kubectl sends the version discovery lists for pods/eviction (policy/v1); clients of
+    // older servers send policy/v1beta1, whose Eviction has the same fields.
+    let version = match serde_json::from_slice::<Value>(body)
+        .ok()
+        .and_then(|v| {
+            v.get("apiVersion")
+                .and_then(Value::as_str)
+                .map(String::from)
+        })
+        .as_deref()
+    {
+        Some("policy/v1beta1") => "v1beta1",
+        _ => "v1",
+    };
+    let eviction_def = ResourceDef {
+        group: "policy".into(),
+        version: version.into(),
+        kind: "Eviction".into(),
+        ..(**res).clone()
+    };
+    let (eviction, _) = decode_object_body(&eviction_def, headers, body)?;
+    let named = eviction
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if named != name {
+        return Err(ApiError::bad_request(
+            "name in URL does not match name in Eviction object",
+        ));
+    }
+    let mut opts = match eviction.get("deleteOptions") {
+        Some(v) if v.is_object() => delete_options_from(v),
+        _ => crate::objects::DeleteOptions::default(),
+    };
+    // dryRun on the request applies to the delete too (upstream's propagateDryRun).
+    opts.dry_run |= write_options(q, "CreateOptions")?.dry_run;
+    opts.user = Some(user.clone());
+    match server.evict(ns, name, opts).await? {
+        crate::eviction::Evicted::Deleted => Ok(value_response(
+            StatusCode::CREATED,
+            &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+        )),
+        crate::eviction::Evicted::TooManyBudgets => Ok(value_response(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                    "message": crate::eviction::TOO_MANY_BUDGETS, "code": 500}),
+        )),
+    }
 }
