@@ -38,6 +38,7 @@ pub mod csrsigning;
 pub mod daemonset;
 pub mod deployment;
 pub mod discovery;
+pub mod disruption;
 pub mod endpoints;
 pub mod endpointslice;
 pub mod expectations;

@@ -22,6 +22,7 @@ pub const ALL: &[&str] = &[
     "endpointslice",
     "endpointslicemirroring",
     "statefulset",
+    "disruption",
     "nodelifecycle",
     "job",
     "cronjob",
@@ -145,6 +146,7 @@ pub async fn build(
             }
             "endpointslicemirroring" => crate::endpointslice::mirroring::controller(c, informers),
             "statefulset" => crate::statefulset::controller(c, informers),
+            "disruption" => crate::disruption::controller(c, informers),
             "job" => crate::job::controller(c, informers),
             "cronjob" => crate::cronjob::controller(c, informers),
             "clusterrole-aggregation" => crate::clusterroleaggregation::controller(c, informers),
