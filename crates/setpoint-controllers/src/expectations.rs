@@ -79,7 +79,7 @@ impl Expectations {
 /// The kind of controller whose pods an [`Expectations`] follows.
 #[derive(Clone, Copy, Debug)]
 pub struct Owner {
-    /// The owner's API group (`apps`, `batch`).
+    /// The owner's API group (`apps`, `batch`; empty for the core group).
     pub group: &'static str,
     /// The owner's kind (`ReplicaSet`, `Job`).
     pub kind: &'static str,
@@ -91,7 +91,9 @@ fn owner_key(pod: &Pod, owner: Owner) -> Option<ObjectKey> {
         .owner_references()
         .into_iter()
         .find(|r| r.controller == Some(true))?;
-    (r.kind == owner.kind && r.api_version.starts_with(&format!("{}/", owner.group)))
+    // The core group (a ReplicationController's `v1`) has no `group/` prefix.
+    let (group, _) = setpoint_api::resource::split_api_version(&r.api_version);
+    (r.kind == owner.kind && group == owner.group)
         .then(|| ObjectKey::new(pod.namespace().as_deref(), &r.name))
 }
 

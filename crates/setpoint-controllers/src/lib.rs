@@ -10,6 +10,7 @@
 //! - [`gc`]: the garbage collector — background, foreground and orphan cascading deletion
 //!   driven by `ownerReferences`;
 //! - [`replicaset`]: keeps a ReplicaSet's pods at `spec.replicas`;
+//! - [`replicationcontroller`]: the same for ReplicationControllers, through an adapter;
 //! - [`endpointslice`] and [`endpoints`]: a Service's EndpointSlices and its Endpoints,
 //!   from the pods its selector picks;
 //! - [`statefulset`]: pods with stable names, ordinals and claims, in order, with rolling
@@ -20,6 +21,9 @@
 //!   (rolling update, recreate, pause, rollback, revision history);
 //! - [`cronjob`]: creates a Job each time a CronJob's schedule ([`setpoint_api::cron`]) comes round;
 //! - [`job`]: runs a Job's pods to `completions` within `parallelism` and `backoffLimit`;
+//! - [`ttlafterfinished`]: deletes finished Jobs once their `ttlSecondsAfterFinished` ran out;
+//! - [`podgc`]: deletes terminated pods over a threshold, pods of nodes that are gone and
+//!   unscheduled terminating pods;
 //! - [`nodelifecycle`]: marks nodes whose agent went silent `Unknown`, taints them, and
 //!   evicts their pods once the pods' tolerations run out;
 //! - [`serviceaccount`]: a `default` ServiceAccount in every active namespace;
@@ -49,12 +53,15 @@ pub mod manager;
 pub mod namespace;
 pub mod nodelifecycle;
 pub mod persistentvolume;
+pub mod podgc;
 pub mod replicaset;
+pub mod replicationcontroller;
 pub mod resourcequota;
 pub mod rootca;
 pub mod serviceaccount;
 pub mod statefulset;
 pub mod tokens;
+pub mod ttlafterfinished;
 pub mod volumeprotection;
 
 /// The current time in whole seconds, as the API stores timestamps (the `jiff` build that

@@ -16,6 +16,7 @@ pub const ALL: &[&str] = &[
     "namespace",
     "garbagecollector",
     "replicaset",
+    "replicationcontroller",
     "deployment",
     "daemonset",
     "endpoint",
@@ -26,6 +27,8 @@ pub const ALL: &[&str] = &[
     "nodelifecycle",
     "job",
     "cronjob",
+    "ttl-after-finished",
+    "pod-garbage-collector",
     "clusterrole-aggregation",
     "serviceaccount-token",
     "serviceaccount",
@@ -56,6 +59,8 @@ pub struct Options {
     pub metrics: Option<ControllerMetrics>,
     /// The EndpointSlice controller's settings (`--max-endpoints-per-slice`).
     pub endpointslice: crate::endpointslice::EndpointSliceConfig,
+    /// The pod garbage collector's settings (`--terminated-pod-gc-threshold`).
+    pub podgc: crate::podgc::PodGcConfig,
 }
 
 /// Concurrent reconciles per controller: `kube-controller-manager`'s `--concurrent-*-syncs`,
@@ -68,6 +73,8 @@ pub struct Concurrency {
     pub deployment: usize,
     /// `--concurrent-replicaset-syncs` (default 5).
     pub replicaset: usize,
+    /// `--concurrent-rc-syncs` (default 5): the ReplicationController controller.
+    pub replicationcontroller: usize,
     /// `--concurrent-daemonset-syncs` (default 2).
     pub daemonset: usize,
     /// `--concurrent-statefulset-syncs` (default 5).
@@ -93,6 +100,7 @@ impl Concurrency {
         match name {
             "deployment" => Some(self.deployment),
             "replicaset" => Some(self.replicaset),
+            "replicationcontroller" => Some(self.replicationcontroller),
             "daemonset" => Some(self.daemonset),
             "statefulset" => Some(self.statefulset),
             "job" => Some(self.job),
@@ -111,6 +119,7 @@ impl Default for Concurrency {
         Concurrency {
             deployment: 5,
             replicaset: 5,
+            replicationcontroller: 5,
             daemonset: 2,
             statefulset: 5,
             job: 5,
@@ -139,6 +148,7 @@ pub async fn build(
             "deployment" => crate::deployment::controller(c, informers),
             "garbagecollector" => continue,
             "replicaset" => crate::replicaset::controller(c, informers),
+            "replicationcontroller" => crate::replicationcontroller::controller(c, informers),
             "daemonset" => crate::daemonset::controller(c, informers),
             "endpoint" => crate::endpoints::controller(c, informers),
             "endpointslice" => {
@@ -149,6 +159,8 @@ pub async fn build(
             "disruption" => crate::disruption::controller(c, informers),
             "job" => crate::job::controller(c, informers),
             "cronjob" => crate::cronjob::controller(c, informers),
+            "ttl-after-finished" => crate::ttlafterfinished::controller(c, informers),
+            "pod-garbage-collector" => crate::podgc::controller(c, informers, options.podgc),
             "clusterrole-aggregation" => crate::clusterroleaggregation::controller(c, informers),
             "serviceaccount" => crate::serviceaccount::controller(c, informers),
             "resourcequota" => crate::resourcequota::controller(c, informers),

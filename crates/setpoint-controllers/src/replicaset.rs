@@ -5,7 +5,10 @@
 //! that keeps failing costs one request instead of hundreds. In-flight intent is tracked in
 //! [`Expectations`], so a stale cache never causes double work.
 //!
-//! [`plan`] is the pure decision; [`ReplicaSetController`] does the I/O around it.
+//! [`plan`] is the pure decision; [`ReplicaSetController`] does the I/O around it. Both
+//! serve ReplicationControllers too, through the [`Replicated`] adapter (upstream's
+//! ReplicationController controller is its ReplicaSet controller over such an adapter), so
+//! the two kinds share one implementation of every rule here.
 
 use std::cmp::Ordering;
 use std::collections::HashSet;
@@ -32,11 +35,42 @@ pub const NAME: &str = "replicaset";
 pub use crate::expectations::EXPECTATIONS_TIMEOUT;
 /// The most pods created or deleted for one ReplicaSet in one pass.
 pub const BURST_REPLICAS: usize = 500;
-/// The owner this controller's expectations follow.
-const OWNER: crate::expectations::Owner = crate::expectations::Owner {
-    group: "apps",
-    kind: "ReplicaSet",
-};
+
+/// A kind whose objects keep `spec.replicas` copies of a pod template running: the
+/// ReplicaSet itself, and the ReplicationController seen as one (its equality selector as
+/// `matchLabels`, its status fields the same). The controller reads every object through
+/// [`Replicated::as_replica_set`] and writes back only the status.
+pub trait Replicated:
+    k8s_openapi::Resource<Scope = k8s_openapi::NamespaceResourceScope> + Object
+{
+    /// The controller's name (`--controllers`, work queue, metrics, logs).
+    const CONTROLLER: &'static str;
+    /// The component its Events are reported by, upstream's.
+    const REPORTER: &'static str;
+    /// The object as a ReplicaSet: metadata, spec (selector included) and status.
+    fn as_replica_set(&self) -> ReplicaSet;
+    /// Replaces the object's status with `status`.
+    fn set_status(&mut self, status: ReplicaSetStatus);
+}
+
+impl Replicated for ReplicaSet {
+    const CONTROLLER: &'static str = NAME;
+    const REPORTER: &'static str = "replicaset-controller";
+    fn as_replica_set(&self) -> ReplicaSet {
+        self.clone()
+    }
+    fn set_status(&mut self, status: ReplicaSetStatus) {
+        self.status = Some(status);
+    }
+}
+
+/// The owner kind whose pods a controller's expectations follow.
+fn owner_of<K: Replicated>() -> crate::expectations::Owner {
+    crate::expectations::Owner {
+        group: K::GROUP,
+        kind: K::KIND,
+    }
+}
 /// The condition reporting failed creates or deletes.
 pub const REPLICA_FAILURE: &str = "ReplicaFailure";
 
@@ -139,7 +173,8 @@ pub fn batches(n: usize) -> Vec<usize> {
     out
 }
 
-fn selector_of(rs: &ReplicaSet) -> LabelSelector {
+/// The label selector of a ReplicaSet (or of a ReplicationController seen as one).
+pub fn selector_of(rs: &ReplicaSet) -> LabelSelector {
     let v = serde_json::to_value(rs.spec.as_ref().map(|s| &s.selector))
         .unwrap_or(serde_json::Value::Null);
     LabelSelector::from_label_selector_json(&v).unwrap_or_else(|_| LabelSelector::nothing())
@@ -289,19 +324,19 @@ pub fn same_status(a: &ReplicaSetStatus, b: &ReplicaSetStatus) -> bool {
 
 use crate::now;
 
-/// The reconciler of ReplicaSets.
-pub struct ReplicaSetController {
+/// The reconciler of ReplicaSets (or of another [`Replicated`] kind).
+pub struct ReplicaSetController<K: Replicated = ReplicaSet> {
     client: Client,
-    replicasets: Store<ReplicaSet>,
+    replicasets: Store<K>,
     owned: OwnedPods,
     events: EventRecorder,
 }
 
-/// The controller reference a ReplicaSet puts on its pods.
-fn owner_reference(rs: &ReplicaSet) -> serde_json::Value {
+/// The controller reference an owner of kind `K` puts on its pods.
+fn owner_reference<K: Replicated>(rs: &ReplicaSet) -> serde_json::Value {
     json!({
-        "apiVersion": "apps/v1",
-        "kind": "ReplicaSet",
+        "apiVersion": K::API_VERSION,
+        "kind": K::KIND,
         "name": rs.name(),
         "uid": rs.uid().unwrap_or_default(),
         "controller": true,
@@ -309,8 +344,8 @@ fn owner_reference(rs: &ReplicaSet) -> serde_json::Value {
     })
 }
 
-/// A new pod from the ReplicaSet's template.
-fn new_pod(rs: &ReplicaSet) -> Result<Pod, ReconcileError> {
+/// A new pod from the template of `rs`, an owner of kind `K`.
+fn new_pod<K: Replicated>(rs: &ReplicaSet) -> Result<Pod, ReconcileError> {
     let template = rs.spec.as_ref().and_then(|s| s.template.clone());
     let meta = template
         .as_ref()
@@ -325,14 +360,14 @@ fn new_pod(rs: &ReplicaSet) -> Result<Pod, ReconcileError> {
             "labels": meta.labels,
             "annotations": meta.annotations,
             "finalizers": meta.finalizers,
-            "ownerReferences": [owner_reference(rs)],
+            "ownerReferences": [owner_reference::<K>(rs)],
         },
         "spec": template.and_then(|t| t.spec),
     });
     serde_json::from_value(body).map_err(ReconcileError::terminal)
 }
 
-impl ReplicaSetController {
+impl<K: Replicated> ReplicaSetController<K> {
     async fn adopt(&self, api: &Api<Pod>, rs: &ReplicaSet, key: &ObjectKey) {
         let Some(pod) = self.owned.pods.get(key) else {
             return;
@@ -342,7 +377,7 @@ impl ReplicaSetController {
             .iter()
             .filter_map(|r| serde_json::to_value(r).ok())
             .collect();
-        refs.push(owner_reference(rs));
+        refs.push(owner_reference::<K>(rs));
         crate::expectations::patch_owner_references(api, &pod, refs, "adoption").await;
     }
 
@@ -365,10 +400,11 @@ impl ReplicaSetController {
         &self,
         api: &Api<Pod>,
         rs: &ReplicaSet,
+        owner: &K,
         key: &ObjectKey,
         n: usize,
     ) -> Option<String> {
-        let pod = match new_pod(rs) {
+        let pod = match new_pod::<K>(rs) {
             Ok(p) => p,
             Err(e) => {
                 self.owned.expectations.creation_observed(key, n);
@@ -382,7 +418,7 @@ impl ReplicaSetController {
             &self.owned.expectations,
             key,
             &self.events,
-            &rs.object_reference(),
+            &owner.object_reference(),
         )
         .await
     }
@@ -391,7 +427,7 @@ impl ReplicaSetController {
     async fn delete(
         &self,
         api: &Api<Pod>,
-        rs: &ReplicaSet,
+        owner: &K,
         key: &ObjectKey,
         pods: &[(ObjectKey, String)],
     ) -> Option<String> {
@@ -401,19 +437,20 @@ impl ReplicaSetController {
             &self.owned.expectations,
             key,
             &self.events,
-            &rs.object_reference(),
+            &owner.object_reference(),
         )
         .await
     }
 }
 
 #[async_trait::async_trait]
-impl Reconciler for ReplicaSetController {
+impl<K: Replicated> Reconciler for ReplicaSetController<K> {
     async fn reconcile(&self, _ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
-        let Some(rs) = self.replicasets.get(key) else {
+        let Some(owner) = self.replicasets.get(key) else {
             self.owned.expectations.forget(key);
             return Ok(Action::Done);
         };
+        let rs = owner.as_replica_set();
         let ns = key.namespace.clone().unwrap_or_default();
         // Its own pods and the namespace's orphans: all `plan` can act on, found through
         // indexes rather than by scanning every pod of the namespace (which made a namespace
@@ -439,7 +476,7 @@ impl Reconciler for ReplicaSetController {
                 self.owned
                     .expectations
                     .expect(key, plan.create, HashSet::new());
-                if let Some(e) = self.create(&api, &rs, key, plan.create).await {
+                if let Some(e) = self.create(&api, &rs, &owner, key, plan.create).await {
                     failure = Some(("FailedCreate", e));
                 }
             } else if !plan.delete.is_empty() {
@@ -450,7 +487,7 @@ impl Reconciler for ReplicaSetController {
                     .collect();
                 let uids = victims.iter().map(|(_, u)| u.clone()).collect();
                 self.owned.expectations.expect(key, 0, uids);
-                if let Some(e) = self.delete(&api, &rs, key, &victims).await {
+                if let Some(e) = self.delete(&api, &owner, key, &victims).await {
                     failure = Some(("FailedDelete", e));
                 }
             }
@@ -466,14 +503,14 @@ impl Reconciler for ReplicaSetController {
         );
         status.conditions = (!conds.is_empty()).then_some(conds);
         if !same_status(&status, &current) {
-            let rs_api: Api<ReplicaSet> = Api::namespaced(self.client.clone(), &ns);
+            let rs_api: Api<K> = Api::namespaced(self.client.clone(), &ns);
             // An update of the status, as upstream's controller writes it (its role,
             // `system:controller:replicaset-controller`, grants update of
             // replicasets/status, not patch); on a conflict once more over a fresh read, as
             // upstream's `updateReplicaSetStatus` retries.
-            let mut next = (*rs).clone();
+            let mut next = (*owner).clone();
             for attempt in 0..2 {
-                next.status = Some(status.clone());
+                next.set_status(status.clone());
                 match rs_api
                     .replace_status(&key.name, &PostParams::default(), &next)
                     .await
@@ -505,15 +542,21 @@ impl Reconciler for ReplicaSetController {
 
 /// The ReplicaSet controller, reconciling every ReplicaSet when it or one of its pods changes.
 pub fn controller(client: Client, informers: &SharedInformers) -> Controller {
-    let reconciler = ReplicaSetController {
-        events: EventRecorder::new(client.clone(), Reporter::new("replicaset-controller")),
+    controller_for::<ReplicaSet>(client, informers)
+}
+
+/// The controller of the [`Replicated`] kind `K`, reconciling every object when it or one of
+/// its pods changes.
+pub fn controller_for<K: Replicated>(client: Client, informers: &SharedInformers) -> Controller {
+    let reconciler = ReplicaSetController::<K> {
+        events: EventRecorder::new(client.clone(), Reporter::new(K::REPORTER)),
         client,
-        replicasets: informers.typed::<ReplicaSet>(Scope::all()).store(),
-        owned: OwnedPods::watch(informers, OWNER),
+        replicasets: informers.typed::<K>(Scope::all()).store(),
+        owned: OwnedPods::watch(informers, owner_of::<K>()),
     };
-    let sets = informers.typed::<ReplicaSet>(Scope::all()).store();
-    Controller::for_type::<ReplicaSet>(NAME, informers, None)
-        .owns::<ReplicaSet, Pod>(None)
+    let sets = informers.typed::<K>(Scope::all()).store();
+    Controller::for_type::<K>(K::CONTROLLER, informers, None)
+        .owns::<K, Pod>(None)
         // An orphan wakes the ReplicaSets of its namespace that select it, to be adopted.
         .watches::<Pod>(None, move |pod: &Pod| {
             if controller_ref(pod).is_some() || pod.metadata.deletion_timestamp.is_some() {
@@ -523,7 +566,7 @@ pub fn controller(client: Client, informers: &SharedInformers) -> Controller {
             sets.by_namespace(&pod.namespace().unwrap_or_default())
                 .iter()
                 .filter(|rs| {
-                    let sel = selector_of(rs);
+                    let sel = selector_of(&rs.as_replica_set());
                     !sel.is_empty() && sel.matches(|k| labels.get(k).map(String::as_str))
                 })
                 .map(|rs| ObjectKey::of(rs.as_ref()))

@@ -1,4 +1,6 @@
-//! The ReplicaSet controller against a real in-process API server.
+//! The ReplicaSet controller against a real in-process API server, and the
+//! ReplicationController controller (the same controller over an adapter) through the same
+//! scenarios: every scenario is a generic function run once per kind (`both!`).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -7,10 +9,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetStatus};
+use k8s_openapi::api::core::v1::{Namespace, Pod, ReplicationController};
 use serde_json::json;
 use setpoint_api::ApiError;
+use setpoint_controllers::replicaset::Replicated;
 use setpoint_runtime::client::{
     Api, Client, ClientError, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent,
     WatchParams,
@@ -18,6 +21,38 @@ use setpoint_runtime::client::{
 use setpoint_runtime::client::{Body, ServiceTransport, Transport};
 use setpoint_runtime::informer::SharedInformers;
 use setpoint_testing::TestCluster;
+
+/// A kind the scenarios run for: how to write one selecting `app: web`.
+trait Kind: Replicated {
+    /// `selector` in this kind's form: a label selector or an equality map.
+    fn selector() -> serde_json::Value;
+}
+
+impl Kind for ReplicaSet {
+    fn selector() -> serde_json::Value {
+        json!({"matchLabels": {"app": "web"}})
+    }
+}
+
+impl Kind for ReplicationController {
+    fn selector() -> serde_json::Value {
+        json!({"app": "web"})
+    }
+}
+
+/// Runs a generic scenario as one test per kind.
+macro_rules! both {
+    ($scenario:ident, $rs:ident, $rc:ident) => {
+        #[tokio::test]
+        async fn $rs() {
+            $scenario::<ReplicaSet>().await
+        }
+        #[tokio::test]
+        async fn $rc() {
+            $scenario::<ReplicationController>().await
+        }
+    };
+}
 
 const NS: &str = "rs";
 
@@ -65,11 +100,11 @@ fn gated_client(cluster: &TestCluster, creates: usize) -> Client {
     ))
 }
 
-/// Starts a fresh ReplicaSet controller (with its own informers); it stops when the returned
+/// Starts a fresh controller of `K` (with its own informers); it stops when the returned
 /// task is aborted.
-fn start_controller(client: &Client) -> tokio::task::JoinHandle<()> {
+fn start_controller<K: Kind>(client: &Client) -> tokio::task::JoinHandle<()> {
     let informers = SharedInformers::new(client.clone());
-    let c = setpoint_controllers::replicaset::controller(client.clone(), &informers);
+    let c = setpoint_controllers::replicaset::controller_for::<K>(client.clone(), &informers);
     tokio::spawn(async move {
         c.run(std::future::pending()).await;
         informers.shutdown().await;
@@ -81,8 +116,11 @@ async fn eventually<T, F: Future<Output = Option<T>>>(what: &str, check: impl Fn
     setpoint_testing::eventually_within(Duration::from_secs(30), what, check).await
 }
 
-async fn setup() -> (TestCluster, Api<ReplicaSet>, Api<Pod>) {
-    let cluster = TestCluster::start().await;
+async fn setup<K: Kind>() -> (TestCluster, Api<K>, Api<Pod>) {
+    setup_on(TestCluster::start().await).await
+}
+
+async fn setup_on<K: Kind>(cluster: TestCluster) -> (TestCluster, Api<K>, Api<Pod>) {
     let client = cluster.client();
     let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap();
     Api::<Namespace>::all(client.clone())
@@ -94,12 +132,12 @@ async fn setup() -> (TestCluster, Api<ReplicaSet>, Api<Pod>) {
     (cluster, sets, pods)
 }
 
-async fn create_rs(api: &Api<ReplicaSet>, replicas: i32) -> ReplicaSet {
-    let rs: ReplicaSet = serde_json::from_value(json!({
+async fn create_rs<K: Kind>(api: &Api<K>, replicas: i32) -> K {
+    let rs: K = serde_json::from_value(json!({
         "metadata": {"name": "web"},
         "spec": {
             "replicas": replicas,
-            "selector": {"matchLabels": {"app": "web"}},
+            "selector": K::selector(),
             "template": {
                 "metadata": {"labels": {"app": "web"}, "annotations": {"note": "x"}},
                 "spec": {"containers": [{"name": "c", "image": "nginx"}]}
@@ -129,7 +167,7 @@ async fn wait_count(api: &Api<Pod>, n: usize) -> Vec<Pod> {
     .await
 }
 
-async fn scale(api: &Api<ReplicaSet>, n: i32) {
+async fn scale<K: Kind>(api: &Api<K>, n: i32) {
     api.patch(
         "web",
         &PatchParams::default(),
@@ -154,33 +192,39 @@ async fn make_ready(api: &Api<Pod>, name: &str) {
     .unwrap();
 }
 
-async fn wait_status(api: &Api<ReplicaSet>, f: impl Fn(&ReplicaSet) -> bool) -> ReplicaSet {
+/// Waits until the object (read as a ReplicaSet) satisfies `f`.
+async fn wait_status<K: Kind>(api: &Api<K>, f: impl Fn(&ReplicaSet) -> bool) -> ReplicaSet {
     eventually("replica set status", || async {
-        let rs = api.get("web").await.unwrap();
+        let rs = api.get("web").await.unwrap().as_replica_set();
         f(&rs).then_some(rs)
     })
     .await
 }
 
-fn field(
-    rs: &ReplicaSet,
-    f: impl Fn(&k8s_openapi::api::apps::v1::ReplicaSetStatus) -> Option<i32>,
-) -> i32 {
+fn field(rs: &ReplicaSet, f: impl Fn(&ReplicaSetStatus) -> Option<i32>) -> i32 {
     rs.status.as_ref().and_then(f).unwrap_or(0)
 }
 
-#[tokio::test]
-async fn keeps_replicas_scales_and_reports_status() {
-    let (cluster, sets, pods) = setup().await;
-    let task = start_controller(&cluster.client());
+both!(
+    keeps_replicas_scales_and_reports_status,
+    rs_keeps_replicas_scales_and_reports_status,
+    rc_keeps_replicas_scales_and_reports_status
+);
+async fn keeps_replicas_scales_and_reports_status<K: Kind>() {
+    let (cluster, sets, pods) = setup::<K>().await;
+    let task = start_controller::<K>(&cluster.client());
     let rs = create_rs(&sets, 3).await;
-    let uid = rs.metadata.uid.clone().unwrap();
+    let uid = rs.uid().unwrap();
 
     let created = wait_count(&pods, 3).await;
     for p in &created {
         let refs = p.metadata.owner_references.clone().unwrap_or_default();
         assert_eq!(refs.len(), 1);
         assert_eq!(refs[0].uid, uid);
+        assert_eq!(
+            (refs[0].api_version.as_str(), refs[0].kind.as_str()),
+            (K::API_VERSION, K::KIND)
+        );
         assert_eq!(refs[0].controller, Some(true));
         assert_eq!(refs[0].block_owner_deletion, Some(true));
         assert!(p.metadata.name.as_ref().unwrap().starts_with("web-"));
@@ -245,9 +289,13 @@ async fn keeps_replicas_scales_and_reports_status() {
     cluster.stop().await;
 }
 
-#[tokio::test]
-async fn adopts_matching_orphans() {
-    let (cluster, sets, pods) = setup().await;
+both!(
+    adopts_matching_orphans,
+    rs_adopts_matching_orphans,
+    rc_adopts_matching_orphans
+);
+async fn adopts_matching_orphans<K: Kind>() {
+    let (cluster, sets, pods) = setup::<K>().await;
     let orphan: Pod = serde_json::from_value(json!({
         "metadata": {"name": "orphan", "labels": {"app": "web"}},
         "spec": {"containers": [{"name": "c", "image": "nginx"}]}
@@ -255,7 +303,7 @@ async fn adopts_matching_orphans() {
     .unwrap();
     pods.create(&PostParams::default(), &orphan).await.unwrap();
     let rs = create_rs(&sets, 2).await;
-    let task = start_controller(&cluster.client());
+    let task = start_controller::<K>(&cluster.client());
 
     let all = wait_count(&pods, 2).await;
     assert!(all
@@ -266,18 +314,121 @@ async fn adopts_matching_orphans() {
         p.metadata.owner_references.filter(|r| !r.is_empty())
     })
     .await;
-    assert_eq!(adopted[0].uid, rs.metadata.uid.unwrap());
+    assert_eq!(adopted[0].uid, rs.uid().unwrap());
+    assert_eq!(adopted[0].kind, K::KIND);
     assert_eq!(adopted[0].controller, Some(true));
 
     task.abort();
     cluster.stop().await;
 }
 
-#[tokio::test]
-async fn a_restarted_controller_does_not_duplicate_pods() {
-    let (cluster, sets, pods) = setup().await;
+both!(
+    releases_pods_that_stop_matching,
+    rs_releases_pods_that_stop_matching,
+    rc_releases_pods_that_stop_matching
+);
+async fn releases_pods_that_stop_matching<K: Kind>() {
+    let (cluster, sets, pods) = setup::<K>().await;
+    let task = start_controller::<K>(&cluster.client());
+    create_rs(&sets, 2).await;
+    let created = wait_count(&pods, 2).await;
+    let name = created[0].metadata.name.clone().unwrap();
+    // Relabelled out of the selector: released (no owner left), and replaced.
+    pods.patch(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"app": "debug"}}})),
+    )
+    .await
+    .unwrap();
+    eventually("release", || async {
+        let p = pods.get(&name).await.unwrap();
+        p.metadata
+            .owner_references
+            .unwrap_or_default()
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    eventually("a replacement", || async {
+        let matching = live_pods(&pods)
+            .await
+            .into_iter()
+            .filter(|p| {
+                p.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("app"))
+                    .map(String::as_str)
+                    == Some("web")
+            })
+            .count();
+        (matching == 2).then_some(())
+    })
+    .await;
+    assert_eq!(live_pods(&pods).await.len(), 3, "the released pod stays");
+
+    task.abort();
+    cluster.stop().await;
+}
+
+both!(
+    deletion_cascades_or_orphans,
+    rs_deletion_cascades_or_orphans,
+    rc_deletion_cascades_or_orphans
+);
+/// With every controller running (the garbage collector included): a foreground deletion
+/// takes the pods first, an orphaning one leaves them without their owner.
+async fn deletion_cascades_or_orphans<K: Kind>() {
+    let (cluster, sets, pods) = setup_on::<K>(TestCluster::start_with_controllers().await).await;
+    create_rs(&sets, 2).await;
+    let first = wait_count(&pods, 2).await;
+    sets.delete("web", &DeleteParams::foreground())
+        .await
+        .unwrap();
+    eventually("the owner and its pods gone", || async {
+        let owner = sets.get_opt("web").await.unwrap();
+        let left = pods.list(&ListParams::default()).await.unwrap().items;
+        (owner.is_none() && left.is_empty()).then_some(())
+    })
+    .await;
+    assert!(first.iter().all(|p| p.metadata.owner_references.is_some()));
+
+    create_rs(&sets, 2).await;
+    wait_count(&pods, 2).await;
+    let orphan = DeleteParams {
+        propagation_policy: Some("Orphan".into()),
+        ..Default::default()
+    };
+    sets.delete("web", &orphan).await.unwrap();
+    let kept = eventually("the owner gone, its pods orphaned", || async {
+        let owner = sets.get_opt("web").await.unwrap();
+        let left = live_pods(&pods).await;
+        (owner.is_none()
+            && left.len() == 2
+            && left.iter().all(|p| {
+                p.metadata
+                    .owner_references
+                    .as_ref()
+                    .is_none_or(|r| r.is_empty())
+            }))
+        .then_some(left)
+    })
+    .await;
+    assert_eq!(kept.len(), 2);
+
+    cluster.stop().await;
+}
+
+both!(
+    a_restarted_controller_does_not_duplicate_pods,
+    rs_a_restarted_controller_does_not_duplicate_pods,
+    rc_a_restarted_controller_does_not_duplicate_pods
+);
+async fn a_restarted_controller_does_not_duplicate_pods<K: Kind>() {
+    let (cluster, sets, pods) = setup::<K>().await;
     create_rs(&sets, 0).await;
-    let first = start_controller(&gated_client(&cluster, 5));
+    let first = start_controller::<K>(&gated_client(&cluster, 5));
     // The controller has synced once it reports the ReplicaSet's status.
     wait_status(&sets, |rs| {
         rs.status
@@ -307,7 +458,7 @@ async fn a_restarted_controller_does_not_duplicate_pods() {
     let stopped = live_pods(&pods).await.len();
     eprintln!("controller stopped with {stopped} of 50 pods");
     assert!(stopped < 50, "the controller was stopped mid scale-up");
-    let _second = start_controller(&cluster.client());
+    let _second = start_controller::<K>(&cluster.client());
     wait_count(&pods, 50).await;
     // Once the controller reports 50 (its view after its last creates), there are 50.
     let rs = wait_status(&sets, |rs| {
@@ -320,9 +471,13 @@ async fn a_restarted_controller_does_not_duplicate_pods() {
     cluster.stop().await;
 }
 
-#[tokio::test]
-async fn a_failing_create_is_reported_without_flooding() {
-    let (cluster, sets, pods) = setup().await;
+both!(
+    a_failing_create_is_reported_without_flooding,
+    rs_a_failing_create_is_reported_without_flooding,
+    rc_a_failing_create_is_reported_without_flooding
+);
+async fn a_failing_create_is_reported_without_flooding<K: Kind>() {
+    let (cluster, sets, pods) = setup::<K>().await;
     let attempts = Arc::new(AtomicUsize::new(0));
     let router = setpoint_apiserver::http::router(cluster.server().clone());
     let client = Client::new(FailPodCreates(
@@ -330,7 +485,7 @@ async fn a_failing_create_is_reported_without_flooding() {
         attempts.clone(),
     ));
     create_rs(&sets, 20).await;
-    let task = start_controller(&client);
+    let task = start_controller::<K>(&client);
 
     let rs = wait_status(&sets, |rs| {
         rs.status

@@ -67,6 +67,8 @@ pub struct ControllerManagerArgs {
     node_monitor_grace_period_seconds: u64,
     #[command(flatten)]
     concurrency: ConcurrencyFlags,
+    #[command(flatten)]
+    podgc: PodGcFlags,
     /// The most endpoints an EndpointSlice holds before another is started (1 to 1000).
     #[arg(long, default_value_t = setpoint_controllers::endpointslice::DEFAULT_MAX_ENDPOINTS_PER_SLICE as u64, value_parser = clap::value_parser!(u64).range(1..=1000))]
     max_endpoints_per_slice: u64,
@@ -87,6 +89,9 @@ pub struct ConcurrencyFlags {
     /// ReplicaSets reconciled at once.
     #[arg(long, default_value_t = Concurrency::default().replicaset)]
     concurrent_replicaset_syncs: usize,
+    /// ReplicationControllers reconciled at once.
+    #[arg(long, default_value_t = Concurrency::default().replicationcontroller)]
+    concurrent_rc_syncs: usize,
     /// DaemonSets reconciled at once.
     #[arg(long, default_value_t = Concurrency::default().daemonset)]
     concurrent_daemonset_syncs: usize,
@@ -113,12 +118,38 @@ pub struct ConcurrencyFlags {
     concurrent_gc_syncs: usize,
 }
 
+/// The pod garbage collector's flags; `setpoint controller-manager` and `setpoint up` take
+/// the same.
+#[derive(clap::Args, Clone)]
+pub struct PodGcFlags {
+    /// Terminated pods (Succeeded or Failed) kept before the oldest are deleted; 0 keeps
+    /// them all.
+    #[arg(long, default_value_t = setpoint_controllers::podgc::DEFAULT_TERMINATED_POD_GC_THRESHOLD)]
+    terminated_pod_gc_threshold: usize,
+    /// Seconds a node that pods are bound to may be missing from the controllers' cache
+    /// before it is read from the server and, if gone, its pods deleted (upstream's fixed
+    /// 40 s quarantine).
+    #[arg(long, default_value_t = setpoint_controllers::podgc::DEFAULT_QUARANTINE.as_secs())]
+    pod_gc_quarantine_seconds: u64,
+}
+
+impl PodGcFlags {
+    /// The pod garbage collector's settings the flags ask for.
+    pub fn config(&self) -> setpoint_controllers::podgc::PodGcConfig {
+        setpoint_controllers::podgc::PodGcConfig {
+            terminated_pod_gc_threshold: self.terminated_pod_gc_threshold,
+            quarantine: std::time::Duration::from_secs(self.pod_gc_quarantine_seconds),
+        }
+    }
+}
+
 impl ConcurrencyFlags {
     /// The concurrency the flags ask for.
     pub fn concurrency(&self) -> Concurrency {
         Concurrency {
             deployment: self.concurrent_deployment_syncs,
             replicaset: self.concurrent_replicaset_syncs,
+            replicationcontroller: self.concurrent_rc_syncs,
             daemonset: self.concurrent_daemonset_syncs,
             statefulset: self.concurrent_statefulset_syncs,
             job: self.concurrent_job_syncs,
@@ -164,6 +195,7 @@ impl ControllerManagerArgs {
             endpointslice: setpoint_controllers::endpointslice::EndpointSliceConfig {
                 max_endpoints_per_slice: self.max_endpoints_per_slice as usize,
             },
+            podgc: self.podgc.config(),
         }
     }
 
@@ -300,6 +332,7 @@ pub fn start_in_process(
     metrics: Option<setpoint_runtime::controller::ControllerMetrics>,
     root_ca_pem: Option<String>,
     cluster_signing: Option<SigningCa>,
+    podgc: setpoint_controllers::podgc::PodGcConfig,
 ) -> manager::InProcess {
     manager::InProcess::start_leading_on(
         client,
@@ -312,6 +345,7 @@ pub fn start_in_process(
             cluster_signing,
             metrics,
             endpointslice: Default::default(),
+            podgc,
         },
         informers,
         leading,

@@ -176,6 +176,7 @@ fn main() -> anyhow::Result<()> {
             Command::Up(args) => {
                 let up = Up {
                     concurrency: args.concurrency.concurrency(),
+                    podgc: args.podgc.config(),
                     simulation: args.simulation,
                     container_runtime: args.container_runtime,
                 };
@@ -200,6 +201,8 @@ struct UpArgs {
     #[command(flatten)]
     concurrency: controller_manager::ConcurrencyFlags,
     #[command(flatten)]
+    podgc: controller_manager::PodGcFlags,
+    #[command(flatten)]
     simulation: agent_cmd::SimulationFlags,
     #[command(flatten)]
     container_runtime: container_runtime::ContainerRuntimeFlags,
@@ -208,6 +211,7 @@ struct UpArgs {
 /// What `setpoint up` runs besides the API server.
 struct Up {
     concurrency: setpoint_controllers::manager::Concurrency,
+    podgc: setpoint_controllers::podgc::PodGcConfig,
     simulation: agent_cmd::SimulationFlags,
     container_runtime: container_runtime::ContainerRuntimeFlags,
 }
@@ -334,6 +338,7 @@ async fn run(args: ServeArgs, up: Option<Up>) -> anyhow::Result<()> {
                         key_pem: p.ca_key.clone(),
                         max_duration: setpoint_controllers::csrsigning::DEFAULT_DURATION,
                     }),
+                up.podgc,
             ))
         }
         None => None,
@@ -563,6 +568,7 @@ mod tests {
             "setpoint",
             "controller-manager",
             "--concurrent-replicaset-syncs=7",
+            "--concurrent-rc-syncs=4",
             "--concurrent-gc-syncs",
             "3",
         ])
@@ -572,6 +578,20 @@ mod tests {
         };
         let c = args.options().concurrency;
         assert_eq!((c.replicaset, c.garbagecollector, c.deployment), (7, 3, 5));
+        assert_eq!(c.replicationcontroller, 4);
+        let cli = Cli::try_parse_from([
+            "setpoint",
+            "controller-manager",
+            "--terminated-pod-gc-threshold=10",
+            "--pod-gc-quarantine-seconds=2",
+        ])
+        .unwrap();
+        let Command::ControllerManager(args) = cli.command else {
+            panic!("wrong subcommand")
+        };
+        let gc = args.options().podgc;
+        assert_eq!(gc.terminated_pod_gc_threshold, 10);
+        assert_eq!(gc.quarantine, Duration::from_secs(2));
     }
 
     #[test]

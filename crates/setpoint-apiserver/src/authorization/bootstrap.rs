@@ -400,6 +400,24 @@ fn roles() -> Vec<Role> {
             ],
         },
         role("system:node", nodes),
+        // What kube-proxy reads and writes; Setpoint's node agents run the proxy as the node.
+        role(
+            "system:node-proxier",
+            vec![
+                rule(&["list", "watch"], &[""], &["endpoints", "services"]),
+                rule(READ, &[""], &["nodes"]),
+                rule(
+                    &["create", "patch", "update"],
+                    &["", "events.k8s.io"],
+                    &["events"],
+                ),
+                rule(
+                    &["list", "watch"],
+                    &["discovery.k8s.io"],
+                    &["endpointslices"],
+                ),
+            ],
+        ),
         role(
             "system:node-bootstrapper",
             vec![rule(
