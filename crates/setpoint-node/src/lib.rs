@@ -38,6 +38,7 @@ pub mod server;
 pub mod simulated;
 pub mod simulation;
 pub mod sources;
+pub mod stats;
 pub mod status;
 pub mod streaming;
 pub mod unsupported;

@@ -171,6 +171,34 @@ impl PodRuntime for RoutedRuntime {
         merge([self.processes.subscribe(), self.containers.subscribe()])
     }
 
+    /// Both runtimes' pods; what one holding pods cannot measure is reported as an error
+    /// beside the other's figures, so a scrape still gets them.
+    async fn stats(&self) -> Result<crate::stats::RuntimeStats, RuntimeError> {
+        let (mut a, mut b) = tokio::join!(self.processes.stats(), self.containers.stats());
+        // A runtime that holds no pods has nothing left unmeasured.
+        if a.is_err() && self.processes.pods().await.is_empty() {
+            a = Ok(crate::stats::RuntimeStats::default());
+        }
+        if b.is_err() && self.containers.pods().await.is_empty() {
+            b = Ok(crate::stats::RuntimeStats::default());
+        }
+        let mut out = crate::stats::RuntimeStats {
+            pods: Vec::new(),
+            node: None,
+            errors: Vec::new(),
+        };
+        for (which, r) in [("processes", a), ("containers", b)] {
+            match r {
+                Ok(s) => {
+                    out.pods.extend(s.pods);
+                    out.errors.extend(s.errors);
+                }
+                Err(e) => out.errors.push(format!("{which}: {e}")),
+            }
+        }
+        Ok(out)
+    }
+
     /// The container runtime's: processes have no images.
     async fn images(&self) -> Option<Vec<k8s_openapi::api::core::v1::ContainerImage>> {
         self.containers.images().await

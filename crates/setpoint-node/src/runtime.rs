@@ -309,6 +309,14 @@ pub trait PodRuntime: Send + Sync + 'static {
         None
     }
 
+    /// The CPU and memory the runtime's running containers use now, for the kubelet's
+    /// `/stats/summary` and `/metrics/resource`. Runtimes that cannot measure say so.
+    async fn stats(&self) -> Result<crate::stats::RuntimeStats, RuntimeError> {
+        Err(RuntimeError::BadRequest(
+            "this node's container runtime does not measure resource usage".into(),
+        ))
+    }
+
     /// A channel of the Events the runtime reports ([`RuntimeEvent`]); `None` for runtimes
     /// that report none. Called once by the agent.
     fn events(&self) -> Option<mpsc::UnboundedReceiver<RuntimeEvent>> {

@@ -1,6 +1,10 @@
 //! The kubelet HTTPS endpoint: `GET /containerLogs/{namespace}/{pod}/{container}` streams a
 //! container's log from the runtime (what the API server's `pods/log` proxies to), and
 //! `GET /metrics` is the node agent's Prometheus exposition ([`NodeMetrics`]).
+//! `GET /stats/summary` (the kubelet's Summary API) and `GET /metrics/resource` report the
+//! CPU and memory the node and its pods use ([`crate::stats`]). A server hosting several
+//! nodes (simulated ones) serves each node's figures under `?node=<name>`; with one node the
+//! parameter may be left out.
 //! The kubelet's streaming endpoints (`/exec`, `/attach`) are [`crate::streaming`]'s.
 //!
 //! TLS with a self-signed serving certificate generated at start (the API server, like
@@ -50,6 +54,8 @@ pub enum ServerError {
 pub struct LogTargets {
     pods: Store<Pod>,
     runtimes: HashMap<String, Arc<dyn PodRuntime>>,
+    /// Per node, the previous CPU sample of each series, for `usageNanoCores`.
+    rates: HashMap<String, Arc<crate::stats::CpuRates>>,
 }
 
 impl LogTargets {
@@ -58,12 +64,15 @@ impl LogTargets {
         LogTargets {
             pods,
             runtimes: HashMap::new(),
+            rates: HashMap::new(),
         }
     }
 
     /// Serves the logs of pods bound to `node` from `runtime`.
     pub fn add(&mut self, node: &str, runtime: Arc<dyn PodRuntime>) {
         self.runtimes.insert(node.to_string(), runtime);
+        self.rates
+            .insert(node.to_string(), crate::stats::CpuRates::new());
     }
 
     /// The runtime holding `namespace/name`, and the pod as it knows it.
@@ -193,6 +202,113 @@ async fn container_logs(
     }
 }
 
+/// The node a stats request names (`?node=`), or the only one hosted.
+fn stats_node<'a>(
+    targets: &'a LogTargets,
+    query: &HashMap<String, String>,
+) -> Result<(&'a str, &'a Arc<dyn PodRuntime>), Response> {
+    match query.get("node") {
+        Some(n) => targets
+            .runtimes
+            .get_key_value(n.as_str())
+            .map(|(k, v)| (k.as_str(), v))
+            .ok_or_else(|| {
+                text(
+                    StatusCode::NOT_FOUND,
+                    format!("node {n:?} is not served here"),
+                )
+            }),
+        None if targets.runtimes.len() == 1 => Ok(targets
+            .runtimes
+            .iter()
+            .next()
+            .map(|(k, v)| (k.as_str(), v))
+            .expect("one runtime")),
+        None => Err(text(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "this endpoint serves {} nodes: name one with ?node=<name>",
+                targets.runtimes.len()
+            ),
+        )),
+    }
+}
+
+/// One node's figures now: its pods', and the node's own (the runtime's, or the host's).
+async fn measure(
+    runtime: &Arc<dyn PodRuntime>,
+) -> Result<(crate::stats::NodeUsage, crate::stats::RuntimeStats), Response> {
+    let stats = runtime.stats().await.map_err(|e| {
+        text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("measuring pods: {e}"),
+        )
+    })?;
+    let node = match &stats.node {
+        Some(n) => n.clone(),
+        None => tokio::task::spawn_blocking(crate::stats::procfs::host_usage)
+            .await
+            .map_err(std::io::Error::other)
+            .and_then(|r| r)
+            .map_err(|e| {
+                text(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("measuring the node: {e}"),
+                )
+            })?,
+    };
+    for e in &stats.errors {
+        tracing::warn!(error = %e, "resource usage");
+    }
+    Ok((node, stats))
+}
+
+async fn stats_summary(
+    State(Shared { targets, .. }): State<Shared>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let (name, runtime) = match stats_node(&targets, &query) {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let (node, stats) = match measure(runtime).await {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let rates = targets.rates.get(name).cloned().unwrap_or_default();
+    let now = crate::status::wall_now();
+    let doc = crate::stats::summary(name, &node, &stats.pods, now, &rates);
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        doc.to_string(),
+    )
+        .into_response()
+}
+
+async fn metrics_resource(
+    State(Shared { targets, .. }): State<Shared>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let (_, runtime) = match stats_node(&targets, &query) {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let (node, stats) = match measure(runtime).await {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let now = crate::status::wall_now();
+    let body = crate::stats::resource_metrics(&node, &stats.pods, now, !stats.errors.is_empty());
+    (
+        [(
+            header::CONTENT_TYPE,
+            setpoint_api::exposition::PROMETHEUS_TEXT,
+        )],
+        body,
+    )
+        .into_response()
+}
+
 async fn metrics(State(shared): State<Shared>, headers: axum::http::HeaderMap) -> Response {
     let accept = headers
         .get(header::ACCEPT)
@@ -214,6 +330,8 @@ pub fn router(targets: Arc<LogTargets>, metrics: Arc<NodeMetrics>) -> Router {
             get(container_logs),
         )
         .route("/metrics", get(self::metrics))
+        .route("/metrics/resource", get(metrics_resource))
+        .route("/stats/summary", get(stats_summary))
         .with_state(Shared {
             targets: targets.clone(),
             metrics,

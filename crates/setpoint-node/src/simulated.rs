@@ -10,6 +10,12 @@
 //! Nothing pretends to be real: image IDs and container IDs use the `simulated://` scheme, the
 //! pod's status message says it is simulated, and logs are a one-line note.
 //!
+//! Usage is steered, not measured: each running container uses the CPU and memory the pod's
+//! [`SIMULATED_CPU_ANNOTATION`] and [`SIMULATED_MEMORY_ANNOTATION`] say (`140m`, `64Mi`;
+//! none means zero), its cumulative CPU growing at that rate while it runs (a changed
+//! annotation takes effect at the pod's next sync), and the node uses the sum of its pods plus
+//! [`NODE_BASE_CPU_MILLIS`] and [`NODE_BASE_MEMORY_BYTES`] for itself.
+//!
 //! State advances lazily: every `sync_pod` computes where each container is *now* (tokio
 //! time, so tests can pause the clock), and the runtime schedules one wake-up per pod at its
 //! next transition to tell the agent to sync again.
@@ -35,7 +41,16 @@ use tokio::time::Instant;
 use crate::runtime::{
     LogOptions, LogStream, NodeContext, PodRuntime, RuntimeError, RuntimePod, RuntimeStatus,
 };
+use crate::stats::{
+    ContainerStats, NodeUsage, PodStats, RuntimeStats, Usage, SIMULATED_CPU_ANNOTATION,
+    SIMULATED_MEMORY_ANNOTATION,
+};
 use crate::status::{now as now_truncated, truncate, wall_now};
+
+/// The CPU a simulated node uses for itself, beside its pods (millicores).
+pub const NODE_BASE_CPU_MILLIS: u64 = 100;
+/// The memory a simulated node uses for itself, beside its pods.
+pub const NODE_BASE_MEMORY_BYTES: u64 = 256 * 1024 * 1024;
 
 /// The `containerRuntimeVersion` a node running this runtime reports.
 pub const RUNTIME_VERSION: &str = "setpoint-simulated://0.1";
@@ -107,6 +122,34 @@ struct SimContainer {
     restart_count: i32,
     /// The previous run's end, for `lastState`.
     last_terminated: Option<ContainerStateTerminated>,
+    /// The current run's CPU meter: (the run's start, core-nanoseconds used up to
+    /// `folded_at`, `folded_at`), folded whenever the pod's rate changes.
+    meter: Option<(Instant, u64, Instant)>,
+}
+
+impl SimContainer {
+    /// The core-nanoseconds the current run has used by `now` at `millis` since the last fold.
+    fn cpu_used(&mut self, millis: u64, now: Instant) -> Option<(Instant, u64)> {
+        let State::Running { since, fails_at } = self.state else {
+            return None;
+        };
+        let meter = match self.meter {
+            Some(m) if m.0 == since => m,
+            // A new run starts from zero, as a restarted container's counters do.
+            _ => (since, 0, since),
+        };
+        self.meter = Some(meter);
+        let end = fails_at.map_or(now, |f| f.min(now));
+        let ran = end.saturating_duration_since(meter.2).as_nanos() as u64;
+        Some((since, meter.1 + ran.saturating_mul(millis) / 1000))
+    }
+
+    /// Folds the run's usage up to `now` at the old rate, before the rate changes.
+    fn fold(&mut self, millis: u64, now: Instant) {
+        if let Some((since, used)) = self.cpu_used(millis, now) {
+            self.meter = Some((since, used, now));
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -119,6 +162,27 @@ struct SimPod {
     containers: Vec<SimContainer>,
     /// The wake-up already scheduled, so one is not scheduled twice.
     wake_at: Option<Instant>,
+    /// Each running container's steered CPU (millicores) and memory (bytes).
+    usage: (u64, u64),
+    /// Why the usage annotations could not be read, if they could not.
+    usage_error: Option<String>,
+}
+
+/// The usage a pod's annotations steer: (millicores, bytes), or why they are invalid.
+fn steered_usage(pod: &Pod) -> Result<(u64, u64), String> {
+    let annotations = pod.metadata.annotations.as_ref();
+    let get = |k: &str| annotations.and_then(|a| a.get(k));
+    let cpu = match get(SIMULATED_CPU_ANNOTATION) {
+        Some(v) => setpoint_api::quantity::milli_cpu(v)
+            .map_err(|e| format!("{SIMULATED_CPU_ANNOTATION}: {v:?}: {e}"))?,
+        None => 0,
+    };
+    let memory = match get(SIMULATED_MEMORY_ANNOTATION) {
+        Some(v) => setpoint_api::quantity::units(v)
+            .map_err(|e| format!("{SIMULATED_MEMORY_ANNOTATION}: {v:?}: {e}"))?,
+        None => 0,
+    };
+    Ok((cpu.max(0) as u64, memory.max(0) as u64))
 }
 
 /// Simulated containers for one node.
@@ -126,6 +190,10 @@ pub struct SimulatedRuntime {
     config: SimulatedConfig,
     pods: Mutex<HashMap<String, SimPod>>,
     notify: Arc<Mutex<Option<mpsc::UnboundedSender<String>>>>,
+    /// When the node started (its base usage runs from then).
+    started: (Instant, Timestamp),
+    /// CPU of pods no longer held, so the node's cumulative figure never falls.
+    retired_cpu_ns: std::sync::atomic::AtomicU64,
 }
 
 impl SimulatedRuntime {
@@ -149,6 +217,8 @@ impl SimulatedRuntime {
             config,
             pods: Mutex::new(HashMap::new()),
             notify: Arc::new(Mutex::new(None)),
+            started: (Instant::now(), now_truncated()),
+            retired_cpu_ns: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -404,12 +474,25 @@ impl PodRuntime for SimulatedRuntime {
                         },
                         restart_count: 0,
                         last_terminated: None,
+                        meter: None,
                     })
                     .collect(),
                 wake_at: None,
+                usage: (0, 0),
+                usage_error: None,
             }
         });
         self.advance(entry, now);
+        let (usage, usage_error) = match steered_usage(pod) {
+            Ok(u) => (u, None),
+            Err(e) => (entry.usage, Some(e)),
+        };
+        if usage.0 != entry.usage.0 {
+            let old = entry.usage.0;
+            entry.containers.iter_mut().for_each(|c| c.fold(old, now));
+        }
+        entry.usage = usage;
+        entry.usage_error = usage_error;
         // A container whose image changed in the spec is restarted with the new image, as
         // the kubelet does (the image is the one mutable field of a container).
         for spec in pod.spec.iter().flat_map(|s| &s.containers) {
@@ -433,8 +516,17 @@ impl PodRuntime for SimulatedRuntime {
 
     async fn kill_pod(&self, pod: &RuntimePod, _grace: Duration) -> Result<(), RuntimeError> {
         // No process to signal: a simulated container stops at once.
-        let removed = self.pods.lock().remove(&pod.uid).is_some();
-        if removed {
+        let removed = self.pods.lock().remove(&pod.uid);
+        if let Some(mut p) = removed {
+            let now = Instant::now();
+            let millis = p.usage.0;
+            let used: u64 = p
+                .containers
+                .iter_mut()
+                .filter_map(|c| c.cpu_used(millis, now))
+                .map(|(_, u)| u)
+                .sum();
+            self.retired_cpu_ns.fetch_add(used, Ordering::Relaxed);
             self.send(&pod.uid);
         }
         Ok(())
@@ -452,6 +544,64 @@ impl PodRuntime for SimulatedRuntime {
         let (tx, rx) = mpsc::unbounded_channel();
         *self.notify.lock() = Some(tx);
         rx
+    }
+
+    async fn stats(&self) -> Result<RuntimeStats, RuntimeError> {
+        let now = Instant::now();
+        let mut pods = self.pods.lock();
+        let mut out = Vec::with_capacity(pods.len());
+        let mut errors = Vec::new();
+        for (uid, p) in pods.iter_mut() {
+            self.advance(p, now);
+            if let Some(e) = &p.usage_error {
+                errors.push(format!("pod {}/{}: {e}", p.namespace, p.name));
+            }
+            let (millis, memory) = p.usage;
+            let containers: Vec<ContainerStats> = p
+                .containers
+                .iter_mut()
+                .filter_map(|c| {
+                    let (since, used) = c.cpu_used(millis, now)?;
+                    Some(ContainerStats {
+                        name: c.name.clone(),
+                        start_time: wall(since, now),
+                        usage: Usage {
+                            cpu_core_nanoseconds: used,
+                            memory_working_set_bytes: memory,
+                        },
+                    })
+                })
+                .collect();
+            if containers.is_empty() {
+                continue;
+            }
+            out.push(PodStats {
+                pod: RuntimePod {
+                    uid: uid.clone(),
+                    namespace: p.namespace.clone(),
+                    name: p.name.clone(),
+                },
+                start_time: p.start_time,
+                containers,
+            });
+        }
+        drop(pods);
+        let up = now.saturating_duration_since(self.started.0).as_nanos() as u64;
+        let base = Usage {
+            cpu_core_nanoseconds: up.saturating_mul(NODE_BASE_CPU_MILLIS) / 1000
+                + self.retired_cpu_ns.load(Ordering::Relaxed),
+            memory_working_set_bytes: NODE_BASE_MEMORY_BYTES,
+        };
+        let usage = out.iter().fold(base, |a, p| a + p.usage());
+        Ok(RuntimeStats {
+            pods: out,
+            node: Some(NodeUsage {
+                start_time: self.started.1,
+                usage,
+                memory_available_bytes: None,
+            }),
+            errors,
+        })
     }
 
     async fn logs(
@@ -581,6 +731,71 @@ mod tests {
         assert_eq!(s.container_statuses[0].started, Some(true));
         // Idempotent: syncing again changes nothing.
         assert_eq!(rt.sync_pod(&p, &node()).await.unwrap(), s);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn steered_usage_accumulates_while_running_and_sums_into_the_node() {
+        let rt = SimulatedRuntime::new(config(0.0));
+        let mut p = pod("Always");
+        p.metadata.annotations = Some(
+            [
+                (SIMULATED_CPU_ANNOTATION.to_string(), "140m".to_string()),
+                (SIMULATED_MEMORY_ANNOTATION.to_string(), "64Mi".to_string()),
+            ]
+            .into(),
+        );
+        rt.sync_pod(&p, &node()).await.unwrap();
+        // Not running yet: no figures, the node its base.
+        let s = rt.stats().await.unwrap();
+        assert!(s.pods.is_empty());
+        let base = s.node.unwrap().usage;
+        assert_eq!(base.memory_working_set_bytes, NODE_BASE_MEMORY_BYTES);
+        // Running from 2 s; at 12 s it has used 10 s × 140m = 1.4 core-seconds.
+        tokio::time::advance(Duration::from_secs(12)).await;
+        let s = rt.stats().await.unwrap();
+        let c = &s.pods[0].containers[0];
+        assert_eq!(c.usage.cpu_core_nanoseconds, 1_400_000_000);
+        assert_eq!(c.usage.memory_working_set_bytes, 64 << 20);
+        let total = s.node.unwrap().usage;
+        assert_eq!(
+            total.cpu_core_nanoseconds,
+            12 * NODE_BASE_CPU_MILLIS * 1_000_000 + 1_400_000_000
+        );
+        assert_eq!(
+            total.memory_working_set_bytes,
+            NODE_BASE_MEMORY_BYTES + (64 << 20)
+        );
+        // A new rate counts from the sync that sees it; what was used stays.
+        p.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(SIMULATED_CPU_ANNOTATION.into(), "1".into());
+        rt.sync_pod(&p, &node()).await.unwrap();
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let s = rt.stats().await.unwrap();
+        assert_eq!(
+            s.pods[0].containers[0].usage.cpu_core_nanoseconds,
+            3_400_000_000
+        );
+        assert!(s.errors.is_empty());
+        // A killed pod's CPU stays in the node's cumulative figure.
+        rt.kill_pod(&s.pods[0].pod, Duration::ZERO).await.unwrap();
+        let after = rt.stats().await.unwrap();
+        assert!(after.pods.is_empty());
+        assert_eq!(
+            after.node.unwrap().usage.cpu_core_nanoseconds,
+            14 * NODE_BASE_CPU_MILLIS * 1_000_000 + 3_400_000_000
+        );
+        // A bad annotation is reported, not ignored.
+        let mut bad = pod("Always");
+        bad.metadata.uid = Some("uid-bad".into());
+        bad.metadata.annotations =
+            Some([(SIMULATED_CPU_ANNOTATION.to_string(), "lots".to_string())].into());
+        rt.sync_pod(&bad, &node()).await.unwrap();
+        let errors = rt.stats().await.unwrap().errors;
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(errors[0].contains(SIMULATED_CPU_ANNOTATION), "{errors:?}");
     }
 
     #[tokio::test(start_paused = true)]

@@ -1480,6 +1480,61 @@ impl PodRuntime for ProcessRuntime {
         portforward::connect(&ip, port).await
     }
 
+    /// Each running container's process tree, measured from `/proc` (see
+    /// [`crate::stats::procfs::ProcTable::tree_usage`] for what is approximated).
+    async fn stats(&self) -> Result<crate::stats::RuntimeStats, RuntimeError> {
+        use crate::stats::{ContainerStats, PodStats};
+        let table = tokio::task::spawn_blocking(crate::stats::procfs::ProcTable::read)
+            .await
+            .map_err(|e| RuntimeError::Internal(e.to_string()))?;
+        let ms = |t: i64| Timestamp::from_millisecond(t).unwrap_or(Timestamp::UNIX_EPOCH);
+        let entries: Vec<_> = lock(&self.inner.pods).values().cloned().collect();
+        let mut pods = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let st = entry.lock().await;
+            if st.gone {
+                continue;
+            }
+            let containers: Vec<ContainerStats> = st
+                .record
+                .containers
+                .iter()
+                .filter_map(|(name, c)| {
+                    let run = c
+                        .run
+                        .as_ref()
+                        .filter(|r| r.exit.is_none() && !r.simulated)?;
+                    let (pid, start) = match run.pid {
+                        Some(pid) => (pid, run.pid_start),
+                        None => (run.wrapper_pid, Some(run.wrapper_start)),
+                    };
+                    Some(ContainerStats {
+                        name: name.clone(),
+                        start_time: ms(run.started_at_ms),
+                        usage: table.tree_usage(pid, start)?,
+                    })
+                })
+                .collect();
+            if containers.is_empty() {
+                continue;
+            }
+            pods.push(PodStats {
+                pod: RuntimePod {
+                    uid: st.record.uid.clone(),
+                    namespace: st.record.namespace.clone(),
+                    name: st.record.name.clone(),
+                },
+                start_time: ms(st.record.start_time_ms),
+                containers,
+            });
+        }
+        Ok(crate::stats::RuntimeStats {
+            pods,
+            node: None,
+            errors: Vec::new(),
+        })
+    }
+
     async fn pods(&self) -> Vec<RuntimePod> {
         let entries: Vec<_> = lock(&self.inner.pods).values().cloned().collect();
         let mut out = Vec::new();
