@@ -7,6 +7,12 @@
 //! `@hourly`, `@every <duration>`), optionally after a `TZ=<zone>` or `CRON_TZ=<zone>` prefix.
 //! Error texts are that parser's.
 //!
+//! Times are computed in the schedule's zone (its prefix, else the one given with
+//! [`Schedule::in_zone`], else UTC), from the IANA time zone database that the `chrono-tz`
+//! crate compiles in: every node and build then knows the same zones, whatever tzdata the
+//! machine has. A local time that a daylight-saving change skips does not run that day; one
+//! it repeats runs once, at its first occurrence.
+//!
 //! ```
 //! use setpoint_api::cron::Schedule;
 //! let s = Schedule::parse("*/15 9-17 * * MON-FRI").unwrap();
@@ -15,14 +21,31 @@
 //! assert_eq!(s.next_after(t).unwrap().to_rfc3339(), "2026-11-23T09:00:00+00:00");
 //! ```
 
-use chrono::{DateTime, Datelike, Duration, TimeZone, Timelike, Utc};
+use chrono::offset::LocalResult;
+use chrono::{DateTime, Datelike, Duration, NaiveDate, NaiveDateTime, TimeZone, Timelike, Utc};
+use chrono_tz::Tz;
 
 /// A parsed schedule.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Schedule {
     /// The zone of a `TZ=`/`CRON_TZ=` prefix, as written.
     pub zone: Option<String>,
+    /// The zone the times are computed in.
+    tz: Tz,
     when: When,
+}
+
+/// The IANA time zone `name`, as Go's `time.LoadLocation` finds it (case-sensitive; `UTC`
+/// and the empty name are UTC). `Err` holds Go's message: `unknown time zone <name>`.
+pub fn time_zone(name: &str) -> Result<Tz, String> {
+    if name.is_empty() {
+        return Ok(Tz::UTC);
+    }
+    if !plausible_zone(name) {
+        return Err(format!("unknown time zone {name}"));
+    }
+    name.parse::<Tz>()
+        .map_err(|_| format!("unknown time zone {name}"))
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -90,12 +113,9 @@ impl Schedule {
             match spec.find(' ') {
                 Some(i) => {
                     let name = &spec[eq + 1..i];
-                    if !plausible_zone(name) {
-                        return Err(format!(
-                            "provided bad location {name}: unknown time zone {name}"
-                        ));
-                    }
-                    zone = Some(name.to_owned());
+                    let found = time_zone(name)
+                        .map_err(|e| format!("provided bad location {name}: {e}"))?;
+                    zone = Some((name.to_owned(), found));
                     spec = spec[i..].trim();
                 }
                 None => return Err(format!("provided bad location {spec}: unknown time zone")),
@@ -105,11 +125,26 @@ impl Schedule {
             Some(descriptor) => parse_descriptor(descriptor, spec)?,
             None => parse_fields(spec)?,
         };
-        Ok(Schedule { zone, when })
+        let tz = zone.as_ref().map_or(Tz::UTC, |(_, tz)| *tz);
+        Ok(Schedule {
+            zone: zone.map(|(name, _)| name),
+            tz,
+            when,
+        })
+    }
+
+    /// The schedule with its times computed in `tz` (a CronJob's `spec.timeZone`), unless its
+    /// own `TZ=` prefix names a zone, which wins as upstream's.
+    pub fn in_zone(mut self, tz: Tz) -> Schedule {
+        if self.zone.is_none() {
+            self.tz = tz;
+        }
+        self
     }
 
     /// The first scheduled time strictly after `t`, in UTC (within the next five years for
-    /// field schedules; `None` when there is none, as for `0 0 31 2 *`).
+    /// field schedules; `None` when there is none, as for `0 0 31 2 *`). The fields are
+    /// matched against the local time of the schedule's zone.
     pub fn next_after(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let (minutes, hours, days, months, weekdays, day_star) = match &self.when {
             When::Every(secs) => {
@@ -126,7 +161,7 @@ impl Schedule {
                 day_star,
             } => (*minutes, *hours, *days, *months, *weekdays, *day_star),
         };
-        let day_matches = |c: &DateTime<Utc>| {
+        let day_matches = |c: &NaiveDateTime| {
             let dom = has(days, c.day());
             let dow = has(weekdays, c.weekday().num_days_from_sunday());
             if day_star {
@@ -135,7 +170,8 @@ impl Schedule {
                 dom || dow
             }
         };
-        let start = t.with_second(0)?.with_nanosecond(0)? + Duration::minutes(1);
+        let local = t.with_timezone(&self.tz).naive_local();
+        let start = local.with_second(0)?.with_nanosecond(0)? + Duration::minutes(1);
         let limit = start + Duration::days(5 * 366);
         let mut c = start;
         while c < limit {
@@ -146,7 +182,7 @@ impl Schedule {
                 } else {
                     (c.year(), c.month() + 1)
                 };
-                c = Utc.with_ymd_and_hms(y, m, 1, 0, 0, 0).single()?;
+                c = NaiveDate::from_ymd_opt(y, m, 1)?.and_hms_opt(0, 0, 0)?;
                 continue;
             }
             if !day_matches(&c) {
@@ -161,7 +197,19 @@ impl Schedule {
                 c += Duration::minutes(1);
                 continue;
             }
-            return Some(c);
+            let at = match self.tz.from_local_datetime(&c) {
+                LocalResult::Single(at) => Some(at),
+                // Clocks went back: the first of the two still ahead.
+                LocalResult::Ambiguous(first, second) => {
+                    Some(if first.to_utc() > t { first } else { second })
+                }
+                // Clocks went forward over it: this minute does not exist that day.
+                LocalResult::None => None,
+            };
+            match at.map(|a| a.to_utc()).filter(|a| *a > t) {
+                Some(at) => return Some(at),
+                None => c += Duration::minutes(1),
+            }
         }
         None
     }
@@ -497,6 +545,68 @@ mod tests {
                 .zone
                 .as_deref(),
             Some("Europe/Paris")
+        );
+    }
+
+    #[test]
+    fn times_in_a_zone_follow_its_clock() {
+        let paris = time_zone("Europe/Paris").unwrap();
+        let nine = Schedule::parse("0 9 * * *").unwrap().in_zone(paris);
+        // 09:00 in Paris is 08:00 UTC in winter, 07:00 UTC in summer.
+        assert_eq!(
+            nine.next_after(t("2026-01-10T12:00:00Z"))
+                .unwrap()
+                .to_rfc3339(),
+            "2026-01-11T08:00:00+00:00"
+        );
+        assert_eq!(
+            nine.next_after(t("2026-07-10T12:00:00Z"))
+                .unwrap()
+                .to_rfc3339(),
+            "2026-07-11T07:00:00+00:00"
+        );
+        // A TZ= prefix wins over the zone given.
+        let ny = Schedule::parse("TZ=America/New_York 0 9 * * *")
+            .unwrap()
+            .in_zone(paris);
+        assert_eq!(
+            ny.next_after(t("2026-01-10T15:00:00Z"))
+                .unwrap()
+                .to_rfc3339(),
+            "2026-01-11T14:00:00+00:00"
+        );
+        // 02:30 does not exist in Paris on 2026-03-29 (02:00 → 03:00): the next is a day on.
+        let skipped = Schedule::parse("30 2 * * *").unwrap().in_zone(paris);
+        assert_eq!(
+            skipped
+                .next_after(t("2026-03-28T12:00:00Z"))
+                .unwrap()
+                .to_rfc3339(),
+            "2026-03-30T00:30:00+00:00"
+        );
+        // 02:30 happens twice on 2026-10-25: it runs once, at the first.
+        let first = skipped.next_after(t("2026-10-24T12:00:00Z")).unwrap();
+        assert_eq!(first.to_rfc3339(), "2026-10-25T00:30:00+00:00");
+        assert_eq!(
+            skipped.next_after(first).unwrap().to_rfc3339(),
+            "2026-10-26T01:30:00+00:00"
+        );
+    }
+
+    #[test]
+    fn zones_are_looked_up_as_go_looks_them_up() {
+        assert!(time_zone("Asia/Kolkata").is_ok());
+        assert_eq!(time_zone("").unwrap(), Tz::UTC);
+        assert_eq!(time_zone("Etc/UTC").unwrap(), Tz::Etc__UTC);
+        for bad in ["Mars/Olympus", "europe/paris", "../etc/passwd", "Local"] {
+            assert_eq!(
+                time_zone(bad).unwrap_err(),
+                format!("unknown time zone {bad}")
+            );
+        }
+        assert_eq!(
+            Schedule::parse("TZ=Mars/Olympus 0 * * * *").unwrap_err(),
+            "provided bad location Mars/Olympus: unknown time zone Mars/Olympus"
         );
     }
 

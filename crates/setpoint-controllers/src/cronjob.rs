@@ -6,7 +6,8 @@
 //! upstream names them, so creating it twice is impossible: a restarted controller, or two
 //! passes racing, find it already exists. The schedule is evaluated from
 //! `status.lastScheduleTime` (or the creation time), so missed runs are noticed after
-//! downtime and only the latest one runs.
+//! downtime and only the latest one runs. The schedule's fields are read in `spec.timeZone`
+//! (an IANA zone, see [`setpoint_api::cron`]), else UTC.
 //!
 //! [`plan`] is the pure decision; [`CronJobController`] does the I/O around it. The clock is
 //! injectable so tests can move time instead of waiting for minutes.
@@ -100,18 +101,46 @@ pub fn job_name(cronjob: &str, t: DateTime<Utc>) -> String {
     format!("{cronjob}-{}", t.timestamp() / 60)
 }
 
-/// The pure decision: given a CronJob, the Jobs it owns and the time.
-pub fn plan(cj: &CronJob, jobs: &[Arc<Job>], now: DateTime<Utc>) -> Result<Plan, String> {
-    let spec = cj.spec.clone().unwrap_or_default();
-    let schedule = Schedule::parse(&spec.schedule)
-        .map_err(|e| format!("unparseable schedule: {:?} : {e}", spec.schedule))?;
-    // Times are computed in UTC; another zone, in spec.timeZone or a TZ= prefix, is refused
-    // rather than run at the wrong hour.
-    if let Some(zone) = spec.time_zone.as_deref().or(schedule.zone.as_deref()) {
-        if !matches!(zone, "UTC" | "Etc/UTC") {
-            return Err(format!("time zone {zone:?} is not supported; use UTC"));
+/// Why a CronJob cannot be planned; each is reported as a Warning event of its reason.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// The schedule does not parse (`UnparseableSchedule`).
+    #[error("{0}")]
+    UnparseableSchedule(String),
+    /// `spec.timeZone` names no zone of the IANA database (`UnknownTimeZone`).
+    #[error("{0}")]
+    UnknownTimeZone(String),
+}
+
+impl PlanError {
+    /// The event reason, as upstream's controller gives it.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            PlanError::UnparseableSchedule(_) => "UnparseableSchedule",
+            PlanError::UnknownTimeZone(_) => "UnknownTimeZone",
         }
     }
+}
+
+/// The pure decision: given a CronJob, the Jobs it owns and the time.
+pub fn plan(cj: &CronJob, jobs: &[Arc<Job>], now: DateTime<Utc>) -> Result<Plan, PlanError> {
+    let spec = cj.spec.clone().unwrap_or_default();
+    let schedule = Schedule::parse(&spec.schedule).map_err(|e| {
+        PlanError::UnparseableSchedule(format!("unparseable schedule: {:?} : {e}", spec.schedule))
+    })?;
+    // Times are computed in `spec.timeZone` (a TZ= prefix in the schedule wins, as upstream's
+    // controller keeps the schedule as written then). An unknown zone starts nothing.
+    let schedule = match spec.time_zone.as_deref() {
+        Some(zone) => match setpoint_api::cron::time_zone(zone) {
+            Ok(tz) => schedule.in_zone(tz),
+            Err(e) => {
+                return Err(PlanError::UnknownTimeZone(format!(
+                    "invalid timeZone: {zone:?}: {e}"
+                )))
+            }
+        },
+        None => schedule,
+    };
     let name = cj.name();
     let mut active: Vec<&Arc<Job>> = Vec::new();
     let mut succeeded: Vec<(&Arc<Job>, DateTime<Utc>)> = Vec::new();
@@ -288,9 +317,10 @@ impl Reconciler for CronJobController {
         let cref = cj.object_reference();
         let p = match plan(&cj, &jobs, now) {
             Ok(p) => p,
-            Err(message) => {
+            Err(e) => {
+                let message = e.to_string();
                 self.events
-                    .publish(&cref, EventType::Warning, "UnparseableSchedule", &message);
+                    .publish(&cref, EventType::Warning, e.reason(), &message);
                 return Err(ReconcileError::terminal(message));
             }
         };
@@ -482,15 +512,41 @@ mod tests {
             .unwrap()
             .create
             .is_some());
-        let paris = cronjob("TZ=Europe/Paris @hourly", "Allow", None);
-        assert_eq!(
-            plan(&paris, &[], t("2026-01-01T11:00:30Z")).unwrap_err(),
-            "time zone \"Europe/Paris\" is not supported; use UTC"
-        );
         let bad = cronjob("61 * * * *", "Allow", None);
         assert_eq!(
             plan(&bad, &[], t("2026-01-01T11:00:30Z")).unwrap_err(),
-            "unparseable schedule: \"61 * * * *\" : end of range (61) above maximum (59): 61"
+            PlanError::UnparseableSchedule(
+                "unparseable schedule: \"61 * * * *\" : end of range (61) above maximum (59): 61"
+                    .into()
+            )
+        );
+    }
+
+    #[test]
+    fn time_zones_move_the_runs() {
+        // 09:00 in Kolkata (UTC+05:30) is 03:30 UTC.
+        let mut cj = cronjob("0 9 * * *", "Allow", Some("2026-01-01T00:00:00Z"));
+        cj.spec.as_mut().unwrap().time_zone = Some("Asia/Kolkata".into());
+        let p = plan(&cj, &[], t("2026-01-01T03:31:00Z")).unwrap();
+        assert_eq!(p.create.unwrap().1, t("2026-01-01T03:30:00Z"));
+        assert_eq!(p.next, Some(t("2026-01-02T03:30:00Z")));
+        let p = plan(&cj, &[], t("2026-01-01T03:29:00Z")).unwrap();
+        assert_eq!(p.create, None, "not yet 09:00 there");
+        // A TZ= prefix in the schedule is honoured as written.
+        let paris = cronjob(
+            "TZ=Europe/Paris 0 9 * * *",
+            "Allow",
+            Some("2026-01-01T00:00:00Z"),
+        );
+        let p = plan(&paris, &[], t("2026-01-01T08:00:30Z")).unwrap();
+        assert_eq!(p.create.unwrap().1, t("2026-01-01T08:00:00Z"));
+        // An unknown zone starts nothing and says why.
+        cj.spec.as_mut().unwrap().time_zone = Some("Mars/Olympus".into());
+        let e = plan(&cj, &[], t("2026-01-01T03:31:00Z")).unwrap_err();
+        assert_eq!(e.reason(), "UnknownTimeZone");
+        assert_eq!(
+            e.to_string(),
+            "invalid timeZone: \"Mars/Olympus\": unknown time zone Mars/Olympus"
         );
     }
 

@@ -83,6 +83,15 @@ pub(super) fn job(e: &mut Vec<Cause>, obj: &Value, old: Option<&Value>) {
         }
     }
     job_spec(e, spec, "spec");
+    // The batch.kubernetes.io/ labels are required of new Jobs, and of old ones that had them.
+    let prefixed = old.is_none_or(|o| {
+        !at(
+            at(at(at(at(o, "spec"), "template"), "metadata"), "labels"),
+            "batch.kubernetes.io/controller-uid",
+        )
+        .is_null()
+    });
+    generated_selector(e, obj, prefixed);
     let Some(old) = old else { return };
     let old_spec = at(old, "spec");
     immutable_selector(e, obj, Some(old));
@@ -113,6 +122,49 @@ pub(super) fn job(e: &mut Vec<Cause>, obj: &Value, old: Option<&Value>) {
     }
     if new_t != old_t {
         e.push(Cause::immutable("spec.template", at(spec, "template")));
+    }
+}
+
+/// `validateGeneratedSelector`: unless `manualSelector` is true, the template carries the
+/// labels the server generated (defaults::job_selector) with the Job's uid and name, and the
+/// selector selects that uid.
+fn generated_selector(e: &mut Vec<Cause>, obj: &Value, prefixed: bool) {
+    let spec = at(obj, "spec");
+    let labels = at(at(at(spec, "template"), "metadata"), "labels");
+    if at(spec, "manualSelector").as_bool() == Some(true) || labels.is_null() {
+        return;
+    }
+    let meta = at(obj, "metadata");
+    let (uid, name) = (s(meta, "uid"), s(meta, "name"));
+    let mut expected = vec![("controller-uid", uid), ("job-name", name)];
+    if prefixed {
+        expected.push(("batch.kubernetes.io/controller-uid", uid));
+        expected.push(("batch.kubernetes.io/job-name", name));
+    }
+    for (key, want) in expected {
+        let path = format!("spec.template.metadata.labels[{key}]");
+        match at(labels, key).as_str() {
+            None => e.push(Cause::required(path, want)),
+            Some(v) if v != want => {
+                e.push(Cause::invalid(path, labels, &format!("must be '{want}'")))
+            }
+            Some(_) => {}
+        }
+    }
+    let uid_label = if prefixed {
+        "batch.kubernetes.io/controller-uid"
+    } else {
+        "controller-uid"
+    };
+    let sel = at(spec, "selector");
+    let selects_uid = LabelSelector::from_label_selector_json(sel)
+        .is_ok_and(|s| s.matches(|k| (k == uid_label).then_some(uid)));
+    if !selects_uid {
+        e.push(Cause::invalid(
+            "spec.selector",
+            sel,
+            "`selector` not auto-generated",
+        ));
     }
 }
 
@@ -227,6 +279,9 @@ fn time_zone(e: &mut Vec<Cause>, tz: &str) {
             &json!(tz),
             "timeZone must be an explicit time zone as defined in https://www.iana.org/time-zones",
         ));
+    } else if let Err(msg) = setpoint_api::cron::time_zone(tz) {
+        // Well formed, but not in the IANA database.
+        e.push(Cause::invalid(path, &json!(tz), &msg));
     }
 }
 
@@ -264,6 +319,24 @@ mod tests {
         assert_eq!(
             find(&causes, "spec.template.spec.restartPolicy").message,
             "Unsupported value: \"Always\": supported values: \"OnFailure\", \"Never\""
+        );
+        // Without manualSelector, a selector of one's own is refused, and so are labels
+        // that contradict the generated ones.
+        let mut own = job_json();
+        own["spec"]["selector"] = json!({"matchLabels": {"app": "x"}});
+        own["spec"]["template"]["metadata"] = json!({"labels": {"app": "x", "job-name": "other"}});
+        let causes = validate("batch", "v1", "Job", &created_job(own.clone()), None);
+        assert_eq!(
+            find(&causes, "spec.selector").message,
+            "Invalid value: {\"matchLabels\":{\"app\":\"x\",\"batch.kubernetes.io/controller-uid\":\"u-1\"}}: `selector` not auto-generated"
+        );
+        assert!(find(&causes, "spec.template.metadata.labels[job-name]")
+            .message
+            .ends_with("must be 'pi'"));
+        own["spec"]["manualSelector"] = json!(true);
+        assert_eq!(
+            validate("batch", "v1", "Job", &created_job(own), None),
+            vec![]
         );
         let mut changed = j.clone();
         changed["spec"]["template"]["spec"]["containers"][0]["image"] = json!("perl:6");
@@ -341,6 +414,27 @@ mod tests {
         assert!(find(&tz, "spec.schedule")
             .message
             .ends_with("cannot use TZ or CRON_TZ in schedule, use timeZone field instead"));
+        let zoned = |zone: &str| {
+            let mut c = cj("0 9 * * *");
+            c["spec"]["timeZone"] = json!(zone);
+            check("batch", "v1", "CronJob", c)
+        };
+        assert_eq!(zoned("Europe/Paris"), vec![]);
+        assert_eq!(zoned("Etc/UTC"), vec![]);
+        for (zone, msg) in [
+            ("Mars/Olympus", "unknown time zone Mars/Olympus"),
+            ("../x", "unknown time zone ../x"),
+            ("", "timeZone must be nil or non-empty string"),
+            (
+                "Local",
+                "timeZone must be an explicit time zone as defined in https://www.iana.org/time-zones",
+            ),
+        ] {
+            assert_eq!(
+                find(&zoned(zone), "spec.timeZone").message,
+                format!("Invalid value: {zone:?}: {msg}")
+            );
+        }
         let mut long = cj("@daily");
         long["metadata"]["name"] = json!("a".repeat(53));
         find(&check("batch", "v1", "CronJob", long), "metadata.name");
