@@ -47,12 +47,25 @@ pub fn groups(server: &ApiServer) -> Value {
         .iter()
         .filter(|(g, _)| !g.is_empty())
         .map(|(g, vs)| group_doc(g, vs))
+        .chain(std::iter::once(metrics_group()))
         .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
+/// The resource metrics API's group, served by [`crate::resourcemetrics`], not stored.
+fn metrics_group() -> Value {
+    use crate::resourcemetrics::{GROUP, VERSION};
+    group_doc(GROUP, &[VERSION.to_string()])
+}
+
 /// `GET /apis/<group>`.
 pub fn group(server: &ApiServer, name: &str) -> Option<Value> {
+    if name == crate::resourcemetrics::GROUP {
+        let mut doc = metrics_group();
+        doc["kind"] = json!("APIGroup");
+        doc["apiVersion"] = json!("v1");
+        return Some(doc);
+    }
     let groups = server.registry().groups();
     let (g, vs) = groups.iter().find(|(g, _)| g == name && !g.is_empty())?;
     let mut doc = group_doc(g, vs);
@@ -64,6 +77,19 @@ pub fn group(server: &ApiServer, name: &str) -> Option<Value> {
 /// `GET /api/v1` or `GET /apis/<group>/<version>`.
 pub fn resource_list(server: &ApiServer, group: &str, version: &str) -> Option<Value> {
     let mut resources = Vec::new();
+    if (group, version)
+        == (
+            crate::resourcemetrics::GROUP,
+            crate::resourcemetrics::VERSION,
+        )
+    {
+        for (plural, kind, namespaced) in crate::resourcemetrics::RESOURCES {
+            resources.push(json!({
+                "name": plural, "singularName": "", "namespaced": namespaced, "kind": kind,
+                "verbs": ["get", "list"],
+            }));
+        }
+    }
     for r in &server.registry().of_group_version(group, version) {
         resources.push(json!({
             "name": r.plural, "singularName": r.singular, "namespaced": r.namespaced, "kind": r.kind,
@@ -150,6 +176,22 @@ pub fn aggregated(server: &ApiServer, core: bool) -> Value {
             })
             .collect();
         items.push(json!({"metadata": {"name": g}, "versions": vs}));
+    }
+    if !core {
+        use crate::resourcemetrics::{GROUP, RESOURCES, VERSION};
+        let resources: Vec<Value> = RESOURCES
+            .iter()
+            .map(|(plural, kind, namespaced)| {
+                json!({
+                    "resource": plural, "singularResource": "",
+                    "scope": if *namespaced { "Namespaced" } else { "Cluster" },
+                    "responseKind": {"group": GROUP, "version": VERSION, "kind": kind},
+                    "verbs": ["get", "list"],
+                })
+            })
+            .collect();
+        items.push(json!({"metadata": {"name": GROUP},
+            "versions": [{"version": VERSION, "resources": resources, "freshness": "Current"}]}));
     }
     json!({"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {}, "items": items})
 }

@@ -34,6 +34,7 @@ mod podstream;
 mod pruned;
 mod registry;
 mod request;
+pub mod resourcemetrics;
 mod response;
 mod reviews;
 pub mod server;

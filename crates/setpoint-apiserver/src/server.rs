@@ -137,6 +137,7 @@ impl ApiServer {
             metrics,
             address: parking_lot::RwLock::new(config.listen.to_string()),
             agent_tls: parking_lot::RwLock::new(None),
+            resource_metrics: Default::default(),
             authenticators,
             authorizers,
             rbac,
@@ -250,6 +251,7 @@ impl ApiServer {
             crate::podlogs::agent_client_config(&agent_cert, &agent_key)
                 .map_err(|e| start_error::Error(format!("TLS: {e}")))?,
         );
+        tokio::spawn(crate::resourcemetrics::scrape_loop(self.clone()));
         let task = tokio::spawn(crate::tls::serve_tls(
             listener,
             router,

@@ -55,6 +55,9 @@ pub struct ServerConfig {
     pub authentication: crate::authentication::AuthenticationConfig,
     /// How often old revisions are compacted, keeping this much history.
     pub compaction_interval: Duration,
+    /// How often every node's agent is scraped for the resource metrics API
+    /// (`metrics.k8s.io`, metrics-server's `--metric-resolution`).
+    pub metric_resolution: Duration,
     /// How long new pods tolerate their node being not ready or unreachable before they are
     /// evicted (the `tolerationSeconds` added to pods that set none).
     pub default_toleration_seconds: i64,
@@ -75,6 +78,7 @@ impl Default for ServerConfig {
             store: StoreConfig::Memory,
             insecure_http: false,
             max_body_bytes: 3 * 1024 * 1024,
+            metric_resolution: crate::resourcemetrics::DEFAULT_RESOLUTION,
             connection: ConnectionConfig::default(),
             cache: CacheConfig::default(),
             authentication: Default::default(),
@@ -111,6 +115,8 @@ pub struct ApiServer {
     pub(crate) service_accounts: Arc<crate::authentication::serviceaccount::Issuer>,
     /// TLS towards node agents (for `pods/log`); set once serving HTTPS.
     pub(crate) agent_tls: parking_lot::RwLock<Option<Arc<rustls::ClientConfig>>>,
+    /// The latest figures of the resource metrics API, scraped from the agents.
+    pub(crate) resource_metrics: crate::resourcemetrics::ResourceMetrics,
 }
 
 impl ServerConfig {

@@ -114,6 +114,10 @@ struct ServeArgs {
     /// Seconds between compactions of old store history.
     #[arg(long, default_value_t = 300)]
     compaction_interval_seconds: u64,
+    /// How often every node's agent is scraped for the resource metrics API
+    /// (`metrics.k8s.io`, `kubectl top`), as metrics-server's `--metric-resolution`.
+    #[arg(long, default_value = "15s", value_parser = crate::leadership::parse_go_duration)]
+    metric_resolution: Duration,
     /// With `up`: run no local node (pods stay Pending unless another agent joins).
     #[arg(long)]
     no_node: bool,
@@ -252,6 +256,7 @@ async fn run(args: ServeArgs, up: Option<Up>) -> anyhow::Result<()> {
         },
         insecure_http: args.insecure_http,
         compaction_interval: Duration::from_secs(args.compaction_interval_seconds.max(1)),
+        metric_resolution: args.metric_resolution.max(Duration::from_millis(100)),
         default_toleration_seconds: args.default_toleration_seconds.max(0),
         service_node_port_range: args.service_node_port_range.clone(),
         service_account_admission: !disabled_admission(&args.disable_admission_plugins)?

@@ -300,6 +300,13 @@ fn roles() -> Vec<Role> {
                 ),
             ],
         },
+        // metrics-server's role: reading the resource metrics API, for every viewer.
+        Role {
+            name: "system:aggregated-metrics-reader",
+            labels: &[(TO_VIEW, "true"), (TO_EDIT, "true"), (TO_ADMIN, "true")],
+            aggregate_from: None,
+            rules: vec![rule(READ, &["metrics.k8s.io"], &["pods", "nodes"])],
+        },
         Role {
             name: "system:aggregate-to-view",
             labels: &[(TO_VIEW, "true")],

@@ -286,6 +286,10 @@ async fn serve(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
+    // metrics.k8s.io: served from the figures scraped from the agents, not from storage.
+    if let Some(r) = crate::resourcemetrics::serve(server, method, &target, q) {
+        return r;
+    }
     match target {
         PathTarget::CoreVersions => Ok(discovery_response(server, headers, true)),
         PathTarget::Groups => Ok(discovery_response(server, headers, false)),
