@@ -257,3 +257,37 @@ async fn no_upstream_answers_servfail_and_garbage_gets_formerr() {
     assert_eq!(reply.response_code(), ResponseCode::FormErr);
     informers.shutdown().await;
 }
+
+/// A node's server listens on each of its addresses, one of which (a pod bridge's gateway
+/// before the first pod) may not be on the host yet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_dns_listens_on_an_address_not_yet_on_the_host() {
+    let cluster = TestCluster::start().await;
+    let informers = SharedInformers::new(cluster.client());
+    let config = dns::node::NodeDnsConfig {
+        // 198.18.0.0/15 is for benchmarks: on no interface here.
+        addresses: vec![
+            "127.0.0.1".parse().unwrap(),
+            "198.18.255.1".parse().unwrap(),
+        ],
+        port: 0,
+        domain: "cluster.local".into(),
+        host: dns::ResolvConf::default(),
+    };
+    let node = dns::node::start_node(&informers, &config).await.unwrap();
+    let addrs = node.addresses();
+    assert_eq!(addrs.len(), 2);
+    assert_eq!(addrs[1].ip().to_string(), "198.18.255.1");
+    let m = ask(
+        addrs[0],
+        "dns-version.cluster.local.",
+        RecordType::TXT,
+        false,
+    )
+    .await;
+    assert_eq!(answers(&m), vec!["1.1.0"]);
+    let m = ask(addrs[0], "cluster.local.", RecordType::NS, true).await;
+    assert_eq!(answers(&m), vec!["ns.dns.cluster.local."]);
+    drop(node);
+    informers.shutdown().await;
+}

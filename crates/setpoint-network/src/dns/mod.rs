@@ -7,9 +7,11 @@
 //!   resolvers, with bounded sizes and concurrency.
 //! - [`resolvconf`]: the host's `resolv.conf` read, and a pod's composed from its `dnsPolicy`
 //!   and `dnsConfig` as the kubelet composes it.
+//! - [`node`]: the server as a node runs it: its addresses, and what its pods are told.
 //! - [`client`]: one question to one server, for tests and checks.
 
 pub mod client;
+pub mod node;
 pub mod records;
 pub mod resolvconf;
 pub mod server;
@@ -48,6 +50,16 @@ pub async fn start(
     domain: &str,
     upstreams: Upstreams,
 ) -> Result<DnsServer, DnsError> {
+    Ok(start_parts(informers, listen, domain, upstreams).await?.0)
+}
+
+/// [`start`], also returning the directory and zone, so more listeners can share them.
+async fn start_parts(
+    informers: &SharedInformers,
+    listen: SocketAddr,
+    domain: &str,
+    upstreams: Upstreams,
+) -> Result<(DnsServer, Directory, Zone), DnsError> {
     let services = informers.typed::<Service>(Scope::all());
     let slices = informers.typed::<EndpointSlice>(Scope::all());
     let directory = Directory::new(services.store(), slices.store())?;
@@ -59,5 +71,6 @@ pub async fn start(
         .map(|d| d.as_secs() as u32)
         .unwrap_or_default();
     let zone = Zone::new(domain, nameserver)?.with_serial(serial);
-    Ok(DnsServer::start(listen, directory, zone, upstreams).await?)
+    let server = DnsServer::start(listen, directory.clone(), zone.clone(), upstreams).await?;
+    Ok((server, directory, zone))
 }

@@ -119,7 +119,7 @@ impl DnsServer {
         zone: Zone,
         upstreams: Upstreams,
     ) -> Result<DnsServer, ServerError> {
-        let (udp, tcp) = bind_pair(addr).await?;
+        let (udp, tcp) = bind_pair(addr)?;
         let addr = udp
             .local_addr()
             .map_err(|source| ServerError::Bind { addr, source })?;
@@ -155,16 +155,14 @@ impl Drop for DnsServer {
 
 /// UDP and TCP sockets on one port. Port 0 picks the UDP port first and retries a few times
 /// should TCP's be taken.
-async fn bind_pair(addr: SocketAddr) -> Result<(UdpSocket, TcpListener), ServerError> {
+fn bind_pair(addr: SocketAddr) -> Result<(UdpSocket, TcpListener), ServerError> {
     let mut last = None;
     for _ in 0..16 {
-        let udp = UdpSocket::bind(addr)
-            .await
-            .map_err(|source| ServerError::Bind { addr, source })?;
+        let udp = bind_udp(addr).map_err(|source| ServerError::Bind { addr, source })?;
         let bound = udp
             .local_addr()
             .map_err(|source| ServerError::Bind { addr, source })?;
-        match TcpListener::bind(bound).await {
+        match bind_tcp(bound) {
             Ok(tcp) => return Ok((udp, tcp)),
             Err(source) if addr.port() == 0 => last = Some(source),
             Err(source) => return Err(ServerError::Bind { addr, source }),
@@ -174,6 +172,42 @@ async fn bind_pair(addr: SocketAddr) -> Result<(UdpSocket, TcpListener), ServerE
         addr,
         source: last.unwrap_or_else(|| std::io::Error::other("no free port")),
     })
+}
+
+/// A socket of `kind` bound to `addr` with `IP_FREEBIND`: a node's DNS address may be its pod
+/// bridge's gateway, which exists only once the first pod's network is set up, and the
+/// server must be listening by then.
+fn bound_socket(addr: SocketAddr, kind: socket2::Type) -> std::io::Result<socket2::Socket> {
+    let domain = socket2::Domain::for_address(addr);
+    let protocol = if kind == socket2::Type::DGRAM {
+        socket2::Protocol::UDP
+    } else {
+        socket2::Protocol::TCP
+    };
+    let socket = socket2::Socket::new(domain, kind, Some(protocol))?;
+    if addr.is_ipv4() {
+        socket.set_freebind_v4(true)?;
+    } else {
+        socket.set_freebind_v6(true)?;
+    }
+    if kind == socket2::Type::STREAM {
+        // A restarted server rebinds at once though connections of the last one linger.
+        socket.set_reuse_address(true)?;
+    }
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    Ok(socket)
+}
+
+fn bind_udp(addr: SocketAddr) -> std::io::Result<UdpSocket> {
+    let socket = bound_socket(addr, socket2::Type::DGRAM)?;
+    UdpSocket::from_std(socket.into())
+}
+
+fn bind_tcp(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = bound_socket(addr, socket2::Type::STREAM)?;
+    socket.listen(1024)?;
+    TcpListener::from_std(socket.into())
 }
 
 async fn serve_udp(socket: Arc<UdpSocket>, shared: Arc<Shared>) {
