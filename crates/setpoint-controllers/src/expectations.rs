@@ -299,6 +299,25 @@ pub async fn create_in_batches_while<F, Fut>(
     key: &ObjectKey,
     events: &EventRecorder,
     owner: &ObjectReference,
+    proceed: F,
+) -> BatchesEnd
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let pods = vec![pod.clone(); n];
+    create_each_in_batches_while(api, &pods, expectations, key, events, owner, proceed).await
+}
+
+/// [`create_in_batches_while`] for pods that differ from one another (an Indexed Job's, one
+/// per index): `pods` are created in order, in the same slow-start batches.
+pub async fn create_each_in_batches_while<F, Fut>(
+    api: &Api<Pod>,
+    pods: &[Pod],
+    expectations: &Expectations,
+    key: &ObjectKey,
+    events: &EventRecorder,
+    owner: &ObjectReference,
     mut proceed: F,
 ) -> BatchesEnd
 where
@@ -306,6 +325,7 @@ where
     Fut: std::future::Future<Output = bool>,
 {
     let params = PostParams::default();
+    let n = pods.len();
     let mut left = n;
     for size in crate::replicaset::batches(n) {
         if !proceed().await {
@@ -313,9 +333,11 @@ where
             expectations.creation_observed(key, left);
             return BatchesEnd::Stopped { created: n - left };
         }
+        let batch = &pods[n - left..n - left + size];
         // Only the created pod's name is used: its metadata is all that is decoded.
         let results =
-            futures::future::join_all((0..size).map(|_| api.create_metadata(&params, pod))).await;
+            futures::future::join_all(batch.iter().map(|pod| api.create_metadata(&params, pod)))
+                .await;
         left -= size;
         let mut failed = None;
         for r in results {
