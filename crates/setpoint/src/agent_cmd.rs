@@ -54,6 +54,8 @@ pub struct AgentArgs {
     simulation: SimulationFlags,
     #[command(flatten)]
     container_runtime: crate::container_runtime::ContainerRuntimeFlags,
+    #[command(flatten)]
+    proxy: ProxyFlags,
     /// Seconds between Lease renewals.
     #[arg(long, default_value_t = 10)]
     lease_interval_seconds: u64,
@@ -114,6 +116,60 @@ impl SimulationFlags {
             lease_interval,
             ..SimulationConfig::default()
         })
+    }
+}
+
+/// kube-proxy's `--proxy-mode`, as far as this node has modes.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProxyMode {
+    /// Services routed by nftables rules in a table of the node's own.
+    Nftables,
+    /// No service proxy on this node.
+    None,
+}
+
+/// The node's service proxy: `setpoint agent` and `setpoint up` take the same flags.
+#[derive(clap::Args, Clone)]
+pub struct ProxyFlags {
+    /// The service proxy (kube-proxy's `--proxy-mode`): `nftables` routes Services' cluster
+    /// IPs, node ports and external IPs to their ready endpoints with nftables rules (needs
+    /// root: `CAP_NET_ADMIN`); `none` runs no proxy.
+    #[arg(
+        long,
+        value_enum,
+        default_value = "nftables",
+        env = "SETPOINT_PROXY_MODE"
+    )]
+    proxy_mode: ProxyMode,
+}
+
+impl ProxyFlags {
+    /// The proxy of node `node_name` whose state lives in `state_dir` (which names its
+    /// nftables table), or `None` with `--proxy-mode none`.
+    pub fn config(
+        &self,
+        node_name: &str,
+        state_dir: &Path,
+    ) -> Option<setpoint_network::proxy::ProxyConfig> {
+        (self.proxy_mode == ProxyMode::Nftables).then(|| {
+            setpoint_network::proxy::ProxyConfig::new(node_name, &state_dir.display().to_string())
+        })
+    }
+}
+
+/// Runs the service proxy of `config` until `shutdown`, logging why it stopped if it did.
+async fn run_proxy(
+    client: Client,
+    config: Option<setpoint_network::proxy::ProxyConfig>,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) {
+    let Some(config) = config else {
+        tracing::info!("no service proxy on this node (--proxy-mode none)");
+        return;
+    };
+    tracing::info!(table = %config.table, "service proxy in nftables mode");
+    if let Err(e) = setpoint_network::proxy::run(client, config, shutdown).await {
+        tracing::error!(error = %e, "service proxy stopped");
     }
 }
 
@@ -304,8 +360,17 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         .open(&data_dir, &data_dir.join("containerd"))
         .await?;
     config.system_info.container_runtime_version = runtime.version.clone();
+    config.dns = runtime.dns.clone();
     tracing::info!(node = %name, runtime = %runtime.description, "node runtime");
     println!("Node {name} is running pods {}", runtime.description);
+    let (stop_proxy, proxy_stopped) = tokio::sync::oneshot::channel::<()>();
+    let proxy = tokio::spawn(run_proxy(
+        client.clone(),
+        args.proxy.config(&name, &data_dir),
+        async move {
+            let _ = proxy_stopped.await;
+        },
+    ));
     let result = setpoint_node::run_agent(
         client,
         config,
@@ -313,6 +378,8 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         crate::wait_for_signal(),
     )
     .await;
+    let _ = stop_proxy.send(());
+    let _ = proxy.await;
     runtime.stop().await;
     result?;
     Ok(())
@@ -324,6 +391,7 @@ async fn with_local_path<F, Fut>(
     client: Client,
     node: String,
     dir: std::path::PathBuf,
+    proxy: Option<setpoint_network::proxy::ProxyConfig>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     agent: F,
 ) -> Result<(), setpoint_node::AgentError>
@@ -349,8 +417,10 @@ where
         dir,
         wait(stopped.clone()),
     ));
+    let proxy = tokio::spawn(run_proxy(client.clone(), proxy, wait(stopped.clone())));
     let result = agent(client, Box::pin(wait(stopped))).await;
     let _ = stop.send(true);
+    let _ = proxy.await;
     match local_path.await {
         Ok(Err(e)) => tracing::error!(error = %e, "local-path volumes stopped"),
         Err(e) => tracing::error!(error = %e, "local-path volumes stopped"),
@@ -371,7 +441,7 @@ impl InProcess {
     /// Starts a node agent named `name` on `runtime`, serving logs on a free loopback port
     /// to callers with certificates from `client_ca_pem`.
     /// Its local-path volumes live under `local_path_dir`; pods that share its network reach
-    /// the API server at `api_server_url`.
+    /// the API server at `api_server_url`; `proxy` is its service proxy, if it runs one.
     pub fn start(
         client: Client,
         name: &str,
@@ -379,6 +449,7 @@ impl InProcess {
         client_ca_pem: Option<String>,
         local_path_dir: std::path::PathBuf,
         api_server_url: &str,
+        proxy: Option<setpoint_network::proxy::ProxyConfig>,
     ) -> InProcess {
         let mut config = AgentConfig::local(name);
         config.api_server = setpoint_node::sources::api_server_address(api_server_url);
@@ -387,6 +458,7 @@ impl InProcess {
         config.server_listen = SocketAddr::from(([127, 0, 0, 1], 0));
         config.client_ca_pem = client_ca_pem;
         config.system_info.container_runtime_version = runtime.version.clone();
+        config.dns = runtime.dns.clone();
         tracing::info!(node = %name, runtime = %runtime.description, "local node runtime");
         let pods = runtime.runtime.clone();
         let node = name.to_string();
@@ -395,6 +467,7 @@ impl InProcess {
                 client,
                 node,
                 local_path_dir,
+                proxy,
                 shutdown,
                 move |c, shutdown| setpoint_node::run_agent(c, config, pods, shutdown),
             )

@@ -183,6 +183,7 @@ fn main() -> anyhow::Result<()> {
                     podgc: args.podgc.config(),
                     simulation: args.simulation,
                     container_runtime: args.container_runtime,
+                    proxy: args.proxy,
                 };
                 run(args.serve, Some(up)).await
             }
@@ -210,6 +211,8 @@ struct UpArgs {
     simulation: agent_cmd::SimulationFlags,
     #[command(flatten)]
     container_runtime: container_runtime::ContainerRuntimeFlags,
+    #[command(flatten)]
+    proxy: agent_cmd::ProxyFlags,
 }
 
 /// What `setpoint up` runs besides the API server.
@@ -218,6 +221,7 @@ struct Up {
     podgc: setpoint_controllers::podgc::PodGcConfig,
     simulation: agent_cmd::SimulationFlags,
     container_runtime: container_runtime::ContainerRuntimeFlags,
+    proxy: agent_cmd::ProxyFlags,
 }
 
 /// The admission plugins `--disable-admission-plugins` names, refusing the ones this server
@@ -373,13 +377,16 @@ async fn run(args: ServeArgs, up: Option<Up>) -> anyhow::Result<()> {
                 .container_runtime
                 .open(&data_dir.join("node"), &data_dir.join("containerd"))
                 .await?;
+            let name = agent_cmd::local_node_name();
+            let proxy = up.proxy.config(&name, &data_dir.join("node"));
             Some(agent_cmd::InProcess::start(
                 in_process().with_user_agent(agent_cmd::COMPONENT),
-                &agent_cmd::local_node_name(),
+                &name,
                 runtime,
                 ca,
                 data_dir.join("node").join("storage"),
                 &running.url,
+                proxy,
             ))
         }
         _ => None,

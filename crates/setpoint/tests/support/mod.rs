@@ -90,6 +90,10 @@ pub struct Setpoint {
     pub output: mpsc::Receiver<String>,
 }
 
+/// The environment variable of `--proxy-mode`: the tests set it to `none` for every node
+/// they start; a test of the proxy passes the flag.
+pub const PROXY_MODE_ENV: &str = "SETPOINT_PROXY_MODE";
+
 /// The environment variable of `--container-runtime`: the tests set it to `process` for every
 /// node they start, so pods run as local processes (today's behaviour) whatever the default
 /// and whatever this machine has installed; a test that wants containers passes the flag.
@@ -112,6 +116,10 @@ impl Setpoint {
             // Pods run as processes unless a test asks for containers with the flag, which
             // wins over the environment.
             .env(RUNTIME_ENV, "process")
+            // No service proxy unless a test asks for one with `--proxy-mode nftables`: the
+            // clusters tests run side by side share the host's network, and their Services'
+            // addresses overlap.
+            .env(PROXY_MODE_ENV, "none")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -245,8 +253,22 @@ impl Drop for Setpoint {
         if !self.keep_pods {
             kill_processes_under(&self.data_dir);
             remove_private_bridge(&self.data_dir);
+            remove_proxy_table(&self.data_dir.join("node"));
         }
     }
+}
+
+/// Deletes the service proxy's nftables table of the node whose state is in `node_dir`, if
+/// it has one (the proxy leaves it in place when it stops, so a restart keeps routing).
+pub fn remove_proxy_table(node_dir: &Path) {
+    let Ok(dir) = node_dir.canonicalize() else {
+        return;
+    };
+    let table = setpoint_network::proxy::table_name(&dir.display().to_string());
+    let _ = Command::new("nft")
+        .args(["delete", "table", "ip", &table])
+        .stderr(Stdio::null())
+        .status();
 }
 
 /// Deletes the CNI bridge (`sp-n<x>`) of the private containerd that ran under the data dir
