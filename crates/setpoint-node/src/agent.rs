@@ -159,6 +159,10 @@ pub struct AgentConfig {
     /// API server: their `KUBERNETES_SERVICE_HOST` and `_PORT`. `None`: the master Service's
     /// cluster IP, as for every other pod.
     pub api_server: Option<crate::runtime::ApiServerAddress>,
+    /// The node's cluster DNS server, if it runs one (the runtime says where, see
+    /// `setpoint_network::dns::node`). Its Services and EndpointSlices come from this agent's
+    /// informers.
+    pub dns: Option<setpoint_network::dns::node::NodeDnsConfig>,
 }
 
 impl AgentConfig {
@@ -193,6 +197,7 @@ impl AgentConfig {
             resync_interval: Duration::from_secs(10),
             pod_workers: 4,
             api_server: None,
+            dns: None,
         }
     }
 }
@@ -233,6 +238,21 @@ pub async fn run_agent(
         informers.typed::<Pod>(Scope::all().fields(&format!("spec.nodeName={}", config.node_name)));
     let nodes = informers
         .typed::<Node>(Scope::all().fields(&format!("metadata.name={}", config.node_name)));
+    // Kept until the agent stops. A node that cannot serve DNS (port 53 needs root) runs on:
+    // its pods then resolve `ClusterFirst` as the runtime was told (see its cluster DNS).
+    let _dns = match &config.dns {
+        Some(dns) => match setpoint_network::dns::node::start_node(&informers, dns).await {
+            Ok(running) => {
+                tracing::info!(addresses = ?running.addresses(), domain = %dns.domain, "cluster DNS serving");
+                Some(running)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cluster DNS not served on this node");
+                None
+            }
+        },
+        None => None,
+    };
     let server = match &config.client_ca_pem {
         Some(ca) => {
             let tls =

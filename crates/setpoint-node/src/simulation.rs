@@ -136,6 +136,7 @@ impl SimulationConfig {
             resync_interval: self.resync_interval,
             pod_workers: self.pod_workers,
             api_server: None,
+            dns: None,
         }
     }
 }

@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
+use setpoint_network::dns::node::NodeDnsConfig;
+use setpoint_network::dns::{ClusterDns, ResolvConf};
 use setpoint_node::containerd::{self, DaemonOptions, LocalContainerd};
 use setpoint_node::cri::runtime::{CriRuntime, CriRuntimeOptions};
 use setpoint_node::cri::CriClient;
@@ -55,6 +57,32 @@ pub struct ContainerRuntimeFlags {
     /// Image garbage collection on CRI nodes.
     #[command(flatten)]
     pub image_gc: ImageGcFlags,
+    /// The cluster DNS pods are told.
+    #[command(flatten)]
+    pub dns: DnsFlags,
+}
+
+/// The kubelet's `--cluster-dns` and `--cluster-domain`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct DnsFlags {
+    /// The DNS servers pods of `dnsPolicy: ClusterFirst` use, comma-separated (the kubelet's
+    /// flag). Default: the node's own cluster DNS server, which a node with a private
+    /// containerd runs on its pod bridge's gateway; a node without one tells pods nothing,
+    /// and they resolve as `dnsPolicy: Default`.
+    #[arg(long, value_delimiter = ',')]
+    pub cluster_dns: Vec<std::net::IpAddr>,
+    /// The cluster's DNS domain (the kubelet's flag).
+    #[arg(long, default_value = setpoint_network::dns::DEFAULT_CLUSTER_DOMAIN)]
+    pub cluster_domain: String,
+}
+
+impl Default for DnsFlags {
+    fn default() -> Self {
+        DnsFlags {
+            cluster_dns: Vec::new(),
+            cluster_domain: setpoint_network::dns::DEFAULT_CLUSTER_DOMAIN.to_string(),
+        }
+    }
 }
 
 /// The kubelet's image garbage collection flags, for CRI nodes.
@@ -117,6 +145,8 @@ pub struct NodeRuntime {
     containerd: Option<LocalContainerd>,
     /// Held while the private containerd uses its subnet.
     _subnet_lock: Option<std::fs::File>,
+    /// The cluster DNS server the node runs, if any: on its private containerd's bridge.
+    pub dns: Option<NodeDnsConfig>,
 }
 
 impl NodeRuntime {
@@ -166,6 +196,7 @@ impl ContainerRuntimeFlags {
                     description: format!("as local processes (state in {})", node_dir.display()),
                     containerd: None,
                     _subnet_lock: None,
+                    dns: None,
                 })
             }
             RuntimeKind::Cri => {
@@ -271,6 +302,31 @@ impl ContainerRuntimeFlags {
                 endpoint
             }
         };
+        // The node serves cluster DNS on its pod bridge's gateway, which only a private
+        // containerd's subnet tells (a system containerd's bridge is its own business).
+        let dns = subnet
+            .as_deref()
+            .and_then(setpoint_network::dns::node::bridge_gateway)
+            .map(|gateway| NodeDnsConfig {
+                addresses: vec![gateway.into()],
+                port: setpoint_network::dns::node::DNS_PORT,
+                domain: self.dns.cluster_domain.clone(),
+                host: ResolvConf::parse(
+                    &std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default(),
+                ),
+            });
+        let cluster_dns = match &dns {
+            Some(dns) => dns.cluster_dns(&self.dns.cluster_dns),
+            None => ClusterDns {
+                servers: self
+                    .dns
+                    .cluster_dns
+                    .iter()
+                    .map(|ip| ip.to_string())
+                    .collect(),
+                domain: self.dns.cluster_domain.clone(),
+            },
+        };
         let opened = async {
             let client = CriClient::connect(&endpoint)
                 .await
@@ -280,7 +336,9 @@ impl ContainerRuntimeFlags {
                 .with_context(|| format!("asking the CRI runtime at {endpoint} its version"))?;
             let logs = node_dir.join(CONTAINER_LOGS_DIR);
             move_container_logs(node_dir, &logs)?;
-            let containers = CriRuntime::new(client, self.image_gc.options(&logs)?)
+            let mut options = self.image_gc.options(&logs)?;
+            options.cluster_dns = cluster_dns;
+            let containers = CriRuntime::new(client, options)
                 .await
                 .with_context(|| format!("CRI runtime at {endpoint}"))?;
             let processes = ProcessRuntime::new(node_dir)
@@ -320,6 +378,7 @@ impl ContainerRuntimeFlags {
             description,
             containerd,
             _subnet_lock: subnet_lock,
+            dns,
         })
     }
 }
@@ -530,6 +589,7 @@ mod tests {
             container_runtime: RuntimeKind::Process,
             container_runtime_endpoint: Some("unix:///nowhere.sock".into()),
             image_gc: ImageGcFlags::default(),
+            dns: DnsFlags::default(),
         };
         let err = flags
             .open(&dir.path().join("node"), &dir.path().join("containerd"))
@@ -545,6 +605,7 @@ mod tests {
             container_runtime: RuntimeKind::Auto,
             container_runtime_endpoint: Some("unix:///x.sock".into()),
             image_gc: ImageGcFlags::default(),
+            dns: DnsFlags::default(),
         };
         let (kind, why) = auto.choose();
         assert_eq!(kind, RuntimeKind::Cri);
@@ -553,6 +614,7 @@ mod tests {
             container_runtime: RuntimeKind::Process,
             container_runtime_endpoint: None,
             image_gc: ImageGcFlags::default(),
+            dns: DnsFlags::default(),
         };
         assert_eq!(process.choose().0, RuntimeKind::Process);
         // Without an endpoint, auto follows what this machine has.
@@ -560,6 +622,7 @@ mod tests {
             container_runtime: RuntimeKind::Auto,
             container_runtime_endpoint: None,
             image_gc: ImageGcFlags::default(),
+            dns: DnsFlags::default(),
         };
         let usable = containerd::find_system_endpoint().is_some()
             || containerd::testing::missing_prerequisites().is_none();
@@ -593,6 +656,7 @@ mod tests {
                 dir.path().join("none.sock").display()
             )),
             image_gc: ImageGcFlags::default(),
+            dns: DnsFlags::default(),
         };
         let err = flags
             .open(&dir.path().join("node"), &dir.path().join("containerd"))

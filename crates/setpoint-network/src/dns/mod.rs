@@ -23,6 +23,8 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use setpoint_runtime::informer::Scope;
 use setpoint_runtime::SharedInformers;
 
+/// The DNS wire-format crate the server and [`client`] speak, for callers naming its types.
+pub use hickory_proto as proto;
 pub use records::{Directory, Zone};
 pub use resolvconf::{ClusterDns, PodDns, ResolvConf};
 pub use server::{DnsServer, Upstreams};
