@@ -31,6 +31,7 @@ pub mod openapi;
 pub mod patch;
 mod podlogs;
 mod podstream;
+mod proxy;
 mod pruned;
 mod registry;
 mod request;

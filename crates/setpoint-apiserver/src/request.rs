@@ -93,11 +93,14 @@ pub fn parse_path(path: &str) -> Result<PathTarget, ApiError> {
             [] => gv(plural, Some(ns), None, None),
             [name] => gv(plural, Some(ns), Some(name), None),
             [name, sub] => gv(plural, Some(ns), Some(name), Some(sub)),
+            // `<resource>/<name>/proxy/<path>`: the path is the proxied request's.
+            [name, "proxy", _, ..] => gv(plural, Some(ns), Some(name), Some("proxy")),
             _ => return Err(ApiError::not_found_path()),
         },
         [plural] => gv(plural, None, None, None),
         [plural, name] => gv(plural, None, Some(name), None),
         [plural, name, sub] => gv(plural, None, Some(name), Some(sub)),
+        [plural, name, "proxy", _, ..] => gv(plural, None, Some(name), Some("proxy")),
         _ => return Err(ApiError::not_found_path()),
     };
     Ok(target)

@@ -194,6 +194,34 @@ pub async fn handle(State(server): State<Arc<ApiServer>>, req: http::Request<Bod
     let resource = resource_label(&target);
     let response = match target {
         Err(e) => error_response(&e),
+        // `pods/proxy`, `services/proxy` and `nodes/proxy` relay the request, body and all.
+        Ok(PathTarget::Object {
+            group,
+            plural,
+            namespace,
+            name,
+            subresource: Some(sub),
+            version,
+        }) if group.is_empty()
+            && version == "v1"
+            && sub == "proxy"
+            && crate::proxy::PROXIED.contains(&plural.as_str())
+            && namespace.is_some() == (plural != "nodes") =>
+        {
+            crate::proxy::serve(
+                &server,
+                &plural,
+                namespace.as_deref(),
+                &name,
+                &path,
+                parts.uri.query(),
+                &parts.method,
+                &parts.headers,
+                body,
+            )
+            .await
+            .unwrap_or_else(|e| error_response(&e))
+        }
         // exec, attach and portforward switch protocols: they need the connection's upgrade.
         Ok(PathTarget::Object {
             group,
