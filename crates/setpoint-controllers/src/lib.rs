@@ -19,6 +19,8 @@
 //!   updates with `maxUnavailable`/`maxSurge` or `OnDelete`, revision history;
 //! - [`deployment`]: rolls a Deployment's pod template out through ReplicaSets
 //!   (rolling update, recreate, pause, rollback, revision history);
+//! - [`hpa`]: the HorizontalPodAutoscaler, which sets a `scale` subresource's replicas from
+//!   metrics as upstream's replica calculator and scaling behavior do;
 //! - [`cronjob`]: creates a Job each time a CronJob's schedule ([`setpoint_api::cron`]) comes round;
 //! - [`job`]: runs a Job's pods to `completions` within `parallelism` and `backoffLimit`;
 //! - [`ttlafterfinished`]: deletes finished Jobs once their `ttlSecondsAfterFinished` ran out;
@@ -48,6 +50,7 @@ pub mod endpointslice;
 pub mod expectations;
 pub mod gc;
 pub mod history;
+pub mod hpa;
 pub mod job;
 pub mod manager;
 pub mod namespace;

@@ -39,6 +39,7 @@ pub const ALL: &[&str] = &[
     "persistentvolume-binder",
     "pvc-protection",
     "pv-protection",
+    "horizontalpodautoscaling",
 ];
 
 /// Settings of the controllers that have any.
@@ -59,6 +60,8 @@ pub struct Options {
     pub metrics: Option<ControllerMetrics>,
     /// The EndpointSlice controller's settings (`--max-endpoints-per-slice`).
     pub endpointslice: crate::endpointslice::EndpointSliceConfig,
+    /// The HorizontalPodAutoscaler controller's settings (`--horizontal-pod-autoscaler-*`).
+    pub hpa: crate::hpa::HpaConfig,
     /// The pod garbage collector's settings (`--terminated-pod-gc-threshold`).
     pub podgc: crate::podgc::PodGcConfig,
 }
@@ -197,6 +200,7 @@ pub async fn build(
             }
             "pvc-protection" => crate::volumeprotection::claim_controller(c, informers),
             "pv-protection" => crate::volumeprotection::volume_controller(c, informers),
+            "horizontalpodautoscaling" => crate::hpa::controller(c, informers, options.hpa),
             "nodelifecycle" => {
                 crate::nodelifecycle::controller(c, informers, options.node_lifecycle.clone())
             }

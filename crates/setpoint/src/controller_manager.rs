@@ -69,6 +69,8 @@ pub struct ControllerManagerArgs {
     concurrency: ConcurrencyFlags,
     #[command(flatten)]
     podgc: PodGcFlags,
+    #[command(flatten)]
+    hpa: crate::hpa_flags::HpaFlags,
     /// The most endpoints an EndpointSlice holds before another is started (1 to 1000).
     #[arg(long, default_value_t = setpoint_controllers::endpointslice::DEFAULT_MAX_ENDPOINTS_PER_SLICE as u64, value_parser = clap::value_parser!(u64).range(1..=1000))]
     max_endpoints_per_slice: u64,
@@ -196,6 +198,7 @@ impl ControllerManagerArgs {
                 max_endpoints_per_slice: self.max_endpoints_per_slice as usize,
             },
             podgc: self.podgc.config(),
+            hpa: self.hpa.config(),
         }
     }
 
@@ -333,6 +336,7 @@ pub fn start_in_process(
     root_ca_pem: Option<String>,
     cluster_signing: Option<SigningCa>,
     podgc: setpoint_controllers::podgc::PodGcConfig,
+    hpa: setpoint_controllers::hpa::HpaConfig,
 ) -> manager::InProcess {
     manager::InProcess::start_leading_on(
         client,
@@ -346,6 +350,7 @@ pub fn start_in_process(
             metrics,
             endpointslice: Default::default(),
             podgc,
+            hpa,
         },
         informers,
         leading,

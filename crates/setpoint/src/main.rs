@@ -38,6 +38,7 @@ mod agent_cmd;
 mod bench_cmd;
 mod container_runtime;
 mod controller_manager;
+mod hpa_flags;
 mod join;
 mod leadership;
 mod local_path;
@@ -181,6 +182,7 @@ fn main() -> anyhow::Result<()> {
                 let up = Up {
                     concurrency: args.concurrency.concurrency(),
                     podgc: args.podgc.config(),
+                    hpa: args.hpa.config(),
                     simulation: args.simulation,
                     container_runtime: args.container_runtime,
                     proxy: args.proxy,
@@ -208,6 +210,8 @@ struct UpArgs {
     #[command(flatten)]
     podgc: controller_manager::PodGcFlags,
     #[command(flatten)]
+    hpa: hpa_flags::HpaFlags,
+    #[command(flatten)]
     simulation: agent_cmd::SimulationFlags,
     #[command(flatten)]
     container_runtime: container_runtime::ContainerRuntimeFlags,
@@ -219,6 +223,7 @@ struct UpArgs {
 struct Up {
     concurrency: setpoint_controllers::manager::Concurrency,
     podgc: setpoint_controllers::podgc::PodGcConfig,
+    hpa: setpoint_controllers::hpa::HpaConfig,
     simulation: agent_cmd::SimulationFlags,
     container_runtime: container_runtime::ContainerRuntimeFlags,
     proxy: agent_cmd::ProxyFlags,
@@ -348,6 +353,7 @@ async fn run(args: ServeArgs, up: Option<Up>) -> anyhow::Result<()> {
                         max_duration: setpoint_controllers::csrsigning::DEFAULT_DURATION,
                     }),
                 up.podgc,
+                up.hpa,
             ))
         }
         None => None,

@@ -48,6 +48,7 @@ pub fn service_account_of(controller: &str) -> Option<&'static str> {
         "persistentvolume-binder" => "persistent-volume-binder",
         "pvc-protection" => "pvc-protection-controller",
         "pv-protection" => "pv-protection-controller",
+        "horizontalpodautoscaling" => "horizontal-pod-autoscaler",
         _ => return None,
     })
 }
