@@ -484,11 +484,7 @@ impl ApiServer {
         let candidates: Vec<String> = if !requested.is_empty() {
             vec![requested.clone()]
         } else {
-            // 10.96.0.0/12 minus the network address and 10.96.0.1 (the `kubernetes` service).
-            let start: u32 = rand::random::<u32>() % ((1 << 20) - 3);
-            (0..64)
-                .map(|i| ip_in_range((start + i * 7919) % ((1 << 20) - 3) + 2))
-                .collect()
+            dynamic_candidates(rand::random::<u32>())
         };
         for ip in candidates {
             let key = format!("{SERVICE_IP_PREFIX}{ip}");
@@ -536,6 +532,22 @@ impl ApiServer {
 
 fn is_service(res: &ResourceDef) -> bool {
     res.group.is_empty() && res.plural == "services"
+}
+
+/// The addresses at the bottom of 10.96.0.0/12 that dynamic allocation leaves to Services
+/// naming their cluster IP: upstream's `min(max(16, size/16), 256)`.
+const STATIC_BAND: u32 = 256;
+
+/// 64 addresses to try for a Service that names none, spread from `seed`: from the upper
+/// band of 10.96.0.0/12 (broadcast excluded), as upstream allocates dynamically (KEP-3070),
+/// so the lower band stays for Services that ask for an address, such as `kubernetes`
+/// (10.96.0.1) and kube-dns (10.96.0.10).
+fn dynamic_candidates(seed: u32) -> Vec<String> {
+    let upper = (1u32 << 20) - 1 - STATIC_BAND;
+    let start = seed % upper;
+    (0..64)
+        .map(|i| ip_in_range((start + i * 7919) % upper + STATIC_BAND))
+        .collect()
 }
 
 /// The `n`th address of 10.96.0.0/12.
@@ -606,6 +618,20 @@ mod tests {
         let no = json!({"type": "LoadBalancer", "allocateLoadBalancerNodePorts": false});
         assert!(!needs_node_ports(&no));
         assert!(!needs_node_ports(&json!({})));
+    }
+
+    #[test]
+    fn dynamic_cluster_ips_leave_the_static_band() {
+        for seed in [0, 1, 9, 255, 12_345, (1 << 20) - 258, u32::MAX] {
+            for ip in dynamic_candidates(seed) {
+                let n =
+                    u32::from(ip.parse::<std::net::Ipv4Addr>().unwrap()) - (10 << 24 | 96 << 16);
+                assert!(
+                    (STATIC_BAND..(1 << 20) - 1).contains(&n),
+                    "{ip} from {seed}"
+                );
+            }
+        }
     }
 
     #[test]
