@@ -1,5 +1,7 @@
 //! `bench density`: how fast the cluster turns D Deployments × R replicas into Running pods on
-//! N nodes, and how fast it deletes them again.
+//! N nodes, and how fast it deletes them again. With another [`WorkloadKind`] the workloads are
+//! StatefulSets of R replicas (`podManagementPolicy: Parallel`) or DaemonSets (one pod per
+//! node the run's pods may go to), and the run ends when every pod is Running.
 //!
 //! The run: start N simulated nodes in this process (through the public API, like any node
 //! agent), or with `reuse_nodes` find N simulated nodes the cluster already has (hosted by
@@ -16,7 +18,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use parking_lot::Mutex;
 use serde_json::json;
@@ -36,9 +38,34 @@ use crate::BenchError;
 /// The label every object of a run carries, valued with the run id.
 pub const RUN_LABEL: &str = "setpoint-bench-run";
 
+/// Which workload a density run creates.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WorkloadKind {
+    /// Deployments of `replicas` pods; the run also waits for each to be Available.
+    #[default]
+    Deployment,
+    /// StatefulSets of `replicas` pods, created in parallel (`podManagementPolicy: Parallel`).
+    StatefulSet,
+    /// DaemonSets: one pod on every node the run's pods may go to (`replicas` is unused).
+    DaemonSet,
+}
+
+impl WorkloadKind {
+    /// The kind's name, as the API spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkloadKind::Deployment => "Deployment",
+            WorkloadKind::StatefulSet => "StatefulSet",
+            WorkloadKind::DaemonSet => "DaemonSet",
+        }
+    }
+}
+
 /// How a density run goes.
 #[derive(Clone, Debug)]
 pub struct DensityConfig {
+    /// Which workloads to create.
+    pub kind: WorkloadKind,
     /// Simulated nodes to host in this process (0: use the nodes the cluster has).
     pub nodes: usize,
     /// Host no nodes: wait until the cluster has `nodes` Ready simulated nodes of its own
@@ -78,6 +105,7 @@ pub struct DensityConfig {
 impl Default for DensityConfig {
     fn default() -> Self {
         DensityConfig {
+            kind: WorkloadKind::Deployment,
             nodes: 0,
             reuse_nodes: false,
             deployments: 1,
@@ -167,27 +195,73 @@ where
     }
 }
 
-fn deployment(
+/// One workload of the run, as JSON: the same labels and pod template for every kind.
+fn workload(
+    kind: WorkloadKind,
     name: &str,
     run: &str,
     replicas: i32,
     image: &str,
     placement: &Placement,
-) -> Result<Deployment, BenchError> {
+) -> serde_json::Value {
     let pod_spec = placement.pod_spec(image);
-    Ok(serde_json::from_value(json!({
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "labels": {RUN_LABEL: run}},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name, RUN_LABEL: run}},
-            "template": {
-                "metadata": {"labels": {"app": name, RUN_LABEL: run}},
-                "spec": pod_spec
-            }
+    let mut spec = json!({
+        "selector": {"matchLabels": {"app": name, RUN_LABEL: run}},
+        "template": {
+            "metadata": {"labels": {"app": name, RUN_LABEL: run}},
+            "spec": pod_spec
         }
-    }))?)
+    });
+    match kind {
+        WorkloadKind::Deployment => spec["replicas"] = json!(replicas),
+        WorkloadKind::StatefulSet => {
+            spec["replicas"] = json!(replicas);
+            spec["serviceName"] = json!(name);
+            spec["podManagementPolicy"] = json!("Parallel");
+        }
+        WorkloadKind::DaemonSet => {}
+    }
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": kind.as_str(),
+        "metadata": {"name": name, "labels": {RUN_LABEL: run}},
+        "spec": spec
+    })
+}
+
+/// Creates one workload (a failed create stays in the log: errors, and what is missing at
+/// the end).
+async fn create_workload(
+    client: Client,
+    rec: &Recorder,
+    ns: &str,
+    object: serde_json::Value,
+    kind: WorkloadKind,
+) {
+    let pp = PostParams::default();
+    match kind {
+        WorkloadKind::Deployment => {
+            let Ok(d) = serde_json::from_value::<Deployment>(object) else {
+                return;
+            };
+            let api = Api::<Deployment>::namespaced(client, ns);
+            let _ = with_retries(rec, "create", "deployments", || api.create(&pp, &d)).await;
+        }
+        WorkloadKind::StatefulSet => {
+            let Ok(s) = serde_json::from_value::<StatefulSet>(object) else {
+                return;
+            };
+            let api = Api::<StatefulSet>::namespaced(client, ns);
+            let _ = with_retries(rec, "create", "statefulsets", || api.create(&pp, &s)).await;
+        }
+        WorkloadKind::DaemonSet => {
+            let Ok(d) = serde_json::from_value::<DaemonSet>(object) else {
+                return;
+            };
+            let api = Api::<DaemonSet>::namespaced(client, ns);
+            let _ = with_retries(rec, "create", "daemonsets", || api.create(&pp, &d)).await;
+        }
+    }
 }
 
 /// Hosts the simulated nodes of a run until dropped or stopped.
@@ -285,8 +359,22 @@ pub async fn run(
     let rec = Recorder::new();
     let id = run_id();
     let selector = format!("{RUN_LABEL}={id}");
-    let pods = config.deployments as u64 * config.replicas.max(0) as u64;
-    let d = config.deployments as u64;
+    // A DaemonSet's pods are one per usable node, known once the nodes are Ready.
+    let pods_per_workload = Arc::new(std::sync::atomic::AtomicU64::new(
+        config.replicas.max(0) as u64
+    ));
+    let expected_pods = {
+        let per = pods_per_workload.clone();
+        let n = config.deployments as u64;
+        move || n * per.load(std::sync::atomic::Ordering::Relaxed)
+    };
+    // Only Deployments are also waited on to be Available.
+    let d = if config.kind == WorkloadKind::Deployment {
+        config.deployments as u64
+    } else {
+        0
+    };
+    let kind_name = config.kind.as_str();
     let hosted = config.nodes > 0 && !config.reuse_nodes;
     let placement = if hosted {
         Placement::RunNodes(id.clone())
@@ -302,15 +390,21 @@ pub async fn run(
     }));
     let counts: Arc<OnceLock<Arc<crate::observe::Counts>>> = Arc::new(OnceLock::new());
     let progress = config.progress.then(|| {
-        let (stage, counts) = (stage.clone(), counts.clone());
+        let (stage, counts, expected_pods) = (stage.clone(), counts.clone(), expected_pods.clone());
         Progress::start(move || match *stage.lock() {
             Stage::Nodes { ready, want } => {
                 format!("{} nodes Ready {ready}/{want}", progress::bar(ready, want))
             }
             Stage::Load => {
                 let (c, s, r, a) = counts.get().map(|c| c.get()).unwrap_or_default();
+                let pods = expected_pods();
+                let available = if d > 0 {
+                    format!("  Deployments Available {a}/{d}")
+                } else {
+                    String::new()
+                };
                 format!(
-                    "{} pods Running {r}/{pods}  created {c}  scheduled {s}  Deployments Available {a}/{d}",
+                    "{} pods Running {r}/{pods}  created {c}  scheduled {s}{available}",
                     progress::bar(r, pods)
                 )
             }
@@ -358,6 +452,12 @@ pub async fn run(
     }
     // The nodes the run's pods may go to.
     let usable_nodes = ready_nodes(&client, &rec, eligible.as_deref()).await?;
+    if config.kind == WorkloadKind::DaemonSet {
+        pods_per_workload.store(usable_nodes, std::sync::atomic::Ordering::Relaxed);
+    }
+    let pods = expected_pods();
+    // What the report multiplies by the workloads to get the pods.
+    let replicas = pods_per_workload.load(std::sync::atomic::Ordering::Relaxed);
     rec.record_at(
         0,
         Record::Start {
@@ -370,8 +470,9 @@ pub async fn run(
                 "simulated_nodes": if hosted { config.nodes } else { 0 },
                 "reused_nodes": config.reuse_nodes,
                 "node_selector": eligible,
+                "kind": kind_name,
                 "deployments": config.deployments,
-                "replicas": config.replicas,
+                "replicas": replicas,
                 "namespace_per_deployment": config.namespace_per_deployment,
                 "create_concurrency": config.create_concurrency,
                 "create_rate": config.create_rate,
@@ -441,13 +542,8 @@ pub async fn run(
                     tokio::time::sleep_until(first + Duration::from_secs_f64(i as f64 / rate))
                         .await;
                 }
-                let Ok(d) = deployment(&name, &id, config.replicas, &image, &placement) else {
-                    return;
-                };
-                let api = Api::<Deployment>::namespaced(client, &ns);
-                let pp = PostParams::default();
-                // A failed create stays in the log (errors, and what is missing at the end).
-                let _ = with_retries(&rec, "create", "deployments", || api.create(&pp, &d)).await;
+                let object = workload(config.kind, &name, &id, config.replicas, &image, &placement);
+                create_workload(client, &rec, &ns, object, config.kind).await;
             }
         })
         .await;
@@ -468,7 +564,8 @@ pub async fn run(
         rec.record(Record::Mark {
             mark: Mark::TimedOut,
         });
-        for what in observer.missing(pods, &deployment_keys) {
+        let awaited: &[String] = if d > 0 { &deployment_keys } else { &[] };
+        for what in observer.missing(pods, awaited) {
             rec.record(Record::Missing { what });
         }
     }
@@ -577,4 +674,37 @@ pub(crate) async fn delete_namespace(
         async move { Ok(api.get_opt(name).await?.is_none()) }
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_gets_the_runs_labels_and_its_own_shape() {
+        let placement = Placement::RunNodes("r1".into());
+        for kind in [
+            WorkloadKind::Deployment,
+            WorkloadKind::StatefulSet,
+            WorkloadKind::DaemonSet,
+        ] {
+            let w = workload(kind, "bench-0", "r1", 7, "nginx:1.25", &placement);
+            assert_eq!(w["kind"], kind.as_str());
+            assert_eq!(w["spec"]["selector"]["matchLabels"][RUN_LABEL], "r1");
+            assert_eq!(
+                w["spec"]["template"]["metadata"]["labels"]["app"],
+                "bench-0"
+            );
+            let replicas = w["spec"].get("replicas").cloned();
+            match kind {
+                WorkloadKind::DaemonSet => assert_eq!(replicas, None),
+                _ => assert_eq!(replicas, Some(json!(7))),
+            }
+        }
+        let sts = workload(WorkloadKind::StatefulSet, "s", "r1", 3, "x", &placement);
+        assert_eq!(sts["spec"]["podManagementPolicy"], "Parallel");
+        assert_eq!(sts["spec"]["serviceName"], "s");
+        // Each kind decodes as its typed object, as the create sends it.
+        serde_json::from_value::<StatefulSet>(sts).unwrap();
+    }
 }

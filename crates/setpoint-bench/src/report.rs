@@ -261,7 +261,10 @@ pub struct DensityReport {
     pub nodes: u64,
     /// Simulated nodes this run hosted.
     pub simulated_nodes: u64,
-    /// Deployments the run created.
+    /// Which workloads the run created (`Deployment`, `StatefulSet` or `DaemonSet`).
+    #[serde(default = "deployment_kind")]
+    pub kind: String,
+    /// Workloads the run created (Deployments unless `kind` says otherwise).
     pub deployments: u64,
     /// `spec.replicas` of each of them.
     pub replicas: u64,
@@ -312,6 +315,11 @@ pub struct DensityReport {
     pub cpu_seconds_total: f64,
     /// `[seconds since creates started, pods Running]`, at most 101 evenly spaced points.
     pub running_over_time: Vec<(f64, u64)>,
+}
+
+/// The kind of reports written before runs could create other workloads.
+fn deployment_kind() -> String {
+    "Deployment".into()
 }
 
 /// Computes the density report from its raw log.
@@ -377,6 +385,11 @@ pub fn density(entries: &[Entry]) -> Result<DensityReport, BenchError> {
         started_unix_ms: h.unix_ms,
         nodes: param(&h, "nodes"),
         simulated_nodes: param(&h, "simulated_nodes"),
+        kind: h
+            .params
+            .get("kind")
+            .and_then(|v| v.as_str())
+            .map_or_else(deployment_kind, str::to_string),
         deployments,
         replicas,
         pods: deployments * replicas,

@@ -77,8 +77,8 @@ pub fn density(r: &DensityReport) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "density run {}: {} Deployments x {} replicas = {} pods on {} Ready nodes ({} simulated here)",
-        r.run_id, r.deployments, r.replicas, r.pods, r.nodes, r.simulated_nodes
+        "density run {}: {} {}s x {} replicas = {} pods on {} Ready nodes ({} simulated here)",
+        r.run_id, r.deployments, r.kind, r.replicas, r.pods, r.nodes, r.simulated_nodes
     );
     if r.timed_out {
         let _ = writeln!(out, "TIMED OUT; missing:");
@@ -98,7 +98,8 @@ pub fn density(r: &DensityReport) -> String {
     );
     let _ = writeln!(
         out,
-        "  Deployment creates answered after       {}{}",
+        "  {:<38} {}{}",
+        format!("{} creates answered after", r.kind),
         opt_secs(r.create_seconds),
         r.create_rate
             .map(|c| format!(" (started at {c}/s)"))
@@ -109,10 +110,15 @@ pub fn density(r: &DensityReport) -> String {
         "  namespace deletion took                 {}",
         opt_secs(r.deletion_seconds)
     );
+    let available = if r.kind == "Deployment" {
+        format!("  Deployments Available {}", r.deployments_available)
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         out,
-        "  pods seen created {}  scheduled {}  Running {}  Deployments Available {}",
-        r.pods_created, r.pods_scheduled, r.pods_running, r.deployments_available
+        "  pods seen created {}  scheduled {}  Running {}{available}",
+        r.pods_created, r.pods_scheduled, r.pods_running
     );
     let _ = writeln!(out, "  (Running = {})", r.running_means);
     let _ = writeln!(out, "Per-pod latency (first seen by a watch):");

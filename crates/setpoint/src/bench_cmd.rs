@@ -48,6 +48,17 @@ pub struct Common {
     quiet: bool,
 }
 
+/// `bench density --kind`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum Kind {
+    /// Deployments.
+    Deployment,
+    /// StatefulSets.
+    Statefulset,
+    /// DaemonSets.
+    Daemonset,
+}
+
 #[derive(clap::Args, Clone)]
 pub struct DensityArgs {
     #[command(flatten)]
@@ -59,6 +70,11 @@ pub struct DensityArgs {
     /// `setpoint up --simulate N` or `setpoint agent --simulate N`) and use them.
     #[arg(long)]
     reuse_nodes: bool,
+    /// Which workloads to create: Deployments, StatefulSets (of `--replicas` pods each,
+    /// `podManagementPolicy: Parallel`) or DaemonSets (one pod per node; `--replicas` unused).
+    #[arg(long, value_enum, default_value = "deployment")]
+    kind: Kind,
+    /// Workloads to create (Deployments unless `--kind` says otherwise).
     #[arg(long, default_value_t = 10)]
     deployments: usize,
     #[arg(long, default_value_t = 10)]
@@ -192,6 +208,11 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
             let outcome = density::run(
                 client,
                 density::DensityConfig {
+                    kind: match a.kind {
+                        Kind::Deployment => density::WorkloadKind::Deployment,
+                        Kind::Statefulset => density::WorkloadKind::StatefulSet,
+                        Kind::Daemonset => density::WorkloadKind::DaemonSet,
+                    },
                     nodes: a.nodes,
                     reuse_nodes: a.reuse_nodes,
                     deployments: a.deployments,
