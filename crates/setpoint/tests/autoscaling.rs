@@ -282,3 +282,150 @@ spec:
     );
     s.stop();
 }
+
+/// The seeds' Deployment on simulated nodes, each pod requesting 100m of CPU and steered to
+/// use 140m.
+const FRONTEND: &str = r#"apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web-frontend
+spec:
+  replicas: 3
+  selector:
+    matchLabels: {app: web-frontend}
+  template:
+    metadata:
+      labels: {app: web-frontend}
+      annotations:
+        setpoint.dev/simulated-cpu: 140m
+    spec:
+      nodeSelector: {setpoint.dev/simulated: "true"}
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: web
+        image: nginx:1.25
+        resources:
+          requests: {cpu: 100m}
+"#;
+
+/// The seeds' autoscaler, with a `behavior` that lets it add at most 3 pods in 10 minutes
+/// (so the new pods' figures cannot push it past 6 while the test looks) and scale down
+/// after a 5 s window instead of 5 minutes.
+const FRONTEND_HPA: &str = r#"apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata:
+  name: web-frontend-hpa
+spec:
+  scaleTargetRef:
+    apiVersion: apps/v1
+    kind: Deployment
+    name: web-frontend
+  minReplicas: 2
+  maxReplicas: 10
+  metrics:
+  - type: Resource
+    resource:
+      name: cpu
+      target:
+        type: Utilization
+        averageUtilization: 70
+  behavior:
+    scaleUp:
+      policies:
+      - {type: Pods, value: 3, periodSeconds: 600}
+    scaleDown:
+      stabilizationWindowSeconds: 5
+"#;
+
+#[test]
+fn steered_cpu_scales_up_by_the_formula_and_down_after_the_window() {
+    if !support::kubectl_available() {
+        return;
+    }
+    let data = tempfile::tempdir().unwrap();
+    let s = Setpoint::start(
+        &[
+            "up",
+            "--simulate",
+            "2",
+            "--metric-resolution",
+            "1s",
+            "--horizontal-pod-autoscaler-sync-period=1s",
+        ],
+        &data.path().join("data"),
+    );
+    s.apply(FRONTEND);
+    // Every pod has figures (two samples after it started) before the autoscaler exists,
+    // so its first sync sees 140 % on all three.
+    eventually("140m on three pods", WAIT, || {
+        let top = s.kubectl(&["top", "pods", "-l", "app=web-frontend", "--no-headers"]);
+        let out = String::from_utf8_lossy(&top.stdout).to_string();
+        let rows = lines(&out);
+        (rows.len() == 3
+            && rows
+                .iter()
+                .all(|r| r.split_whitespace().nth(1) == Some("140m")))
+        .then_some(())
+    });
+    s.apply(FRONTEND_HPA);
+    // ceil(3 × 140 / 70) = 6.
+    replicas_become(&s, &["deployment", "web-frontend"], 6);
+    eventually("the SuccessfulRescale event", WAIT, || {
+        event(
+            &s,
+            "web-frontend-hpa",
+            "SuccessfulRescale",
+            "New size: 6; reason: cpu resource utilization (percentage of request) above target",
+        )
+    });
+    let active = condition(&s, "web-frontend-hpa", "ScalingActive");
+    assert_eq!(
+        active,
+        "True ValidMetricFound: the HPA was able to successfully calculate a replica count from cpu resource utilization (percentage of request)"
+    );
+    eventually("kubectl get hpa shows 140%/70%", WAIT, || {
+        let out = s.ok(&["get", "hpa", "web-frontend-hpa", "--no-headers"]);
+        let row: Vec<String> = out.split_whitespace().map(String::from).collect();
+        (row.get(2).map(String::as_str) == Some("cpu:")
+            && row.get(3).map(String::as_str) == Some("140%/70%")
+            && row.get(6).map(String::as_str) == Some("6"))
+        .then_some(())
+    });
+    // Six pods at 140 % would ask for 12; the policy holds it at 6 and says so.
+    eventually("ScalingLimited by the policy", WAIT, || {
+        let c = condition(&s, "web-frontend-hpa", "ScalingLimited");
+        (c == "True ScaleUpLimit: the desired replica count is increasing faster than the maximum scale rate")
+            .then_some(())
+    });
+    assert_eq!(
+        jsonpath(&s, &["deployment", "web-frontend"], "{.spec.replicas}"),
+        "6"
+    );
+
+    // The load stops: 10m each is 10 %, ceil(6 × 10 / 70) = 1, held at the minimum of 2,
+    // once the 5 s window has passed.
+    s.ok(&[
+        "annotate",
+        "pods",
+        "-l",
+        "app=web-frontend",
+        "setpoint.dev/simulated-cpu=10m",
+        "--overwrite",
+    ]);
+    replicas_become(&s, &["deployment", "web-frontend"], 2);
+    let message = eventually("the scale-down event", WAIT, || {
+        event(
+            &s,
+            "web-frontend-hpa",
+            "SuccessfulRescale",
+            "New size: 2; reason: All metrics below target",
+        )
+    });
+    assert_eq!(message, "New size: 2; reason: All metrics below target");
+    let limited = condition(&s, "web-frontend-hpa", "ScalingLimited");
+    assert_eq!(
+        limited,
+        "True TooFewReplicas: the desired replica count is less than the minimum replica count"
+    );
+    s.stop();
+}
