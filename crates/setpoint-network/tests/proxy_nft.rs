@@ -181,3 +181,87 @@ async fn virtual_addresses_reach_loopback_endpoints() {
     assert_eq!(nft.list().await.unwrap(), None);
     proxy::cleanup(nft.table()).await.unwrap();
 }
+
+/// An echo server on loopback: every line comes back.
+async fn echoing() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut buf = [0u8; 256];
+                while let Ok(n) = s.read(&mut buf).await {
+                    if n == 0 || s.write_all(&buf[..n]).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+async fn echo(s: &mut TcpStream, text: &str) -> String {
+    s.write_all(text.as_bytes()).await.unwrap();
+    let mut buf = vec![0u8; text.len()];
+    tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut buf))
+        .await
+        .expect("the echo within 5 s")
+        .unwrap();
+    String::from_utf8(buf).unwrap()
+}
+
+/// A full sync, as at an agent's start, replaces the whole table in one transaction; an
+/// established connection through the Service keeps working across it (its translation is in
+/// conntrack), even across a table deleted and rebuilt from nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn established_connections_survive_a_full_resync() {
+    if !nft_or_skip().await {
+        return;
+    }
+    let pid = std::process::id();
+    let table = Table(Nft::new(&format!("setpoint-test-resync-{pid}")));
+    let nft = &table.0;
+    let vip = Ipv4Addr::new(198, 19, (pid >> 8) as u8, pid as u8);
+    let server = echoing().await;
+    let node = NodeInfo {
+        node_name: "n1".into(),
+        cluster_cidr: None,
+    };
+    let key = PortKey {
+        namespace: "ns".into(),
+        name: "echo".into(),
+        port_name: String::new(),
+        protocol: Protocol::Tcp,
+    };
+    let sp = ServicePort {
+        key: key.clone(),
+        cluster_ip: vip,
+        port: 7,
+        node_port: None,
+        external_ips: Vec::new(),
+        affinity_timeout: None,
+        internal_local: false,
+        external_local: false,
+    };
+    let mut map = ServiceMap::new();
+    map.insert(key.clone(), (sp, vec![endpoint(server, true)]));
+    let desired = rules::desired(&map, &node);
+    proxy::full_sync(nft, &desired).await.unwrap();
+    let mut conn = TcpStream::connect((vip, 7)).await.unwrap();
+    assert_eq!(echo(&mut conn, "one\n").await, "one\n");
+    // The agent restarts: a full sync over the existing table.
+    proxy::full_sync(nft, &desired).await.unwrap();
+    assert_eq!(echo(&mut conn, "two\n").await, "two\n");
+    // Even with the table gone and rebuilt.
+    proxy::cleanup(nft.table()).await.unwrap();
+    assert_eq!(echo(&mut conn, "three\n").await, "three\n");
+    proxy::full_sync(nft, &desired).await.unwrap();
+    assert_eq!(echo(&mut conn, "four\n").await, "four\n");
+    // And a new connection is routed again.
+    let mut again = TcpStream::connect((vip, 7)).await.unwrap();
+    assert_eq!(echo(&mut again, "five\n").await, "five\n");
+}
