@@ -202,18 +202,21 @@ async fn container_logs(
     }
 }
 
+/// Why a stats request cannot be answered: the status and a message.
+type Refusal = (StatusCode, String);
+
 /// The node a stats request names (`?node=`), or the only one hosted.
 fn stats_node<'a>(
     targets: &'a LogTargets,
     query: &HashMap<String, String>,
-) -> Result<(&'a str, &'a Arc<dyn PodRuntime>), Response> {
+) -> Result<(&'a str, &'a Arc<dyn PodRuntime>), Refusal> {
     match query.get("node") {
         Some(n) => targets
             .runtimes
             .get_key_value(n.as_str())
             .map(|(k, v)| (k.as_str(), v))
             .ok_or_else(|| {
-                text(
+                (
                     StatusCode::NOT_FOUND,
                     format!("node {n:?} is not served here"),
                 )
@@ -224,7 +227,7 @@ fn stats_node<'a>(
             .next()
             .map(|(k, v)| (k.as_str(), v))
             .expect("one runtime")),
-        None => Err(text(
+        None => Err((
             StatusCode::BAD_REQUEST,
             format!(
                 "this endpoint serves {} nodes: name one with ?node=<name>",
@@ -237,9 +240,9 @@ fn stats_node<'a>(
 /// One node's figures now: its pods', and the node's own (the runtime's, or the host's).
 async fn measure(
     runtime: &Arc<dyn PodRuntime>,
-) -> Result<(crate::stats::NodeUsage, crate::stats::RuntimeStats), Response> {
+) -> Result<(crate::stats::NodeUsage, crate::stats::RuntimeStats), Refusal> {
     let stats = runtime.stats().await.map_err(|e| {
-        text(
+        (
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("measuring pods: {e}"),
         )
@@ -251,7 +254,7 @@ async fn measure(
             .map_err(std::io::Error::other)
             .and_then(|r| r)
             .map_err(|e| {
-                text(
+                (
                     StatusCode::INTERNAL_SERVER_ERROR,
                     format!("measuring the node: {e}"),
                 )
@@ -269,11 +272,11 @@ async fn stats_summary(
 ) -> Response {
     let (name, runtime) = match stats_node(&targets, &query) {
         Ok(x) => x,
-        Err(r) => return r,
+        Err((code, msg)) => return text(code, msg),
     };
     let (node, stats) = match measure(runtime).await {
         Ok(x) => x,
-        Err(r) => return r,
+        Err((code, msg)) => return text(code, msg),
     };
     let rates = targets.rates.get(name).cloned().unwrap_or_default();
     let now = crate::status::wall_now();
@@ -291,11 +294,11 @@ async fn metrics_resource(
 ) -> Response {
     let (_, runtime) = match stats_node(&targets, &query) {
         Ok(x) => x,
-        Err(r) => return r,
+        Err((code, msg)) => return text(code, msg),
     };
     let (node, stats) = match measure(runtime).await {
         Ok(x) => x,
-        Err(r) => return r,
+        Err((code, msg)) => return text(code, msg),
     };
     let now = crate::status::wall_now();
     let body = crate::stats::resource_metrics(&node, &stats.pods, now, !stats.errors.is_empty());
