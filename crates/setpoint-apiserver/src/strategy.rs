@@ -83,6 +83,34 @@ pub fn prepare_for_create(res: &ResourceDef, obj: &mut Value, now: &str) {
             .expect("object")
             .insert("status".into(), status);
     }
+    if is(res, "apps", "daemonsets") {
+        set_template_generation(obj, 1);
+    }
+}
+
+/// The annotation a DaemonSet's template generation is kept in (apps/v1 has no
+/// `spec.templateGeneration`; upstream's API server converts it to and from this annotation).
+/// The DaemonSet controller copies it to its pods' `pod-template-generation` label.
+pub const DAEMONSET_TEMPLATE_GENERATION: &str = "deprecated.daemonset.template.generation";
+
+fn template_generation(ds: &Value) -> i64 {
+    ds.pointer("/metadata/annotations")
+        .and_then(|a| a.get(DAEMONSET_TEMPLATE_GENERATION))
+        .and_then(Value::as_str)
+        .and_then(|g| g.parse().ok())
+        .unwrap_or(0)
+}
+
+fn set_template_generation(ds: &mut Value, generation: i64) {
+    let m = meta::metadata_mut(ds);
+    let annotations = m.entry("annotations").or_insert_with(|| json!({}));
+    if !annotations.is_object() {
+        *annotations = json!({});
+    }
+    annotations.as_object_mut().expect("an object").insert(
+        DAEMONSET_TEMPLATE_GENERATION.into(),
+        json!(generation.to_string()),
+    );
 }
 
 /// Sets what a kind derives from a new object's final name and uid, once generateName has
@@ -144,6 +172,15 @@ pub fn prepare_for_update(res: &ResourceDef, new: &mut Value, old: &Value) {
         }
     }
     crate::certificates::prepare_for_update(res, new, old);
+    if is(res, "apps", "daemonsets") {
+        // Only the server moves it: one more when the pod template changed, as upstream.
+        let mut generation = template_generation(old);
+        let template = |ds: &Value| ds.pointer("/spec/template").cloned().unwrap_or(Value::Null);
+        if !same_ignoring_nulls(&template(new), &template(old)) {
+            generation += 1;
+        }
+        set_template_generation(new, generation);
+    }
     bump_generation(res, new, old);
 }
 
@@ -485,6 +522,30 @@ pub fn mark_terminating(res: &ResourceDef, obj: &mut Value) {
 mod tests {
     use super::*;
     use crate::registry::Registry;
+
+    #[test]
+    fn a_daemonsets_template_generation_moves_with_its_template_only() {
+        let res = crate::registry::Registry::builtin()
+            .get("apps", "v1", "daemonsets")
+            .cloned()
+            .unwrap();
+        let mut ds = json!({"metadata": {"name": "d", "annotations": {
+                DAEMONSET_TEMPLATE_GENERATION: "9"}},
+            "spec": {"selector": {}, "template": {"spec": {"containers": [{"image": "a"}]}}}});
+        prepare_for_create(&res, &mut ds, "2026-01-01T00:00:00Z");
+        assert_eq!(template_generation(&ds), 1);
+        let mut other = ds.clone();
+        other["spec"]["minReadySeconds"] = json!(5);
+        prepare_for_update(&res, &mut other, &ds);
+        assert_eq!(template_generation(&other), 1);
+        assert_eq!(meta::generation(&other), 2);
+        let mut image = other.clone();
+        image["spec"]["template"]["spec"]["containers"][0]["image"] = json!("b");
+        // A client cannot set it.
+        set_template_generation(&mut image, 7);
+        prepare_for_update(&res, &mut image, &other);
+        assert_eq!(template_generation(&image), 2);
+    }
 
     #[test]
     fn only_bound_running_pods_are_deleted_gracefully() {

@@ -230,6 +230,28 @@ fn daemon_pods_follow_nodes_and_roll_out() {
     eventually("every agent pod at busybox:2", WAIT, || {
         placed_exactly(&s, "app=agent", &["ds-1", "ds-2", "extra-0"], "busybox:2")
     });
+    // The API server moved the template generation with the template, and the new pods
+    // carry it, as upstream's `pod-template-generation` label.
+    let generation = s.ok(&[
+        "get",
+        "daemonset",
+        "agent",
+        "-o",
+        "jsonpath={.metadata.annotations.deprecated\\.daemonset\\.template\\.generation}",
+    ]);
+    assert_eq!(generation, "2");
+    let labels = s.ok(&[
+        "get",
+        "pods",
+        "-l",
+        "app=agent",
+        "-o",
+        "jsonpath={.items[*].metadata.labels.pod-template-generation}",
+    ]);
+    assert_eq!(
+        labels.split_whitespace().collect::<Vec<_>>(),
+        ["2", "2", "2"]
+    );
     let history = s.ok(&["rollout", "history", "daemonset/agent"]);
     let revisions: Vec<String> = lines(&history)
         .into_iter()
