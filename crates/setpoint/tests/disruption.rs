@@ -219,6 +219,24 @@ fn drain_respects_the_disruption_budget() {
         "{table}"
     );
 
+    // Discovery and the OpenAPI schema, as kubectl reads them.
+    let resources = s.ok(&["api-resources", "--api-group=policy"]);
+    assert!(
+        lines(&resources)
+            .iter()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>()
+                == [
+                    "poddisruptionbudgets",
+                    "pdb",
+                    "policy/v1",
+                    "true",
+                    "PodDisruptionBudget"
+                ]),
+        "{resources}"
+    );
+    let explain = s.ok(&["explain", "pdb.spec.unhealthyPodEvictionPolicy"]);
+    assert!(explain.contains("IfHealthyBudget"), "{explain}");
+
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
