@@ -58,6 +58,184 @@ fn job_spec(e: &mut Vec<Cause>, spec: &Value, path: &str) {
             rp,
             &["OnFailure", "Never"],
         );
+    } else if present(spec, "podFailurePolicy") && rp != "Never" {
+        e.push(Cause::invalid(
+            child(&tpath, "spec.restartPolicy"),
+            &json!(rp),
+            "only \"Never\" is supported when podFailurePolicy is specified",
+        ));
+    }
+    index_policies(e, spec, path);
+    if present(spec, "podFailurePolicy") {
+        pod_failure_policy(e, spec, &child(path, "podFailurePolicy"));
+        if let Some(rpp) = at(spec, "podReplacementPolicy").as_str() {
+            if rpp != "Failed" {
+                e.push(Cause::not_supported(
+                    child(path, "podReplacementPolicy"),
+                    &json!(rpp),
+                    &["Failed"],
+                ));
+            }
+        }
+    }
+}
+
+/// The fields only an Indexed Job may use: `backoffLimitPerIndex`, `maxFailedIndexes` and
+/// `successPolicy`.
+fn index_policies(e: &mut Vec<Cause>, spec: &Value, path: &str) {
+    let indexed = at(spec, "completionMode").as_str() == Some("Indexed");
+    for field in ["backoffLimitPerIndex", "maxFailedIndexes"] {
+        non_negative(e, spec, field, &child(path, field));
+        if present(spec, field) && !indexed {
+            e.push(Cause::invalid(
+                child(path, field),
+                at(spec, field),
+                "requires indexed completion mode",
+            ));
+        }
+    }
+    if indexed && present(spec, "maxFailedIndexes") && !present(spec, "backoffLimitPerIndex") {
+        e.push(Cause::required(
+            child(path, "backoffLimitPerIndex"),
+            "when maxFailedIndexes is specified",
+        ));
+    }
+    if present(spec, "successPolicy") {
+        let policy = at(spec, "successPolicy");
+        if !indexed {
+            e.push(Cause::invalid(
+                child(path, "successPolicy"),
+                policy,
+                "requires indexed completion mode",
+            ));
+        }
+        if at(policy, "rules").as_array().is_none_or(Vec::is_empty) {
+            e.push(Cause::required(
+                child(path, "successPolicy.rules"),
+                "at least one rules must be specified when the successPolicy is specified",
+            ));
+        }
+    }
+}
+
+/// `validatePodFailurePolicy`: each rule's action, and exactly one of `onExitCodes` (a known
+/// operator, a container of the template, ordered non-empty values, no 0 with `In`) and
+/// `onPodConditions` (`status` True, False or Unknown).
+fn pod_failure_policy(e: &mut Vec<Cause>, spec: &Value, path: &str) {
+    let pod = at(at(spec, "template"), "spec");
+    let containers: Vec<&str> = ["containers", "initContainers"]
+        .iter()
+        .flat_map(|k| at(pod, k).as_array().into_iter().flatten())
+        .map(|c| s(c, "name"))
+        .collect();
+    let rules = at(at(spec, "podFailurePolicy"), "rules");
+    for (i, rule) in rules.as_array().into_iter().flatten().enumerate() {
+        let rpath = format!("{path}.rules[{i}]");
+        let action = s(rule, "action");
+        let apath = child(&rpath, "action");
+        match action {
+            "" => e.push(Cause::required(
+                apath,
+                "valid values: [\"Count\" \"FailIndex\" \"FailJob\" \"Ignore\"]",
+            )),
+            "FailIndex" if !present(spec, "backoffLimitPerIndex") => e.push(Cause::invalid(
+                apath,
+                &json!(action),
+                "requires the backoffLimitPerIndex to be set",
+            )),
+            "Count" | "FailIndex" | "FailJob" | "Ignore" => {}
+            other => e.push(Cause::not_supported(
+                apath,
+                &json!(other),
+                &["Count", "FailIndex", "FailJob", "Ignore"],
+            )),
+        }
+        let codes = at(rule, "onExitCodes");
+        let conditions = at(rule, "onPodConditions")
+            .as_array()
+            .filter(|c| !c.is_empty());
+        if !codes.is_null() {
+            let cpath = child(&rpath, "onExitCodes");
+            let op = s(codes, "operator");
+            match op {
+                "" => e.push(Cause::required(
+                    child(&cpath, "operator"),
+                    "valid values: [\"In\" \"NotIn\"]",
+                )),
+                "In" | "NotIn" => {}
+                other => e.push(Cause::not_supported(
+                    child(&cpath, "operator"),
+                    &json!(other),
+                    &["In", "NotIn"],
+                )),
+            }
+            if let Some(name) = at(codes, "containerName").as_str() {
+                if !containers.contains(&name) {
+                    e.push(Cause::invalid(
+                        child(&cpath, "containerName"),
+                        &json!(name),
+                        "must be one of the container or initContainer names in the pod template",
+                    ));
+                }
+            }
+            let values: Vec<i64> = at(codes, "values")
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_i64)
+                .collect();
+            let vpath = child(&cpath, "values");
+            if values.is_empty() {
+                e.push(Cause::invalid(
+                    &vpath,
+                    at(codes, "values"),
+                    "at least one value is required",
+                ));
+            }
+            for (j, v) in values.iter().enumerate() {
+                if op == "In" && *v == 0 {
+                    e.push(Cause::invalid(
+                        format!("{vpath}[{j}]"),
+                        &json!(v),
+                        "must not be 0 for the In operator",
+                    ));
+                }
+                if values[..j].contains(v) {
+                    e.push(Cause::duplicate(format!("{vpath}[{j}]"), &json!(v)));
+                }
+            }
+            if values.windows(2).any(|w| w[0] > w[1]) {
+                e.push(Cause::invalid(
+                    &vpath,
+                    at(codes, "values"),
+                    "must be ordered",
+                ));
+            }
+        }
+        for (j, pattern) in conditions.into_iter().flatten().enumerate() {
+            let status = s(pattern, "status");
+            let spath = format!("{rpath}.onPodConditions[{j}].status");
+            if !matches!(status, "True" | "False" | "Unknown") {
+                e.push(Cause::not_supported(
+                    spath,
+                    &json!(status),
+                    &["False", "True", "Unknown"],
+                ));
+            }
+        }
+        match (codes.is_null(), conditions.is_none()) {
+            (false, false) => e.push(Cause::new(
+                "FieldValueInvalid",
+                rpath,
+                "Invalid value: specifying both OnExitCodes and OnPodConditions is not supported",
+            )),
+            (true, true) => e.push(Cause::new(
+                "FieldValueInvalid",
+                rpath,
+                "Invalid value: specifying one of OnExitCodes and OnPodConditions is required",
+            )),
+            _ => {}
+        }
     }
 }
 
@@ -95,7 +273,12 @@ pub(super) fn job(e: &mut Vec<Cause>, obj: &Value, old: Option<&Value>) {
     let Some(old) = old else { return };
     let old_spec = at(old, "spec");
     immutable_selector(e, obj, Some(old));
-    for field in ["completions", "completionMode"] {
+    for field in [
+        "completions",
+        "completionMode",
+        "podFailurePolicy",
+        "backoffLimitPerIndex",
+    ] {
         if !same(at(spec, field), at(old_spec, field)) {
             e.push(Cause::immutable(child("spec", field), at(spec, field)));
         }
@@ -335,8 +518,60 @@ mod tests {
             .ends_with("must be 'pi'"));
         own["spec"]["manualSelector"] = json!(true);
         assert_eq!(
-            validate("batch", "v1", "Job", &created_job(own), None),
+            validate("batch", "v1", "Job", &created_job(own.clone()), None),
             vec![]
+        );
+        // The index-only fields and the pod failure policy's rules.
+        own["spec"]["backoffLimitPerIndex"] = json!(1);
+        own["spec"]["successPolicy"] = json!({"rules": []});
+        own["spec"]["podFailurePolicy"] = json!({"rules": [
+            {"action": "FailIndex", "onExitCodes": {"operator": "In", "values": [0, 3, 2], "containerName": "nope"}},
+            {"action": "Retry", "onPodConditions": [{"type": "DisruptionTarget", "status": "Maybe"}]},
+            {"action": "Ignore"},
+        ]});
+        own["spec"]["template"]["spec"]["restartPolicy"] = json!("OnFailure");
+        let causes = validate("batch", "v1", "Job", &created_job(own.clone()), None);
+        for (path, msg) in [
+            ("spec.backoffLimitPerIndex", "requires indexed completion mode"),
+            ("spec.successPolicy", "requires indexed completion mode"),
+            (
+                "spec.successPolicy.rules",
+                "Required value: at least one rules must be specified when the successPolicy is specified",
+            ),
+            (
+                "spec.template.spec.restartPolicy",
+                "Invalid value: \"OnFailure\": only \"Never\" is supported when podFailurePolicy is specified",
+            ),
+            (
+                "spec.podFailurePolicy.rules[0].onExitCodes.containerName",
+                "Invalid value: \"nope\": must be one of the container or initContainer names in the pod template",
+            ),
+            (
+                "spec.podFailurePolicy.rules[0].onExitCodes.values[0]",
+                "Invalid value: 0: must not be 0 for the In operator",
+            ),
+            ("spec.podFailurePolicy.rules[0].onExitCodes.values", "must be ordered"),
+            (
+                "spec.podFailurePolicy.rules[1].action",
+                "Unsupported value: \"Retry\": supported values: \"Count\", \"FailIndex\", \"FailJob\", \"Ignore\"",
+            ),
+            (
+                "spec.podFailurePolicy.rules[1].onPodConditions[0].status",
+                "Unsupported value: \"Maybe\"",
+            ),
+            (
+                "spec.podFailurePolicy.rules[2]",
+                "Invalid value: specifying one of OnExitCodes and OnPodConditions is required",
+            ),
+        ] {
+            let m = &find(&causes, path).message;
+            assert!(m.contains(msg), "{path}: {m}");
+        }
+        assert!(
+            causes
+                .iter()
+                .all(|c| c.field != "spec.podFailurePolicy.rules[0].action"),
+            "FailIndex with backoffLimitPerIndex is fine"
         );
         let mut changed = j.clone();
         changed["spec"]["template"]["spec"]["containers"][0]["image"] = json!("perl:6");
