@@ -217,6 +217,38 @@ fn min_requeue(r: Option<Duration>, d: Duration) -> Option<Duration> {
     Some(r.map_or(d, |r| r.min(d)))
 }
 
+/// Whether the container restarts of a Job's running and pending pods reach `backoffLimit`
+/// (any restart when it is 0): with `restartPolicy: OnFailure` a failing container restarts in
+/// its pod instead of failing it, and upstream counts those restarts against the limit.
+fn past_backoff_limit_on_failure(
+    spec: &k8s_openapi::api::batch::v1::JobSpec,
+    pods: &[Arc<Pod>],
+) -> bool {
+    let on_failure = spec
+        .template
+        .spec
+        .as_ref()
+        .and_then(|s| s.restart_policy.as_deref())
+        == Some("OnFailure");
+    if !on_failure {
+        return false;
+    }
+    let restarts: i32 = pods
+        .iter()
+        .filter(|p| matches!(phase(p), "Running" | "Pending"))
+        .filter_map(|p| p.status.as_ref())
+        .flat_map(|s| {
+            let inits = s.init_container_statuses.iter().flatten();
+            inits.chain(s.container_statuses.iter().flatten())
+        })
+        .map(|c| c.restart_count)
+        .sum();
+    match spec.backoff_limit.unwrap_or(6) {
+        0 => restarts > 0,
+        limit => restarts >= limit,
+    }
+}
+
 /// A `podFailurePolicy` rule's action on a pod, and its `FailJob` message.
 type Matched = (PolicyAction, Option<String>);
 
@@ -356,7 +388,7 @@ pub fn plan(job: &Job, pods: &[Arc<Pod>], now: Timestamp) -> Plan {
         Some(from_condition("Failed", c))
     } else if let Some(msg) = fail_job {
         Some(Finish::failed("PodFailurePolicy", msg))
-    } else if out.failed > backoff_limit {
+    } else if out.failed > backoff_limit || past_backoff_limit_on_failure(&spec, pods) {
         Some(Finish::failed(
             "BackoffLimitExceeded",
             "Job has reached the specified backoff limit",
@@ -1296,5 +1328,32 @@ mod tests {
         assert_eq!(status(&j, &p, at(2)).terminating, Some(1));
         j.spec.as_mut().unwrap().pod_replacement_policy = Some("Failed".into());
         assert_eq!(plan(&j, &pods, at(2)).create, 0);
+    }
+
+    #[test]
+    fn on_failure_restarts_count_against_the_backoff_limit() {
+        use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec};
+        let mut j = job(Some(1), 1, 3);
+        j.spec.as_mut().unwrap().template = PodTemplateSpec {
+            metadata: None,
+            spec: Some(PodSpec {
+                restart_policy: Some("OnFailure".into()),
+                ..Default::default()
+            }),
+        };
+        let restarted = |n: i32| {
+            let mut p = Pod::clone(&pod("a", "Running", 0));
+            p.status.as_mut().unwrap().container_statuses = Some(vec![ContainerStatus {
+                name: "c".into(),
+                restart_count: n,
+                ..Default::default()
+            }]);
+            Arc::new(p)
+        };
+        assert_eq!(plan(&j, &[restarted(2)], at(1)).finish, None);
+        let f = plan(&j, &[restarted(3)], at(1)).finish.unwrap();
+        assert_eq!(f.reason, "BackoffLimitExceeded");
+        j.spec.as_mut().unwrap().backoff_limit = Some(0);
+        assert!(plan(&j, &[restarted(1)], at(1)).finish.is_some());
     }
 }
