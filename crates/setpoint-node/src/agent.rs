@@ -253,6 +253,28 @@ pub async fn run_agent(
         },
         None => None,
     };
+    // The node's DNS addresses become endpoints of the kube-dns Service once its Node exists
+    // (the Node owns the slice); retried until then, as registration comes later.
+    let published = _dns.as_ref().map(|running| {
+        let client = client.clone();
+        let node = config.node_name.clone();
+        let addresses = running.addresses();
+        tokio::spawn(async move {
+            for attempt in 1u32.. {
+                match setpoint_network::dns::kubedns::publish(&client, &node, &addresses).await {
+                    Ok(()) => return,
+                    // Until the Node is registered this fails; longer than that is news.
+                    Err(e) if attempt % 30 == 0 => {
+                        tracing::warn!(error = %e, "kube-dns endpoints not published")
+                    }
+                    Err(e) => tracing::debug!(error = %e, "kube-dns endpoints not published yet"),
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        })
+    });
+    let dns_client = client.clone();
+    let node_name = config.node_name.clone();
     let server = match &config.client_ca_pem {
         Some(ca) => {
             let tls =
@@ -285,6 +307,18 @@ pub async fn run_agent(
         queue_metrics: Some(metrics.workqueue().clone()),
     }];
     let result = host::run(pods, nodes, port, hosted, shutdown).await;
+    if let Some(task) = published {
+        task.abort();
+        // Bounded: the API server may be stopping too (`setpoint up`).
+        let withdraw = setpoint_network::dns::kubedns::withdraw(&dns_client, &node_name);
+        match tokio::time::timeout(Duration::from_secs(5), withdraw).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "kube-dns endpoints of this node not withdrawn")
+            }
+            Err(_) => tracing::warn!("kube-dns endpoints of this node not withdrawn in 5 s"),
+        }
+    }
     informers.shutdown().await;
     if let Some(s) = server {
         s.stop().await;

@@ -4,7 +4,8 @@
 //! addresses, SRV of its named port, PTR of a pod address and an ExternalName's CNAME; from
 //! inside a container pod, busybox `nslookup` resolves the Services through the
 //! `resolv.conf` the sandbox got (the node's DNS address, the `ClusterFirst` search path,
-//! `ndots:5`).
+//! `ndots:5`). The `kube-dns` Service is kubeadm's (`kubectl cluster-info` lists it) and its
+//! endpoint is the node's DNS address.
 //!
 //! Skipped (saying why) unless root with containerd, runc, the CNI plugins and a static
 //! busybox installed; `SETPOINT_REQUIRE_CONTAINERD=1` makes that a failure.
@@ -182,6 +183,36 @@ fn cluster_dns_from_the_host_and_from_a_container() {
     )
     .unwrap();
     assert_eq!(m.response_code(), ResponseCode::NXDomain);
+
+    // The kube-dns Service as kubeadm's, listed by `kubectl cluster-info`, with this node's
+    // DNS address as its endpoint.
+    let m = ask(
+        server,
+        "kube-dns.kube-system.svc.cluster.local.",
+        RecordType::A,
+        false,
+    )
+    .unwrap();
+    assert_eq!(answers(&m), BTreeSet::from(["10.96.0.10".to_string()]));
+    let info = s.ok(&["cluster-info"]);
+    assert!(
+        info.contains("CoreDNS is running at") && info.contains("/services/kube-dns:dns/proxy"),
+        "{info}"
+    );
+    let endpoints = eventually("kube-dns endpoints", DEADLINE, || {
+        let out = s.ok(&[
+            "get",
+            "endpointslices",
+            "-n",
+            "kube-system",
+            "-l",
+            "kubernetes.io/service-name=kube-dns",
+            "-o",
+            "jsonpath={.items[*].endpoints[*].addresses[0]}",
+        ]);
+        (!out.trim().is_empty()).then_some(out)
+    });
+    assert_eq!(endpoints.trim(), gateway);
 
     // From inside a container: the sandbox's resolv.conf, and busybox's nslookup.
     let pod = &pods[0];

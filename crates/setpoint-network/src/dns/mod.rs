@@ -8,9 +8,11 @@
 //! - [`resolvconf`]: the host's `resolv.conf` read, and a pod's composed from its `dnsPolicy`
 //!   and `dnsConfig` as the kubelet composes it.
 //! - [`node`]: the server as a node runs it: its addresses, and what its pods are told.
+//! - [`kubedns`]: the `kube-dns` Service and the EndpointSlices nodes publish for it.
 //! - [`client`]: one question to one server, for tests and checks.
 
 pub mod client;
+pub mod kubedns;
 pub mod node;
 pub mod records;
 pub mod resolvconf;
