@@ -348,6 +348,73 @@ pub fn resource_metrics(
     out
 }
 
+/// The figures of a container runtime's running containers, from its CRI
+/// `ListContainerStats` (which containerd answers from the containers' cgroups: CPU from
+/// `cpu.stat`'s usage, the working set as usage less `inactive_file`, as the kubelet's
+/// cAdvisor computes it) and the running containers of `ListContainers` (for their start
+/// time and to leave exited ones out). Containers are grouped into pods by the kubelet's
+/// `io.kubernetes.pod.*` labels; a pod's start time is its earliest running container's.
+pub fn from_cri(
+    stats: &[setpoint_cri_proto::ContainerStats],
+    running: &[setpoint_cri_proto::Container],
+) -> Vec<PodStats> {
+    use crate::cri::sandbox::{
+        CONTAINER_NAME_LABEL, POD_NAMESPACE_LABEL, POD_NAME_LABEL, POD_UID_LABEL,
+    };
+    let started: HashMap<&str, i64> = running
+        .iter()
+        .filter(|c| c.state == setpoint_cri_proto::ContainerState::ContainerRunning as i32)
+        .map(|c| (c.id.as_str(), c.created_at))
+        .collect();
+    let mut pods: std::collections::BTreeMap<String, PodStats> = Default::default();
+    for s in stats {
+        let Some(attrs) = &s.attributes else { continue };
+        let Some(&created) = started.get(attrs.id.as_str()) else {
+            continue;
+        };
+        let label = |k: &str| attrs.labels.get(k).cloned().unwrap_or_default();
+        let uid = label(POD_UID_LABEL);
+        if uid.is_empty() {
+            continue; // not a pod's container (the runtime may run others)
+        }
+        let name = attrs
+            .metadata
+            .as_ref()
+            .map(|m| m.name.clone())
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| label(CONTAINER_NAME_LABEL));
+        let start = Timestamp::from_nanosecond(created as i128).unwrap_or(Timestamp::UNIX_EPOCH);
+        let usage = Usage {
+            cpu_core_nanoseconds: s
+                .cpu
+                .as_ref()
+                .and_then(|c| c.usage_core_nano_seconds.as_ref())
+                .map_or(0, |v| v.value),
+            memory_working_set_bytes: s
+                .memory
+                .as_ref()
+                .and_then(|m| m.working_set_bytes.as_ref())
+                .map_or(0, |v| v.value),
+        };
+        let pod = pods.entry(uid.clone()).or_insert_with(|| PodStats {
+            pod: RuntimePod {
+                uid,
+                namespace: label(POD_NAMESPACE_LABEL),
+                name: label(POD_NAME_LABEL),
+            },
+            start_time: start,
+            containers: Vec::new(),
+        });
+        pod.start_time = pod.start_time.min(start);
+        pod.containers.push(ContainerStats {
+            name,
+            start_time: start,
+            usage,
+        });
+    }
+    pods.into_values().collect()
+}
+
 /// The host's figures from `/proc`: the node's CPU and memory, and the usage of a process
 /// tree (a process pod's container).
 pub mod procfs {
@@ -554,6 +621,77 @@ pub mod procfs {
 mod tests {
     use super::procfs::*;
     use super::*;
+
+    #[test]
+    fn cri_stats_are_grouped_by_pod_and_only_running_containers_count() {
+        use setpoint_cri_proto as cri;
+        let labels = |pod: &str, c: &str| {
+            HashMap::from([
+                ("io.kubernetes.pod.uid".to_string(), format!("uid-{pod}")),
+                ("io.kubernetes.pod.name".to_string(), pod.to_string()),
+                ("io.kubernetes.pod.namespace".to_string(), "ns".to_string()),
+                ("io.kubernetes.container.name".to_string(), c.to_string()),
+            ])
+        };
+        let stat = |id: &str, pod: &str, c: &str, cpu: u64, mem: u64| cri::ContainerStats {
+            attributes: Some(cri::ContainerAttributes {
+                id: id.into(),
+                metadata: Some(cri::ContainerMetadata {
+                    name: c.into(),
+                    attempt: 0,
+                }),
+                labels: labels(pod, c),
+                annotations: HashMap::new(),
+            }),
+            cpu: Some(cri::CpuUsage {
+                timestamp: 1,
+                usage_core_nano_seconds: Some(cri::UInt64Value { value: cpu }),
+                ..Default::default()
+            }),
+            memory: Some(cri::MemoryUsage {
+                timestamp: 1,
+                working_set_bytes: Some(cri::UInt64Value { value: mem }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let container = |id: &str, running: bool, created: i64| cri::Container {
+            id: id.into(),
+            state: if running {
+                cri::ContainerState::ContainerRunning as i32
+            } else {
+                cri::ContainerState::ContainerExited as i32
+            },
+            created_at: created,
+            ..Default::default()
+        };
+        let pods = from_cri(
+            &[
+                stat("a", "web", "app", 10, 100),
+                stat("b", "web", "side", 5, 50),
+                stat("c", "web", "old", 99, 99),
+                stat("d", "db", "db", 7, 70),
+            ],
+            &[
+                container("a", true, 2_000_000_000),
+                container("b", true, 1_000_000_000),
+                container("c", false, 0),
+                container("d", true, 3_000_000_000),
+            ],
+        );
+        assert_eq!(pods.len(), 2);
+        let web = pods.iter().find(|p| p.pod.name == "web").unwrap();
+        assert_eq!(web.pod.uid, "uid-web");
+        assert_eq!(web.containers.len(), 2, "the exited container is left out");
+        assert_eq!(
+            web.usage(),
+            Usage {
+                cpu_core_nanoseconds: 15,
+                memory_working_set_bytes: 150
+            }
+        );
+        assert_eq!(web.start_time, Timestamp::from_second(1).unwrap());
+    }
 
     #[test]
     fn proc_stat_fields() {

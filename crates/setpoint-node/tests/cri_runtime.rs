@@ -559,6 +559,51 @@ async fn a_memory_limit_is_enforced_with_oom_kills() {
         .unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_container_is_measured_from_its_cgroup() {
+    let Some(ctrd) = TestContainerd::start().await else {
+        return;
+    };
+    let data = tempfile::tempdir().unwrap();
+    let mut h = harness(&ctrd, data.path()).await;
+    let pod = pod(
+        "busy",
+        "Always",
+        vec![container("burn", "while :; do :; done")],
+    );
+    h.sync_until(&pod, "the container running", |s| {
+        running(&s.container_statuses[0])
+    })
+    .await;
+    let uid = pod.metadata.uid.clone().unwrap();
+    let rt = &h.rt;
+    let measured = eventually_within(DEADLINE, "the busy container's CPU", || {
+        let uid = uid.clone();
+        async move {
+            let stats = rt.stats().await.ok()?;
+            stats
+                .pods
+                .into_iter()
+                .find(|p| p.pod.uid == uid)
+                .filter(|p| {
+                    p.containers
+                        .iter()
+                        .any(|c| c.usage.cpu_core_nanoseconds > 0)
+                })
+        }
+    })
+    .await;
+    assert_eq!(measured.pod.name, "busy");
+    assert_eq!(measured.pod.namespace, "default");
+    assert_eq!(measured.containers.len(), 1, "{measured:?}");
+    let c = &measured.containers[0];
+    assert_eq!(c.name, "burn");
+    assert!(c.usage.memory_working_set_bytes > 0, "{c:?}");
+    h.rt.kill_pod(&runtime_pod(&pod), Duration::from_secs(1))
+        .await
+        .unwrap();
+}
+
 /// The CFS quota and period of the cgroup `pid` is in: cgroup v1's `cpu` controller
 /// (`cpu.cfs_quota_us`, `cpu.cfs_period_us`) or cgroup v2's `cpu.max`.
 fn cpu_quota_and_period(pid: i32) -> (String, String) {

@@ -479,6 +479,22 @@ impl CriClient {
         .await
     }
 
+    /// Every container's resource usage (`ListContainerStats`), with the same deadline as
+    /// the other list calls.
+    pub async fn list_container_stats(
+        &self,
+    ) -> Result<Vec<setpoint_cri_proto::ContainerStats>, CriError> {
+        let mut client = self.runtime.clone();
+        let request = setpoint_cri_proto::ListContainerStatsRequest { filter: None };
+        self.call(
+            "ListContainerStats",
+            self.options.request_timeout,
+            client.list_container_stats(request),
+        )
+        .await
+        .map(|r| r.stats)
+    }
+
     /// The containers matching a full filter (ID, state, sandbox, labels).
     pub async fn list_containers_filtered(
         &self,

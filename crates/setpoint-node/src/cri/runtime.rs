@@ -1696,6 +1696,23 @@ impl PodRuntime for CriRuntime {
         rx
     }
 
+    /// From the runtime's own figures (its containers' cgroups): [`crate::stats::from_cri`].
+    async fn stats(&self) -> Result<crate::stats::RuntimeStats, RuntimeError> {
+        let client = &self.inner.client;
+        let (stats, running) = tokio::join!(
+            client.list_container_stats(),
+            client.list_containers_filtered(Default::default())
+        );
+        Ok(crate::stats::RuntimeStats {
+            pods: crate::stats::from_cri(
+                &stats.map_err(internal("listing container stats"))?,
+                &running.map_err(internal("listing containers"))?,
+            ),
+            node: None,
+            errors: Vec::new(),
+        })
+    }
+
     async fn images(&self) -> Option<Vec<k8s_openapi::api::core::v1::ContainerImage>> {
         match self.inner.client.list_images(None).await {
             Ok(images) => Some(gc::node_images(&images)),
