@@ -141,7 +141,7 @@ pub fn run_id() -> String {
 }
 
 /// Ready nodes that take pods (`Ready=True`, not cordoned), optionally label-selected.
-async fn ready_nodes(
+pub(crate) async fn ready_nodes(
     client: &Client,
     rec: &Recorder,
     selector: Option<&str>,

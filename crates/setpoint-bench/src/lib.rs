@@ -19,6 +19,7 @@ pub mod api;
 pub mod churn;
 pub mod compare;
 pub mod density;
+pub mod endpointslices;
 pub mod observe;
 pub mod placement;
 pub mod procstat;

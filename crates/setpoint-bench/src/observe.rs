@@ -245,8 +245,35 @@ async fn follow<K, S>(
     api: Api<K>,
     params: WatchParams,
     first: S,
-    mut stopped: watch::Receiver<bool>,
+    stopped: watch::Receiver<bool>,
     see: impl Fn(K) + Send + 'static,
+) where
+    K: DeserializeOwned
+        + Serialize
+        + Send
+        + 'static
+        + k8s_openapi::Metadata<Ty = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>,
+    S: futures::Stream<Item = Result<WatchEvent<K>, setpoint_runtime::ClientError>>
+        + Send
+        + 'static,
+{
+    follow_events(api, params, first, stopped, move |o, deleted| {
+        if !deleted {
+            see(o)
+        }
+    })
+    .await
+}
+
+/// Follows a watch from `first` on, opening it again from the last resourceVersion when it
+/// ends, until `stopped`; `see` gets every object added or changed (`false`) or deleted
+/// (`true`).
+pub(crate) async fn follow_events<K, S>(
+    api: Api<K>,
+    params: WatchParams,
+    first: S,
+    mut stopped: watch::Receiver<bool>,
+    see: impl Fn(K, bool) + Send + 'static,
 ) where
     K: DeserializeOwned
         + Serialize
@@ -294,12 +321,13 @@ async fn follow<K, S>(
                     if let Some(v) = o.metadata().resource_version.clone() {
                         rv = v;
                     }
-                    see(o);
+                    see(o, false);
                 }
                 Some(Ok(WatchEvent::Deleted(o))) => {
                     if let Some(v) = o.metadata().resource_version.clone() {
                         rv = v;
                     }
+                    see(o, true);
                 }
                 Some(Ok(WatchEvent::Bookmark {
                     resource_version, ..

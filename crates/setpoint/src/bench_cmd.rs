@@ -1,5 +1,5 @@
 //! `setpoint bench`: load a Kubernetes-compatible cluster through its public API and report
-//! figures (`density`, `churn`, `api`), and put two reports side by side (`compare`). The
+//! figures (`density`, `churn`, `api`, `endpointslices`), and put two reports side by side (`compare`). The
 //! logic lives in `setpoint-bench`; this wires flags and files.
 
 use std::path::{Path, PathBuf};
@@ -26,6 +26,29 @@ pub enum BenchCommand {
     Churn(ChurnArgs),
     /// Raw API throughput and latency on ConfigMaps, and watch fan-out delivery latency.
     Api(ApiArgs),
+    /// A Service of R pods on N simulated nodes hosted here: how long from a pod Ready to its
+    /// address ready in the Service's EndpointSlices, and from a pod deleted to its address
+    /// gone.
+    Endpointslices(EndpointSlicesArgs),
+}
+
+#[derive(clap::Args, Clone)]
+pub struct EndpointSlicesArgs {
+    /// Kubeconfig of the cluster (default: `$KUBECONFIG`, then `~/.kube/config`).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Give up waiting (for nodes, each phase) after this many seconds.
+    #[arg(long, default_value_t = 600)]
+    timeout_seconds: u64,
+    /// Simulated nodes to host in this process.
+    #[arg(long, default_value_t = 10)]
+    nodes: usize,
+    /// Pods behind the Service.
+    #[arg(long, default_value_t = 1000)]
+    replicas: i32,
 }
 
 /// Flags every load benchmark shares.
@@ -242,6 +265,20 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
             if r.timed_out {
                 anyhow::bail!("timed out: {}", r.missing.join("; "));
             }
+        }
+        BenchCommand::Endpointslices(a) => {
+            let (client, _) = client(a.kubeconfig.as_deref())?;
+            let r = setpoint_bench::endpointslices::run(
+                client,
+                setpoint_bench::endpointslices::EndpointSlicesConfig {
+                    nodes: a.nodes.max(1),
+                    replicas: a.replicas.max(1),
+                    timeout: Duration::from_secs(a.timeout_seconds.max(1)),
+                },
+            )
+            .await?;
+            print!("{}", setpoint_bench::endpointslices::table(&r));
+            write_json(&a.json, &r)?;
         }
         BenchCommand::Churn(a) => {
             let c = a.common;
