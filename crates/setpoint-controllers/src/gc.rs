@@ -43,13 +43,11 @@ pub const ORPHAN: &str = "orphan";
 /// The controller's name (work queue, metrics, logs).
 pub const NAME: &str = "garbagecollector";
 
-/// Resources the collector leaves alone even when served: events are short-lived and
-/// expire by themselves; leases are renewed at a high rate and would only add churn.
-pub const IGNORED: &[(&str, &str)] = &[
-    ("", "events"),
-    ("events.k8s.io", "events"),
-    ("coordination.k8s.io", "leases"),
-];
+/// Resources the collector leaves alone even when served, as upstream's: events are
+/// short-lived and expire by themselves. Leases are collected: a node's Lease is owned by its
+/// Node and goes with it. Their frequent renewals cost the collector little, since an update
+/// that leaves ownership unchanged is dropped at once (`ownership_changed`).
+pub const IGNORED: &[(&str, &str)] = &[("", "events"), ("events.k8s.io", "events")];
 
 /// How long an owner waiting for its dependents goes without a re-check when no event
 /// arrives (events normally wake it first).

@@ -500,7 +500,7 @@ mod tests {
             last_transition_time: Some(t.clone()),
             ..Default::default()
         };
-        let added = with_condition(&[ready.clone()], cond("True", &t0));
+        let added = with_condition(std::slice::from_ref(&ready), cond("True", &t0));
         assert_eq!(added.len(), 2);
         // Same status: the earlier transition time stays.
         let again = with_condition(&added, cond("True", &t1));
