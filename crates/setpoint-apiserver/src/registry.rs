@@ -70,10 +70,13 @@ impl ResourceDef {
     pub fn is_converted(&self) -> bool {
         self.storage_group != self.group
             || self.storage_plural != self.plural
-            || self
-                .custom
-                .as_ref()
-                .is_some_and(|c| c.storage_version != self.version)
+            || match &self.custom {
+                Some(c) => c.storage_version != self.version,
+                // A built-in served at two versions (autoscaling/v1 and v2 HPAs) is stored at
+                // one.
+                None => setpoint_kinds::storage_version(&self.group, &self.plural)
+                    .is_some_and(|v| v != self.version),
+            }
     }
     /// Whether stored objects change on the way out: converted resources, and custom
     /// resources whose schema has defaults (applied on read, so objects stored before a

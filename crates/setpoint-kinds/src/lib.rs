@@ -271,6 +271,19 @@ pub static BUILTIN: &[KindInfo] = &[
     .all()
     .status()
     .generation(),
+    // autoscaling/v1: the same objects, stored as v2 and converted on the way in and out
+    // (after v2, which stays the group's preferred version and the stored one)
+    kind(
+        "autoscaling",
+        "v1",
+        "HorizontalPodAutoscaler",
+        "horizontalpodautoscalers",
+        "horizontalpodautoscaler",
+        true,
+    )
+    .short(&["hpa"])
+    .status()
+    .generation(),
     // policy/v1
     kind(
         "policy",
@@ -436,6 +449,15 @@ pub fn by_resource(group: &str, version: &str, plural: &str) -> Option<&'static 
     BUILTIN
         .iter()
         .find(|k| k.group == group && k.version == version && k.plural == plural)
+}
+
+/// The version a built-in resource's objects are stored at: its first entry (another
+/// version of the same group and plural is converted to and from it).
+pub fn storage_version(group: &str, plural: &str) -> Option<&'static str> {
+    BUILTIN
+        .iter()
+        .find(|k| k.group == group && k.plural == plural && k.storage.is_none())
+        .map(|k| k.version)
 }
 
 /// Looks up a built-in resource by group, version and kind.

@@ -8,6 +8,9 @@
 //! CPU), and `kubectl get hpa` prints `<unknown>/70%`. The same holds for a custom resource
 //! with a scale subresource, found through discovery.
 //!
+//! The autoscaler is made by `kubectl autoscale`, which posts autoscaling/v1: it is stored as
+//! v2 and read back either way.
+//!
 //! Skipped (with a message) when kubectl is missing, unless `SETPOINT_REQUIRE_KUBECTL` is set.
 
 use std::time::Duration;
@@ -34,26 +37,6 @@ spec:
       containers:
       - name: nginx
         image: nginx:1.25
-"#;
-
-const HPA: &str = r#"apiVersion: autoscaling/v2
-kind: HorizontalPodAutoscaler
-metadata:
-  name: web
-spec:
-  scaleTargetRef:
-    apiVersion: apps/v1
-    kind: Deployment
-    name: web
-  minReplicas: 2
-  maxReplicas: 5
-  metrics:
-  - type: Resource
-    resource:
-      name: cpu
-      target:
-        type: Utilization
-        averageUtilization: 70
 "#;
 
 const CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
@@ -137,7 +120,16 @@ fn hand_scaled_targets_are_pulled_back_within_bounds() {
         &data.path().join("data"),
     );
     s.apply(WEB);
-    s.apply(HPA);
+    // kubectl 1.32 creates the autoscaler as autoscaling/v1, stored as v2.
+    let created = s.ok(&[
+        "autoscale",
+        "deployment",
+        "web",
+        "--min=2",
+        "--max=5",
+        "--cpu-percent=70",
+    ]);
+    assert!(created.contains("autoscaled"), "{created}");
 
     // Within bounds, the autoscaler reads the metrics, and says why it cannot use them.
     let active = eventually("ScalingActive False", WAIT, || {
