@@ -140,4 +140,32 @@ mod tests {
         assert_eq!(refs.len(), 1);
         assert_eq!(refs[0].uid, "new");
     }
+
+    #[test]
+    fn a_lease_written_without_an_owner_gets_its_node_at_the_next_renewal() {
+        // As a Lease written before nodes owned theirs, with another owner kept.
+        let other = OwnerReference {
+            api_version: "example.com/v1".into(),
+            kind: "Keeper".into(),
+            name: "k".into(),
+            uid: "k-uid".into(),
+            ..Default::default()
+        };
+        let mut old = Lease::default();
+        old.metadata.owner_references = Some(vec![other.clone()]);
+        let l = renewed(old, "n", Some(&owner("node-uid")));
+        let refs = l.metadata.owner_references.unwrap();
+        assert_eq!(refs, vec![other, owner("node-uid")]);
+        assert_eq!(
+            (
+                refs[1].api_version.as_str(),
+                refs[1].kind.as_str(),
+                refs[1].name.as_str()
+            ),
+            ("v1", "Node", "n")
+        );
+        // Without a known uid (not registered yet) nothing is invented.
+        let l = renewed(Lease::default(), "n", None);
+        assert!(l.metadata.owner_references.is_none());
+    }
 }
