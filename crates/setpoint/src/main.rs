@@ -58,6 +58,8 @@ struct Cli {
     command: Command,
 }
 
+// The command line is parsed once at start: a large variant costs nothing worth boxing for.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Start a whole cluster — API server, controllers, scheduler and a local node that runs
