@@ -125,7 +125,7 @@ fn hpa_to_v1(obj: Value) -> Value {
     annotate(
         &mut meta,
         HPA_METRICS,
-        (!others.is_empty()).then(|| Value::Array(others)),
+        (!others.is_empty()).then_some(Value::Array(others)),
     );
     annotate(
         &mut meta,
@@ -168,7 +168,7 @@ fn hpa_to_v1(obj: Value) -> Value {
     annotate(
         &mut meta,
         HPA_CURRENT_METRICS,
-        (!others.is_empty()).then(|| Value::Array(others)),
+        (!others.is_empty()).then_some(Value::Array(others)),
     );
     annotate(
         &mut meta,
