@@ -403,10 +403,12 @@ async fn run(args: ServeArgs, up: Option<Up>) -> anyhow::Result<()> {
         // Like the Namespaces the server bootstraps, but only where the local-path
         // provisioner runs: `up`'s controllers and node.
         local_path::ensure_class(&in_process()).await?;
-        // kubeadm's CoreDNS addon Service; the nodes serving DNS publish its endpoints.
-        setpoint_network::dns::kubedns::ensure_service(&in_process())
-            .await
-            .context("creating the kube-dns Service")?;
+        // kubeadm's CoreDNS addon Service; the nodes serving DNS publish its endpoints. Not
+        // fatal: pods are told the nodes' own DNS addresses, not its cluster IP.
+        if let Err(e) = setpoint_network::dns::kubedns::ensure_service(&in_process()).await {
+            tracing::warn!(error = %e, "no kube-dns Service");
+            eprintln!("Warning: no kube-dns Service: {e}");
+        }
     }
     let node_runtime = node.as_ref().and_then(|n| n.runtime_description());
     // Simulated nodes share the pod cache with the scheduler and the controllers.

@@ -44,9 +44,15 @@ pub fn service() -> Service {
     .expect("a valid Service")
 }
 
-/// Creates the Service unless it exists (a user's changes are kept across restarts).
+/// Creates the Service unless it exists (a user's changes are kept across restarts). Looked
+/// up first: a create of an existing one is refused for its taken cluster IP before its name.
 pub async fn ensure_service(client: &Client) -> Result<(), ClientError> {
     let api: Api<Service> = Api::namespaced(client.clone(), NAMESPACE);
+    match api.get(NAME).await {
+        Ok(_) => return Ok(()),
+        Err(e) if e.is_not_found() => {}
+        Err(e) => return Err(e),
+    }
     match api.create(&PostParams::default(), &service()).await {
         Ok(_) => Ok(()),
         Err(e) if e.is_already_exists() => Ok(()),
