@@ -1,0 +1,111 @@
+//! The pod garbage collector against a real in-process API server: terminated pods beyond
+//! the threshold go oldest first, and an unscheduled terminating pod is marked `Failed` and
+//! force-deleted.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use serde_json::json;
+use setpoint_controllers::podgc::PodGcConfig;
+use setpoint_runtime::client::{Api, Client, DeleteParams, Patch, PatchParams, PostParams};
+use setpoint_runtime::informer::SharedInformers;
+use setpoint_testing::TestCluster;
+
+fn start(client: &Client, config: PodGcConfig) -> tokio::task::JoinHandle<()> {
+    let informers = SharedInformers::new(client.clone());
+    let c = setpoint_controllers::podgc::controller(client.clone(), &informers, config);
+    tokio::spawn(async move {
+        c.run(std::future::pending()).await;
+        informers.shutdown().await;
+    })
+}
+
+fn pod(name: &str, node: Option<&str>, finalizer: bool) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name,
+                     "finalizers": if finalizer { json!(["setpoint.dev/test-hold"]) } else { json!(null) }},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "nginx"}]}
+    }))
+    .unwrap()
+}
+
+async fn names(pods: &Api<Pod>) -> Vec<String> {
+    let mut v: Vec<String> = pods
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    v.sort();
+    v
+}
+
+#[tokio::test]
+async fn terminated_pods_beyond_the_threshold_go_oldest_first() {
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
+    let node: Node = serde_json::from_value(json!({"metadata": {"name": "n1"}})).unwrap();
+    Api::<Node>::all(client.clone())
+        .create(&PostParams::default(), &node)
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    // Created in this order, so `a` is the oldest (a tie in seconds goes by name).
+    for name in ["a", "b", "c", "d", "running"] {
+        pods.create(&PostParams::default(), &pod(name, Some("n1"), false))
+            .await
+            .unwrap();
+    }
+    for name in ["a", "b", "c", "d"] {
+        pods.patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Succeeded"}})),
+        )
+        .await
+        .unwrap();
+    }
+    let task = start(
+        &client,
+        PodGcConfig {
+            terminated_pod_gc_threshold: 2,
+            ..PodGcConfig::default()
+        },
+    );
+    setpoint_testing::eventually_within(Duration::from_secs(30), "two oldest gone", || async {
+        (names(&pods).await == ["c", "d", "running"]).then_some(())
+    })
+    .await;
+    task.abort();
+    cluster.stop().await;
+}
+
+#[tokio::test]
+async fn an_unscheduled_terminating_pod_is_failed_and_force_deleted() {
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    pods.create(&PostParams::default(), &pod("u", None, true))
+        .await
+        .unwrap();
+    pods.create(&PostParams::default(), &pod("waiting", None, false))
+        .await
+        .unwrap();
+    let task = start(&client, PodGcConfig::default());
+    // The finalizer keeps it after the deletion, so what the collector did shows.
+    pods.delete("u", &DeleteParams::default()).await.unwrap();
+    let p = setpoint_testing::eventually_within(Duration::from_secs(30), "u failed", || async {
+        let p = pods.get("u").await.unwrap();
+        (p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")).then_some(p)
+    })
+    .await;
+    assert!(p.metadata.deletion_timestamp.is_some());
+    // A pending pod that is not being deleted is left alone.
+    let w = pods.get("waiting").await.unwrap();
+    assert!(w.metadata.deletion_timestamp.is_none());
+    assert_ne!(w.status.and_then(|s| s.phase).as_deref(), Some("Failed"));
+    task.abort();
+    cluster.stop().await;
+}
