@@ -72,6 +72,10 @@ pub struct HpaController {
     histories: Mutex<HashMap<String, History>>,
     /// `apiVersion/kind` → resource, from discovery.
     mappings: Mutex<HashMap<String, (ApiResource, Instant)>>,
+    /// When each autoscaler was last synced: as upstream's queue adds every key with the
+    /// sync period's delay, an autoscaler is synced at most once a period, whatever changes
+    /// (its own status writes included).
+    last_sync: Mutex<HashMap<String, Instant>>,
 }
 
 fn time(t: DateTime<Utc>) -> Time {
@@ -188,8 +192,22 @@ impl Reconciler for HpaController {
                 .lock()
                 .expect("histories")
                 .remove(&history_key);
+            self.last_sync
+                .lock()
+                .expect("last_sync")
+                .remove(&history_key);
             return Ok(Action::Done);
         };
+        {
+            let mut last = self.last_sync.lock().expect("last_sync");
+            if let Some(at) = last.get(&history_key) {
+                let since = at.elapsed();
+                if since < self.config.sync_period {
+                    return Ok(Action::RequeueAfter(self.config.sync_period - since));
+                }
+            }
+            last.insert(history_key.clone(), Instant::now());
+        }
         if hpa.metadata.deletion_timestamp.is_some() {
             return Ok(Action::Done);
         }
@@ -605,6 +623,7 @@ pub fn controller_with_clock(
         clock,
         histories: Mutex::new(HashMap::new()),
         mappings: Mutex::new(HashMap::new()),
+        last_sync: Mutex::new(HashMap::new()),
     };
     Controller::for_type::<HorizontalPodAutoscaler>(NAME, informers, None)
         .build(Arc::new(reconciler))
