@@ -696,6 +696,33 @@ fn controller_roles() -> Vec<Role> {
             true,
         ),
         c(
+            "system:controller:horizontal-pod-autoscaler",
+            vec![
+                rule(
+                    &["get", "list", "watch"],
+                    &["autoscaling"],
+                    &["horizontalpodautoscalers"],
+                ),
+                rule(
+                    &["update"],
+                    &["autoscaling"],
+                    &["horizontalpodautoscalers/status"],
+                ),
+                rule(&["get", "update"], &["*"], &["*/scale"]),
+                rule(&["list"], &[""], &["pods"]),
+                named(
+                    &["get"],
+                    &[""],
+                    &["services"],
+                    &["https:heapster:", "http:heapster:"],
+                ),
+                rule(&["list"], &["metrics.k8s.io"], &["pods"]),
+                rule(&["get", "list"], &["custom.metrics.k8s.io"], &["*"]),
+                rule(&["get", "list"], &["external.metrics.k8s.io"], &["*"]),
+            ],
+            true,
+        ),
+        c(
             "system:controller:job-controller",
             vec![
                 rule(
