@@ -354,7 +354,7 @@ mod tests {
         assert_eq!(plan(&running, &[]), Plan::Unguarded);
         let web = pdb("web", json!({}));
         assert_eq!(
-            plan(&running, &[web.clone()]),
+            plan(&running, std::slice::from_ref(&web)),
             Plan::UseBudget {
                 budget: "web".into()
             }
@@ -381,7 +381,7 @@ mod tests {
         );
         let short = pdb("web", json!({"currentHealthy": 1, "desiredHealthy": 2}));
         assert_eq!(
-            plan(&unready, &[short.clone()]),
+            plan(&unready, std::slice::from_ref(&short)),
             Plan::UseBudget {
                 budget: "web".into()
             }
