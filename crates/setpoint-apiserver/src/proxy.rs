@@ -259,6 +259,7 @@ pub(crate) fn split_proxy_path(path: &str, proxy_index: usize) -> Option<(String
 }
 
 /// Relays one request to `target` and its answer back.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn relay(
     server: &Arc<ApiServer>,
     target: Target,
