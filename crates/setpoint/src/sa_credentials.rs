@@ -49,6 +49,7 @@ pub fn service_account_of(controller: &str) -> Option<&'static str> {
         "pvc-protection" => "pvc-protection-controller",
         "pv-protection" => "pv-protection-controller",
         "horizontalpodautoscaling" => "horizontal-pod-autoscaler",
+        "disruption" => "disruption-controller",
         _ => return None,
     })
 }

@@ -843,6 +843,72 @@ fn controller_roles() -> Vec<Role> {
             true,
         ),
         c(
+            "system:controller:replication-controller",
+            vec![
+                rule(
+                    &["get", "list", "watch", "update"],
+                    &[""],
+                    &["replicationcontrollers"],
+                ),
+                rule(&["update"], &[""], &["replicationcontrollers/status"]),
+                rule(&["update"], &[""], &["replicationcontrollers/finalizers"]),
+                rule(
+                    &["list", "watch", "patch", "create", "delete"],
+                    &[""],
+                    &["pods"],
+                ),
+            ],
+            true,
+        ),
+        c(
+            "system:controller:ttl-after-finished-controller",
+            vec![rule(
+                &["get", "list", "watch", "delete"],
+                &["batch"],
+                &["jobs"],
+            )],
+            true,
+        ),
+        c(
+            "system:controller:pod-garbage-collector",
+            vec![
+                rule(&["list", "watch", "delete"], &[""], &["pods"]),
+                rule(&["get", "list", "watch"], &[""], &["nodes"]),
+                rule(&["patch"], &[""], &["pods/status"]),
+            ],
+            false,
+        ),
+        c(
+            "system:controller:disruption-controller",
+            vec![
+                rule(
+                    &["get", "list", "watch"],
+                    &["extensions", "apps"],
+                    &["deployments"],
+                ),
+                rule(
+                    &["get", "list", "watch"],
+                    &["apps", "extensions"],
+                    &["replicasets"],
+                ),
+                rule(
+                    &["get", "list", "watch"],
+                    &[""],
+                    &["replicationcontrollers"],
+                ),
+                rule(
+                    &["get", "list", "watch"],
+                    &["policy"],
+                    &["poddisruptionbudgets"],
+                ),
+                rule(&["get", "list", "watch"], &["apps"], &["statefulsets"]),
+                rule(&["update"], &["policy"], &["poddisruptionbudgets/status"]),
+                rule(&["patch", "update"], &[""], &["pods/status"]),
+                rule(&["get"], &["*"], &["*/scale"]),
+            ],
+            true,
+        ),
+        c(
             "system:controller:statefulset-controller",
             vec![
                 rule(&["list", "watch"], &[""], &["pods"]),
