@@ -1075,6 +1075,7 @@ const BINDINGS: &[(&str, &[&str], &[&str])] = &[
     // Upstream keeps this binding without subjects: nodes are authorized by the Node
     // authorizer, and the binding is there only for clusters that add the group back.
     ("system:node", &[], &[]),
+    ("system:node-proxier", &["system:kube-proxy"], &[]),
     (
         "system:service-account-issuer-discovery",
         &[],
@@ -1100,6 +1101,13 @@ const JOIN_BINDINGS: &[(&str, &str, &str)] = &[
     (
         "setpoint:node-autoapprove-certificate-rotation",
         "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
+        "system:nodes",
+    ),
+    // The node agent runs the service proxy with the node's own credentials (kubeadm binds
+    // the role to kube-proxy's service account instead).
+    (
+        "setpoint:node-proxier",
+        "system:node-proxier",
         "system:nodes",
     ),
 ];
