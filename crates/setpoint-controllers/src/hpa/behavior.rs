@@ -382,7 +382,6 @@ mod tests {
                     })
                     .collect(),
             ),
-            ..Default::default()
         }
     }
 
