@@ -16,6 +16,14 @@
 //! annotation takes effect at the pod's next sync), and the node uses the sum of its pods plus
 //! [`NODE_BASE_CPU_MILLIS`] and [`NODE_BASE_MEMORY_BYTES`] for itself.
 //!
+//! Load can also be shared: [`SIMULATED_CPU_TOTAL_ANNOTATION`] and
+//! [`SIMULATED_MEMORY_TOTAL_ANNOTATION`] give a total that the running pods of one controller
+//! (the same controller ownerReference uid) split evenly, each pod's part split evenly among
+//! its containers, so a workload's utilization falls as it scales out (an autoscaler then has
+//! a steady state). The runtimes of one simulation host count members through one
+//! [`SharedLoad`]; pods hosted elsewhere are not counted. A pod is a member from the first
+//! sync or stats read that finds a container of it running until none is, or it is killed.
+//!
 //! State advances lazily: every `sync_pod` computes where each container is *now* (tokio
 //! time, so tests can pause the clock), and the runtime schedules one wake-up per pod at its
 //! next transition to tell the agent to sync again.
@@ -43,7 +51,7 @@ use crate::runtime::{
 };
 use crate::stats::{
     ContainerStats, NodeUsage, PodStats, RuntimeStats, Usage, SIMULATED_CPU_ANNOTATION,
-    SIMULATED_MEMORY_ANNOTATION,
+    SIMULATED_CPU_TOTAL_ANNOTATION, SIMULATED_MEMORY_ANNOTATION, SIMULATED_MEMORY_TOTAL_ANNOTATION,
 };
 use crate::status::{now as now_truncated, truncate, wall_now};
 
@@ -125,6 +133,9 @@ struct SimContainer {
     /// The current run's CPU meter: (the run's start, core-nanoseconds used up to
     /// `folded_at`, `folded_at`), folded whenever the pod's rate changes.
     meter: Option<(Instant, u64, Instant)>,
+    /// (the run's start, the pod's shared CPU figure when this run was first seen): the run
+    /// counts the shared CPU from there, as a restarted container's counters start at zero.
+    shared_mark: Option<(Instant, u64)>,
 }
 
 impl SimContainer {
@@ -166,6 +177,163 @@ struct SimPod {
     usage: (u64, u64),
     /// Why the usage annotations could not be read, if they could not.
     usage_error: Option<String>,
+    /// The shared load this pod takes part in, if its annotations give one.
+    share: Option<Share>,
+    /// Shared CPU (core-nanoseconds) of memberships that ended, so the figure never falls.
+    shared_banked_ns: u64,
+}
+
+/// A pod's part in a [`SharedLoad`] group.
+#[derive(Debug, Clone, PartialEq)]
+struct Share {
+    /// The group: the controller's uid (the pod's own without a controller).
+    owner: String,
+    /// The group's totals as this pod's annotations give them: (millicores, bytes).
+    totals: (u64, u64),
+    /// While a member: the group's per-member CPU figure when it joined.
+    mark: Option<u64>,
+}
+
+/// One controller's shared load.
+#[derive(Debug)]
+struct LoadGroup {
+    totals: (u64, u64),
+    members: u64,
+    /// Core-nanoseconds one member has used since the group began, as of `at`.
+    per_member_ns: u64,
+    at: Instant,
+}
+
+impl LoadGroup {
+    /// Brings `per_member_ns` up to `now` at the current totals and membership.
+    fn settle(&mut self, now: Instant) {
+        if now <= self.at {
+            return;
+        }
+        if self.members > 0 {
+            let ran = now.duration_since(self.at).as_nanos();
+            let part = ran * u128::from(self.totals.0) / 1000 / u128::from(self.members);
+            self.per_member_ns = self
+                .per_member_ns
+                .saturating_add(u64::try_from(part).unwrap_or(u64::MAX));
+        }
+        self.at = now;
+    }
+}
+
+/// The loads shared by the pods of each controller, across the runtimes of one simulation
+/// host (see the module docs). Cloning shares the same groups.
+#[derive(Clone, Debug, Default)]
+pub struct SharedLoad {
+    groups: Arc<Mutex<HashMap<String, LoadGroup>>>,
+}
+
+impl SharedLoad {
+    /// No groups yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a member to `owner`'s group (its totals now `totals`): the per-member figure then.
+    fn join(&self, owner: &str, totals: (u64, u64), now: Instant) -> u64 {
+        let mut groups = self.groups.lock();
+        let g = groups.entry(owner.to_string()).or_insert(LoadGroup {
+            totals,
+            members: 0,
+            per_member_ns: 0,
+            at: now,
+        });
+        g.settle(now);
+        g.totals = totals;
+        g.members += 1;
+        g.per_member_ns
+    }
+
+    /// Removes a member from `owner`'s group: the per-member figure then.
+    fn leave(&self, owner: &str, now: Instant) -> u64 {
+        let mut groups = self.groups.lock();
+        let Some(g) = groups.get_mut(owner) else {
+            return 0;
+        };
+        g.settle(now);
+        g.members = g.members.saturating_sub(1);
+        let figure = g.per_member_ns;
+        if g.members == 0 {
+            groups.remove(owner);
+        }
+        figure
+    }
+
+    /// `owner`'s per-member CPU figure and memory part now.
+    fn read(&self, owner: &str, now: Instant) -> (u64, u64) {
+        let mut groups = self.groups.lock();
+        let Some(g) = groups.get_mut(owner) else {
+            return (0, 0);
+        };
+        g.settle(now);
+        (g.per_member_ns, g.totals.1 / g.members.max(1))
+    }
+
+    /// How many pods share `owner`'s load now.
+    pub fn members(&self, owner: &str) -> u64 {
+        self.groups.lock().get(owner).map_or(0, |g| g.members)
+    }
+}
+
+/// The shared load a pod's annotations steer: its group and totals, none without the
+/// annotations, or why they are invalid.
+fn steered_share(pod: &Pod) -> Result<Option<Share>, String> {
+    let annotations = pod.metadata.annotations.as_ref();
+    let get = |k: &str| annotations.and_then(|a| a.get(k));
+    let (cpu, memory) = (
+        get(SIMULATED_CPU_TOTAL_ANNOTATION),
+        get(SIMULATED_MEMORY_TOTAL_ANNOTATION),
+    );
+    if cpu.is_none() && memory.is_none() {
+        return Ok(None);
+    }
+    let cpu = match cpu {
+        Some(v) => setpoint_api::quantity::milli_cpu(v)
+            .map_err(|e| format!("{SIMULATED_CPU_TOTAL_ANNOTATION}: {v:?}: {e}"))?,
+        None => 0,
+    };
+    let memory = match memory {
+        Some(v) => setpoint_api::quantity::units(v)
+            .map_err(|e| format!("{SIMULATED_MEMORY_TOTAL_ANNOTATION}: {v:?}: {e}"))?,
+        None => 0,
+    };
+    let owner = pod
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.controller == Some(true))
+        .map(|r| r.uid.clone())
+        .or_else(|| pod.metadata.uid.clone())
+        .unwrap_or_default();
+    Ok(Some(Share {
+        owner,
+        totals: (cpu.max(0) as u64, memory.max(0) as u64),
+        mark: None,
+    }))
+}
+
+/// A container's cumulative CPU now: its own steered rate's meter plus its part of the pod's
+/// shared figure `shared` since the run began, split among `n` containers.
+fn container_cpu(
+    c: &mut SimContainer,
+    millis: u64,
+    shared: u64,
+    n: u64,
+    now: Instant,
+) -> Option<(Instant, u64)> {
+    let (since, used) = c.cpu_used(millis, now)?;
+    let mark = match c.shared_mark {
+        Some((t, m)) if t == since => m,
+        _ => shared,
+    };
+    c.shared_mark = Some((since, mark));
+    Some((since, used + shared.saturating_sub(mark) / n.max(1)))
 }
 
 /// The usage a pod's annotations steer: (millicores, bytes), or why they are invalid.
@@ -194,6 +362,8 @@ pub struct SimulatedRuntime {
     started: (Instant, Timestamp),
     /// CPU of pods no longer held, so the node's cumulative figure never falls.
     retired_cpu_ns: std::sync::atomic::AtomicU64,
+    /// The shared loads, common to every runtime of the simulation host.
+    load: SharedLoad,
 }
 
 impl SimulatedRuntime {
@@ -211,14 +381,69 @@ impl SimulatedRuntime {
             .collect()
     }
 
-    /// A runtime holding no pods.
+    /// A runtime holding no pods, counting shared loads among its own pods only.
     pub fn new(config: SimulatedConfig) -> Self {
+        Self::with_shared_load(config, SharedLoad::new())
+    }
+
+    /// A runtime holding no pods, counting shared loads in `load` with the other runtimes
+    /// given the same one.
+    pub fn with_shared_load(config: SimulatedConfig, load: SharedLoad) -> Self {
         SimulatedRuntime {
             config,
             pods: Mutex::new(HashMap::new()),
             notify: Arc::new(Mutex::new(None)),
             started: (Instant::now(), now_truncated()),
             retired_cpu_ns: std::sync::atomic::AtomicU64::new(0),
+            load,
+        }
+    }
+
+    /// Updates `pod`'s membership of its shared load to what its containers are doing now,
+    /// and marks runs first seen: the pod's shared CPU figure and memory part.
+    fn observe_share(&self, pod: &mut SimPod, now: Instant) -> (u64, u64) {
+        let running = pod
+            .containers
+            .iter()
+            .any(|c| matches!(c.state, State::Running { .. }));
+        let (shared, memory) = match pod.share.as_mut() {
+            None => (pod.shared_banked_ns, 0),
+            Some(share) => {
+                match (running, share.mark) {
+                    (true, None) => {
+                        share.mark = Some(self.load.join(&share.owner, share.totals, now));
+                    }
+                    (false, Some(mark)) => {
+                        let figure = self.load.leave(&share.owner, now);
+                        pod.shared_banked_ns += figure.saturating_sub(mark);
+                        share.mark = None;
+                    }
+                    _ => {}
+                }
+                match share.mark {
+                    Some(mark) => {
+                        let (figure, memory) = self.load.read(&share.owner, now);
+                        (pod.shared_banked_ns + figure.saturating_sub(mark), memory)
+                    }
+                    None => (pod.shared_banked_ns, 0),
+                }
+            }
+        };
+        let n = pod.containers.len() as u64;
+        let millis = pod.usage.0;
+        for c in &mut pod.containers {
+            container_cpu(c, millis, shared, n, now);
+        }
+        (shared, memory)
+    }
+
+    /// Ends `pod`'s membership of its shared load, banking what it used.
+    fn leave_share(&self, pod: &mut SimPod, now: Instant) {
+        if let Some(share) = pod.share.as_mut() {
+            if let Some(mark) = share.mark.take() {
+                let figure = self.load.leave(&share.owner, now);
+                pod.shared_banked_ns += figure.saturating_sub(mark);
+            }
         }
     }
 
@@ -475,15 +700,20 @@ impl PodRuntime for SimulatedRuntime {
                         restart_count: 0,
                         last_terminated: None,
                         meter: None,
+                        shared_mark: None,
                     })
                     .collect(),
                 wake_at: None,
                 usage: (0, 0),
                 usage_error: None,
+                share: None,
+                shared_banked_ns: 0,
             }
         });
         self.advance(entry, now);
-        let (usage, usage_error) = match steered_usage(pod) {
+        // Settle the shared load under the old membership before anything changes it.
+        self.observe_share(entry, now);
+        let (usage, mut usage_error) = match steered_usage(pod) {
             Ok(u) => (u, None),
             Err(e) => (entry.usage, Some(e)),
         };
@@ -492,6 +722,22 @@ impl PodRuntime for SimulatedRuntime {
             entry.containers.iter_mut().for_each(|c| c.fold(old, now));
         }
         entry.usage = usage;
+        match steered_share(pod) {
+            Ok(share) => {
+                let same = |a: &Share, b: &Share| a.owner == b.owner && a.totals == b.totals;
+                let changed = match (&entry.share, &share) {
+                    (Some(a), Some(b)) => !same(a, b),
+                    (None, None) => false,
+                    _ => true,
+                };
+                if changed {
+                    // Rejoins under the new totals (or leaves) from now on.
+                    self.leave_share(entry, now);
+                    entry.share = share;
+                }
+            }
+            Err(e) => usage_error = Some(usage_error.map_or(e.clone(), |u| format!("{u}; {e}"))),
+        }
         entry.usage_error = usage_error;
         // A container whose image changed in the spec is restarted with the new image, as
         // the kubelet does (the image is the one mutable field of a container).
@@ -508,6 +754,7 @@ impl PodRuntime for SimulatedRuntime {
                 }
             }
         }
+        self.observe_share(entry, now);
         let status = self.status(entry, now);
         let next = self.next_transition(entry, now);
         self.wake(&uid, entry, next);
@@ -519,11 +766,14 @@ impl PodRuntime for SimulatedRuntime {
         let removed = self.pods.lock().remove(&pod.uid);
         if let Some(mut p) = removed {
             let now = Instant::now();
+            let (shared, _) = self.observe_share(&mut p, now);
+            self.leave_share(&mut p, now);
             let millis = p.usage.0;
+            let n = p.containers.len() as u64;
             let used: u64 = p
                 .containers
                 .iter_mut()
-                .filter_map(|c| c.cpu_used(millis, now))
+                .filter_map(|c| container_cpu(c, millis, shared, n, now))
                 .map(|(_, u)| u)
                 .sum();
             self.retired_cpu_ns.fetch_add(used, Ordering::Relaxed);
@@ -553,21 +803,23 @@ impl PodRuntime for SimulatedRuntime {
         let mut errors = Vec::new();
         for (uid, p) in pods.iter_mut() {
             self.advance(p, now);
+            let (shared, shared_memory) = self.observe_share(p, now);
             if let Some(e) = &p.usage_error {
                 errors.push(format!("pod {}/{}: {e}", p.namespace, p.name));
             }
             let (millis, memory) = p.usage;
+            let n = p.containers.len() as u64;
             let containers: Vec<ContainerStats> = p
                 .containers
                 .iter_mut()
                 .filter_map(|c| {
-                    let (since, used) = c.cpu_used(millis, now)?;
+                    let (since, used) = container_cpu(c, millis, shared, n, now)?;
                     Some(ContainerStats {
                         name: c.name.clone(),
                         start_time: wall(since, now),
                         usage: Usage {
                             cpu_core_nanoseconds: used,
-                            memory_working_set_bytes: memory,
+                            memory_working_set_bytes: memory + shared_memory / n.max(1),
                         },
                     })
                 })
@@ -935,5 +1187,119 @@ mod tests {
         assert!(rt.pods().await.is_empty());
         // Killing again is not an error.
         rt.kill_pod(&held[0], Duration::ZERO).await.unwrap();
+    }
+
+    /// A pod of the ReplicaSet `owner` (uid), sharing `cpu` and `memory` among its pods.
+    fn shared_pod(uid: &str, owner: Option<&str>, cpu: &str, memory: &str) -> Pod {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+        let mut p = pod("Always");
+        p.metadata.name = Some(uid.into());
+        p.metadata.uid = Some(uid.into());
+        p.metadata.owner_references = owner.map(|o| {
+            vec![OwnerReference {
+                api_version: "apps/v1".into(),
+                kind: "ReplicaSet".into(),
+                name: "web-1".into(),
+                uid: o.into(),
+                controller: Some(true),
+                ..Default::default()
+            }]
+        });
+        p.metadata.annotations = Some(
+            [
+                (SIMULATED_CPU_TOTAL_ANNOTATION.to_string(), cpu.to_string()),
+                (
+                    SIMULATED_MEMORY_TOTAL_ANNOTATION.to_string(),
+                    memory.to_string(),
+                ),
+            ]
+            .into(),
+        );
+        p
+    }
+
+    /// (cpu core-nanoseconds, memory bytes) of the one container of pod `uid` in `stats`.
+    fn usage_of(stats: &RuntimeStats, uid: &str) -> Option<(u64, u64)> {
+        let p = stats.pods.iter().find(|p| p.pod.uid == uid)?;
+        let u = p.containers[0].usage;
+        Some((u.cpu_core_nanoseconds, u.memory_working_set_bytes))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_total_load_is_split_among_the_running_pods_of_one_controller_across_nodes() {
+        let load = SharedLoad::new();
+        let one = SimulatedRuntime::with_shared_load(config(0.0), load.clone());
+        let two = SimulatedRuntime::with_shared_load(config(0.0), load.clone());
+        let a = shared_pod("a", Some("rs-1"), "420m", "300Mi");
+        let b = shared_pod("b", Some("rs-1"), "420m", "300Mi");
+        let c = shared_pod("c", Some("rs-1"), "420m", "300Mi");
+        // Another controller's pods and an unowned pod form groups of their own.
+        let other = shared_pod("other", Some("rs-2"), "100m", "10Mi");
+        let lone = shared_pod("lone", None, "50m", "0");
+        for p in [&a, &b, &other, &lone] {
+            one.sync_pod(p, &node()).await.unwrap();
+        }
+        two.sync_pod(&c, &node()).await.unwrap();
+        // Not running yet: nobody shares anything.
+        assert_eq!(load.members("rs-1"), 0);
+
+        // Running from 2 s: the three split 420m, 140m each, on whichever node.
+        tokio::time::advance(Duration::from_secs(2)).await;
+        one.stats().await.unwrap();
+        two.stats().await.unwrap();
+        assert_eq!(load.members("rs-1"), 3);
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let s1 = one.stats().await.unwrap();
+        let s2 = two.stats().await.unwrap();
+        assert!(s1.errors.is_empty() && s2.errors.is_empty(), "{s1:?}");
+        let third = 100 << 20;
+        assert_eq!(usage_of(&s1, "a"), Some((1_400_000_000, third)));
+        assert_eq!(usage_of(&s1, "b"), Some((1_400_000_000, third)));
+        assert_eq!(usage_of(&s2, "c"), Some((1_400_000_000, third)));
+        assert_eq!(usage_of(&s1, "other"), Some((1_000_000_000, 10 << 20)));
+        assert_eq!(usage_of(&s1, "lone"), Some((500_000_000, 0)));
+
+        // One pod goes: the other two split the total, 210m each, and what the gone pod
+        // used stays in its node's figure.
+        let gone = s2.pods[0].pod.clone();
+        two.kill_pod(&gone, Duration::ZERO).await.unwrap();
+        assert_eq!(load.members("rs-1"), 2);
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let s1 = one.stats().await.unwrap();
+        assert_eq!(usage_of(&s1, "a"), Some((3_500_000_000, 150 << 20)));
+        assert_eq!(usage_of(&s1, "b"), Some((3_500_000_000, 150 << 20)));
+        let s2 = two.stats().await.unwrap();
+        assert!(s2.pods.is_empty());
+        assert_eq!(
+            s2.node.unwrap().usage.cpu_core_nanoseconds,
+            22 * NODE_BASE_CPU_MILLIS * 1_000_000 + 1_400_000_000
+        );
+
+        // A new total counts from the sync that sees it; what was used stays.
+        let mut a2 = a.clone();
+        a2.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(SIMULATED_CPU_TOTAL_ANNOTATION.into(), "1".into());
+        let mut b2 = b.clone();
+        b2.metadata.annotations = a2.metadata.annotations.clone();
+        one.sync_pod(&a2, &node()).await.unwrap();
+        one.sync_pod(&b2, &node()).await.unwrap();
+        assert_eq!(load.members("rs-1"), 2);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let s1 = one.stats().await.unwrap();
+        assert_eq!(usage_of(&s1, "a").unwrap().0, 4_500_000_000);
+        assert_eq!(usage_of(&s1, "b").unwrap().0, 4_500_000_000);
+
+        // A bad total is reported, not ignored.
+        let bad = shared_pod("bad", Some("rs-3"), "lots", "0");
+        one.sync_pod(&bad, &node()).await.unwrap();
+        let errors = one.stats().await.unwrap().errors;
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].contains(SIMULATED_CPU_TOTAL_ANNOTATION),
+            "{errors:?}"
+        );
     }
 }

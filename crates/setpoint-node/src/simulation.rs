@@ -32,7 +32,7 @@ use crate::host::{self, HostedNode};
 use crate::metrics::NodeMetrics;
 use crate::runtime::PodRuntime;
 use crate::server::{LogServer, LogTargets};
-use crate::simulated::{SimulatedConfig, SimulatedRuntime, RUNTIME_VERSION};
+use crate::simulated::{SharedLoad, SimulatedConfig, SimulatedRuntime, RUNTIME_VERSION};
 
 /// The label every simulated node carries (value `"true"`).
 pub const SIMULATED_LABEL: &str = "setpoint.dev/simulated";
@@ -204,6 +204,9 @@ async fn host_simulated(
     let n = config.nodes.max(1);
     // Informer metrics belong to whoever owns `informers`; the rest is this host's.
     let metrics = Arc::new(NodeMetrics::new());
+    // One count of each controller's running pods across the hosted nodes, so a shared
+    // total load is split among all of them (pods on other hosts are not counted).
+    let load = SharedLoad::new();
     let hosted: Vec<HostedNode> = clients
         .into_iter()
         .take(config.nodes)
@@ -211,7 +214,10 @@ async fn host_simulated(
         .map(|(i, client)| HostedNode {
             client: client.with_metrics(metrics.client().clone()),
             config: Arc::new(config.agent_config(i)),
-            runtime: Arc::new(SimulatedRuntime::new(config.runtime.clone())) as Arc<dyn PodRuntime>,
+            runtime: Arc::new(SimulatedRuntime::with_shared_load(
+                config.runtime.clone(),
+                load.clone(),
+            )) as Arc<dyn PodRuntime>,
             // Node i renews at i/n of the interval, so renewals arrive evenly.
             lease_offset: config.lease_interval.mul_f64(i as f64 / n as f64),
             queue_metrics: Some(metrics.workqueue().clone()),

@@ -20,6 +20,12 @@ use crate::runtime::RuntimePod;
 pub const SIMULATED_CPU_ANNOTATION: &str = "setpoint.dev/simulated-cpu";
 /// The annotation giving a simulated container's memory working set (a quantity: `64Mi`).
 pub const SIMULATED_MEMORY_ANNOTATION: &str = "setpoint.dev/simulated-memory";
+/// The annotation giving the CPU (a quantity: `420m`) shared by the running simulated pods of
+/// one controller (the same controller ownerReference uid), on the pod template: each uses
+/// this total divided by how many are running, so utilization falls as replicas are added.
+pub const SIMULATED_CPU_TOTAL_ANNOTATION: &str = "setpoint.dev/simulated-cpu-total";
+/// The memory working set shared the same way as [`SIMULATED_CPU_TOTAL_ANNOTATION`]'s CPU.
+pub const SIMULATED_MEMORY_TOTAL_ANNOTATION: &str = "setpoint.dev/simulated-memory-total";
 
 /// What one container, pod or node used.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
