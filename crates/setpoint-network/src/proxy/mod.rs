@@ -81,8 +81,11 @@ pub enum ProxyError {
 /// Runs the service proxy until `shutdown`: programs `config.table` from the Services and
 /// EndpointSlices `client` can list and watch. When this process cannot program nftables
 /// (no `nft`, or no `CAP_NET_ADMIN`), it says so in its log and in a Warning Event on the
-/// Node, and waits for `shutdown` doing nothing else. The table is left in place at the end,
-/// so connections keep being routed while the agent restarts; [`cleanup`] removes it.
+/// Node, and waits for `shutdown` doing nothing else. At `shutdown` the table is deleted
+/// ([`cleanup`]): connections already established keep their translation (it lives in
+/// conntrack), and a stopped cluster's table must not keep catching the addresses another
+/// cluster on this machine hands out (`10.96.0.1` is every cluster's). A node killed without
+/// a shutdown leaves its table, which its next start replaces.
 pub async fn run(
     client: Client,
     config: ProxyConfig,
@@ -134,6 +137,7 @@ async fn run_in(
         r = informers.wait_synced() => r?,
         () = &mut shutdown => {
             informers.shutdown().await;
+            remove_table(&config.table).await;
             return Ok(());
         }
     }
@@ -217,7 +221,16 @@ async fn run_in(
         }
     }
     informers.shutdown().await;
+    remove_table(&config.table).await;
     Ok(())
+}
+
+/// Deletes the node's table at shutdown; a failure is logged (the next start replaces it).
+async fn remove_table(table: &str) {
+    match cleanup(table).await {
+        Ok(()) => tracing::info!("service rules removed"),
+        Err(e) => tracing::warn!(error = %e, "removing the service rules failed"),
+    }
 }
 
 /// Replaces the table's contents with `next` in one transaction; the number of commands.
