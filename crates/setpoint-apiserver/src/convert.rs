@@ -63,6 +63,24 @@ fn is_hpa_v1(res: &ResourceDef) -> bool {
     res.group == "autoscaling" && res.version == "v1" && res.kind == "HorizontalPodAutoscaler"
 }
 
+/// Splits v2 metrics into the first CPU one `is_it` picks, as the number at `path` v1 has a
+/// field for (`null` when it has none), and the others, which v1 keeps in an annotation.
+fn split_cpu(
+    metrics: &[Value],
+    path: &str,
+    is_it: impl Fn(&Value) -> bool,
+) -> (Option<Value>, Vec<Value>) {
+    let cpu = metrics.iter().position(is_it);
+    let value = cpu.map(|i| metrics[i].pointer(path).cloned().unwrap_or(Value::Null));
+    let others = metrics
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| Some(*i) != cpu)
+        .map(|(_, m)| m.clone())
+        .collect();
+    (value, others)
+}
+
 /// Whether a v2 metric (spec or status) is the Resource `cpu` one v1's CPU fields stand for.
 fn is_cpu(m: &Value, utilization: &str) -> bool {
     m.get("type").and_then(Value::as_str) == Some("Resource")
@@ -103,25 +121,13 @@ fn hpa_to_v1(obj: Value) -> Value {
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
-    let cpu = metrics.iter().position(|m| {
+    let (cpu, others) = split_cpu(&metrics, utilization, |m| {
         is_cpu(m, utilization)
             && m.pointer("/resource/target/type").and_then(Value::as_str) == Some("Utilization")
     });
-    if let Some(i) = cpu {
-        v1_spec.insert(
-            "targetCPUUtilizationPercentage".into(),
-            metrics[i]
-                .pointer(utilization)
-                .cloned()
-                .unwrap_or(Value::Null),
-        );
+    if let Some(cpu) = cpu {
+        v1_spec.insert("targetCPUUtilizationPercentage".into(), cpu);
     }
-    let others: Vec<Value> = metrics
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| Some(*i) != cpu)
-        .map(|(_, m)| m.clone())
-        .collect();
     annotate(
         &mut meta,
         HPA_METRICS,
@@ -149,22 +155,10 @@ fn hpa_to_v1(obj: Value) -> Value {
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
-    let cpu_now = current.iter().position(|m| is_cpu(m, current_path));
-    if let Some(i) = cpu_now {
-        v1_status.insert(
-            "currentCPUUtilizationPercentage".into(),
-            current[i]
-                .pointer(current_path)
-                .cloned()
-                .unwrap_or(Value::Null),
-        );
+    let (cpu_now, others) = split_cpu(&current, current_path, |m| is_cpu(m, current_path));
+    if let Some(cpu) = cpu_now {
+        v1_status.insert("currentCPUUtilizationPercentage".into(), cpu);
     }
-    let others: Vec<Value> = current
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| Some(*i) != cpu_now)
-        .map(|(_, m)| m.clone())
-        .collect();
     annotate(
         &mut meta,
         HPA_CURRENT_METRICS,
