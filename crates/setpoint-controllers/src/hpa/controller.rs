@@ -24,6 +24,7 @@ use setpoint_runtime::{Object, ObjectKey};
 use super::behavior::{with_defaults, History};
 use super::metrics::MetricsClient;
 use super::replicas::Tuning;
+use super::selectors::{self, SelectorIndex, AMBIGUOUS_SELECTOR};
 use super::source::{self, Proposal};
 use super::status::{self, set_condition, ABLE_TO_SCALE, SCALING_ACTIVE, SCALING_LIMITED};
 
@@ -76,6 +77,9 @@ pub struct HpaController {
     /// sync period's delay, an autoscaler is synced at most once a period, whatever changes
     /// (its own status writes included).
     last_sync: Mutex<HashMap<String, Instant>>,
+    /// Every autoscaler's target selector as last read, to find pods that several
+    /// autoscalers select (`AmbiguousSelector`).
+    selectors: Mutex<SelectorIndex>,
 }
 
 fn time(t: DateTime<Utc>) -> Time {
@@ -195,6 +199,10 @@ impl Reconciler for HpaController {
             self.last_sync
                 .lock()
                 .expect("last_sync")
+                .remove(&history_key);
+            self.selectors
+                .lock()
+                .expect("selectors")
                 .remove(&history_key);
             return Ok(Action::Done);
         };
@@ -514,6 +522,33 @@ impl HpaController {
                 parsed.matches(|k| labels.and_then(|l| l.get(k)).map(String::as_str))
             })
             .collect();
+        // Upstream's `validateAndParseSelector`: the pods under this selector may be sized by
+        // this autoscaler only.
+        let controlling = {
+            let mut index = self.selectors.lock().expect("selectors");
+            index.put(&ns, &hpa.name(), parsed.clone());
+            index.controlling(
+                &ns,
+                pods.iter().map(|p| {
+                    let labels = p.metadata.labels.as_ref();
+                    move |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str)
+                }),
+            )
+        };
+        if controlling.len() > 1 {
+            let message = selectors::ambiguous_message(selector, &controlling);
+            self.events
+                .publish(&cref, EventType::Warning, AMBIGUOUS_SELECTOR, &message);
+            set_condition(
+                conditions,
+                SCALING_ACTIVE,
+                false,
+                AMBIGUOUS_SELECTOR,
+                message.clone(),
+                stamp,
+            );
+            return Err((None, message));
+        }
         let ctx = source::Inputs {
             metrics: &self.metrics,
             calc: super::replicas::Calculator {
@@ -624,6 +659,7 @@ pub fn controller_with_clock(
         histories: Mutex::new(HashMap::new()),
         mappings: Mutex::new(HashMap::new()),
         last_sync: Mutex::new(HashMap::new()),
+        selectors: Mutex::new(SelectorIndex::default()),
     };
     Controller::for_type::<HorizontalPodAutoscaler>(NAME, informers, None)
         .build(Arc::new(reconciler))

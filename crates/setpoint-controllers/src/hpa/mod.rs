@@ -4,6 +4,7 @@
 //!
 //! - [`replicas`]: upstream's replica calculator (tolerance, unready and missing pods), pure;
 //! - [`behavior`]: stabilization windows, scaling policies and the min/max bounds, pure;
+//! - [`selectors`]: which autoscalers select a pod (`AmbiguousSelector`), pure;
 //! - [`status`]: the conditions `AbleToScale`, `ScalingActive`, `ScalingLimited` and texts;
 //! - [`metrics`]: the clients of `metrics.k8s.io`, `custom.metrics.k8s.io` and
 //!   `external.metrics.k8s.io`;
@@ -15,6 +16,7 @@ pub mod behavior;
 pub mod controller;
 pub mod metrics;
 pub mod replicas;
+pub mod selectors;
 pub mod source;
 pub mod status;
 
