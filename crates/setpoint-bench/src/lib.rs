@@ -13,7 +13,9 @@
 //! - [`timed`]: API calls timed as the client saw them, with retries;
 //! - [`procstat`]: peak RSS and CPU seconds of local `setpoint` processes;
 //! - [`report`]: the pure computations; [`table`] and [`svg`] render them;
-//! - [`progress`]: the progress line on stderr.
+//! - [`progress`]: the progress line on stderr;
+//! - [`proxy`]: the service proxy's rule programming time (its own code, a private nftables
+//!   table).
 
 pub mod api;
 pub mod churn;
@@ -24,6 +26,7 @@ pub mod observe;
 pub mod placement;
 pub mod procstat;
 pub mod progress;
+pub mod proxy;
 pub mod record;
 pub mod report;
 pub mod svg;

@@ -1,5 +1,6 @@
 //! `setpoint bench`: load a Kubernetes-compatible cluster through its public API and report
-//! figures (`density`, `churn`, `api`, `endpointslices`), and put two reports side by side (`compare`). The
+//! figures (`density`, `churn`, `api`, `endpointslices`; `proxy` times the service proxy's
+//! rule programming on this machine), and put two reports side by side (`compare`). The
 //! logic lives in `setpoint-bench`; this wires flags and files.
 
 use std::path::{Path, PathBuf};
@@ -30,6 +31,26 @@ pub enum BenchCommand {
     /// address ready in the Service's EndpointSlices, and from a pod deleted to its address
     /// gone.
     Endpointslices(EndpointSlicesArgs),
+    /// The service proxy's nftables programming time for S Services x E endpoints, full sync
+    /// and one endpoint changed, in a private table of this run (needs root and `nft`; no
+    /// cluster).
+    Proxy(ProxyArgs),
+}
+
+#[derive(clap::Args, Clone)]
+pub struct ProxyArgs {
+    /// Write the report as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Services, one TCP port each.
+    #[arg(long, default_value_t = 1000)]
+    services: usize,
+    /// Endpoints per Service.
+    #[arg(long, default_value_t = 10)]
+    endpoints: usize,
+    /// Full syncs and changes measured.
+    #[arg(long, default_value_t = 10)]
+    rounds: usize,
 }
 
 #[derive(clap::Args, Clone)]
@@ -278,6 +299,21 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
             )
             .await?;
             print!("{}", setpoint_bench::endpointslices::table(&r));
+            write_json(&a.json, &r)?;
+        }
+        BenchCommand::Proxy(a) => {
+            // A table of this process's own: two runs on one machine do not meet.
+            let table = format!("setpoint-bench-{}", std::process::id());
+            let r = setpoint_bench::proxy::run(
+                setpoint_bench::proxy::ProxyBenchConfig {
+                    services: a.services.max(1),
+                    endpoints: a.endpoints.max(1),
+                    rounds: a.rounds.max(1),
+                },
+                &table,
+            )
+            .await?;
+            print!("{}", setpoint_bench::proxy::table(&r));
             write_json(&a.json, &r)?;
         }
         BenchCommand::Churn(a) => {
