@@ -45,6 +45,7 @@ mod table;
 pub mod tls;
 mod typemeta;
 pub mod watchcache;
+mod webhook;
 mod yamlbody;
 
 pub use server::COMPACTION_GUARD_KEY;

@@ -680,6 +680,21 @@ impl ApiServer {
         self.check_namespace(res, namespace).await?;
         self.admit_service_account(res, namespace, &mut obj).await?;
         self.admit_storage(res, &mut obj);
+        let hook_options =
+            crate::webhook::options("CreateOptions", opts.dry_run, opts.field_manager.as_deref());
+        let created_name = meta::name(&obj).to_string();
+        let call = crate::webhook::Call {
+            res,
+            subresource: "",
+            operation: "CREATE",
+            namespace,
+            name: &created_name,
+            old: None,
+            dry_run: opts.dry_run,
+            user: opts.user.as_deref(),
+            options: &hook_options,
+        };
+        warnings.extend(self.mutating_webhooks(&call, Some(&mut obj)).await?);
         if track {
             crate::apply::record_update(res, None, &mut obj, manager(opts), None, &now);
         }
@@ -714,6 +729,12 @@ impl ApiServer {
             if attempt == 0 {
                 self.check_limits(res, namespace, &obj)?;
                 warnings.extend(self.pod_security_on_create(res, namespace, &obj).await?);
+                let name = meta::name(&obj).to_string();
+                let call = crate::webhook::Call {
+                    name: &name,
+                    ..call
+                };
+                warnings.extend(self.validating_webhooks(&call, Some(&obj)).await?);
                 self.charge_quotas(res, namespace, &obj, opts.dry_run)
                     .await?;
             }
@@ -803,7 +824,7 @@ impl ApiServer {
                 Ok(Cow::Borrowed(&body))
             })
             .await?;
-        written.warnings = warnings;
+        written.warnings.splice(0..0, warnings);
         if view == View::Main {
             let ps = self.pod_security_after_update(res, namespace, &written.object, before);
             written.warnings.extend(ps);
@@ -840,6 +861,7 @@ impl ApiServer {
                 Ok(Cow::Owned(patched))
             })
             .await?;
+        warnings.extend(written.warnings);
         if view == View::Main {
             let ps = self.pod_security_after_update(res, namespace, &written.object, before);
             warnings.extend(ps);
@@ -996,6 +1018,28 @@ impl ApiServer {
             crate::apply::keep_times_if_unchanged(&cur, &mut new);
             crate::typemeta::own(res, &mut new);
             meta::set_meta(&mut new, "resourceVersion", json!(cur_rv));
+            let hooked = matches!(view, View::Main | View::Status);
+            let hook_options = crate::webhook::options(
+                "UpdateOptions",
+                opts.dry_run,
+                opts.field_manager.as_deref(),
+            );
+            let call = crate::webhook::Call {
+                res,
+                subresource: if view == View::Status { "status" } else { "" },
+                operation: "UPDATE",
+                namespace,
+                name,
+                old: Some(&cur),
+                dry_run: opts.dry_run,
+                user: opts.user.as_deref(),
+                options: &hook_options,
+            };
+            let mut hook_warnings = if hooked {
+                self.mutating_webhooks(&call, Some(&mut new)).await?
+            } else {
+                vec![]
+            };
             self.validate_update(res, &mut new, Some(&cur), view == View::Status)?;
             if matches!(view, View::Approval | View::Status) {
                 let approving = view == View::Approval;
@@ -1014,6 +1058,7 @@ impl ApiServer {
                     view == View::Status,
                     opts.user.as_deref(),
                 )?;
+                hook_warnings.extend(self.validating_webhooks(&call, Some(&new)).await?);
             }
             let respond = |obj: Value| {
                 if view == View::Scale {
@@ -1026,14 +1071,14 @@ impl ApiServer {
                 // A no-op write changes nothing: no new revision, no watch event.
                 return Ok(Written {
                     object: respond(cur),
-                    warnings: vec![],
+                    warnings: std::mem::take(&mut hook_warnings),
                     json: None,
                 });
             }
             if opts.dry_run {
                 return Ok(Written {
                     object: respond(new),
-                    warnings: vec![],
+                    warnings: std::mem::take(&mut hook_warnings),
                     json: None,
                 });
             }
@@ -1044,7 +1089,7 @@ impl ApiServer {
                         self.release_held(res, &new).await;
                         return Ok(Written {
                             object: respond(with_rv(new, rev)),
-                            warnings: vec![],
+                            warnings: std::mem::take(&mut hook_warnings),
                             json: None,
                         });
                     }
@@ -1081,7 +1126,7 @@ impl ApiServer {
                 let rev = put.mod_revision;
                 return Ok(Written {
                     object: respond(with_rv(new, rev)),
-                    warnings: vec![],
+                    warnings: std::mem::take(&mut hook_warnings),
                     // The scale view is not the stored object.
                     json: (view != View::Scale)
                         .then(|| served_json(&put.value, rev))
@@ -1126,6 +1171,20 @@ impl ApiServer {
                     ));
                 }
             }
+            let hook_options = crate::webhook::options("DeleteOptions", opts.dry_run, None);
+            let call = crate::webhook::Call {
+                res,
+                subresource: "",
+                operation: "DELETE",
+                namespace,
+                name,
+                old: Some(&cur),
+                dry_run: opts.dry_run,
+                user: opts.user.as_deref(),
+                options: &hook_options,
+            };
+            self.mutating_webhooks(&call, None).await?;
+            self.validating_webhooks(&call, None).await?;
             let mut new = cur.clone();
             let mut finalizers: Vec<String> = meta::finalizers(&cur)
                 .iter()

@@ -96,6 +96,8 @@ pub fn apply(group: &str, kind: &str, obj: &mut Value) {
         ("batch", "CronJob") => cron_job(root),
         ("autoscaling", "HorizontalPodAutoscaler") => hpa(root),
         ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => rbac_binding(root),
+        ("admissionregistration.k8s.io", "MutatingWebhookConfiguration") => webhooks(root, true),
+        ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration") => webhooks(root, false),
         _ => {}
     }
 }
@@ -253,6 +255,28 @@ fn rbac_binding(root: &mut Obj) {
             Some("User" | "Group")
         ) {
             default_string(subject, "apiGroup", GROUP);
+        }
+    }
+}
+
+/// `SetDefaults_ValidatingWebhook`/`MutatingWebhook`, `SetDefaults_Rule` and
+/// `SetDefaults_ServiceReference` of `admissionregistration/v1`. `sideEffects` and
+/// `admissionReviewVersions` have no default in v1: validation requires them.
+fn webhooks(root: &mut Obj, mutating: bool) {
+    for hook in items(root, "webhooks") {
+        default_string(hook, "failurePolicy", "Fail");
+        default_string(hook, "matchPolicy", "Equivalent");
+        default_value(hook, "namespaceSelector", json!({}));
+        default_value(hook, "objectSelector", json!({}));
+        default_value(hook, "timeoutSeconds", json!(10));
+        if mutating {
+            default_string(hook, "reinvocationPolicy", "Never");
+        }
+        for rule in items(hook, "rules") {
+            default_string(rule, "scope", "*");
+        }
+        if let Some(service) = child(hook, "clientConfig").and_then(|c| child(c, "service")) {
+            default_value(service, "port", json!(443));
         }
     }
 }

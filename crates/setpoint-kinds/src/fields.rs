@@ -75,7 +75,11 @@ pub fn supported_fields(group: &str, kind: &str) -> &'static [&'static str] {
         ("rbac.authorization.k8s.io", "ClusterRole" | "ClusterRoleBinding") => &["metadata.name"],
         ("certificates.k8s.io", "CertificateSigningRequest")
         | ("", "PersistentVolume")
-        | ("storage.k8s.io", "StorageClass") => &["metadata.name"],
+        | ("storage.k8s.io", "StorageClass")
+        | (
+            "admissionregistration.k8s.io",
+            "MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration",
+        ) => &["metadata.name"],
         ("", "Secret") => &["metadata.name", "metadata.namespace", "type"],
         ("", "Service") => &[
             "metadata.name",

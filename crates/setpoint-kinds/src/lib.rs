@@ -382,6 +382,25 @@ pub static BUILTIN: &[KindInfo] = &[
         "role",
         true,
     ),
+    // admissionregistration.k8s.io/v1: admission webhooks
+    kind(
+        "admissionregistration.k8s.io",
+        "v1",
+        "MutatingWebhookConfiguration",
+        "mutatingwebhookconfigurations",
+        "mutatingwebhookconfiguration",
+        false,
+    )
+    .categories(&["api-extensions"]),
+    kind(
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingWebhookConfiguration",
+        "validatingwebhookconfigurations",
+        "validatingwebhookconfiguration",
+        false,
+    )
+    .categories(&["api-extensions"]),
     // events.k8s.io/v1 (stored with core events and converted on the way in and out)
     kind("events.k8s.io", "v1", "Event", "events", "event", true)
         .short(&["ev"])

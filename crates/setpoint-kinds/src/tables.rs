@@ -6,6 +6,7 @@
 //! `<pending>`, `<unknown>`). Like the upstream apiserver, rows always carry every column
 //! (the "wide" ones too); kubectl hides columns with `priority > 0` unless `-o wide`.
 
+mod admissionregistration;
 mod apps;
 mod certificates;
 mod core;
@@ -149,6 +150,13 @@ fn printer(group: &str, kind: &str) -> (&'static [Column], CellFn) {
             (rbac::BINDING, rbac::cluster_role_binding)
         }
         ("apiextensions.k8s.io", "CustomResourceDefinition") => (apps::CRD, apps::crd),
+        (
+            "admissionregistration.k8s.io",
+            "MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration",
+        ) => (
+            admissionregistration::WEBHOOKS,
+            admissionregistration::webhooks,
+        ),
         ("certificates.k8s.io", "CertificateSigningRequest") => {
             (certificates::CSR, certificates::csr)
         }

@@ -17,6 +17,7 @@
 //! (ConfigMaps and Secrets), `autoscaling`, and `typed` (typed decoding: unknown fields and
 //! type errors).
 
+mod admissionregistration;
 mod apps;
 mod autoscaling;
 mod batch;
@@ -26,6 +27,7 @@ mod container;
 mod discovery;
 mod fields;
 mod meta;
+mod node;
 mod pod;
 mod policy;
 mod quantity;
@@ -158,6 +160,7 @@ pub fn validate_with_type_errors(
                 qualified_name(e, f.as_str().unwrap_or(""), "spec.finalizers");
             }
         }
+        ("", "Node") => node::node(e, obj, old),
         ("", "ConfigMap") => config_map(e, obj, old),
         ("", "PersistentVolume") => storage::persistent_volume(e, obj, old),
         ("", "PersistentVolumeClaim") => storage::persistent_volume_claim(e, obj, old),
@@ -187,6 +190,12 @@ pub fn validate_with_type_errors(
             certificates::csr(e, obj, old, certificates::parse_request)
         }
         ("discovery.k8s.io", "EndpointSlice") => discovery::endpoint_slice(e, obj, old),
+        ("admissionregistration.k8s.io", "MutatingWebhookConfiguration") => {
+            admissionregistration::webhook_configuration(e, obj, true)
+        }
+        ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration") => {
+            admissionregistration::webhook_configuration(e, obj, false)
+        }
         ("coordination.k8s.io", "Lease") => {
             let spec = at(obj, "spec");
             if let Some(d) = int(spec, "leaseDurationSeconds") {

@@ -155,6 +155,22 @@ pub fn check(schema: &Value, value: &Value, old: Option<&Value>, path: &str) -> 
     out
 }
 
+/// Evaluates `expression` with `vars` bound and requires a bool (admission webhooks'
+/// `matchConditions`); the error says why it could not (compilation, evaluation, type).
+pub(crate) fn evaluate_bool(expression: &str, vars: &[(&str, &Value)]) -> Result<bool, String> {
+    let program = compile(expression)?;
+    let mut ctx = cel::Context::default();
+    for (name, v) in vars {
+        let cv = cel::to_value(v).map_err(|e| e.to_string())?;
+        ctx.add_variable(*name, cv).map_err(|e| e.to_string())?;
+    }
+    match program.execute(&ctx) {
+        Ok(cel::Value::Bool(b)) => Ok(b),
+        Ok(other) => Err(format!("expected a bool, got a {}", other.type_of())),
+        Err(e) => Err(execution_error(&e)),
+    }
+}
+
 /// What an evaluation error says, by the types of the values involved and never their
 /// contents: the library's own text prints values with `Debug`, which is not meant for users
 /// and lists a map's entries in no fixed order, so one rule could fail with differing messages.
