@@ -14,6 +14,8 @@
 //! - [`procstat`]: peak RSS and CPU seconds of local `setpoint` processes;
 //! - [`report`]: the pure computations; [`table`] and [`svg`] render them;
 //! - [`progress`]: the progress line on stderr;
+//! - [`metricspipeline`]: the API server's resource metrics scrape, per P pods (its own
+//!   code on the Summaries agents serve);
 //! - [`proxy`]: the service proxy's rule programming time (its own code, a private nftables
 //!   table).
 
@@ -22,6 +24,7 @@ pub mod churn;
 pub mod compare;
 pub mod density;
 pub mod endpointslices;
+pub mod metricspipeline;
 pub mod observe;
 pub mod placement;
 pub mod procstat;

@@ -1,6 +1,6 @@
 //! `setpoint bench`: load a Kubernetes-compatible cluster through its public API and report
-//! figures (`density`, `churn`, `api`, `endpointslices`; `proxy` times the service proxy's
-//! rule programming on this machine), and put two reports side by side (`compare`). The
+//! figures (`density`, `churn`, `api`, `endpointslices`; `proxy` and `metrics-pipeline` time
+//! the service proxy's rule programming and the resource metrics scrape on this machine), and put two reports side by side (`compare`). The
 //! logic lives in `setpoint-bench`; this wires flags and files.
 
 use std::path::{Path, PathBuf};
@@ -35,6 +35,25 @@ pub enum BenchCommand {
     /// and one endpoint changed, in a private table of this run (needs root and `nft`; no
     /// cluster).
     Proxy(ProxyArgs),
+    /// The API server's resource metrics scrape of P pods: CPU per scrape (decoding the
+    /// agents' Summaries and rating them) and the memory it holds (no cluster).
+    MetricsPipeline(MetricsPipelineArgs),
+}
+
+#[derive(clap::Args, Clone)]
+pub struct MetricsPipelineArgs {
+    /// Write the report as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Pods, one container each.
+    #[arg(long, default_value_t = 10_000)]
+    pods: usize,
+    /// Pods per node.
+    #[arg(long, default_value_t = 100)]
+    pods_per_node: usize,
+    /// Scrapes measured.
+    #[arg(long, default_value_t = 10)]
+    scrapes: usize,
 }
 
 #[derive(clap::Args, Clone)]
@@ -314,6 +333,20 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
             )
             .await?;
             print!("{}", setpoint_bench::proxy::table(&r));
+            write_json(&a.json, &r)?;
+        }
+        BenchCommand::MetricsPipeline(a) => {
+            let config = setpoint_bench::metricspipeline::MetricsPipelineConfig {
+                pods: a.pods.max(1),
+                pods_per_node: a.pods_per_node.max(1),
+                scrapes: a.scrapes.max(1),
+                millicores: 200,
+            };
+            // CPU-bound and timed by its thread's CPU time: off the async workers.
+            let r =
+                tokio::task::spawn_blocking(move || setpoint_bench::metricspipeline::run(&config))
+                    .await??;
+            print!("{}", setpoint_bench::metricspipeline::table(&r));
             write_json(&a.json, &r)?;
         }
         BenchCommand::Churn(a) => {
