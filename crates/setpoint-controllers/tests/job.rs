@@ -129,6 +129,95 @@ async fn job_fails_after_its_backoff_limit() {
     cluster.stop().await;
 }
 
+fn now() -> DeleteParams {
+    DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::default()
+    }
+}
+
+fn tracked(p: &Pod) -> bool {
+    p.metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == "batch.kubernetes.io/job-tracking")
+}
+
+#[tokio::test]
+async fn job_counts_survive_its_pods_through_the_tracking_finalizer() {
+    let cluster = TestCluster::start_with_controllers().await;
+    let client = cluster.client();
+    let jobs: Api<Job> = Api::namespaced(client.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    jobs.create(&PostParams::default(), &job("tracked", 3, 2, 6))
+        .await
+        .unwrap();
+    let list = |pods: Api<Pod>| async move {
+        pods.list(&ListParams::default().labels("job-name=tracked"))
+            .await
+            .unwrap()
+            .items
+    };
+    let two = eventually("two pods", || async {
+        let items = list(pods.clone()).await;
+        (items.len() == 2).then_some(items)
+    })
+    .await;
+    assert!(two.iter().all(tracked), "every pod carries the finalizer");
+    let (done, running) = (
+        two[0].metadata.name.clone().unwrap(),
+        two[1].metadata.name.clone().unwrap(),
+    );
+    // A succeeded pod is counted, then loses its finalizer; deleting it keeps the count.
+    finish(&pods, &done, "Succeeded").await;
+    eventually("the success counted and the finalizer gone", || async {
+        let s = jobs.get("tracked").await.unwrap().status?;
+        let p = pods.get(&done).await.unwrap();
+        let flushed = s.uncounted_terminated_pods.as_ref()?.succeeded.is_none();
+        (s.succeeded == Some(1) && flushed && !tracked(&p)).then_some(())
+    })
+    .await;
+    pods.delete(&done, &now()).await.unwrap();
+    // A pod deleted while running waits for the controller, then counts as failed.
+    pods.delete(&running, &now()).await.unwrap();
+    let s = eventually("both pods gone and counted", || async {
+        let items = list(pods.clone()).await;
+        let names: Vec<String> = items
+            .iter()
+            .map(|p| p.metadata.name.clone().unwrap())
+            .collect();
+        let s = jobs.get("tracked").await.unwrap().status?;
+        (!names.contains(&done) && !names.contains(&running) && s.failed == Some(1)).then_some(s)
+    })
+    .await;
+    assert_eq!(
+        s.succeeded,
+        Some(1),
+        "the deleted pod's success stays counted"
+    );
+    // The Job deleted: its remaining pods do not stay stuck on the finalizer.
+    eventually("replacements", || async {
+        (!list(pods.clone()).await.is_empty()).then_some(())
+    })
+    .await;
+    jobs.delete(
+        "tracked",
+        &DeleteParams {
+            propagation_policy: Some("Orphan".into()),
+            ..DeleteParams::default()
+        },
+    )
+    .await
+    .unwrap();
+    eventually("the orphans released", || async {
+        let items = list(pods.clone()).await;
+        (!items.is_empty() && items.iter().all(|p| !tracked(p))).then_some(())
+    })
+    .await;
+    cluster.stop().await;
+}
+
 /// Holds pod creates past the first `open` until released: the test decides exactly which
 /// batch is in flight when the Job is deleted.
 struct PodCreateGate {

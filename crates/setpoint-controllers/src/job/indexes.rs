@@ -83,6 +83,20 @@ impl Intervals {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+
+    /// The indexes in either set.
+    pub fn union(&self, other: &Intervals) -> Intervals {
+        let mut all: Vec<(i32, i32)> = self.0.iter().chain(&other.0).copied().collect();
+        all.sort_unstable();
+        let mut out: Vec<(i32, i32)> = Vec::new();
+        for (first, last) in all {
+            match out.last_mut() {
+                Some((_, end)) if first <= end.saturating_add(1) => *end = (*end).max(last),
+                _ => out.push((first, last)),
+            }
+        }
+        Intervals(out)
+    }
 }
 
 /// Written as upstream writes it: an interval of two indexes is `"1,2"`, of more `"3-5"`.
@@ -112,6 +126,18 @@ pub fn completion_index(pod: &Pod) -> Option<i32> {
             .filter(|i| *i >= 0)
     };
     from(pod.metadata.annotations.as_ref()).or_else(|| from(pod.metadata.labels.as_ref()))
+}
+
+/// The failures of the pod's index before it was created (its
+/// [`INDEX_FAILURE_COUNT`] annotation), 0 when it has none.
+pub fn failure_count(pod: &Pod) -> i32 {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(INDEX_FAILURE_COUNT))
+        .and_then(|v| v.parse::<i32>().ok())
+        .unwrap_or(0)
+        .max(0)
 }
 
 /// The `generateName` of a pod for `index`: `<job>-<index>-`, the job name cut so the prefix
@@ -191,6 +217,8 @@ mod tests {
         );
         let rule = Intervals::parse("0-4", 10);
         assert_eq!(rule.overlap(&s), 3);
+        assert_eq!(rule.union(&s).to_string(), "0-5,7,8");
+        assert_eq!(s.union(&Intervals::default()), s);
     }
 
     #[test]

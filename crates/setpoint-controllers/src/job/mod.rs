@@ -3,9 +3,12 @@
 //! failed pods, past `activeDeadlineSeconds`, when a `podFailurePolicy` rule says so, or when
 //! indexes exhaust `backoffLimitPerIndex`.
 //!
-//! Finished pods are kept (as upstream does until the Job is deleted), so the counts in the
-//! status are always recomputed from the pods the cache shows — never accumulated in memory —
-//! and a restarted controller reaches the same decision. A failed pod is replaced after a
+//! Every pod carries the `batch.kubernetes.io/job-tracking` finalizer until its outcome is
+//! in the Job's status ([`tracking`]): the counts live in the status, so they survive the
+//! pods (pod GC, a user's delete), and each pass derives them from the stored status and the
+//! pods the cache shows — nothing is accumulated in memory, and a restarted controller
+//! reaches the same decision. A pod deleted before it finished counts as failed, unless the
+//! Job replaces only failed pods. A failed pod is replaced after a
 //! back-off of 10 s doubling per failure (capped at 6 min), as Kubernetes does (per index with
 //! `backoffLimitPerIndex`).
 //!
@@ -24,8 +27,9 @@
 
 pub mod indexes;
 pub mod policy;
+pub mod tracking;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,7 +39,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
 use setpoint_api::selector::LabelSelector;
-use setpoint_runtime::client::{Api, Client, DeleteParams, PostParams};
+use setpoint_runtime::client::{Api, Client, DeleteParams, PatchParams, PostParams};
 use setpoint_runtime::controller::{Action, Context, Controller, ReconcileError, Reconciler};
 use setpoint_runtime::events::{EventRecorder, EventType, Reporter, ToObjectReference};
 use setpoint_runtime::informer::{Scope, SharedInformers, Store};
@@ -47,6 +51,10 @@ use crate::expectations::{BatchesEnd, OwnedPods, Owner};
 
 /// The controller's name (work queue, metrics, logs, event reporter).
 pub const NAME: &str = "job";
+/// The label upstream puts on a Job's pods naming it.
+const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
+/// The older form of [`JOB_NAME_LABEL`], still set.
+const LEGACY_JOB_NAME_LABEL: &str = "job-name";
 const OWNER: Owner = Owner {
     group: "batch",
     kind: "Job",
@@ -120,11 +128,22 @@ pub struct Plan {
     pub delete: Vec<ObjectKey>,
     /// The counts the pods imply.
     pub active: i32,
-    /// Succeeded pods (`status.succeeded`; for an Indexed Job, succeeded indexes).
+    /// Succeeded pods counted (`status.succeeded`: pods moved out of the uncounted list; for
+    /// an Indexed Job, succeeded indexes).
     pub succeeded: i32,
-    /// Failed pods counted against the back-off limit (`status.failed`): those a
-    /// `podFailurePolicy` rule ignores are not.
+    /// Failed pods counted (`status.failed`): those a `podFailurePolicy` rule ignores are not.
     pub failed: i32,
+    /// UIDs of succeeded pods recorded but not yet in `succeeded`
+    /// (`status.uncountedTerminatedPods.succeeded`).
+    pub uncounted_succeeded: BTreeSet<String>,
+    /// UIDs of failed pods recorded but not yet in `failed`.
+    pub uncounted_failed: BTreeSet<String>,
+    /// Pods whose tracking finalizer can go now: their outcome is already in the stored
+    /// status, counts for nothing, or the Job has ended.
+    pub release: Vec<ObjectKey>,
+    /// Pods whose outcome this plan's status records for the first time: their finalizer
+    /// goes once that status is written, never before.
+    pub release_after_write: Vec<ObjectKey>,
     /// Active pods whose `Ready` condition is `True` (`status.ready`).
     pub ready: i32,
     /// Pods being deleted that have not reached a terminal phase (`status.terminating`).
@@ -308,17 +327,22 @@ pub fn plan(job: &Job, pods: &[Arc<Pod>], now: Timestamp) -> Plan {
         _ => None,
     });
 
+    let old = job.status.clone().unwrap_or_default();
+    // What the stored status already holds: only that may let a pod's finalizer go.
+    let stored = |list: &Option<String>| match (list, completions) {
+        (Some(s), Some(c)) if indexed => Intervals::parse(s, c),
+        _ => Intervals::default(),
+    };
+    let stored_completed = stored(&old.completed_indexes);
+    let stored_failed_indexes = stored(&old.failed_indexes);
     let succeeded_indexes = indexed.then(|| {
         Intervals::from_indexes(
             pods.iter()
                 .filter(|p| phase(p) == "Succeeded")
                 .filter_map(|p| index_of(p)),
         )
+        .union(&stored_completed)
     });
-    let succeeded = match &succeeded_indexes {
-        Some(s) => s.total(),
-        None => pods.iter().filter(|p| phase(p) == "Succeeded").count() as i32,
-    };
     let mut per_index: BTreeMap<i32, IndexFailures> = BTreeMap::new();
     if per_index_limit.is_some() {
         for (p, m) in &failed_pods {
@@ -334,6 +358,16 @@ pub fn plan(job: &Job, pods: &[Arc<Pod>], now: Timestamp) -> Plan {
             }
             f.last = f.last.max(finished_at(p));
         }
+        // Counted failed pods may be gone; each pod carries its index's earlier failures.
+        for p in pods {
+            let Some(i) = index_of(p) else { continue };
+            let own = failed_pods.iter().any(|(f, m)| {
+                f.metadata.uid == p.metadata.uid && !matches!(m, Some((PolicyAction::Ignore, _)))
+            });
+            let known = indexes::failure_count(p) + i32::from(own);
+            let f = per_index.entry(i).or_default();
+            f.counted = f.counted.max(known);
+        }
     }
     let failed_indexes = per_index_limit.map(|limit| {
         Intervals::from_indexes(
@@ -345,15 +379,123 @@ pub fn plan(job: &Job, pods: &[Arc<Pod>], now: Timestamp) -> Plan {
                 })
                 .map(|(i, _)| *i),
         )
+        .union(&stored_failed_indexes)
     });
+
+    // Tracking with the pod finalizer: see [`tracking`].
+    let ending = is_ending(job);
+    let finished = is_finished(job);
+    let (stored_succeeded, stored_failed) = tracking::uncounted(job);
+    let ignored = |p: &Pod| {
+        spec.pod_failure_policy
+            .as_ref()
+            .and_then(|policy| match_pod_failure_policy(policy, p))
+            .is_some_and(|(a, _)| matches!(a, PolicyAction::Ignore))
+    };
+    // With `backoffLimitPerIndex` the newest failed pod of an unfinished index keeps its
+    // finalizer until a replacement carries the index's failure count on (as upstream delays it).
+    let mut newest: BTreeMap<i32, &Arc<Pod>> = BTreeMap::new();
+    for p in pods {
+        if let Some(i) = index_of(p) {
+            let age = |p: &Pod| {
+                (
+                    p.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                    p.metadata.name.clone(),
+                )
+            };
+            if newest.get(&i).is_none_or(|n| age(n) < age(p)) {
+                newest.insert(i, p);
+            }
+        }
+    }
+    let held = |p: &Pod| {
+        per_index_limit.is_some()
+            && !ending
+            && index_of(p).is_some_and(|i| {
+                !stored_completed.contains(i)
+                    && !stored_failed_indexes.contains(i)
+                    && newest
+                        .get(&i)
+                        .is_some_and(|n| n.metadata.uid == p.metadata.uid)
+            })
+    };
+    let (mut new_succeeded, mut new_failed) = (BTreeSet::new(), BTreeSet::new());
+    let (mut release, mut release_after_write) = (Vec::new(), Vec::new());
+    for p in pods.iter().filter(|p| tracking::has_finalizer(p)) {
+        let key = ObjectKey::of(p.as_ref());
+        let uid = p.metadata.uid.clone().unwrap_or_default();
+        // An ended Job counts nothing more; an ending one counts every unfinished pod it
+        // deletes as failed (upstream's rule, whatever the replacement policy).
+        let failed = tracking::is_pod_failed(p, only_failed)
+            || (ending && p.metadata.deletion_timestamp.is_some() && phase(p) != "Succeeded");
+        if finished {
+            release.push(key);
+        } else if stored_succeeded.contains(&uid) || stored_failed.contains(&uid) {
+            if !held(p) {
+                release.push(key);
+            }
+        } else if phase(p) == "Succeeded" {
+            match (indexed, index_of(p)) {
+                (true, Some(i)) if !stored_completed.contains(i) => release_after_write.push(key),
+                (true, _) => release.push(key),
+                (false, _) => {
+                    new_succeeded.insert(uid);
+                    release_after_write.push(key);
+                }
+            }
+        } else if failed {
+            if ignored(p) || (indexed && index_of(p).is_none()) {
+                release.push(key);
+            } else {
+                new_failed.insert(uid);
+                if !held(p) {
+                    release_after_write.push(key);
+                }
+            }
+        }
+    }
+    // Recorded UIDs whose pods no longer carry the finalizer (or are gone) are counted now.
+    let tracked: HashSet<&str> = pods
+        .iter()
+        .filter(|p| tracking::has_finalizer(p))
+        .filter_map(|p| p.metadata.uid.as_deref())
+        .collect();
+    let split = |stored: &BTreeSet<String>| -> (i32, BTreeSet<String>) {
+        let kept: BTreeSet<String> = stored
+            .iter()
+            .filter(|u| tracked.contains(u.as_str()))
+            .cloned()
+            .collect();
+        ((stored.len() - kept.len()) as i32, kept)
+    };
+    let (moved, mut uncounted_succeeded) = split(&stored_succeeded);
+    uncounted_succeeded.extend(new_succeeded);
+    let succeeded_counter = match &succeeded_indexes {
+        Some(s) => s.total(),
+        None => old.succeeded.unwrap_or(0) + moved,
+    };
+    let (moved, mut uncounted_failed) = split(&stored_failed);
+    uncounted_failed.extend(new_failed);
+    let failed_counter = old.failed.unwrap_or(0) + moved;
+    // The totals the Job's decisions use: counted and recorded alike.
+    let succeeded = match &succeeded_indexes {
+        Some(s) => s.total(),
+        None => succeeded_counter + uncounted_succeeded.len() as i32,
+    };
+    let failed_total = failed_counter + uncounted_failed.len() as i32;
+    let flushed = uncounted_succeeded.is_empty() && uncounted_failed.is_empty();
 
     let mut out = Plan {
         create: 0,
         indexes: Vec::new(),
         delete: Vec::new(),
         active: active.len() as i32,
-        succeeded,
-        failed: counted.len() as i32,
+        succeeded: succeeded_counter,
+        failed: failed_counter,
+        uncounted_succeeded,
+        uncounted_failed,
+        release,
+        release_after_write,
         ready: active.iter().filter(|p| is_ready(p)).count() as i32,
         terminating: terminating.len() as i32,
         completed_indexes: succeeded_indexes.clone(),
@@ -388,7 +530,7 @@ pub fn plan(job: &Job, pods: &[Arc<Pod>], now: Timestamp) -> Plan {
         Some(from_condition("Failed", c))
     } else if let Some(msg) = fail_job {
         Some(Finish::failed("PodFailurePolicy", msg))
-    } else if out.failed > backoff_limit || past_backoff_limit_on_failure(&spec, pods) {
+    } else if failed_total > backoff_limit || past_backoff_limit_on_failure(&spec, pods) {
         Some(Finish::failed(
             "BackoffLimitExceeded",
             "Job has reached the specified backoff limit",
@@ -445,18 +587,19 @@ pub fn plan(job: &Job, pods: &[Arc<Pod>], now: Timestamp) -> Plan {
     if let Some(f) = finish {
         // The remaining pods go; the terminal condition waits until none runs or terminates.
         out.delete = keys(&active);
-        out.terminal = active.is_empty() && terminating.is_empty();
+        // … and for every finished pod to be counted.
+        out.terminal = active.is_empty() && terminating.is_empty() && flushed;
         out.finish = Some(f);
         out.requeue = None;
         return out;
     }
 
-    let failed_total = failed_indexes.as_ref().map_or(0, Intervals::total);
+    let failed_index_count = failed_indexes.as_ref().map_or(0, Intervals::total);
     let want = if spec.suspend == Some(true) {
         0
     } else {
         match completions {
-            Some(c) => parallelism.min(c - succeeded - failed_total).max(0),
+            Some(c) => parallelism.min(c - succeeded - failed_index_count).max(0),
             // Work-queue Jobs stop starting pods once one has succeeded.
             None if succeeded > 0 => 0,
             None => parallelism,
@@ -513,7 +656,7 @@ pub fn plan(job: &Job, pods: &[Arc<Pod>], now: Timestamp) -> Plan {
                 .collect();
             let global_wait = if per_index_limit.is_none() {
                 backoff_left(
-                    counted.len() as i32,
+                    failed_total,
                     counted.iter().filter_map(|p| finished_at(p)).max(),
                     now,
                 )
@@ -554,7 +697,7 @@ pub fn plan(job: &Job, pods: &[Arc<Pod>], now: Timestamp) -> Plan {
         } else {
             // After failures, new pods wait out the back-off since the last failure.
             let last_failure = counted.iter().filter_map(|p| finished_at(p)).max();
-            let wait = backoff_left(counted.len() as i32, last_failure, now);
+            let wait = backoff_left(failed_total, last_failure, now);
             if wait.is_zero() {
                 out.create = room;
             } else {
@@ -643,6 +786,10 @@ pub fn status(job: &Job, plan: &Plan, now: Timestamp) -> JobStatus {
             .filter(|s| !s.is_empty())
             .map(ToString::to_string),
         failed_indexes: plan.failed_indexes.as_ref().map(ToString::to_string),
+        uncounted_terminated_pods: Some(tracking::to_status(
+            &plan.uncounted_succeeded,
+            &plan.uncounted_failed,
+        )),
         start_time: old
             .start_time
             .clone()
@@ -652,7 +799,6 @@ pub fn status(job: &Job, plan: &Plan, now: Timestamp) -> JobStatus {
             .clone()
             .or_else(|| completed_now.then_some(Time(now))),
         conditions: (!conditions.is_empty()).then_some(conditions),
-        ..old
     }
 }
 
@@ -685,6 +831,7 @@ fn new_pod(job: &Job) -> Result<Pod, ReconcileError> {
             "namespace": job.namespace(),
             "labels": meta.labels,
             "annotations": meta.annotations,
+            "finalizers": [tracking::FINALIZER],
             "ownerReferences": [{
                 "apiVersion": "batch/v1", "kind": "Job", "name": job.name(),
                 "uid": job.uid().unwrap_or_default(), "controller": true, "blockOwnerDeletion": true,
@@ -700,9 +847,13 @@ impl Reconciler for JobController {
     async fn reconcile(&self, _ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
         let Some(job) = self.jobs.get(key) else {
             self.owned.expectations.forget(key);
+            // The Job is gone: none of its pods may stay stuck on its finalizer.
+            self.release_strays(key, None).await?;
             return Ok(Action::Done);
         };
         if job.metadata.deletion_timestamp.is_some() {
+            // A Job being deleted counts nothing more (as upstream's).
+            self.release_strays(key, None).await?;
             return Ok(Action::Done);
         }
         if !self.owned.expectations.satisfied(key) {
@@ -726,6 +877,13 @@ impl Reconciler for JobController {
                 selector.matches(|k| labels.get(k).map(String::as_str))
             })
             .collect();
+        // Pods of its name that are no longer its own (orphaned, another Job's, or no longer
+        // selected) lose the finalizer.
+        let mine: HashSet<&str> = pods
+            .iter()
+            .filter_map(|p| p.metadata.uid.as_deref())
+            .collect();
+        self.release_strays(key, Some(&mine)).await?;
         let now = crate::now();
         let p = plan(&job, &pods, now);
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
@@ -815,6 +973,9 @@ impl Reconciler for JobController {
             jobs.replace_status(&job.name(), &PostParams::default(), &next)
                 .await?;
             // The event goes with the terminal condition, as upstream's.
+            //
+            // (Finalizers are removed below, after this write: the pods whose outcome it
+            // records for the first time may go only once it is stored.)
             if let Some(f) = p.finish.as_ref().filter(|_| p.terminal) {
                 if f.condition == "Complete" {
                     self.events.publish(
@@ -829,10 +990,79 @@ impl Reconciler for JobController {
                 }
             }
         }
+        for k in p.release.iter().chain(&p.release_after_write) {
+            if let Some(pod) = self.owned.pods.get(k) {
+                release(&api, &pod).await?;
+            }
+        }
         Ok(match p.requeue {
             Some(d) => Action::RequeueAfter(d + Duration::from_millis(100)),
             None => Action::Done,
         })
+    }
+}
+
+/// Removes the tracking finalizer from `pod` (gone already: nothing to do).
+async fn release(api: &Api<Pod>, pod: &Pod) -> Result<(), ReconcileError> {
+    match api
+        .patch(
+            &pod.name(),
+            &PatchParams::default(),
+            &tracking::remove_finalizer(pod),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.is_not_found() => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+impl JobController {
+    /// Removes the tracking finalizer from the pods that name the Job `key` (by controller
+    /// reference or the `job-name` labels) but are not among `mine` (`None`: the Job is gone
+    /// or being deleted, so none is).
+    async fn release_strays(
+        &self,
+        key: &ObjectKey,
+        mine: Option<&HashSet<&str>>,
+    ) -> Result<(), ReconcileError> {
+        let ns = key.namespace.clone().unwrap_or_default();
+        let names_job = |p: &Pod| {
+            let labels = p.metadata.labels.as_ref();
+            let label = |k: &str| labels.and_then(|l| l.get(k)) == Some(&key.name);
+            label(JOB_NAME_LABEL)
+                || label(LEGACY_JOB_NAME_LABEL)
+                || p.owner_references()
+                    .iter()
+                    .any(|r| r.controller == Some(true) && r.kind == "Job" && r.name == key.name)
+        };
+        // A Job that exists finds its strays by label; for one gone, its pods may carry only
+        // the owner reference, so its namespace is searched.
+        let candidates = match mine {
+            Some(_) => {
+                let mut all = self.owned.pods.by_label(JOB_NAME_LABEL, &key.name);
+                all.extend(self.owned.pods.by_label(LEGACY_JOB_NAME_LABEL, &key.name));
+                all
+            }
+            None => self.owned.pods.by_namespace(&ns),
+        };
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        let mut seen = HashSet::new();
+        for pod in candidates {
+            let uid = pod.metadata.uid.clone().unwrap_or_default();
+            let ours = mine.is_some_and(|m| m.contains(uid.as_str()));
+            if pod.namespace().as_deref() != Some(ns.as_str())
+                || ours
+                || !tracking::has_finalizer(&pod)
+                || !names_job(&pod)
+                || !seen.insert(uid)
+            {
+                continue;
+            }
+            release(&api, &pod).await?;
+        }
+        Ok(())
     }
 }
 
@@ -895,7 +1125,9 @@ mod tests {
             metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
                 name: Some(name.into()),
                 namespace: Some("ns".into()),
+                uid: Some(name.into()),
                 creation_timestamp: Some(Time(at(created))),
+                finalizers: Some(vec![tracking::FINALIZER.into()]),
                 ..Default::default()
             },
             spec: None,
@@ -918,7 +1150,7 @@ mod tests {
         ];
         let p = plan(&job(Some(3), 2, 6), &running, at(10));
         assert_eq!(
-            (p.create, p.active, p.succeeded),
+            (p.create, p.active, succeeded(&p)),
             (0, 1, 2),
             "one left to go, one running"
         );
@@ -934,9 +1166,9 @@ mod tests {
             pod("c", "Succeeded", 1),
         ];
         let j = job(Some(3), 2, 6);
-        let p = plan(&j, &pods, at(10));
-        assert_eq!(p.finish.as_ref().unwrap().condition, "Complete");
-        let s = status(&j, &p, at(10));
+        let (_, done, left) = settle(&j, &pods, at(10));
+        assert!(is_finished(&done));
+        let s = done.status.clone().unwrap();
         assert_eq!(s.succeeded, Some(3));
         assert!(s.completion_time.is_some());
         assert!(s
@@ -944,6 +1176,99 @@ mod tests {
             .unwrap()
             .iter()
             .any(|c| c.type_ == "Complete" && c.status == "True"));
+        assert!(left.iter().all(|p| !tracking::has_finalizer(p)));
+    }
+
+    #[test]
+    fn finished_pods_are_recorded_then_released_then_counted() {
+        let j = job(Some(3), 3, 6);
+        let pods = [
+            pod("a", "Succeeded", 0),
+            pod("b", "Failed", 0),
+            pod("c", "Running", 0),
+        ];
+        // Step 1: the UIDs go into uncountedTerminatedPods; no finalizer may go before that
+        // status is stored.
+        let p = plan(&j, &pods, at(30));
+        assert_eq!((p.succeeded, p.failed), (0, 0));
+        assert_eq!(p.uncounted_succeeded, BTreeSet::from(["a".to_string()]));
+        assert_eq!(p.uncounted_failed, BTreeSet::from(["b".to_string()]));
+        assert!(p.release.is_empty());
+        assert_eq!(p.release_after_write.len(), 2);
+        assert_eq!(p.create, 1, "the failed pod is replaced");
+        let mut recorded = j.clone();
+        recorded.status = Some(status(&j, &p, at(30)));
+        let u = recorded
+            .status
+            .as_ref()
+            .unwrap()
+            .uncounted_terminated_pods
+            .clone();
+        assert_eq!(u.unwrap().succeeded, Some(vec!["a".to_string()]));
+        // A restart before the finalizers went: nothing is recorded twice, and they may go.
+        let p = plan(&recorded, &pods, at(31));
+        assert_eq!(p.release.len(), 2);
+        assert!(p.release_after_write.is_empty());
+        assert_eq!(
+            status(&recorded, &p, at(31)),
+            recorded.status.clone().unwrap()
+        );
+        // Step 2 done for one pod only (a crash in between): step 3 counts just that one.
+        let partly = [strip(&pods[0]), pods[1].clone(), pods[2].clone()];
+        let p = plan(&recorded, &partly, at(32));
+        assert_eq!((p.succeeded, p.failed), (1, 0));
+        assert!(p.uncounted_succeeded.is_empty());
+        assert_eq!(p.uncounted_failed.len(), 1);
+        let (_, counted, left) = settle(&recorded, &partly, at(33));
+        let s = counted.status.clone().unwrap();
+        assert_eq!(
+            (s.succeeded, s.failed, s.active),
+            (Some(1), Some(1), Some(1))
+        );
+        assert_eq!(s.uncounted_terminated_pods, Some(Default::default()));
+        // The finished pods deleted (pod GC, a user): the counts stay, nothing is recounted.
+        let p = plan(&counted, &left[2..], at(40));
+        assert_eq!(status(&counted, &p, at(40)), s);
+        // A pod gone while still recorded (deleted after its finalizer went) is counted too.
+        let p = plan(&recorded, &pods[2..], at(41));
+        assert_eq!((p.succeeded, p.failed), (1, 1));
+    }
+
+    #[test]
+    fn a_pod_deleted_while_running_counts_as_failed_unless_only_failed_pods_are_replaced() {
+        let mut going = Pod::clone(&pod("a", "Running", 0));
+        going.metadata.deletion_timestamp = Some(Time(at(1)));
+        let pods = [Arc::new(going)];
+        let j = job(Some(1), 1, 6);
+        let p = plan(&j, &pods, at(2));
+        assert_eq!(p.uncounted_failed.len(), 1);
+        assert_eq!(
+            p.release_after_write.len(),
+            1,
+            "so it never sticks terminating"
+        );
+        let (_, after, _) = settle(&j, &pods, at(2));
+        assert_eq!(after.status.unwrap().failed, Some(1));
+        let mut only_failed = j.clone();
+        only_failed.spec.as_mut().unwrap().pod_replacement_policy = Some("Failed".into());
+        let p = plan(&only_failed, &pods, at(2));
+        assert!(p.uncounted_failed.is_empty() && p.release_after_write.is_empty());
+        // It counts once the kubelet has marked it Failed.
+        let mut failed = Pod::clone(&pods[0]);
+        failed.status.as_mut().unwrap().phase = Some("Failed".into());
+        let p = plan(&only_failed, &[Arc::new(failed)], at(3));
+        assert_eq!(p.uncounted_failed.len(), 1);
+    }
+
+    #[test]
+    fn pods_of_an_ended_job_are_released_uncounted() {
+        let j = job(Some(1), 1, 6);
+        let (_, done, _) = settle(&j, &[pod("a", "Succeeded", 0)], at(1));
+        let late = pod("b", "Failed", 0);
+        let p = plan(&done, &[late], at(2));
+        assert_eq!(p.release.len(), 1);
+        assert!(p.uncounted_failed.is_empty());
+        assert_eq!(p.failed, 0);
     }
 
     #[test]
@@ -1047,12 +1372,50 @@ mod tests {
     #[test]
     fn finished_jobs_change_nothing_but_stop_leftovers() {
         let j = job(Some(1), 1, 6);
-        let p = plan(&j, &[pod("a", "Succeeded", 0)], at(1));
-        let mut done = j.clone();
-        done.status = Some(status(&j, &p, at(1)));
-        let again = plan(&done, &[pod("a", "Succeeded", 0)], at(2));
+        let (_, done, pods) = settle(&j, &[pod("a", "Succeeded", 0)], at(1));
+        let again = plan(&done, &pods, at(2));
         assert_eq!(again.finish, None);
         assert_eq!(status(&done, &again, at(2)), done.status.clone().unwrap());
+    }
+
+    /// Succeeded pods counted and recorded.
+    fn succeeded(p: &Plan) -> i32 {
+        p.succeeded + p.uncounted_succeeded.len() as i32
+    }
+
+    /// The pod without its finalizers.
+    fn strip(p: &Arc<Pod>) -> Arc<Pod> {
+        let mut p = Pod::clone(p);
+        p.metadata.finalizers = None;
+        Arc::new(p)
+    }
+
+    /// Runs the controller's passes over `job` and `pods` until nothing changes, as its I/O
+    /// would: each plan's status is stored, then the finalizers it lets go are removed.
+    /// Returns the last plan, the Job and the pods.
+    fn settle(job: &Job, pods: &[Arc<Pod>], now: Timestamp) -> (Plan, Job, Vec<Arc<Pod>>) {
+        let (mut job, mut pods) = (job.clone(), pods.to_vec());
+        for _ in 0..10 {
+            let p = plan(&job, &pods, now);
+            let next = status(&job, &p, now);
+            let gone: Vec<&ObjectKey> = p.release.iter().chain(&p.release_after_write).collect();
+            let changed = job.status.as_ref() != Some(&next) || !gone.is_empty();
+            job.status = Some(next);
+            pods = pods
+                .iter()
+                .map(|pod| {
+                    if gone.contains(&&ObjectKey::of(pod.as_ref())) {
+                        strip(pod)
+                    } else {
+                        pod.clone()
+                    }
+                })
+                .collect();
+            if !changed {
+                return (p, job, pods);
+            }
+        }
+        panic!("the passes do not settle");
     }
 
     fn indexed(completions: i32, parallelism: i32) -> Job {
@@ -1191,9 +1554,10 @@ mod tests {
         let p = plan(&ending, &[pods[0].clone(), Arc::new(going)], at(3));
         assert_eq!((p.terminating, p.terminal), (1, false));
         // Gone: Failed, with the FailureTarget's reason and message.
-        let p = plan(&ending, &pods[..1], at(4));
-        assert!(p.terminal);
-        let s = status(&ending, &p, at(4));
+        let (_, gone, _) = settle(&ending, &pods[..1], at(4));
+        assert!(is_finished(&gone));
+        let s = gone.status.unwrap();
+        assert_eq!(s.failed, Some(1));
         let failed = s
             .conditions
             .unwrap()
@@ -1279,6 +1643,66 @@ mod tests {
             f.message,
             "Job has exceeded the specified maximal number of failed indexes"
         );
+    }
+
+    #[test]
+    fn indexed_successes_are_recorded_by_index_and_an_index_keeps_its_last_failure() {
+        let j = indexed(2, 2);
+        let pods = [
+            ipod("a", 0, "Succeeded", 0, 0),
+            ipod("b", 1, "Running", 0, 0),
+        ];
+        let p = plan(&j, &pods, at(1));
+        assert!(p.uncounted_succeeded.is_empty(), "the index is enough");
+        assert_eq!((p.release.len(), p.release_after_write.len()), (0, 1));
+        let mut stored = j.clone();
+        stored.status = Some(status(&j, &p, at(1)));
+        let s = stored.status.as_ref().unwrap();
+        assert_eq!(
+            (s.completed_indexes.as_deref(), s.succeeded),
+            (Some("0"), Some(1))
+        );
+        assert_eq!(plan(&stored, &pods, at(2)).release.len(), 1);
+        // The index survives its pod.
+        assert_eq!(plan(&stored, &pods[1..], at(2)).succeeded, 1);
+
+        let mut j = indexed(2, 2);
+        j.spec.as_mut().unwrap().backoff_limit_per_index = Some(2);
+        let pods = [ipod("a", 0, "Failed", 1, 0), ipod("b", 1, "Running", 0, 0)];
+        let (_, after, left) = settle(&j, &pods, at(1));
+        assert!(
+            tracking::has_finalizer(&left[0]),
+            "kept until its index has a new pod"
+        );
+        let u = after
+            .status
+            .clone()
+            .unwrap()
+            .uncounted_terminated_pods
+            .unwrap();
+        assert_eq!(u.failed, Some(vec!["a".to_string()]));
+        let mut next = Pod::clone(&ipod("c", 0, "Running", 0, 20));
+        next.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(indexes::INDEX_FAILURE_COUNT.into(), "1".into());
+        let next = Arc::new(next);
+        let (_, after, left) = settle(
+            &after,
+            &[left[0].clone(), left[1].clone(), next.clone()],
+            at(30),
+        );
+        assert!(!tracking::has_finalizer(&left[0]));
+        assert_eq!(after.status.clone().unwrap().failed, Some(1));
+        // With the failed pod gone, its failure still counts for the index: a second one
+        // fails it past a limit of 1.
+        let mut strict = after.clone();
+        strict.spec.as_mut().unwrap().backoff_limit_per_index = Some(1);
+        let mut second = Pod::clone(&next);
+        second.status = ipod("c", 0, "Failed", 1, 20).status.clone();
+        let p = plan(&strict, &[Arc::new(second), left[1].clone()], at(60));
+        assert_eq!(p.failed_indexes.unwrap().to_string(), "0");
     }
 
     #[test]
