@@ -1,7 +1,8 @@
 //! `exec` and `attach` for process containers.
 //!
-//! A process container has no cgroup or network namespace of its own: it is a process of the node
-//! with an environment and a working directory. So `exec` starts the command as another such
+//! A process container has no cgroup of its own: it is a process of the node with an
+//! environment and a working directory (and, with a pod network, the pod's network namespace,
+//! [`super::netns`], which the command joins too). So `exec` starts the command as another such
 //! process, with the environment and working directory the container's running workload has
 //! (read from `/proc/<pid>/environ` and `/proc/<pid>/cwd`, so it is exactly what the
 //! container got, `$(VAR)` expansions included), over pipes, or on a new pseudo-terminal
@@ -194,6 +195,16 @@ impl ProcessRuntime {
                 "failed to exec in container: entering its mount namespace: {e}"
             ))
         })?;
+        // A pod with a network namespace of its own: the command runs in it, so it sees the
+        // pod's interfaces and `localhost` is the pod's.
+        let net = super::netns::Joined::of(workload.pid).map_err(|e| {
+            RuntimeError::Internal(format!(
+                "failed to exec in container: entering its network namespace: {e}"
+            ))
+        })?;
+        if let Some(net) = &net {
+            net.install(&mut command);
+        }
         match joined {
             Some(joined) => Arc::new(joined).install(&mut command),
             None => {

@@ -70,6 +70,9 @@ pub struct LaunchSpec {
     /// The container's own mount namespace, for a container with volume mounts
     /// ([`super::mounts`]); `None`: it runs in the node's.
     pub namespace: Option<std::sync::Arc<super::mounts::Namespace>>,
+    /// The pod's own network namespace ([`super::netns`]), entered before the mount
+    /// namespace; `None`: it runs in the node's.
+    pub netns: Option<PathBuf>,
 }
 
 /// A started run.
@@ -159,6 +162,17 @@ pub async fn launch(spec: &LaunchSpec) -> std::io::Result<Launched> {
                 Ok(())
             });
         }
+    }
+    if let Some(netns) = &spec.netns {
+        super::netns::install(&mut cmd, netns).map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!(
+                    "opening the pod's network namespace {}: {e}",
+                    netns.display()
+                ),
+            )
+        })?;
     }
     match &spec.namespace {
         // The child enters the working directory itself, after mounting: it may be inside a

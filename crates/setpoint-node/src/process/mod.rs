@@ -6,7 +6,9 @@
 //!   cannot run as a process (its image's entrypoint is unknown and images are not pulled);
 //!   it is simulated: reported running, with `imageID` `simulated://<image>` and a pod
 //!   reason `SimulatedContainer` saying so.
-//! - Each pod gets its own loopback address ([`ipam`]) as `status.podIP`.
+//! - Each pod gets its own loopback address ([`ipam`]) as `status.podIP`; or, given a
+//!   [`netns::PodNetwork`] (`--process-pod-network bridge`, as root), a network namespace of
+//!   its own on the node's pod bridge, whose CNI address is its `status.podIP` ([`netns`]).
 //! - Everything needed to find the processes again is in `<root>/pods/<uid>/pod.json`
 //!   ([`state`]): a new [`ProcessRuntime`] over the same root adopts the running processes
 //!   (pid plus `/proc` start time, so a reused pid is never mistaken for them) and records
@@ -44,6 +46,7 @@ pub mod ipam;
 pub mod launch;
 pub mod logs;
 pub mod mounts;
+pub mod netns;
 pub mod portforward;
 pub mod probe;
 pub mod state;
@@ -91,6 +94,10 @@ pub struct ProcessRuntimeOptions {
     pub log_max_bytes: u64,
     /// How often the monitor looks at processes and logs (default 250 ms).
     pub poll_interval: Duration,
+    /// The pod network new pods join, each in a network namespace of its own ([`netns`]).
+    /// `None` (the default): new pods get loopback addresses from `pod_ips` and share the
+    /// node's network. Pods keep what they started with either way.
+    pub network: Option<netns::PodNetwork>,
 }
 
 impl Default for ProcessRuntimeOptions {
@@ -100,6 +107,7 @@ impl Default for ProcessRuntimeOptions {
             pod_ips: None,
             log_max_bytes: 10 * 1024 * 1024,
             poll_interval: Duration::from_millis(250),
+            network: None,
         }
     }
 }
@@ -355,6 +363,22 @@ impl Inner {
         for uid in orphans {
             self.release_mount_points(&uid);
         }
+        // Networks of pods without state (an agent stopped between the two) are torn down
+        // in the background: the plugins take a while, and nothing waits for them.
+        let netns_dir = self.root.join(netns::DIR);
+        let stale: Vec<String> = netns::uids(&netns_dir)
+            .into_iter()
+            .filter(|uid| !known.contains(uid))
+            .collect();
+        if !stale.is_empty() {
+            tokio::spawn(async move {
+                for uid in stale {
+                    if let Err(e) = netns::teardown(&netns_dir, &uid).await {
+                        tracing::warn!(uid, error = %e, "tearing down the network of a pod without state");
+                    }
+                }
+            });
+        }
     }
 
     /// Forgets that the pod `uid` needs the mount points the runtime created, and removes
@@ -493,8 +517,11 @@ impl Inner {
         if let Some(entry) = pods.get(uid) {
             return Ok(Arc::clone(entry));
         }
+        // With a pod network the address comes from its IPAM when the pod's namespace is set
+        // up (`sync_pod`); until then the record has none.
         let allocated = match host_ip {
             Some(_) => None,
+            None if self.options.network.is_some() => None,
             None => {
                 let mut ips = lock(&self.ips);
                 // Addresses another process has a socket on are not free either.
@@ -512,6 +539,7 @@ impl Inner {
             || host_ip.unwrap_or_default().to_string(),
             |ip| ip.to_string(),
         );
+        // (Empty until the pod network gives one, for a pod on it.)
         let paths = PodPaths::new(&self.root, uid);
         let record = PodRecord {
             uid: uid.to_string(),
@@ -765,6 +793,48 @@ fn prepare(
 }
 
 impl ProcessRuntime {
+    /// Tears down the pod's network, if it has one; a failure is logged and retried by the
+    /// next runtime over the directory (the state stays).
+    async fn forget_network(&self, uid: &str) {
+        let dir = self.inner.root.join(netns::DIR);
+        if let Err(e) = netns::teardown(&dir, uid).await {
+            tracing::warn!(uid, error = %e, "tearing down the pod's network");
+        }
+    }
+
+    /// The pod's own network namespace, if it has one ([`netns`]).
+    fn pod_netns(&self, uid: &str) -> Option<PathBuf> {
+        let dir = self.inner.root.join(netns::DIR);
+        netns::exists(&dir, uid).then(|| netns::path(&dir, uid))
+    }
+
+    /// Gives a pod without an address one from the pod network: its namespace is created
+    /// and the CNI plugins are run on it ([`netns::setup`]). Returns whether the record
+    /// changed.
+    async fn ensure_pod_network(&self, st: &mut PodState) -> Result<bool, RuntimeError> {
+        let Some(network) = &self.inner.options.network else {
+            return Ok(false);
+        };
+        if !st.record.ip.is_empty() {
+            return Ok(false);
+        }
+        let dir = self.inner.root.join(netns::DIR);
+        let ip = netns::setup(network, &dir, &st.record.uid)
+            .await
+            .map_err(|e| {
+                RuntimeError::Internal(format!(
+                    "failed to set up the network of pod {}/{}: {e}",
+                    st.record.namespace, st.record.name
+                ))
+            })?;
+        tracing::info!(pod = %st.record.name, %ip, "pod network set up");
+        st.record.ip = ip.to_string();
+        st.record
+            .save(&st.paths.record())
+            .map_err(internal("saving pod record"))?;
+        Ok(true)
+    }
+
     /// Evicts the pod as the kubelet evicts one over its local storage limit (an emptyDir
     /// over its `sizeLimit`): its running containers are killed at once, none starts again,
     /// and the kubelet's `Evicted` Event is reported. Returns whether the record changed.
@@ -864,6 +934,7 @@ impl ProcessRuntime {
             pid_file: st.paths.run_file(name, index, "pid"),
             exit_file: st.paths.run_file(name, index, "exit"),
             namespace,
+            netns: self.pod_netns(&st.record.uid),
         };
         for path in [&spec.log, &spec.pid_file, &spec.exit_file] {
             let _ = std::fs::remove_file(path);
@@ -956,8 +1027,10 @@ impl ProcessRuntime {
             workdir: workdir.to_path_buf(),
         };
         let handle = run_handle(&st.paths, name, run);
-        // A container with mounts has its own mount namespace: exec probes run in it.
-        let actions = run.pid.filter(|_| has_mounts(container)).map(|pid| {
+        // A container with mounts has its own mount namespace, a pod on the pod network its
+        // own network namespace: exec probes run in them.
+        let own_namespaces = has_mounts(container) || self.pod_netns(&uid).is_some();
+        let actions = run.pid.filter(|_| own_namespaces).map(|pid| {
             Arc::new(probe::InMountNamespace {
                 pid,
                 start: run.pid_start.unwrap_or(0),
@@ -1301,6 +1374,9 @@ impl PodRuntime for ProcessRuntime {
         }
         let mut guard = entry.lock().await;
         let st = &mut *guard;
+        if host_ip.is_none() {
+            self.ensure_pod_network(st).await?;
+        }
         let mut changed = observe(&st.paths, &mut st.record);
         prune_probes(st);
         st.errors.clear();
@@ -1419,6 +1495,7 @@ impl PodRuntime for ProcessRuntime {
         let Some(entry) = self.inner.pod_entry(&pod.uid) else {
             // Nothing runs; whatever was set up for it goes (idempotent).
             self.inner.forget_volumes(&pod.uid);
+            self.forget_network(&pod.uid).await;
             return Ok(());
         };
         let mut st = entry.lock().await;
@@ -1446,6 +1523,7 @@ impl PodRuntime for ProcessRuntime {
         }
         // The containers are gone, and with them their mount namespaces.
         self.inner.forget_volumes(&pod.uid);
+        self.forget_network(&pod.uid).await;
         match std::fs::remove_dir_all(&st.paths.dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 tracing::warn!(uid = %pod.uid, error = %e, "removing pod directory");

@@ -751,6 +751,7 @@ mod tests {
             pid_file: state.join("0.pid"),
             exit_file: state.join("0.exit"),
             namespace: Some(std::sync::Arc::new(namespace)),
+            netns: None,
         };
         let mut launched = super::super::launch::launch(&spec).await.unwrap();
         launched.child.wait().await.unwrap();
@@ -833,6 +834,7 @@ mod tests {
             pid_file: state.join("0.pid"),
             exit_file: state.join("0.exit"),
             namespace: Some(std::sync::Arc::new(namespace)),
+            netns: None,
         };
         let error = super::super::launch::launch(&spec).await.unwrap_err();
         assert_eq!(

@@ -43,9 +43,10 @@ pub trait ProbeActions: Send + Sync + 'static {
     fn stop(&self, grace: Duration) -> BoxFuture<'static, ()>;
 }
 
-/// The probe actions of a process container with volume mounts: exec probes run in the
-/// mount namespace of its workload ([`super::mounts`]), so they see its mounted files; a
-/// failure stops the run, as for any process container.
+/// The probe actions of a process container with volume mounts or a pod network: exec
+/// probes run in the mount and network namespaces of its workload ([`super::mounts`],
+/// [`super::netns`]), so they see its mounted files and its interfaces; a failure stops the
+/// run, as for any process container.
 #[derive(Clone, Debug)]
 pub struct InMountNamespace {
     /// The workload's pid.
@@ -187,6 +188,13 @@ async fn exec_in(
             .map_err(|e| format!("entering the container's mount namespace: {e}"))?,
         None => None,
     };
+    if let Some((pid, _)) = namespace_of {
+        let net = super::netns::Joined::of(pid)
+            .map_err(|e| format!("entering the container's network namespace: {e}"))?;
+        if let Some(net) = net {
+            net.install(&mut command);
+        }
+    }
     match joined {
         Some(joined) => Arc::new(joined).install(&mut command),
         None => {
