@@ -3,6 +3,7 @@
 //! and time formatting, resource quantities and the pod QoS rule, and the packed string lists
 //! caches keep per object.
 
+pub mod cidr;
 pub mod cron;
 pub mod disruption;
 pub mod exposition;

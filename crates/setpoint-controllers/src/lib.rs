@@ -13,6 +13,8 @@
 //! - [`replicationcontroller`]: the same for ReplicationControllers, through an adapter;
 //! - [`endpointslice`] and [`endpoints`]: a Service's EndpointSlices and its Endpoints,
 //!   from the pods its selector picks;
+//! - [`nodeipam`]: gives each Node a `spec.podCIDR` from the cluster CIDR
+//!   (`--allocate-node-cidrs`);
 //! - [`statefulset`]: pods with stable names, ordinals and claims, in order, with rolling
 //!   updates and revision history;
 //! - [`daemonset`]: one pod per eligible node (node selector, affinity, taints), rolling
@@ -54,6 +56,7 @@ pub mod hpa;
 pub mod job;
 pub mod manager;
 pub mod namespace;
+pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod persistentvolume;
 pub mod podgc;

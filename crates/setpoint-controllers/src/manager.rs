@@ -25,6 +25,7 @@ pub const ALL: &[&str] = &[
     "statefulset",
     "disruption",
     "nodelifecycle",
+    "nodeipam",
     "job",
     "cronjob",
     "ttl-after-finished",
@@ -64,6 +65,9 @@ pub struct Options {
     pub hpa: crate::hpa::HpaConfig,
     /// The pod garbage collector's settings (`--terminated-pod-gc-threshold`).
     pub podgc: crate::podgc::PodGcConfig,
+    /// The node IPAM controller's ranges (`--allocate-node-cidrs` with `--cluster-cidr`);
+    /// without them it does not run.
+    pub node_ipam: Option<crate::nodeipam::NodeIpamConfig>,
 }
 
 /// Concurrent reconciles per controller: `kube-controller-manager`'s `--concurrent-*-syncs`,
@@ -164,6 +168,16 @@ pub async fn build(
             "cronjob" => crate::cronjob::controller(c, informers),
             "ttl-after-finished" => crate::ttlafterfinished::controller(c, informers),
             "pod-garbage-collector" => crate::podgc::controller(c, informers, options.podgc),
+            "nodeipam" => match &options.node_ipam {
+                Some(config) => crate::nodeipam::controller(c, informers, config),
+                None => {
+                    tracing::debug!(
+                        controller = %name,
+                        "--allocate-node-cidrs is off: not allocating node pod CIDRs"
+                    );
+                    continue;
+                }
+            },
             "clusterrole-aggregation" => crate::clusterroleaggregation::controller(c, informers),
             "serviceaccount" => crate::serviceaccount::controller(c, informers),
             "resourcequota" => crate::resourcequota::controller(c, informers),

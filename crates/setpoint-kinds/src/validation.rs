@@ -27,6 +27,7 @@ mod container;
 mod discovery;
 mod fields;
 mod meta;
+mod node;
 mod pod;
 mod policy;
 mod quantity;
@@ -159,6 +160,7 @@ pub fn validate_with_type_errors(
                 qualified_name(e, f.as_str().unwrap_or(""), "spec.finalizers");
             }
         }
+        ("", "Node") => node::node(e, obj, old),
         ("", "ConfigMap") => config_map(e, obj, old),
         ("", "PersistentVolume") => storage::persistent_volume(e, obj, old),
         ("", "PersistentVolumeClaim") => storage::persistent_volume_claim(e, obj, old),

@@ -5,9 +5,12 @@
 //!   node so that a Service's virtual addresses reach its ready endpoints.
 //! - [`dns`]: the cluster DNS server, answering for `<service>.<namespace>.svc.<domain>`
 //!   from the same informers and forwarding every other name to the host's resolvers.
+//! - [`routes`]: host-gw routing, a route to every other node's pod range through its
+//!   address, so pods on several machines reach each other.
 //!
 //! Both are level-triggered: they compute the whole desired state from their caches and
 //! apply the difference, so a restart resynchronises without a separate recovery path.
 
 pub mod dns;
 pub mod proxy;
+pub mod routes;

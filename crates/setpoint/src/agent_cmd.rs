@@ -62,6 +62,20 @@ pub struct AgentArgs {
     /// How many pods the node takes (`status.capacity.pods`), as the kubelet's `--max-pods`.
     #[arg(long, default_value_t = 110)]
     max_pods: u32,
+    /// Routes to other nodes' pod ranges (`spec.podCIDR`): `host-gw` routes each through
+    /// its node's `InternalIP`, as flannel's host-gw backend (needs root and the nodes on
+    /// one link); `none` installs no routes.
+    #[arg(long, value_enum, default_value = "host-gw")]
+    pod_network_routes: PodNetworkRoutes,
+}
+
+/// How a node reaches pods on other nodes.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PodNetworkRoutes {
+    /// A route to each other node's pod range through that node's address.
+    HostGw,
+    /// No routes: another program (or nothing) connects the nodes' pods.
+    None,
 }
 
 /// How many simulated nodes to host and how they behave: `setpoint agent --simulate N` and
@@ -352,6 +366,26 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         config.address = a;
     }
     config.capacity.pods = args.max_pods;
+    // Routes are owned by a protocol number derived from the node's data dir, so a restart
+    // finds its own and two nodes on one machine keep apart.
+    let (stop_routes, routes_stopped) = tokio::sync::oneshot::channel::<()>();
+    let routes = (args.pod_network_routes == PodNetworkRoutes::HostGw).then(|| {
+        let identity = std::path::absolute(&args.data_dir)
+            .unwrap_or_else(|_| args.data_dir.clone())
+            .display()
+            .to_string();
+        let config = setpoint_network::routes::RoutesConfig {
+            node_name: name.clone(),
+            proto: setpoint_network::routes::proto_number(&identity),
+        };
+        tokio::spawn(setpoint_network::routes::run(
+            client.clone(),
+            config,
+            async move {
+                let _ = routes_stopped.await;
+            },
+        ))
+    });
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating {}", args.data_dir.display()))?;
     let data_dir = args.data_dir.canonicalize()?;
@@ -380,6 +414,10 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     .await;
     let _ = stop_proxy.send(());
     let _ = proxy.await;
+    let _ = stop_routes.send(());
+    if let Some(routes) = routes {
+        let _ = routes.await;
+    }
     runtime.stop().await;
     result?;
     Ok(())

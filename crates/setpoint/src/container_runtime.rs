@@ -131,7 +131,7 @@ const SUBNET_PREFIX: &str = "10.223";
 
 /// Where the subnet locks of every private containerd on this machine are (the directory a
 /// private containerd already uses for sockets whose path would be too long).
-const LOCK_DIR: &str = "/run/setpoint";
+pub(crate) const LOCK_DIR: &str = "/run/setpoint";
 
 /// A local node's runtime, ready to run pods.
 pub struct NodeRuntime {
@@ -496,7 +496,7 @@ fn claim_subnet(dir: &Path) -> anyhow::Result<(u8, std::fs::File)> {
 /// An exclusive, non-blocking `flock` on `file`: whether it was taken.
 // flock is a system call (this crate does not depend on libc for one function).
 #[allow(unsafe_code)]
-fn try_lock(file: &std::fs::File) -> bool {
+pub(crate) fn try_lock(file: &std::fs::File) -> bool {
     extern "C" {
         fn flock(fd: i32, operation: i32) -> i32;
     }
@@ -507,7 +507,7 @@ fn try_lock(file: &std::fs::File) -> bool {
 }
 
 /// `(device, address)` of every IPv4 address on this host's interfaces.
-fn host_ipv4_addresses() -> Vec<(String, String)> {
+pub(crate) fn host_ipv4_addresses() -> Vec<(String, String)> {
     let Ok(out) = std::process::Command::new("ip")
         .args(["-o", "-4", "addr", "show"])
         .output()

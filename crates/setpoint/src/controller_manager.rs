@@ -70,6 +70,12 @@ pub struct ControllerManagerArgs {
     #[command(flatten)]
     podgc: PodGcFlags,
     #[command(flatten)]
+    node_ipam: crate::node_ipam::NodeIpamFlags,
+    /// The pod network nodes' ranges are handed from with `--allocate-node-cidrs`: one
+    /// CIDR, or an IPv4 and an IPv6 one comma-separated.
+    #[arg(long)]
+    cluster_cidr: Option<String>,
+    #[command(flatten)]
     hpa: crate::hpa_flags::HpaFlags,
     /// The most endpoints an EndpointSlice holds before another is started (1 to 1000).
     #[arg(long, default_value_t = setpoint_controllers::endpointslice::DEFAULT_MAX_ENDPOINTS_PER_SLICE as u64, value_parser = clap::value_parser!(u64).range(1..=1000))]
@@ -199,6 +205,7 @@ impl ControllerManagerArgs {
             },
             podgc: self.podgc.config(),
             hpa: self.hpa.config(),
+            node_ipam: None,
         }
     }
 
@@ -251,6 +258,7 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
         // Upstream's `--root-ca-file` defaults to the CA the kubeconfig trusts.
         root_ca_pem: kubeconfig.ca_pem.clone(),
         cluster_signing: args.cluster_signing()?,
+        node_ipam: args.node_ipam.config(args.cluster_cidr.as_deref())?,
         ..args.options()
     };
     if args.use_service_account_credentials {
@@ -337,6 +345,7 @@ pub fn start_in_process(
     cluster_signing: Option<SigningCa>,
     podgc: setpoint_controllers::podgc::PodGcConfig,
     hpa: setpoint_controllers::hpa::HpaConfig,
+    node_ipam: Option<setpoint_controllers::nodeipam::NodeIpamConfig>,
 ) -> manager::InProcess {
     manager::InProcess::start_leading_on(
         client,
@@ -351,6 +360,7 @@ pub fn start_in_process(
             endpointslice: Default::default(),
             podgc,
             hpa,
+            node_ipam,
         },
         informers,
         leading,

@@ -42,6 +42,7 @@ mod hpa_flags;
 mod join;
 mod leadership;
 mod local_path;
+mod node_ipam;
 mod sa_credentials;
 mod scheduler_cmd;
 mod secure_serving;
@@ -185,6 +186,7 @@ fn main() -> anyhow::Result<()> {
                     concurrency: args.concurrency.concurrency(),
                     podgc: args.podgc.config(),
                     hpa: args.hpa.config(),
+                    node_ipam: args.node_ipam,
                     simulation: args.simulation,
                     container_runtime: args.container_runtime,
                     proxy: args.proxy,
@@ -214,6 +216,8 @@ struct UpArgs {
     #[command(flatten)]
     hpa: hpa_flags::HpaFlags,
     #[command(flatten)]
+    node_ipam: node_ipam::NodeIpamFlags,
+    #[command(flatten)]
     simulation: agent_cmd::SimulationFlags,
     #[command(flatten)]
     container_runtime: container_runtime::ContainerRuntimeFlags,
@@ -226,6 +230,8 @@ struct Up {
     concurrency: setpoint_controllers::manager::Concurrency,
     podgc: setpoint_controllers::podgc::PodGcConfig,
     hpa: setpoint_controllers::hpa::HpaConfig,
+    /// `--allocate-node-cidrs`: node ranges from a cluster CIDR `up` claims on this machine.
+    node_ipam: node_ipam::NodeIpamFlags,
     simulation: agent_cmd::SimulationFlags,
     container_runtime: container_runtime::ContainerRuntimeFlags,
     proxy: agent_cmd::ProxyFlags,
@@ -326,6 +332,16 @@ async fn run(args: ServeArgs, up: Option<Up>) -> anyhow::Result<()> {
     // one pointed at this server stands by until `up` stops and releases the Leases.
     let election = leadership::LeaderElectionFlags::default();
     let mut leaderships = Vec::new();
+    // Node ranges come from a cluster CIDR of this cluster's own on the machine, held (by
+    // the lock file) for as long as `up` runs.
+    let (node_ipam, _cluster_cidr_lock) = match up.as_ref() {
+        Some(up) if up.node_ipam.allocate_node_cidrs => {
+            let (cidr, lock) = node_ipam::claim_default(&data_dir)?;
+            tracing::info!(cluster_cidr = %cidr, "node pod ranges are allocated from the cluster CIDR");
+            (up.node_ipam.config(Some(&cidr.to_string()))?, Some(lock))
+        }
+        _ => (None, None),
+    };
     let controllers = match up.as_ref() {
         Some(up) => {
             let client = in_process().with_user_agent(controller_manager::COMPONENT);
@@ -356,6 +372,7 @@ async fn run(args: ServeArgs, up: Option<Up>) -> anyhow::Result<()> {
                     }),
                 up.podgc,
                 up.hpa,
+                node_ipam,
             ))
         }
         None => None,

@@ -35,7 +35,7 @@ pub fn service_account_of(controller: &str) -> Option<&'static str> {
         "endpoint" => "endpoint-controller",
         "endpointslice" => "endpointslice-controller",
         "endpointslicemirroring" => "endpointslicemirroring-controller",
-        "nodelifecycle" => "node-controller",
+        "nodelifecycle" | "nodeipam" => "node-controller",
         "job" => "job-controller",
         "cronjob" => "cronjob-controller",
         "ttl-after-finished" => "ttl-after-finished-controller",
