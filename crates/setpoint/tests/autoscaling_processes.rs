@@ -272,13 +272,13 @@ fn the_seeds_autoscaler_scales_real_process_pods_on_their_cpu() {
     );
     s.apply(&deployment(&load_dir));
 
-    // Three pods at about 130m each, counted by the autoscaler, before it exists.
-    let usage = eventually("3 pods with samples the autoscaler counts", WAIT, || {
-        counted_usage(&s, 3)
-    });
-    for (pod, cpu) in &usage {
-        assert!((80..=250).contains(cpu), "{pod}: {cpu}m of CPU ({usage:?})");
-    }
+    // Three pods at about 130m each, counted by the autoscaler, before it exists. A starved
+    // sample (the machine is shared) is waited out rather than failed.
+    let usage = eventually(
+        "3 pods at about 130m that the autoscaler counts",
+        WAIT,
+        || counted_usage(&s, 3).filter(|u| u.iter().all(|(_, cpu)| (80..=250).contains(cpu))),
+    );
     // `kubectl top pods` shows the same figures.
     let top = s.ok(&["top", "pods", "-l", "app=web-frontend"]);
     let rows: Vec<Vec<String>> = lines(&top)
@@ -361,8 +361,12 @@ fn the_seeds_autoscaler_scales_real_process_pods_on_their_cpu() {
         "scaled down to {} {:?} after the load stopped",
         after.0, after.1
     );
+    // The window runs from the last recommendation of 6, which may come up to a sync period
+    // (1 s, later if the controller is starved) before the load stopped: a sample whose window
+    // straddles the stop can already recommend fewer pods. Without the window the count would
+    // drop within a few seconds.
     assert!(
-        after.1 >= DOWN_WINDOW,
+        after.1 >= DOWN_WINDOW - Duration::from_secs(2),
         "scaled down after {:?}, within the {DOWN_WINDOW:?} stabilization window",
         after.1
     );
