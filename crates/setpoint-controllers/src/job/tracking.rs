@@ -91,11 +91,13 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     fn pod(phase: &str, deleting: bool) -> Pod {
-        let mut p = Pod::default();
-        p.status = Some(PodStatus {
-            phase: Some(phase.into()),
+        let mut p = Pod {
+            status: Some(PodStatus {
+                phase: Some(phase.into()),
+                ..Default::default()
+            }),
             ..Default::default()
-        });
+        };
         if deleting {
             p.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
         }
