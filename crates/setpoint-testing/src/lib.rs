@@ -20,6 +20,8 @@
 
 use std::sync::Arc;
 
+pub mod webhook;
+
 use setpoint_apiserver::server::Running;
 use setpoint_apiserver::{ApiServer, ServerConfig, StoreConfig};
 use setpoint_runtime::client::{Client, HttpsTransport, Kubeconfig, ServiceTransport};
