@@ -31,6 +31,7 @@
 //! - [`nodelifecycle`]: marks nodes whose agent went silent `Unknown`, taints them, and
 //!   evicts their pods once the pods' tolerations run out;
 //! - [`serviceaccount`]: a `default` ServiceAccount in every active namespace;
+//! - [`servicelb`]: `LoadBalancer` Services get the nodes' addresses as their ingress;
 //! - [`rootca`]: the `kube-root-ca.crt` ConfigMap (the cluster CA) in every namespace;
 //! - [`resourcequota`]: keeps ResourceQuotas' `status.hard` and `status.used` right;
 //! - [`clusterroleaggregation`]: gives ClusterRoles with an `aggregationRule` the rules of
@@ -65,6 +66,7 @@ pub mod replicationcontroller;
 pub mod resourcequota;
 pub mod rootca;
 pub mod serviceaccount;
+pub mod servicelb;
 pub mod statefulset;
 pub mod tokens;
 pub mod ttlafterfinished;

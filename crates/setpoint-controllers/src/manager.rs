@@ -41,6 +41,7 @@ pub const ALL: &[&str] = &[
     "pvc-protection",
     "pv-protection",
     "horizontalpodautoscaling",
+    "service-lb-controller",
 ];
 
 /// Settings of the controllers that have any.
@@ -215,6 +216,7 @@ pub async fn build(
             "pvc-protection" => crate::volumeprotection::claim_controller(c, informers),
             "pv-protection" => crate::volumeprotection::volume_controller(c, informers),
             "horizontalpodautoscaling" => crate::hpa::controller(c, informers, options.hpa),
+            "service-lb-controller" => crate::servicelb::controller(c, informers),
             "nodelifecycle" => {
                 crate::nodelifecycle::controller(c, informers, options.node_lifecycle.clone())
             }

@@ -128,6 +128,7 @@ async fn main() {
     let node = NodeInfo {
         node_name: "bench".into(),
         cluster_cidr: Some("10.200.0.0/14".into()),
+        bridge_netfilter: true,
     };
     let mut map = ServiceMap::new();
     for i in 0..services {

@@ -103,6 +103,7 @@ async fn virtual_addresses_reach_loopback_endpoints() {
     let node = NodeInfo {
         node_name: "n1".into(),
         cluster_cidr: None,
+        bridge_netfilter: true,
     };
     let key = PortKey {
         namespace: "ns".into(),
@@ -230,6 +231,7 @@ async fn established_connections_survive_a_full_resync() {
     let node = NodeInfo {
         node_name: "n1".into(),
         cluster_cidr: None,
+        bridge_netfilter: true,
     };
     let key = PortKey {
         namespace: "ns".into(),

@@ -155,18 +155,52 @@ pub struct ProxyFlags {
         env = "SETPOINT_PROXY_MODE"
     )]
     proxy_mode: ProxyMode,
+    /// The pod network (kube-proxy's `--cluster-cidr`, IPv4 CIDR): traffic to a cluster IP
+    /// from outside it (the host itself, other machines) is masqueraded so its replies come
+    /// back through this node. By default the node's pod subnet, when the node has one of its
+    /// own (a private containerd's).
+    #[arg(long, value_parser = parse_cidr)]
+    cluster_cidr: Option<String>,
+}
+
+/// An IPv4 CIDR (`10.244.0.0/16`), normalised to its network address.
+fn parse_cidr(text: &str) -> Result<String, String> {
+    let (ip, len) = text
+        .split_once('/')
+        .ok_or_else(|| format!("invalid CIDR address: {text}"))?;
+    let ip: std::net::Ipv4Addr = ip
+        .parse()
+        .map_err(|_| format!("invalid CIDR address: {text}"))?;
+    let len: u32 = len
+        .parse()
+        .ok()
+        .filter(|l| *l <= 32)
+        .ok_or_else(|| format!("invalid CIDR address: {text}"))?;
+    let mask = u32::MAX.checked_shl(32 - len).unwrap_or(0);
+    let network = std::net::Ipv4Addr::from(u32::from(ip) & mask);
+    Ok(format!("{network}/{len}"))
 }
 
 impl ProxyFlags {
     /// The proxy of node `node_name` whose state lives in `state_dir` (which names its
-    /// nftables table), or `None` with `--proxy-mode none`.
+    /// nftables table), or `None` with `--proxy-mode none`. `pod_subnet` is the node's own
+    /// pod range, the cluster CIDR when `--cluster-cidr` is not given.
     pub fn config(
         &self,
         node_name: &str,
         state_dir: &Path,
+        pod_subnet: Option<&str>,
     ) -> Option<setpoint_network::proxy::ProxyConfig> {
         (self.proxy_mode == ProxyMode::Nftables).then(|| {
-            setpoint_network::proxy::ProxyConfig::new(node_name, &state_dir.display().to_string())
+            let mut config = setpoint_network::proxy::ProxyConfig::new(
+                node_name,
+                &state_dir.display().to_string(),
+            );
+            config.node.cluster_cidr = self
+                .cluster_cidr
+                .clone()
+                .or_else(|| pod_subnet.map(String::from));
+            config
         })
     }
 }
@@ -400,7 +434,8 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let (stop_proxy, proxy_stopped) = tokio::sync::oneshot::channel::<()>();
     let proxy = tokio::spawn(run_proxy(
         client.clone(),
-        args.proxy.config(&name, &data_dir),
+        args.proxy
+            .config(&name, &data_dir, runtime.pod_subnet.as_deref()),
         async move {
             let _ = proxy_stopped.await;
         },

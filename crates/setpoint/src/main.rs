@@ -403,7 +403,9 @@ async fn run(args: ServeArgs, up: Option<Up>) -> anyhow::Result<()> {
                 .open(&data_dir.join("node"), &data_dir.join("containerd"))
                 .await?;
             let name = agent_cmd::local_node_name();
-            let proxy = up.proxy.config(&name, &data_dir.join("node"));
+            let proxy =
+                up.proxy
+                    .config(&name, &data_dir.join("node"), runtime.pod_subnet.as_deref());
             Some(agent_cmd::InProcess::start(
                 in_process().with_user_agent(agent_cmd::COMPONENT),
                 &name,

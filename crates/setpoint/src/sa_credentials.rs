@@ -50,6 +50,7 @@ pub fn service_account_of(controller: &str) -> Option<&'static str> {
         "pv-protection" => "pv-protection-controller",
         "horizontalpodautoscaling" => "horizontal-pod-autoscaler",
         "disruption" => "disruption-controller",
+        "service-lb-controller" => "service-controller",
         _ => return None,
     })
 }

@@ -4,7 +4,8 @@
 //! the cluster IP in a loop while pods are deleted one by one and the Deployment rolls to a
 //! new version; the client sees no failed request beyond the in-flight ones of a killed pod.
 //! A deleted pod's endpoint leaves the node's rules, timed; a NodePort Service answers on the
-//! node's address; the table is gone when the cluster is cleaned up.
+//! node's address; a LoadBalancer Service gets the node's address as its ingress, which
+//! answers; the table is gone when the cluster is cleaned up.
 //!
 //! Needs root and `nft` (skipped without them, unless `SETPOINT_REQUIRE_NFT` is set) and
 //! kubectl (unless `SETPOINT_REQUIRE_KUBECTL` is set).
@@ -176,6 +177,97 @@ impl Client {
     }
 }
 
+/// A `LoadBalancer` Service without a class, and one with a class nobody implements.
+const LOAD_BALANCERS: &str = r#"apiVersion: v1
+kind: Service
+metadata:
+  name: web-lb
+spec:
+  type: LoadBalancer
+  selector: {app: web}
+  ports:
+  - {name: http, port: 28080, targetPort: http}
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: web-classy
+spec:
+  type: LoadBalancer
+  loadBalancerClass: example.com/nobody
+  selector: {app: web}
+  ports:
+  - {name: http, port: 28081, targetPort: http}
+"#;
+
+/// The built-in load balancer: the Service's ingress is the node's address (the local
+/// node's is 127.0.0.1), `kubectl get svc` shows it as the EXTERNAL-IP, and a request to
+/// it on the Service's port answers; a Service with a class is left pending; a Service
+/// that stops being a LoadBalancer loses its ingress.
+fn load_balancer(s: &Setpoint) {
+    s.apply(LOAD_BALANCERS);
+    let node_ip = s
+        .ok(&[
+            "get",
+            "nodes",
+            "-o",
+            r#"jsonpath={.items[0].status.addresses[?(@.type=="InternalIP")].address}"#,
+        ])
+        .trim()
+        .to_string();
+    let ingress = eventually("the load balancer's ingress", WAIT, || {
+        let out = s.ok(&[
+            "get",
+            "svc",
+            "web-lb",
+            "-o",
+            "jsonpath={.status.loadBalancer.ingress[*].ip} {.status.loadBalancer.ingress[*].ipMode}",
+        ]);
+        (!out.trim().is_empty()).then(|| out.trim().to_string())
+    });
+    assert_eq!(ingress, format!("{node_ip} VIP"));
+    let table = s.ok(&["get", "svc", "web-lb", "web-classy"]);
+    let row = |name: &str| -> Vec<String> {
+        lines(&table)
+            .into_iter()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name} in {table}"))
+            .split_whitespace()
+            .map(String::from)
+            .collect()
+    };
+    // NAME TYPE CLUSTER-IP EXTERNAL-IP PORT(S) AGE
+    assert_eq!(row("web-lb")[3], node_ip, "{table}");
+    assert_eq!(row("web-classy")[3], "<pending>", "{table}");
+    let ip: Ipv4Addr = node_ip.parse().unwrap();
+    let answer = eventually("the load balancer answers", WAIT, || {
+        get(SocketAddr::from((ip, 28080))).ok()
+    });
+    assert_eq!(answer, "1");
+
+    s.ok(&[
+        "patch",
+        "svc",
+        "web-lb",
+        "-p",
+        r#"{"spec":{"type":"ClusterIP"}}"#,
+    ]);
+    eventually("the ingress removed", WAIT, || {
+        s.ok(&[
+            "get",
+            "svc",
+            "web-lb",
+            "-o",
+            "jsonpath={.status.loadBalancer}",
+        ])
+        .trim()
+        .trim_matches(|c| c == '{' || c == '}')
+        .is_empty()
+        .then_some(())
+    });
+    s.ok(&["delete", "svc", "web-lb", "web-classy"]);
+}
+
 #[test]
 fn services_repoint_with_real_packets() {
     if !support::kubectl_available() || !nft_or_skip() {
@@ -219,6 +311,8 @@ fn services_repoint_with_real_packets() {
         });
         assert_eq!(answer, "1");
     }
+
+    load_balancer(&s);
 
     let client = Client::start(service);
     eventually("the client's first answers", WAIT, || {

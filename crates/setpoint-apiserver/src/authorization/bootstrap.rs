@@ -861,6 +861,23 @@ fn controller_roles() -> Vec<Role> {
             true,
         ),
         c(
+            "system:controller:service-controller",
+            vec![
+                rule(&["get", "list", "watch"], &[""], &["services"]),
+                rule(&["patch", "update"], &[""], &["services"]),
+                rule(&["patch", "update"], &[""], &["services/status"]),
+                rule(&["list", "watch"], &[""], &["nodes"]),
+                // Setpoint's built-in balancer: a `Local` policy's ingress is the nodes
+                // holding its endpoints.
+                rule(
+                    &["list", "watch"],
+                    &["discovery.k8s.io"],
+                    &["endpointslices"],
+                ),
+            ],
+            true,
+        ),
+        c(
             "system:controller:ttl-after-finished-controller",
             vec![rule(
                 &["get", "list", "watch", "delete"],

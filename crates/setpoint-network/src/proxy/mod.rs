@@ -7,6 +7,7 @@
 //! desired ruleset and applies only the difference (a full replacement at start, after a
 //! failure, and every `full_sync_interval`).
 
+pub mod bridge;
 pub mod model;
 pub mod nft;
 pub mod rules;
@@ -55,6 +56,8 @@ impl ProxyConfig {
             node: NodeInfo {
                 node_name: node_name.into(),
                 cluster_cidr: None,
+                // Until the proxy has made sure of it at start.
+                bridge_netfilter: false,
             },
             table: table_name(identity),
             min_sync_interval: Duration::from_millis(100),
@@ -117,6 +120,23 @@ async fn run_in(
         shutdown.await;
         return Ok(());
     }
+    let mut config = config;
+    config.node.bridge_netfilter = match bridge::ensure().await {
+        Ok(()) => true,
+        Err(e) => {
+            match &config.node.cluster_cidr {
+                Some(cidr) => tracing::warn!(
+                    error = %e,
+                    "bridged pod traffic does not pass nftables; traffic from {cidr} to Service endpoints is masqueraded instead"
+                ),
+                None => tracing::warn!(
+                    error = %e,
+                    "bridged pod traffic does not pass nftables and no --cluster-cidr is known: pods cannot reach a Service's endpoints on their own bridge"
+                ),
+            }
+            false
+        }
+    };
     let informers = SharedInformers::lean(client);
     let services = informers.typed::<Service>(Scope::all());
     let slices = informers.typed::<EndpointSlice>(Scope::all());

@@ -39,6 +39,11 @@ pub struct NodeInfo {
     /// masqueraded, as kube-proxy does when it knows the cluster CIDR. `None`: not masqueraded
     /// (hairpin traffic still is).
     pub cluster_cidr: Option<String>,
+    /// Whether packets the pod bridge switches pass the IP hooks ([`super::bridge`]). Without
+    /// it an endpoint's reply to a client pod on the same bridge never meets the connection's
+    /// DNAT, so traffic from the pod network (`cluster_cidr`) to an endpoint is masqueraded
+    /// instead, which sends the reply back through the host.
+    pub bridge_netfilter: bool,
 }
 
 /// A chain: its base-chain declaration (hook and priority) if it has one, and its rules.
@@ -347,7 +352,7 @@ fn balance(sp: &ServicePort, endpoints: &[&Endpoint], prefix: Vec<String>) -> Ch
     Chain { base: None, rules }
 }
 
-fn endpoint(rs: &mut Ruleset, sp: &ServicePort, ep: &Endpoint) {
+fn endpoint(rs: &mut Ruleset, node: &NodeInfo, sp: &ServicePort, ep: &Endpoint) {
     let name = endpoint_chain(&sp.key, ep);
     if rs.chains.contains_key(&name) {
         return;
@@ -357,6 +362,9 @@ fn endpoint(rs: &mut Ruleset, sp: &ServicePort, ep: &Endpoint) {
         // A pod reaching itself through the Service: without SNAT its reply would go straight
         // back to itself from its own address, which its connection does not expect.
         rules.push(format!("ip saddr {} jump {MARK_FOR_MASQUERADE}", ep.ip));
+        if let (Some(cidr), false) = (&node.cluster_cidr, node.bridge_netfilter) {
+            rules.push(format!("ip saddr {cidr} jump {MARK_FOR_MASQUERADE}"));
+        }
     }
     if let Some(timeout) = sp.affinity_timeout {
         let set = affinity_set(&sp.key, ep, timeout);
@@ -420,14 +428,14 @@ pub fn desired(services: &ServiceMap, node: &NodeInfo) -> Ruleset {
                 ));
             }
             for ep in &cluster {
-                endpoint(&mut rs, sp, ep);
+                endpoint(&mut rs, node, sp, ep);
             }
             rs.chains
                 .insert(service_chain(key), balance(sp, &cluster, prefix));
         }
         if !local.is_empty() && (sp.internal_local || sp.external_local) {
             for ep in &local {
-                endpoint(&mut rs, sp, ep);
+                endpoint(&mut rs, node, sp, ep);
             }
             rs.chains
                 .insert(local_chain(key), balance(sp, &local, Vec::new()));

@@ -17,6 +17,7 @@ fn node() -> NodeInfo {
     NodeInfo {
         node_name: "n1".into(),
         cluster_cidr: Some("10.244.0.0/16".into()),
+        bridge_netfilter: true,
     }
 }
 
@@ -102,6 +103,36 @@ fn cluster_ip_balances_over_ready_endpoints() {
         .contains_key(&rules::endpoint_chain(&sp.key, &ep(2, false, "n1"))));
     assert!(rs.sets["no-endpoint-services"].elements.is_empty());
     assert!(e1.starts_with("endpoint-") && e1.ends_with("-ns/web/tcp/http__10.244.0.1/8080"));
+}
+
+#[test]
+fn without_bridge_netfilter_pod_traffic_to_endpoints_is_masqueraded() {
+    let sp = port("web", [10, 96, 0, 10]);
+    let mut map = ServiceMap::new();
+    map.insert(sp.key.clone(), (sp.clone(), vec![ep(1, true, "n1")]));
+    let e1 = rules::endpoint_chain(&sp.key, &ep(1, true, "n1"));
+    let hairpin = "ip saddr 10.244.0.1 jump mark-for-masquerade".to_string();
+    let pods = "ip saddr 10.244.0.0/16 jump mark-for-masquerade".to_string();
+    let dnat = "meta l4proto tcp dnat to 10.244.0.1:8080".to_string();
+    // Bridged replies meet conntrack: the endpoint sees the client pod's address.
+    let rs = rules::desired(&map, &node());
+    assert_eq!(rs.chains[&e1].rules, [hairpin.clone(), dnat.clone()]);
+    // Without: the pod network's traffic is masqueraded so replies come through the host.
+    let mut plain = node();
+    plain.bridge_netfilter = false;
+    let rs = rules::desired(&map, &plain);
+    assert_eq!(rs.chains[&e1].rules, [hairpin.clone(), pods, dnat.clone()]);
+    // With no pod network known there is nothing to match it by.
+    plain.cluster_cidr = None;
+    let rs = rules::desired(&map, &plain);
+    assert_eq!(rs.chains[&e1].rules, [hairpin, dnat]);
+}
+
+#[test]
+fn the_bridge_switch_is_on_only_at_one() {
+    assert!(super::bridge::is_on("1\n"));
+    assert!(!super::bridge::is_on("0\n"));
+    assert!(!super::bridge::is_on(""));
 }
 
 #[test]
@@ -584,9 +615,10 @@ fn arb_map() -> impl Strategy<Value = ServiceMap> {
 }
 
 fn arb_node() -> impl Strategy<Value = NodeInfo> {
-    any::<bool>().prop_map(|cidr| NodeInfo {
+    (any::<bool>(), any::<bool>()).prop_map(|(cidr, bridge_netfilter)| NodeInfo {
         node_name: "n1".into(),
         cluster_cidr: cidr.then(|| "10.244.0.0/16".into()),
+        bridge_netfilter,
     })
 }
 
