@@ -7,7 +7,8 @@
 //! passes racing, find it already exists. The schedule is evaluated from
 //! `status.lastScheduleTime` (or the creation time), so missed runs are noticed after
 //! downtime and only the latest one runs. The schedule's fields are read in `spec.timeZone`
-//! (an IANA zone, see [`setpoint_api::cron`]), else UTC.
+//! (an IANA zone, see [`setpoint_api::cron`]), else UTC. A `TZ=`/`CRON_TZ=` prefix in the
+//! schedule wins, with upstream's `UnsupportedSchedule` warning.
 //!
 //! [`plan`] is the pure decision; [`CronJobController`] does the I/O around it. The clock is
 //! injectable so tests can move time instead of waiting for minutes.
@@ -120,6 +121,17 @@ impl PlanError {
             PlanError::UnknownTimeZone(_) => "UnknownTimeZone",
         }
     }
+}
+
+/// Upstream's `UnsupportedSchedule` warning for a schedule that names its own zone (`TZ=` or
+/// `CRON_TZ=`): it is honoured as written, but only `spec.timeZone` is supported.
+pub fn unsupported_schedule(cj: &CronJob) -> Option<String> {
+    let schedule = &cj.spec.as_ref()?.schedule;
+    schedule.contains("TZ").then(|| {
+        format!(
+            "CRON_TZ or TZ used in schedule {schedule:?} is not officially supported, see https://kubernetes.io/docs/concepts/workloads/controllers/cron-jobs/ for more details"
+        )
+    })
 }
 
 /// The pure decision: given a CronJob, the Jobs it owns and the time.
@@ -315,6 +327,10 @@ impl Reconciler for CronJobController {
             .collect();
         let now = (self.clock)();
         let cref = cj.object_reference();
+        if let Some(message) = unsupported_schedule(&cj) {
+            self.events
+                .publish(&cref, EventType::Warning, "UnsupportedSchedule", &message);
+        }
         let p = match plan(&cj, &jobs, now) {
             Ok(p) => p,
             Err(e) => {
@@ -532,11 +548,16 @@ mod tests {
         assert_eq!(p.next, Some(t("2026-01-02T03:30:00Z")));
         let p = plan(&cj, &[], t("2026-01-01T03:29:00Z")).unwrap();
         assert_eq!(p.create, None, "not yet 09:00 there");
-        // A TZ= prefix in the schedule is honoured as written.
+        assert_eq!(unsupported_schedule(&cj), None);
+        // A TZ= prefix in the schedule is honoured as written, with upstream's warning.
         let paris = cronjob(
             "TZ=Europe/Paris 0 9 * * *",
             "Allow",
             Some("2026-01-01T00:00:00Z"),
+        );
+        assert_eq!(
+            unsupported_schedule(&paris).unwrap(),
+            "CRON_TZ or TZ used in schedule \"TZ=Europe/Paris 0 9 * * *\" is not officially supported, see https://kubernetes.io/docs/concepts/workloads/controllers/cron-jobs/ for more details"
         );
         let p = plan(&paris, &[], t("2026-01-01T08:00:30Z")).unwrap();
         assert_eq!(p.create.unwrap().1, t("2026-01-01T08:00:00Z"));

@@ -1,5 +1,6 @@
 //! The CronJob controller against a real in-process API server, on a clock the test moves:
-//! each minute of the schedule creates exactly one Job, named for its minute.
+//! each minute of the schedule creates exactly one Job, named for its minute, and a schedule
+//! in a `timeZone` runs at that zone's wall-clock time.
 
 use std::sync::{Arc, Mutex};
 
@@ -73,6 +74,72 @@ async fn every_minute_creates_one_job() {
     let status = cronjobs.get("tick").await.unwrap().status.unwrap();
     assert!(status.last_schedule_time.is_some());
     assert_eq!(status.active.unwrap_or_default().len(), 3);
+    task.abort();
+    cluster.stop().await;
+}
+
+#[tokio::test]
+async fn a_schedule_in_a_time_zone_runs_at_that_zones_time() {
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
+    // 09:30 in Kolkata (UTC+05:30) is 04:00 UTC: the next one at least a minute away.
+    let mut due = Utc::now()
+        .with_hour(4)
+        .and_then(|t| t.with_minute(0))
+        .and_then(|t| t.with_second(0))
+        .and_then(|t| t.with_nanosecond(0))
+        .unwrap();
+    if due <= Utc::now() + Duration::minutes(1) {
+        due += Duration::days(1);
+    }
+    let clock = Arc::new(Mutex::new(Utc::now()));
+    let read = clock.clone();
+    let informers = SharedInformers::new(client.clone());
+    let controller = setpoint_controllers::cronjob::controller_with_clock(
+        client.clone(),
+        &informers,
+        Arc::new(move || *read.lock().unwrap()),
+    );
+    let task = tokio::spawn(controller.run(std::future::pending()));
+    let cronjobs: Api<CronJob> = Api::namespaced(client.clone(), "default");
+    let jobs: Api<Job> = Api::namespaced(client.clone(), "default");
+    let template = json!({"spec": {"template": {"spec": {"restartPolicy": "Never",
+        "containers": [{"name": "c", "image": "busybox", "command": ["true"]}]}}}});
+    let cj: CronJob = serde_json::from_value(json!({
+        "metadata": {"name": "kolkata"},
+        "spec": {"schedule": "30 9 * * *", "timeZone": "Asia/Kolkata", "jobTemplate": template}
+    }))
+    .unwrap();
+    cronjobs.create(&PostParams::default(), &cj).await.unwrap();
+    // Read in UTC, 09:30 would be hours away: the run at 04:00 UTC shows the zone applied.
+    *clock.lock().unwrap() = due + Duration::seconds(5);
+    cronjobs
+        .patch(
+            "kolkata",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"wake": "1"}}})),
+        )
+        .await
+        .unwrap();
+    let job = format!("kolkata-{}", due.timestamp() / 60);
+    eventually("the Job of 09:30 Kolkata time", || async {
+        jobs.get_opt(&job).await.unwrap()
+    })
+    .await;
+    let last = eventually("lastScheduleTime", || async {
+        cronjobs
+            .get("kolkata")
+            .await
+            .unwrap()
+            .status?
+            .last_schedule_time
+    })
+    .await;
+    assert_eq!(last.0.as_second(), due.timestamp());
+    assert_eq!(
+        jobs.list(&ListParams::default()).await.unwrap().items.len(),
+        1
+    );
     task.abort();
     cluster.stop().await;
 }
