@@ -125,12 +125,18 @@ fn request_timeout() -> ApiError {
     e
 }
 
+/// The address a request's connection came from (a request extension; audit events'
+/// `sourceIPs` end with it).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PeerAddr(pub std::net::SocketAddr);
+
 /// Serves one accepted connection (after the TLS handshake, if any) until it ends. `http2` is
 /// true when TLS negotiated `h2`, so no HTTP/1.1 head will come.
 pub(crate) async fn serve_connection<I>(
     io: I,
     router: Router,
     identity: Identity,
+    peer: std::net::SocketAddr,
     config: &ConnectionConfig,
     http2: bool,
 ) where
@@ -146,6 +152,7 @@ pub(crate) async fn serve_connection<I>(
         let refused = shared.take_refusal(n);
         let mut req = req.map(Body::new);
         req.extensions_mut().insert(identity.clone());
+        req.extensions_mut().insert(PeerAddr(peer));
         let router = router.clone();
         async move {
             let response = match refused {

@@ -11,6 +11,7 @@
 mod admission;
 mod allocation;
 mod apply;
+pub mod audit;
 pub mod authentication;
 pub mod authorization;
 mod certificates;

@@ -130,6 +130,8 @@ impl ApiServer {
             rbac.clone(),
         )));
         authorizers.push(Box::new(rbac.clone()));
+        let audit = crate::audit::Auditor::start(&config.audit, &metrics)
+            .map_err(|e| start_error::Error(e.to_string()))?;
         let server = Arc::new(ApiServer {
             store,
             registry: parking_lot::RwLock::new(Arc::new(registry)),
@@ -138,6 +140,7 @@ impl ApiServer {
             address: parking_lot::RwLock::new(config.listen.to_string()),
             agent_tls: parking_lot::RwLock::new(None),
             resource_metrics: Default::default(),
+            audit,
             authenticators,
             authorizers,
             rbac,

@@ -68,6 +68,8 @@ pub struct ServerConfig {
     /// The ports `NodePort` and `LoadBalancer` Services' `nodePort`s come from
     /// (kube-apiserver's `--service-node-port-range`, 30000-32767 by default).
     pub service_node_port_range: std::ops::RangeInclusive<u16>,
+    /// Audit logging (`--audit-policy-file`, `--audit-log-*`); off by default.
+    pub audit: crate::audit::AuditOptions,
 }
 
 impl Default for ServerConfig {
@@ -86,6 +88,7 @@ impl Default for ServerConfig {
             default_toleration_seconds: 300,
             service_account_admission: false,
             service_node_port_range: 30000..=32767,
+            audit: Default::default(),
         }
     }
 }
@@ -117,6 +120,8 @@ pub struct ApiServer {
     pub(crate) agent_tls: parking_lot::RwLock<Option<Arc<rustls::ClientConfig>>>,
     /// The latest figures of the resource metrics API, scraped from the agents.
     pub(crate) resource_metrics: crate::resourcemetrics::ResourceMetrics,
+    /// The audit backend, when audit logging is on.
+    pub(crate) audit: Option<Arc<crate::audit::Auditor>>,
 }
 
 impl ServerConfig {

@@ -338,7 +338,7 @@ pub async fn serve_tls(
                 None => Identity::NoCertificate,
             };
             let http2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
-            serve_connection(stream, router, identity, &config, http2).await;
+            serve_connection(stream, router, identity, peer, &config, http2).await;
         });
     }
 }
@@ -352,7 +352,7 @@ pub async fn serve_plain(
 ) {
     let config = Arc::new(config);
     loop {
-        let (tcp, _) = tokio::select! {
+        let (tcp, peer) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(c) => c,
                 Err(e) => { tracing::warn!(error = %e, "accept failed"); continue; }
@@ -363,7 +363,7 @@ pub async fn serve_plain(
         let router = router.clone();
         let config = config.clone();
         tokio::spawn(async move {
-            serve_connection(tcp, router, Identity::Internal, &config, false).await
+            serve_connection(tcp, router, Identity::Internal, peer, &config, false).await
         });
     }
 }

@@ -35,6 +35,7 @@ fn tune_allocator() {
 }
 
 mod agent_cmd;
+mod audit_flags;
 mod bench_cmd;
 mod container_runtime;
 mod controller_manager;
@@ -155,6 +156,8 @@ struct ServeArgs {
     /// them (default: the service-account issuer).
     #[arg(long, value_delimiter = ',')]
     api_audiences: Vec<String>,
+    #[command(flatten)]
+    audit: audit_flags::AuditFlags,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -284,6 +287,7 @@ async fn run(args: ServeArgs, up: Option<Up>) -> anyhow::Result<()> {
             service_account_issuer: args.service_account_issuer.clone(),
             api_audiences: args.api_audiences.clone(),
         },
+        audit: args.audit.options()?,
         ..ServerConfig::default()
     };
     let store = ApiServer::open_store(&config).await?;

@@ -235,7 +235,14 @@ impl Authorizers {
 
     /// `Ok` when the request is allowed, else the 403 kube-apiserver sends.
     pub fn authorize(&self, a: &Attributes) -> Result<(), ApiError> {
-        match self.decide(a) {
+        self.decide(a).into_result(a)
+    }
+}
+
+impl Decision {
+    /// `Ok` for an allowed request, else the 403 kube-apiserver sends for it.
+    pub fn into_result(self, a: &Attributes) -> Result<(), ApiError> {
+        match self {
             Decision::Allow => Ok(()),
             Decision::Deny(reason) => Err(forbidden(a, &reason)),
             Decision::NoOpinion => Err(forbidden(a, "")),

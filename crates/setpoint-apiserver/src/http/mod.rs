@@ -80,7 +80,7 @@ fn resource_label(target: &Result<PathTarget, ApiError>) -> String {
 /// Every request enters here.
 pub async fn handle(State(server): State<Arc<ApiServer>>, req: http::Request<Body>) -> Response {
     let start = Instant::now();
-    let (mut parts, body) = req.into_parts();
+    let (parts, body) = req.into_parts();
     let identity = parts
         .extensions
         .get::<Identity>()
@@ -89,15 +89,90 @@ pub async fn handle(State(server): State<Arc<ApiServer>>, req: http::Request<Bod
     let path = parts.uri.path().to_string();
     let span = tracing::debug_span!("request", method = %parts.method, path = %path);
     let _enter = span.enter();
-    let user = match server
+    let audit_id = crate::audit::audit_id(&parts.headers);
+    let mut response = match server
         .authenticators
         .authenticate(&identity, &parts.headers)
     {
-        Ok(user) => user,
-        Err(e) => return error_response(&e),
+        Ok(user) => match &server.audit {
+            None => dispatch(&server, parts, body, path, user, None, start).await,
+            Some(_) => audited(&server, parts, body, path, user, &audit_id, start).await,
+        },
+        Err(e) => error_response(&e),
     };
+    response
+        .headers_mut()
+        .insert(crate::audit::AUDIT_ID_HEADER, audit_id);
+    response
+}
+
+/// [`dispatch`] under audit: the policy's level for the authenticated user's request, its
+/// body captured when the level records it, its stages written, a panic recorded.
+async fn audited(
+    server: &Arc<ApiServer>,
+    parts: http::request::Parts,
+    body: Body,
+    path: String,
+    user: Arc<UserInfo>,
+    audit_id: &http::HeaderValue,
+    start: Instant,
+) -> Response {
+    use futures::FutureExt;
+    let q = parse_query(&parts.uri);
+    let attributes = match is_api_path(&path).then(|| parse_path(&path)) {
+        Some(Ok(t)) => Attributes::for_request(user.clone(), &parts.method, &path, &t, &q),
+        _ => Attributes::non_resource(user.clone(), &parts.method, &path),
+    };
+    let id = audit_id.to_str().unwrap_or_default();
+    let begun = server
+        .audit
+        .as_ref()
+        .and_then(|a| a.begin(&attributes, &parts, id));
+    let Some(mut rec) = begun else {
+        return dispatch(server, parts, body, path, user, None, start).await;
+    };
+    let body = match rec.capture_request(server, &parts, body).await {
+        Ok(body) => body,
+        Err(e) => return rec.finish(error_response(&e)).await,
+    };
+    let handled = std::panic::AssertUnwindSafe(dispatch(
+        server,
+        parts,
+        body,
+        path,
+        user,
+        Some(&mut rec),
+        start,
+    ))
+    .catch_unwind()
+    .await;
+    match handled {
+        Ok(response) => rec.finish(response).await,
+        Err(panic) => {
+            rec.panicked(&*panic);
+            std::panic::resume_unwind(panic)
+        }
+    }
+}
+
+fn is_api_path(path: &str) -> bool {
+    path == "/api" || path.starts_with("/api/") || path == "/apis" || path.starts_with("/apis/")
+}
+
+/// An authenticated request: impersonation, authorization, then the endpoint the path names.
+/// `audit` records what the audit events need to know on the way.
+async fn dispatch(
+    server: &Arc<ApiServer>,
+    mut parts: http::request::Parts,
+    body: Body,
+    path: String,
+    user: Arc<UserInfo>,
+    mut audit: Option<&mut crate::audit::Recorder>,
+    start: Instant,
+) -> Response {
     // `kubectl --as`: from here on the request is the impersonated user's, if it may be.
     use crate::authentication::impersonation::{impersonate, Refusal};
+    let authenticated = user.clone();
     let user = match impersonate(&server.authorizers, user, &parts.headers) {
         Ok(user) => user,
         Err(Refusal::Forbidden(e)) => return error_response(&e),
@@ -112,21 +187,26 @@ pub async fn handle(State(server): State<Arc<ApiServer>>, req: http::Request<Bod
             );
         }
     };
+    if let Some(rec) = audit.as_deref_mut() {
+        if !Arc::ptr_eq(&authenticated, &user) {
+            rec.impersonated(&user);
+        }
+    }
     let q = parse_query(&parts.uri);
-    let api_path = path == "/api"
-        || path.starts_with("/api/")
-        || path == "/apis"
-        || path.starts_with("/apis/");
-    let target = api_path.then(|| parse_path(&path));
+    let target = is_api_path(&path).then(|| parse_path(&path));
     let attributes = match &target {
         Some(Ok(t)) => Attributes::for_request(user, &parts.method, &path, t, &q),
         _ => Attributes::non_resource(user, &parts.method, &path),
     };
-    if let Err(e) = server.authorizers.authorize(&attributes) {
+    let decision = server.authorizers.decide(&attributes);
+    if let Some(rec) = audit {
+        rec.authorized(&decision);
+    }
+    if let Err(e) = decision.into_result(&attributes) {
         return error_response(&e);
     }
     if let Some((code, text)) =
-        crate::health::answer(&server, &path, parts.uri.query().unwrap_or("")).await
+        crate::health::answer(server, &path, parts.uri.query().unwrap_or("")).await
     {
         return text_response(code, text);
     }
@@ -176,13 +256,13 @@ pub async fn handle(State(server): State<Arc<ApiServer>>, req: http::Request<Bod
             .get(http::header::ACCEPT)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("");
-        return match crate::openapi::v2(&server, accept) {
+        return match crate::openapi::v2(server, accept) {
             Ok(doc) => openapi_v2_response(&parts.headers, doc),
             Err(e) => error_response(&e),
         };
     }
     if path == "/openapi/v3" || path.starts_with("/openapi/v3/") {
-        return match crate::openapi::v3(&server, &path) {
+        return match crate::openapi::v3(server, &path) {
             Some(doc) => value_response(StatusCode::OK, &doc),
             None => error_response(&ApiError::not_found_path()),
         };
@@ -209,7 +289,7 @@ pub async fn handle(State(server): State<Arc<ApiServer>>, req: http::Request<Bod
             && namespace.is_some() == (plural != "nodes") =>
         {
             crate::proxy::serve(
-                &server,
+                server,
                 &plural,
                 namespace.as_deref(),
                 &name,
@@ -238,7 +318,7 @@ pub async fn handle(State(server): State<Arc<ApiServer>>, req: http::Request<Bod
             let upgrade = parts.extensions.remove::<hyper::upgrade::OnUpgrade>();
             let sub = crate::podstream::Subresource::parse(&sub).expect("checked above");
             pods::pod_stream(
-                &server,
+                server,
                 &attributes,
                 sub,
                 &ns,
@@ -252,7 +332,7 @@ pub async fn handle(State(server): State<Arc<ApiServer>>, req: http::Request<Bod
             .unwrap_or_else(|e| error_response(&e))
         }
         Ok(t) => match serve(
-            &server,
+            server,
             &attributes.user,
             &parts.method,
             t,
