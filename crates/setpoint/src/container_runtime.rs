@@ -17,7 +17,8 @@ use setpoint_network::dns::{ClusterDns, ResolvConf};
 use setpoint_node::containerd::{self, DaemonOptions, LocalContainerd};
 use setpoint_node::cri::runtime::{CriRuntime, CriRuntimeOptions};
 use setpoint_node::cri::CriClient;
-use setpoint_node::process::ProcessRuntime;
+use setpoint_node::process::netns::PodNetwork;
+use setpoint_node::process::{ProcessRuntime, ProcessRuntimeOptions};
 use setpoint_node::routed::RoutedRuntime;
 use setpoint_node::runtime::PodRuntime;
 
@@ -30,6 +31,15 @@ pub enum RuntimeKind {
     Process,
     /// Containers through the Container Runtime Interface (containerd).
     Cri,
+}
+
+/// How process pods are networked (`--process-pod-network`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProcessPodNetwork {
+    /// Loopback addresses on the node's network.
+    Host,
+    /// A network namespace per pod on the node's pod bridge (needs root).
+    Bridge,
 }
 
 /// `--container-runtime` and `--container-runtime-endpoint`, shared by `setpoint up` and
@@ -50,6 +60,19 @@ pub struct ContainerRuntimeFlags {
         env = "SETPOINT_CONTAINER_RUNTIME"
     )]
     pub container_runtime: RuntimeKind,
+    /// How pods run as local processes are networked. `host`: each gets an address of its
+    /// own from the loopback range 127.0.0.0/8 and shares the node's network (reachable
+    /// from this machine only; two replicas cannot both listen on `0.0.0.0` at one port).
+    /// `bridge` (as root): each gets a network namespace of its own on the node's pod bridge
+    /// and an address from the pod range, as container pods do (the private containerd's
+    /// network, or on a process-only node a `10.223.<x>.0/24` bridge of its own).
+    #[arg(
+        long,
+        value_enum,
+        default_value = "host",
+        env = "SETPOINT_PROCESS_POD_NETWORK"
+    )]
+    pub process_pod_network: ProcessPodNetwork,
     /// The CRI runtime's socket, `unix:///path/to/socket` (with `cri` or `auto`),
     /// as kubelet's flag of the same name. Its own CNI network and sandbox image apply.
     #[arg(long)]
@@ -147,9 +170,6 @@ pub struct NodeRuntime {
     _subnet_lock: Option<std::fs::File>,
     /// The cluster DNS server the node runs, if any: on its private containerd's bridge.
     pub dns: Option<NodeDnsConfig>,
-    /// The pod subnet of the node's private containerd (`10.223.<x>.0/24`), if it has one:
-    /// the service proxy's cluster CIDR unless `--cluster-cidr` says otherwise.
-    pub pod_subnet: Option<String>,
 }
 
 impl NodeRuntime {
@@ -191,16 +211,27 @@ impl ContainerRuntimeFlags {
                         "--container-runtime-endpoint {endpoint} needs --container-runtime cri or auto"
                     );
                 }
-                let runtime = ProcessRuntime::new(node_dir)
+                let mut options = ProcessRuntimeOptions::default();
+                let mut subnet_lock = None;
+                let mut description =
+                    format!("as local processes (state in {})", node_dir.display());
+                if self.process_pod_network == ProcessPodNetwork::Bridge {
+                    let (network, subnet, lock) = own_pod_network(containerd_dir)?;
+                    options.network = Some(network);
+                    subnet_lock = Some(lock);
+                    description.push_str(&format!(
+                        ", each in a network namespace on the pod subnet {subnet}"
+                    ));
+                }
+                let runtime = ProcessRuntime::with_options(node_dir, options)
                     .with_context(|| format!("process runtime in {}", node_dir.display()))?;
                 Ok(NodeRuntime {
                     runtime: Arc::new(runtime),
                     version: setpoint_node::agent::PROCESS_RUNTIME_VERSION.to_string(),
-                    description: format!("as local processes (state in {})", node_dir.display()),
+                    description,
                     containerd: None,
-                    _subnet_lock: None,
+                    _subnet_lock: subnet_lock,
                     dns: None,
-                    pod_subnet: None,
                 })
             }
             RuntimeKind::Cri => {
@@ -345,7 +376,12 @@ impl ContainerRuntimeFlags {
             let containers = CriRuntime::new(client, options)
                 .await
                 .with_context(|| format!("CRI runtime at {endpoint}"))?;
-            let processes = ProcessRuntime::new(node_dir)
+            let mut process_options = ProcessRuntimeOptions::default();
+            if self.process_pod_network == ProcessPodNetwork::Bridge {
+                process_options.network =
+                    Some(containerd_pod_network(subnet.as_deref(), containerd_dir)?);
+            }
+            let processes = ProcessRuntime::with_options(node_dir, process_options)
                 .with_context(|| format!("process runtime in {}", node_dir.display()))?;
             let runtime = RoutedRuntime::new(Arc::new(containers), Arc::new(processes));
             anyhow::Ok((runtime, version))
@@ -383,9 +419,81 @@ impl ContainerRuntimeFlags {
             containerd,
             _subnet_lock: subnet_lock,
             dns,
-            pod_subnet: subnet,
         })
     }
+}
+
+/// Why `--process-pod-network bridge` cannot run here, if it cannot: it needs root (network
+/// namespaces, links and addresses) and the CNI plugins. Returns the plugins' directory.
+fn bridge_network_prerequisites() -> anyhow::Result<PathBuf> {
+    if !setpoint_node::process::netns::permitted() {
+        anyhow::bail!(
+            "--process-pod-network bridge needs CAP_NET_ADMIN and CAP_SYS_ADMIN (run as root); --process-pod-network host gives process pods loopback addresses instead"
+        );
+    }
+    containerd::config::find_cni_bin_dir().ok_or_else(|| {
+        anyhow::anyhow!(
+            "--process-pod-network bridge needs the CNI plugins ({}) in {} (Debian: `apt-get install containernetworking-plugins`)",
+            containerd::config::CNI_PLUGINS.join(", "),
+            containerd::config::CNI_BIN_DIRS.join(" or ")
+        )
+    })
+}
+
+/// The CNI network list file under a private containerd's directory (`daemon` writes it).
+fn conflist_path(containerd_dir: &Path) -> PathBuf {
+    containerd_dir
+        .join("cni")
+        .join("net.d")
+        .join("10-setpoint.conflist")
+}
+
+/// The pod network of a process-only node: a bridge of its own on a claimed
+/// `10.223.<x>.0/24` subnet, written where a private containerd of the same data dir would
+/// write it (so one started later shares the bridge, the range and `host-local`'s records).
+/// Returns the network, its subnet and the subnet's lock.
+fn own_pod_network(containerd_dir: &Path) -> anyhow::Result<(PodNetwork, String, std::fs::File)> {
+    let bin_dir = bridge_network_prerequisites()?;
+    std::fs::create_dir_all(containerd_dir)
+        .with_context(|| format!("creating {}", containerd_dir.display()))?;
+    let (x, lock) = claim_subnet(containerd_dir)?;
+    let subnet = format!("{SUBNET_PREFIX}.{x}.0/24");
+    let ipam_data_dir = containerd_dir.join("cni").join("ipam");
+    let file = conflist_path(containerd_dir);
+    for dir in [
+        ipam_data_dir.as_path(),
+        file.parent().unwrap_or(containerd_dir),
+    ] {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let text = containerd::config::cni_conflist(&containerd::config::CniNetwork {
+        name: bridge_name(x),
+        bridge: bridge_name(x),
+        subnet: subnet.clone(),
+        ipam_data_dir,
+    });
+    std::fs::write(&file, &text).with_context(|| format!("writing {}", file.display()))?;
+    let network = PodNetwork::new(bin_dir, &text).with_context(|| file.display().to_string())?;
+    Ok((network, subnet, lock))
+}
+
+/// The pod network of a CRI node, for its process pods: its private containerd's network
+/// list (`subnet` is that containerd's; `None`: the runtime is not a private containerd,
+/// whose network this agent does not know).
+fn containerd_pod_network(
+    subnet: Option<&str>,
+    containerd_dir: &Path,
+) -> anyhow::Result<PodNetwork> {
+    let bin_dir = bridge_network_prerequisites()?;
+    if subnet.is_none() {
+        anyhow::bail!(
+            "--process-pod-network bridge on a CRI node needs the private containerd's pod network; with a system containerd or --container-runtime-endpoint use --process-pod-network host"
+        );
+    }
+    let file = conflist_path(containerd_dir);
+    let text =
+        std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+    PodNetwork::new(bin_dir, &text).with_context(|| file.display().to_string())
 }
 
 /// How long a containerd that has just opened its socket may take to initialize its CRI
@@ -558,6 +666,12 @@ mod tests {
         .unwrap();
         assert_eq!(cli.flags.container_runtime, RuntimeKind::Cri);
         assert!(Cli::try_parse_from(["x", "--container-runtime", "docker"]).is_err());
+        // Process pods share the node's network unless asked for a bridge.
+        assert_eq!(cli.flags.process_pod_network, ProcessPodNetwork::Host);
+        let cli = Cli::try_parse_from(["x", "--process-pod-network", "bridge"]).unwrap();
+        assert_eq!(cli.flags.process_pod_network, ProcessPodNetwork::Bridge);
+        assert!(Cli::try_parse_from(["x", "--process-pod-network", "none"]).is_err());
+        let cli = Cli::try_parse_from(["x", "--container-runtime", "cri"]).unwrap();
         // The kubelet's image garbage collection flags and defaults.
         assert_eq!(cli.flags.image_gc, ImageGcFlags::default());
         let cli = Cli::try_parse_from([
@@ -595,6 +709,7 @@ mod tests {
             container_runtime_endpoint: Some("unix:///nowhere.sock".into()),
             image_gc: ImageGcFlags::default(),
             dns: DnsFlags::default(),
+            process_pod_network: ProcessPodNetwork::Host,
         };
         let err = flags
             .open(&dir.path().join("node"), &dir.path().join("containerd"))
@@ -611,6 +726,7 @@ mod tests {
             container_runtime_endpoint: Some("unix:///x.sock".into()),
             image_gc: ImageGcFlags::default(),
             dns: DnsFlags::default(),
+            process_pod_network: ProcessPodNetwork::Host,
         };
         let (kind, why) = auto.choose();
         assert_eq!(kind, RuntimeKind::Cri);
@@ -620,6 +736,7 @@ mod tests {
             container_runtime_endpoint: None,
             image_gc: ImageGcFlags::default(),
             dns: DnsFlags::default(),
+            process_pod_network: ProcessPodNetwork::Host,
         };
         assert_eq!(process.choose().0, RuntimeKind::Process);
         // Without an endpoint, auto follows what this machine has.
@@ -628,6 +745,7 @@ mod tests {
             container_runtime_endpoint: None,
             image_gc: ImageGcFlags::default(),
             dns: DnsFlags::default(),
+            process_pod_network: ProcessPodNetwork::Host,
         };
         let usable = containerd::find_system_endpoint().is_some()
             || containerd::testing::missing_prerequisites().is_none();
@@ -662,6 +780,7 @@ mod tests {
             )),
             image_gc: ImageGcFlags::default(),
             dns: DnsFlags::default(),
+            process_pod_network: ProcessPodNetwork::Host,
         };
         let err = flags
             .open(&dir.path().join("node"), &dir.path().join("containerd"))
