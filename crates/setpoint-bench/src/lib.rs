@@ -13,23 +13,17 @@
 //! - [`timed`]: API calls timed as the client saw them, with retries;
 //! - [`procstat`]: peak RSS and CPU seconds of local `setpoint` processes;
 //! - [`report`]: the pure computations; [`table`] and [`svg`] render them;
-//! - [`progress`]: the progress line on stderr;
-//! - [`metricspipeline`]: the API server's resource metrics scrape, per P pods (its own
-//!   code on the Summaries agents serve);
-//! - [`proxy`]: the service proxy's rule programming time (its own code, a private nftables
-//!   table).
+//! - [`progress`]: the progress line on stderr.
 
 pub mod api;
 pub mod churn;
 pub mod compare;
 pub mod density;
 pub mod endpointslices;
-pub mod metricspipeline;
 pub mod observe;
 pub mod placement;
 pub mod procstat;
 pub mod progress;
-pub mod proxy;
 pub mod record;
 pub mod report;
 pub mod svg;

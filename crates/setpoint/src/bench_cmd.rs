@@ -1,6 +1,5 @@
 //! `setpoint bench`: load a Kubernetes-compatible cluster through its public API and report
-//! figures (`density`, `churn`, `api`, `endpointslices`; `proxy` and `metrics-pipeline` time
-//! the service proxy's rule programming and the resource metrics scrape on this machine), and put two reports side by side (`compare`). The
+//! figures (`density`, `churn`, `api`, `endpointslices`), and put two reports side by side (`compare`). The
 //! logic lives in `setpoint-bench`; this wires flags and files.
 
 use std::path::{Path, PathBuf};
@@ -31,45 +30,6 @@ pub enum BenchCommand {
     /// address ready in the Service's EndpointSlices, and from a pod deleted to its address
     /// gone.
     Endpointslices(EndpointSlicesArgs),
-    /// The service proxy's nftables programming time for S Services x E endpoints, full sync
-    /// and one endpoint changed, in a private table of this run (needs root and `nft`; no
-    /// cluster).
-    Proxy(ProxyArgs),
-    /// The API server's resource metrics scrape of P pods: CPU per scrape (decoding the
-    /// agents' Summaries and rating them) and the memory it holds (no cluster).
-    MetricsPipeline(MetricsPipelineArgs),
-}
-
-#[derive(clap::Args, Clone)]
-pub struct MetricsPipelineArgs {
-    /// Write the report as JSON here.
-    #[arg(long)]
-    json: Option<PathBuf>,
-    /// Pods, one container each.
-    #[arg(long, default_value_t = 10_000)]
-    pods: usize,
-    /// Pods per node.
-    #[arg(long, default_value_t = 100)]
-    pods_per_node: usize,
-    /// Scrapes measured.
-    #[arg(long, default_value_t = 10)]
-    scrapes: usize,
-}
-
-#[derive(clap::Args, Clone)]
-pub struct ProxyArgs {
-    /// Write the report as JSON here.
-    #[arg(long)]
-    json: Option<PathBuf>,
-    /// Services, one TCP port each.
-    #[arg(long, default_value_t = 1000)]
-    services: usize,
-    /// Endpoints per Service.
-    #[arg(long, default_value_t = 10)]
-    endpoints: usize,
-    /// Full syncs and changes measured.
-    #[arg(long, default_value_t = 10)]
-    rounds: usize,
 }
 
 #[derive(clap::Args, Clone)]
@@ -318,35 +278,6 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
             )
             .await?;
             print!("{}", setpoint_bench::endpointslices::table(&r));
-            write_json(&a.json, &r)?;
-        }
-        BenchCommand::Proxy(a) => {
-            // A table of this process's own: two runs on one machine do not meet.
-            let table = format!("setpoint-bench-{}", std::process::id());
-            let r = setpoint_bench::proxy::run(
-                setpoint_bench::proxy::ProxyBenchConfig {
-                    services: a.services.max(1),
-                    endpoints: a.endpoints.max(1),
-                    rounds: a.rounds.max(1),
-                },
-                &table,
-            )
-            .await?;
-            print!("{}", setpoint_bench::proxy::table(&r));
-            write_json(&a.json, &r)?;
-        }
-        BenchCommand::MetricsPipeline(a) => {
-            let config = setpoint_bench::metricspipeline::MetricsPipelineConfig {
-                pods: a.pods.max(1),
-                pods_per_node: a.pods_per_node.max(1),
-                scrapes: a.scrapes.max(1),
-                millicores: 200,
-            };
-            // CPU-bound and timed by its thread's CPU time: off the async workers.
-            let r =
-                tokio::task::spawn_blocking(move || setpoint_bench::metricspipeline::run(&config))
-                    .await??;
-            print!("{}", setpoint_bench::metricspipeline::table(&r));
             write_json(&a.json, &r)?;
         }
         BenchCommand::Churn(a) => {
