@@ -7,7 +7,9 @@
 //! the budget must allow a disruption, which the eviction uses by a compare-and-swap on the
 //! budget's status (decrementing `disruptionsAllowed` and recording the pod in
 //! `disruptedPods`), so two evictions racing for the last disruption cannot both pass. Then
-//! the pod is deleted with the Eviction's `deleteOptions`.
+//! the pod is deleted with the Eviction's `deleteOptions` — after its status gains the
+//! `DisruptionTarget` condition (reason `EvictionByEvictionAPI`), as upstream's does, so a
+//! Job's `podFailurePolicy` can tell an eviction from a failure.
 
 use serde_json::{json, Value};
 use setpoint_api::disruption::{
@@ -39,6 +41,56 @@ pub enum Evicted {
 /// The message of [`Evicted::TooManyBudgets`].
 pub const TOO_MANY_BUDGETS: &str =
     "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.";
+
+/// The reason of the `DisruptionTarget` condition an eviction gives the pod.
+pub const DISRUPTION_REASON: &str = "EvictionByEvictionAPI";
+/// The message of that condition.
+pub const DISRUPTION_MESSAGE: &str = "Eviction API: evicting";
+
+/// `pod` with the `DisruptionTarget` condition set True as upstream's eviction sets it
+/// (`lastTransitionTime` kept when the status does not change), or `None` when it has it
+/// already.
+pub fn with_disruption_target(pod: &Value, now: &str) -> Option<Value> {
+    let mut out = pod.clone();
+    let status = out
+        .as_object_mut()?
+        .entry("status")
+        .or_insert_with(|| json!({}));
+    let conditions = status
+        .as_object_mut()?
+        .entry("conditions")
+        .or_insert_with(|| json!([]));
+    if !conditions.is_array() {
+        *conditions = json!([]);
+    }
+    let list = conditions.as_array_mut()?;
+    let fresh = json!({
+        "type": "DisruptionTarget",
+        "status": "True",
+        "reason": DISRUPTION_REASON,
+        "message": DISRUPTION_MESSAGE,
+        "lastTransitionTime": now,
+    });
+    let same = |c: &Value, k: &str| c.get(k) == fresh.get(k);
+    match list
+        .iter_mut()
+        .find(|c| c.get("type").and_then(Value::as_str) == Some("DisruptionTarget"))
+    {
+        Some(c) if same(c, "status") && same(c, "reason") && same(c, "message") => None,
+        Some(c) => {
+            let since = same(c, "status").then(|| c.get("lastTransitionTime").cloned());
+            *c = fresh;
+            if let Some(Some(t)) = since {
+                c["lastTransitionTime"] = t;
+            }
+            Some(out)
+        }
+        None => {
+            list.push(fresh);
+            Some(out)
+        }
+    }
+}
 
 /// How an eviction treats a pod, decided from the pod and the budgets guarding it.
 #[derive(Clone, Debug, PartialEq)]
@@ -229,8 +281,8 @@ impl ApiServer {
             if precondition && !caller_pinned {
                 opts.precondition_resource_version = Some(meta::resource_version(&pod).to_string());
             }
-            match self.delete(&pods, namespace, name, &opts).await {
-                Ok(_) => return Ok(Evicted::Deleted),
+            match self.disrupt_and_delete(&pods, namespace, name, opts).await {
+                Ok(()) => return Ok(Evicted::Deleted),
                 // The pod changed since it was read: look again, unless the caller's own
                 // precondition failed.
                 Err(e) if e.code == 409 && !caller_pinned && attempt < RETRIES => continue,
@@ -252,8 +304,8 @@ impl ApiServer {
                     .await?
             }
         }
-        match self.delete(&pods, namespace, name, &opts).await {
-            Ok(_) => Ok(Evicted::Deleted),
+        match self.disrupt_and_delete(&pods, namespace, name, opts).await {
+            Ok(()) => Ok(Evicted::Deleted),
             Err(e) if e.code == 409 && !caller_pinned => match plan {
                 // The pod became ready since it was judged unhealthy: the client retries.
                 Plan::UnhealthyDelete { budget } => Err(refused(format!(
@@ -263,6 +315,81 @@ impl ApiServer {
             },
             Err(e) => Err(e),
         }
+    }
+
+    /// Deletes the pod with `opts`, first (unless a dry run) giving its latest version the
+    /// `DisruptionTarget` condition, as upstream's `addConditionAndDeletePod`: the delete's
+    /// preconditions are checked against that version, and a resourceVersion precondition
+    /// moves to the version the condition wrote.
+    async fn disrupt_and_delete(
+        &self,
+        pods: &crate::registry::ResourceDef,
+        namespace: &str,
+        name: &str,
+        mut opts: DeleteOptions,
+    ) -> Result<(), ApiError> {
+        // Retried on conflicts with a fresh read (the kubelet writes the status too), as
+        // upstream's guaranteed update does; the caller's preconditions are checked each time.
+        let mut attempt = 0;
+        while !opts.dry_run {
+            attempt += 1;
+            let latest = self.get_object(pods, namespace, name).await?;
+            let gr = GroupResource {
+                group: String::new(),
+                resource: "Pod".into(),
+            };
+            if let Some(uid) = opts
+                .precondition_uid
+                .as_deref()
+                .filter(|u| *u != meta::uid(&latest))
+            {
+                return Err(ApiError::conflict(
+                    &gr,
+                    name,
+                    &format!(
+                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                        meta::uid(&latest)
+                    ),
+                ));
+            }
+            if let Some(rv) = opts
+                .precondition_resource_version
+                .as_deref()
+                .filter(|rv| *rv != meta::resource_version(&latest))
+            {
+                return Err(ApiError::conflict(
+                    &gr,
+                    name,
+                    &format!(
+                        "the ResourceVersion in the precondition ({rv}) does not match the ResourceVersion in record ({}). The object might have been modified",
+                        meta::resource_version(&latest)
+                    ),
+                ));
+            }
+            if let Some(marked) =
+                with_disruption_target(&latest, &setpoint_api::time::now_rfc3339())
+            {
+                let write = WriteOptions {
+                    field_manager: Some("eviction".into()),
+                    ..WriteOptions::default()
+                };
+                // The body carries the version read: a pod changed meanwhile is a conflict.
+                let written = match self
+                    .update(pods, namespace, name, View::Status, marked, &write)
+                    .await
+                {
+                    Ok(w) => w,
+                    Err(e) if e.code == 409 && attempt < RETRIES => continue,
+                    Err(e) => return Err(e),
+                };
+                if opts.precondition_resource_version.is_some() {
+                    opts.precondition_resource_version =
+                        Some(meta::resource_version(&written.object).to_string());
+                }
+            }
+            break;
+        }
+        self.delete(pods, namespace, name, &opts).await.map(|_| ())
     }
 
     /// Uses one disruption of budget `budget` for `pod`, by a compare-and-swap on its status
@@ -325,6 +452,35 @@ mod tests {
         json!({"metadata": {"name": name, "generation": 1},
                "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}},
                "status": status})
+    }
+
+    #[test]
+    fn the_disruption_target_condition_as_upstream_sets_it() {
+        let p = pod("Running", true);
+        let marked = with_disruption_target(&p, "2026-01-01T00:00:00Z").unwrap();
+        let c = marked["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "DisruptionTarget")
+            .unwrap()
+            .clone();
+        assert_eq!(c["status"], "True");
+        assert_eq!(c["reason"], "EvictionByEvictionAPI");
+        assert_eq!(c["message"], "Eviction API: evicting");
+        assert!(with_disruption_target(&marked, "2026-01-02T00:00:00Z").is_none());
+        // Another reason is replaced; the transition time stays while the status does.
+        let mut other = marked.clone();
+        other["status"]["conditions"][1]["reason"] = json!("DeletionByTaintManager");
+        let again = with_disruption_target(&other, "2026-01-03T00:00:00Z").unwrap();
+        assert_eq!(
+            again["status"]["conditions"][1]["reason"],
+            "EvictionByEvictionAPI"
+        );
+        assert_eq!(
+            again["status"]["conditions"][1]["lastTransitionTime"],
+            "2026-01-01T00:00:00Z"
+        );
     }
 
     #[test]

@@ -187,3 +187,58 @@ async fn unguarded_pending_and_mismatched_evictions() {
     );
     assert_eq!(get(&r, &format!("{NS}/pods/guarded")).await.status, 200);
 }
+
+#[tokio::test]
+async fn an_evicted_pod_gets_the_disruption_target_condition_before_it_goes() {
+    let r = start().await;
+    // Bound to a node, so the delete is graceful and the pod can still be read.
+    let resp = post(
+        &r,
+        &format!("{NS}/pods"),
+        &json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "bound", "labels": {"app": "other"}},
+                "spec": {"automountServiceAccountToken": false, "nodeName": "n1",
+                         "containers": [{"name": "c", "image": "busybox"}]}}),
+    )
+    .await;
+    assert_eq!(resp.status, 201, "{}", resp.body);
+    let rv = resp.body["metadata"]["resourceVersion"].clone();
+    // The caller's resourceVersion precondition holds against the pod as read, though the
+    // condition's write moves the version before the delete.
+    let mut ev = eviction("bound");
+    ev["deleteOptions"] = json!({"preconditions": {"resourceVersion": rv}});
+    let a = post(&r, &format!("{NS}/pods/bound/eviction"), &ev).await;
+    assert_eq!(a.status, 201, "{}", a.body);
+    let p = get(&r, &format!("{NS}/pods/bound")).await.body;
+    assert!(p["metadata"]["deletionTimestamp"].is_string(), "{p}");
+    let c = p["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "DisruptionTarget"))
+        .cloned()
+        .unwrap_or_else(|| panic!("no DisruptionTarget in {p}"));
+    assert_eq!(
+        (&c["status"], &c["reason"], &c["message"]),
+        (
+            &json!("True"),
+            &json!("EvictionByEvictionAPI"),
+            &json!("Eviction API: evicting")
+        )
+    );
+    // A stale precondition is a conflict, and the pod is left alone.
+    let resp = post(
+        &r,
+        &format!("{NS}/pods"),
+        &json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "stale", "labels": {"app": "other"}},
+                "spec": {"automountServiceAccountToken": false, "nodeName": "n1",
+                         "containers": [{"name": "c", "image": "busybox"}]}}),
+    )
+    .await;
+    assert_eq!(resp.status, 201, "{}", resp.body);
+    let mut ev = eviction("stale");
+    ev["deleteOptions"] = json!({"preconditions": {"resourceVersion": "1"}});
+    let a = post(&r, &format!("{NS}/pods/stale/eviction"), &ev).await;
+    assert_eq!(a.status, 409, "{}", a.body);
+    let p = get(&r, &format!("{NS}/pods/stale")).await.body;
+    assert!(p["metadata"]["deletionTimestamp"].is_null(), "{p}");
+}
