@@ -170,6 +170,9 @@ pub struct NodeRuntime {
     _subnet_lock: Option<std::fs::File>,
     /// The cluster DNS server the node runs, if any: on its private containerd's bridge.
     pub dns: Option<NodeDnsConfig>,
+    /// The pod subnet of the node's private containerd (`10.223.<x>.0/24`), if it has one:
+    /// the service proxy's cluster CIDR unless `--cluster-cidr` says otherwise.
+    pub pod_subnet: Option<String>,
 }
 
 impl NodeRuntime {
@@ -232,6 +235,7 @@ impl ContainerRuntimeFlags {
                     containerd: None,
                     _subnet_lock: subnet_lock,
                     dns: None,
+                    pod_subnet: None,
                 })
             }
             RuntimeKind::Cri => {
@@ -419,6 +423,7 @@ impl ContainerRuntimeFlags {
             containerd,
             _subnet_lock: subnet_lock,
             dns,
+            pod_subnet: subnet,
         })
     }
 }
