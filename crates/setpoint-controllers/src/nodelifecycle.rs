@@ -172,6 +172,44 @@ pub fn pods_need_attention(node: &Node) -> bool {
     no_execute || condition(node, "Ready").is_some_and(|c| c.status == "Unknown")
 }
 
+/// The reason of the `DisruptionTarget` condition a `NoExecute` eviction gives a pod.
+pub const DISRUPTION_REASON: &str = "DeletionByTaintManager";
+/// Its message, as upstream's.
+pub const DISRUPTION_MESSAGE: &str = "Taint manager: deleting due to NoExecute taint";
+
+/// The status patch giving `pod` the `DisruptionTarget` condition of a taint eviction, or
+/// `None` when it has it already. The pod's uid is a precondition: a pod recreated under the
+/// name is not touched.
+pub fn disruption_target_patch(pod: &Pod, now: Timestamp) -> Option<Patch> {
+    let current = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let has = current.iter().any(|c| {
+        c.type_ == "DisruptionTarget"
+            && c.status == "True"
+            && c.reason.as_deref() == Some(DISRUPTION_REASON)
+            && c.message.as_deref() == Some(DISRUPTION_MESSAGE)
+    });
+    if has {
+        return None;
+    }
+    let condition = k8s_openapi::api::core::v1::PodCondition {
+        type_: "DisruptionTarget".into(),
+        status: "True".into(),
+        reason: Some(DISRUPTION_REASON.into()),
+        message: Some(DISRUPTION_MESSAGE.into()),
+        last_transition_time: Some(Time(now)),
+        ..Default::default()
+    };
+    let conditions = crate::podgc::with_condition(&current, condition);
+    Some(Patch::Merge(json!({
+        "metadata": {"uid": pod.metadata.uid},
+        "status": {"conditions": conditions},
+    })))
+}
+
 /// Pods to evict from a node with these taints, and when to look again.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Evictions {
@@ -384,6 +422,18 @@ impl Reconciler for NodeLifecycleController {
             };
             let pods: Api<Pod> =
                 Api::namespaced(self.client.clone(), key.namespace.as_deref().unwrap_or(""));
+            // First the DisruptionTarget condition, as upstream's taint manager, so a Job's
+            // podFailurePolicy can tell this eviction from a failure.
+            if let Some(patch) = disruption_target_patch(&pod, now) {
+                match pods
+                    .patch_status(&key.name, &PatchParams::default(), &patch)
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(e) if e.is_not_found() || e.is_conflict() => continue,
+                    Err(e) => return Err(e.into()),
+                }
+            }
             let params = DeleteParams {
                 precondition_uid: pod.metadata.uid.clone(),
                 ..DeleteParams::default()
@@ -655,6 +705,28 @@ mod tests {
         assert!(tolerates(&eq, &t), "empty value equals missing value");
         eq.value = Some("v".into());
         assert!(!tolerates(&eq, &t));
+    }
+
+    #[test]
+    fn a_taint_eviction_marks_the_pod_as_upstream() {
+        let mut pod = Pod::default();
+        pod.metadata.uid = Some("u1".into());
+        let Some(Patch::Merge(p)) = disruption_target_patch(&pod, Timestamp::UNIX_EPOCH) else {
+            panic!("a merge patch")
+        };
+        assert_eq!(p["metadata"]["uid"], "u1");
+        let c = &p["status"]["conditions"][0];
+        assert_eq!(
+            (&c["type"], &c["status"], &c["reason"], &c["message"]),
+            (
+                &json!("DisruptionTarget"),
+                &json!("True"),
+                &json!("DeletionByTaintManager"),
+                &json!("Taint manager: deleting due to NoExecute taint")
+            )
+        );
+        let marked: Pod = serde_json::from_value(json!({"status": p["status"]})).unwrap();
+        assert!(disruption_target_patch(&marked, Timestamp::UNIX_EPOCH).is_none());
     }
 
     #[test]

@@ -145,12 +145,19 @@ async fn silent_node_is_tainted_its_pods_evicted_and_it_recovers() {
 
     // The pod tolerating the taint for 1 s is evicted; the patient one stays.
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    eventually("the briefly tolerating pod to be evicted", || async {
-        let p = pods.get_opt("brief").await.unwrap();
-        p.is_none_or(|p| p.metadata.deletion_timestamp.is_some())
-            .then_some(())
+    let brief = eventually("the briefly tolerating pod to be evicted", || async {
+        let p = pods.get("brief").await.unwrap();
+        p.metadata.deletion_timestamp.is_some().then_some(p)
     })
     .await;
+    // Bound to a node, it is deleted gracefully: still there, marked as upstream marks it.
+    let marked = brief.status.unwrap().conditions.unwrap_or_default();
+    assert!(
+        marked.iter().any(|c| c.type_ == "DisruptionTarget"
+            && c.status == "True"
+            && c.reason.as_deref() == Some("DeletionByTaintManager")),
+        "{marked:?}"
+    );
     let patient = pods.get("patient").await.unwrap();
     assert!(patient.metadata.deletion_timestamp.is_none());
 
