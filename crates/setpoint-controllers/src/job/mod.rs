@@ -1014,6 +1014,13 @@ async fn release(api: &Api<Pod>, pod: &Pod) -> Result<(), ReconcileError> {
     {
         Ok(_) => Ok(()),
         Err(e) if e.is_not_found() => Ok(()),
+        // The finalizers changed since the cache saw them (usually: already released by an
+        // earlier pass the cache has not caught up with). That change's event brings another
+        // pass, which looks again at the pod as it is.
+        Err(e) if e.code() == Some(422) => {
+            tracing::debug!(pod = %pod.name(), error = %e, "finalizers changed meanwhile; looking again on the next event");
+            Ok(())
+        }
         Err(e) => Err(e.into()),
     }
 }
