@@ -154,7 +154,7 @@ const SUBNET_PREFIX: &str = "10.223";
 
 /// Where the subnet locks of every private containerd on this machine are (the directory a
 /// private containerd already uses for sockets whose path would be too long).
-pub(crate) const LOCK_DIR: &str = "/run/setpoint";
+const LOCK_DIR: &str = "/run/setpoint";
 
 /// A local node's runtime, ready to run pods.
 pub struct NodeRuntime {
@@ -574,47 +574,83 @@ const SUBNET_FILE: &str = "pod-subnet";
 /// their bridge keeps the old subnet's gateway address, so the same data dir should get the
 /// same subnet back. A subnet some other interface already has is skipped.
 fn claim_subnet(dir: &Path) -> anyhow::Result<(u8, std::fs::File)> {
-    let lock_dir = PathBuf::from(LOCK_DIR);
-    std::fs::create_dir_all(&lock_dir)
-        .with_context(|| format!("creating {}", lock_dir.display()))?;
     let record = dir.join(SUBNET_FILE);
     let recorded = std::fs::read_to_string(&record)
         .ok()
         .and_then(|s| s.trim().parse::<u8>().ok())
         .filter(|x| *x >= 1);
     let addresses = host_ipv4_addresses();
-    let candidates = recorded.into_iter().chain(1..=254u8);
-    for x in candidates {
-        let prefix = format!("{SUBNET_PREFIX}.{x}.");
-        let ours = bridge_name(x);
-        if addresses
-            .iter()
-            .any(|(dev, addr)| *dev != ours && addr.starts_with(&prefix))
-        {
-            continue;
-        }
-        let path = lock_dir.join(format!("pod-net-{x}.lock"));
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .with_context(|| format!("opening {}", path.display()))?;
-        if try_lock(&file) {
-            if recorded != Some(x) {
-                std::fs::write(&record, format!("{x}\n"))
-                    .with_context(|| format!("writing {}", record.display()))?;
+    let claim = NumberedClaim {
+        lock_name: &|x| format!("pod-net-{x}.lock"),
+        record: &record,
+        record_text: &|x| format!("{x}\n"),
+    };
+    claim
+        .claim(recorded, 1..=254u8, |x| {
+            let prefix = format!("{SUBNET_PREFIX}.{x}.");
+            let ours = bridge_name(x);
+            addresses
+                .iter()
+                .any(|(dev, addr)| *dev != ours && addr.starts_with(&prefix))
+        })?
+        .ok_or_else(|| {
+            anyhow::anyhow!("every pod subnet {SUBNET_PREFIX}.1-254.0/24 is in use on this machine")
+        })
+}
+
+/// One of this machine's numbered network ranges, held by an exclusive lock on
+/// `/run/setpoint/<lock_name(n)>` for as long as the returned file is open, so two `setpoint`
+/// processes never share one and a killed process releases its lock with it. The number
+/// recorded in a data dir (`record`) is tried first, since what was handed out from the range
+/// outlives the process; a new choice is recorded there.
+pub(crate) struct NumberedClaim<'a> {
+    /// The lock file's name for number `n`.
+    pub lock_name: &'a dyn Fn(u8) -> String,
+    /// The data dir's record of the choice.
+    pub record: &'a Path,
+    /// What the record holds for number `n`.
+    pub record_text: &'a dyn Fn(u8) -> String,
+}
+
+impl NumberedClaim<'_> {
+    /// The first of `recorded`, then `candidates`, that `in_use` does not rule out and whose
+    /// lock is free; `None` when every one is taken.
+    pub fn claim(
+        &self,
+        recorded: Option<u8>,
+        candidates: impl IntoIterator<Item = u8>,
+        in_use: impl Fn(u8) -> bool,
+    ) -> anyhow::Result<Option<(u8, std::fs::File)>> {
+        let lock_dir = PathBuf::from(LOCK_DIR);
+        std::fs::create_dir_all(&lock_dir)
+            .with_context(|| format!("creating {}", lock_dir.display()))?;
+        for n in recorded.into_iter().chain(candidates) {
+            if in_use(n) {
+                continue;
             }
-            return Ok((x, file));
+            let path = lock_dir.join((self.lock_name)(n));
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)
+                .with_context(|| format!("opening {}", path.display()))?;
+            if try_lock(&file) {
+                if recorded != Some(n) {
+                    std::fs::write(self.record, (self.record_text)(n))
+                        .with_context(|| format!("writing {}", self.record.display()))?;
+                }
+                return Ok(Some((n, file)));
+            }
         }
+        Ok(None)
     }
-    anyhow::bail!("every pod subnet {SUBNET_PREFIX}.1-254.0/24 is in use on this machine")
 }
 
 /// An exclusive, non-blocking `flock` on `file`: whether it was taken.
 // flock is a system call (this crate does not depend on libc for one function).
 #[allow(unsafe_code)]
-pub(crate) fn try_lock(file: &std::fs::File) -> bool {
+fn try_lock(file: &std::fs::File) -> bool {
     extern "C" {
         fn flock(fd: i32, operation: i32) -> i32;
     }

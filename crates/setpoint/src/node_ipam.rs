@@ -2,9 +2,8 @@
 //! (`--allocate-node-cidrs`, `--node-cidr-mask-size`), and the cluster CIDR `setpoint up`
 //! chooses when none is given.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use anyhow::Context;
 use setpoint_api::cidr::Cidr;
 use setpoint_controllers::nodeipam::NodeIpamConfig;
 
@@ -57,42 +56,31 @@ const RECORD: &str = "cluster-cidr";
 /// preferred at the next start, since the nodes keep the ranges they were given; a range
 /// some interface of this host already has an address in is skipped.
 pub fn claim_default(data_dir: &Path) -> anyhow::Result<(Cidr, std::fs::File)> {
-    let lock_dir = PathBuf::from(crate::container_runtime::LOCK_DIR);
-    std::fs::create_dir_all(&lock_dir)
-        .with_context(|| format!("creating {}", lock_dir.display()))?;
     let record = data_dir.join(RECORD);
     let recorded = std::fs::read_to_string(&record)
         .ok()
         .and_then(|s| s.trim().parse::<Cidr>().ok())
         .and_then(|c| candidate_of(&c));
     let addresses = crate::container_runtime::host_ipv4_addresses();
-    for y in recorded.into_iter().chain(FIRST..=LAST) {
-        let cidr = cidr_of(y);
-        let taken = addresses.iter().any(|(_, addr)| {
-            addr.parse::<std::net::IpAddr>()
-                .is_ok_and(|a| cidr.contains(&a))
-        });
-        if taken {
-            continue;
-        }
-        let path = lock_dir.join(format!("cluster-net-{y}.lock"));
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .with_context(|| format!("opening {}", path.display()))?;
-        if crate::container_runtime::try_lock(&file) {
-            if recorded != Some(y) {
-                std::fs::write(&record, format!("{cidr}\n"))
-                    .with_context(|| format!("writing {}", record.display()))?;
-            }
-            return Ok((cidr, file));
-        }
-    }
-    anyhow::bail!(
-        "every cluster CIDR 10.{FIRST}-{LAST}.0.0/16 is in use on this machine; give one with --cluster-cidr"
-    )
+    let claim = crate::container_runtime::NumberedClaim {
+        lock_name: &|y| format!("cluster-net-{y}.lock"),
+        record: &record,
+        record_text: &|y| format!("{}\n", cidr_of(y)),
+    };
+    let (y, file) = claim
+        .claim(recorded, FIRST..=LAST, |y| {
+            let cidr = cidr_of(y);
+            addresses.iter().any(|(_, addr)| {
+                addr.parse::<std::net::IpAddr>()
+                    .is_ok_and(|a| cidr.contains(&a))
+            })
+        })?
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "every cluster CIDR 10.{FIRST}-{LAST}.0.0/16 is in use on this machine; give one with --cluster-cidr"
+            )
+        })?;
+    Ok((cidr_of(y), file))
 }
 
 fn cidr_of(y: u8) -> Cidr {

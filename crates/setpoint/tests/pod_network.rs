@@ -232,15 +232,7 @@ fn start_agent(ns: &str, join: &[String], node: &str, address: &str, dir: &Path)
 
 #[test]
 fn nodes_get_pod_ranges_and_route_each_other_s() {
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
-    let netns = Command::new("ip")
-        .args(["netns", "list"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !root || !netns || !kubectl_available() {
+    if !netns_available() || !kubectl_available() {
         eprintln!("skipping: routing across network namespaces needs root, `ip netns` and kubectl");
         return;
     }

@@ -33,6 +33,19 @@ const START_DEADLINE: Duration = Duration::from_secs(60);
 /// How long `setpoint` may take to exit after SIGTERM.
 const STOP_DEADLINE: Duration = Duration::from_secs(15);
 
+/// Whether this process can make network namespaces to stand for hosts: it runs as root and
+/// `ip netns` works.
+pub fn netns_available() -> bool {
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    root && Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
 /// Whether kubectl can be run here. When it cannot, says so and returns false, unless
 /// `SETPOINT_REQUIRE_KUBECTL` is set (CI sets it), in which case it panics: a CI run must not
 /// pass by skipping.
