@@ -31,7 +31,7 @@ use setpoint_api::ApiError;
 use crate::request::{PathTarget, Query};
 use crate::response::value_response;
 use crate::state::ApiServer;
-use crate::watchcache::Filter;
+use crate::watchcache::{Attrs, Filter};
 
 /// The API group.
 pub const GROUP: &str = "metrics.k8s.io";
@@ -655,25 +655,20 @@ fn answer(
         return Ok(value_response(StatusCode::OK, &m));
     }
     let (labels, fields) = selectors(q, plural)?;
-    let (objects, _) = server.caches.get(cache).list(&prefix, &Filter::all());
+    // Selected on the attributes the cache keeps parsed, so that only the objects served are
+    // decoded: an autoscaler lists the few pods of its target among a namespace's thousands,
+    // every sync period.
+    let filter = Filter {
+        namespace: None,
+        name: None,
+        predicate: Some(Box::new(move |a: &Attrs| {
+            labels.matches(|k| a.label(k)) && fields.matches(|f| a.field(f).to_string())
+        })),
+    };
+    let (objects, _) = server.caches.get(cache).list(&prefix, &filter);
     let items: Vec<Value> = objects
         .iter()
-        .map(|o| o.object())
-        .filter(|o| labels.matches_object(o))
-        .filter(|o| {
-            fields.matches(|f| {
-                let at = if f == "metadata.name" {
-                    "/metadata/name"
-                } else {
-                    "/metadata/namespace"
-                };
-                o.pointer(at)
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string()
-            })
-        })
-        .filter_map(|o| metrics_of(&o))
+        .filter_map(|o| metrics_of(&o.object()))
         .collect();
     Ok(value_response(
         StatusCode::OK,
