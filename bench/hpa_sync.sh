@@ -155,8 +155,8 @@ syncs=$(($(count_of "$work/with.after") - $(count_of "$work/with.before")))
 busy=$(awk -v a="$(sum_of "$work/with.after")" -v b="$(sum_of "$work/with.before")" 'BEGIN {print a - b}')
 # The median from the histogram's cumulative buckets of the window: the first bound holding
 # half the reconciles.
-p50=$(join <(awk -F'le="' '/_bucket\{/ {split($2, a, "\""); print a[1], $NF}' "$work/with.before" | sort) \
-  <(awk -F'le="' '/_bucket\{/ {split($2, a, "\""); print a[1], $NF}' "$work/with.after" | sort) |
+buckets() { awk '/_bucket\{/ {match($0, /le="[^"]*"/); n = split($0, w, " "); print substr($0, RSTART + 4, RLENGTH - 5), w[n]}' "$1" | sort; }
+p50=$(join <(buckets "$work/with.before") <(buckets "$work/with.after") |
   awk -v n="$syncs" '{d[$1] = $3 - $2} END {best = "+Inf"; for (b in d) if (b != "+Inf" && d[b] >= n / 2 && (best == "+Inf" || b + 0 < best + 0)) best = b; print best}')
 
 awk -v hpas="$hpas" -v nodes="$nodes" -v periods="$periods" -v p="$period_s" -v syncs="$syncs" \
