@@ -139,14 +139,9 @@ impl Proc {
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("the agent did not stop within 30 s");
+        eventually("the agent to stop", Duration::from_secs(30), || {
+            self.child.try_wait().ok().flatten()
+        });
     }
 }
 
