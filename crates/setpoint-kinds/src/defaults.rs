@@ -98,6 +98,19 @@ pub fn apply(group: &str, kind: &str, obj: &mut Value) {
         ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => rbac_binding(root),
         ("admissionregistration.k8s.io", "MutatingWebhookConfiguration") => webhooks(root, true),
         ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration") => webhooks(root, false),
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy") => {
+            if let Some(spec) = child(root, "spec") {
+                default_string(spec, "failurePolicy", "Fail");
+                if let Some(m) = child(spec, "matchConstraints") {
+                    match_resources(m);
+                }
+            }
+        }
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding") => {
+            if let Some(m) = child(root, "spec").and_then(|s| child(s, "matchResources")) {
+                match_resources(m);
+            }
+        }
         _ => {}
     }
 }
@@ -277,6 +290,19 @@ fn webhooks(root: &mut Obj, mutating: bool) {
         }
         if let Some(service) = child(hook, "clientConfig").and_then(|c| child(c, "service")) {
             default_value(service, "port", json!(443));
+        }
+    }
+}
+
+/// An admission policy's `matchConstraints` or a binding's `matchResources`, as upstream's
+/// `SetDefaults_MatchResources` and `SetDefaults_NamedRuleWithOperations` default them.
+fn match_resources(m: &mut Obj) {
+    default_string(m, "matchPolicy", "Equivalent");
+    default_value(m, "namespaceSelector", json!({}));
+    default_value(m, "objectSelector", json!({}));
+    for key in ["resourceRules", "excludeResourceRules"] {
+        for rule in items(m, key) {
+            default_string(rule, "scope", "*");
         }
     }
 }

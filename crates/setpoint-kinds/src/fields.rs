@@ -70,6 +70,10 @@ pub fn supported_fields(group: &str, kind: &str) -> &'static [&'static str] {
         ("events.k8s.io", "Event") => EVENTS_K8S_IO_EVENT,
         // Cluster-scoped kinds with their own list do not accept metadata.namespace.
         ("", "Node") => &["metadata.name", "spec.unschedulable"],
+        (
+            "admissionregistration.k8s.io",
+            "ValidatingAdmissionPolicy" | "ValidatingAdmissionPolicyBinding",
+        ) => &["metadata.name"],
         ("", "Namespace") => &["metadata.name", "status.phase"],
         ("apiextensions.k8s.io", "CustomResourceDefinition") => &["metadata.name"],
         ("rbac.authorization.k8s.io", "ClusterRole" | "ClusterRoleBinding") => &["metadata.name"],

@@ -382,6 +382,28 @@ pub static BUILTIN: &[KindInfo] = &[
         "role",
         true,
     ),
+    // admissionregistration.k8s.io/v1: CEL admission policies
+    kind(
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingAdmissionPolicy",
+        "validatingadmissionpolicies",
+        "validatingadmissionpolicy",
+        false,
+    )
+    .categories(&["api-extensions"])
+    .status()
+    .generation(),
+    kind(
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingAdmissionPolicyBinding",
+        "validatingadmissionpolicybindings",
+        "validatingadmissionpolicybinding",
+        false,
+    )
+    .categories(&["api-extensions"])
+    .generation(),
     // admissionregistration.k8s.io/v1: admission webhooks
     kind(
         "admissionregistration.k8s.io",

@@ -149,6 +149,13 @@ fn printer(group: &str, kind: &str) -> (&'static [Column], CellFn) {
         ("rbac.authorization.k8s.io", "ClusterRoleBinding") => {
             (rbac::BINDING, rbac::cluster_role_binding)
         }
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy") => {
+            (admissionregistration::POLICY, admissionregistration::policy)
+        }
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding") => (
+            admissionregistration::BINDING,
+            admissionregistration::binding,
+        ),
         ("apiextensions.k8s.io", "CustomResourceDefinition") => (apps::CRD, apps::crd),
         (
             "admissionregistration.k8s.io",

@@ -180,6 +180,12 @@ pub fn validate_with_type_errors(
         ("batch", "CronJob") => cron_job(e, obj, old),
         ("policy", "PodDisruptionBudget") => policy::pod_disruption_budget(e, obj),
         ("autoscaling", "HorizontalPodAutoscaler") => hpa(e, obj),
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy") => {
+            admissionregistration::policy::policy(e, obj)
+        }
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding") => {
+            admissionregistration::policy::binding(e, obj)
+        }
         ("rbac.authorization.k8s.io", "Role") => rbac::role(e, obj),
         ("rbac.authorization.k8s.io", "ClusterRole") => rbac::cluster_role(e, obj),
         ("rbac.authorization.k8s.io", "RoleBinding") => rbac::role_binding(e, obj, old),

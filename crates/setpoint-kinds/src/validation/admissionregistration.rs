@@ -2,6 +2,8 @@
 //! `validateValidatingWebhook`/`validateMutatingWebhook` with the v1 rules (`sideEffects`
 //! and `admissionReviewVersions` required), and `ValidateWebhookClientConfig`.
 
+pub(super) mod policy;
+
 use std::collections::HashSet;
 
 use serde_json::{json, Value};
@@ -135,7 +137,7 @@ fn webhook_name(e: &mut Vec<Cause>, name: &str, path: &str) {
     }
 }
 
-fn rule_with_operations(e: &mut Vec<Cause>, rule: &Value, path: &str) {
+pub(super) fn rule_with_operations(e: &mut Vec<Cause>, rule: &Value, path: &str) {
     let ops = arr(rule, "operations");
     if ops.is_empty() {
         e.push(Cause::required(child(path, "operations"), ""));
