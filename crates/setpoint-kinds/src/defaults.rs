@@ -83,6 +83,12 @@ pub fn apply(group: &str, kind: &str, obj: &mut Value) {
             default_string(root, "volumeBindingMode", "Immediate");
         }
         ("", "Node") => node(root),
+        ("apiregistration.k8s.io", "APIService") => {
+            // `SetDefaults_ServiceReference` of apiregistration/v1.
+            if let Some(service) = child(root, "spec").and_then(|s| child(s, "service")) {
+                default_value(service, "port", json!(443));
+            }
+        }
         ("apps", "Deployment") => deployment(root),
         ("apps", "ReplicaSet") => {
             if let Some(spec) = child(root, "spec") {

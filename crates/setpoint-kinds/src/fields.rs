@@ -83,7 +83,8 @@ pub fn supported_fields(group: &str, kind: &str) -> &'static [&'static str] {
         | (
             "admissionregistration.k8s.io",
             "MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration",
-        ) => &["metadata.name"],
+        )
+        | ("apiregistration.k8s.io", "APIService") => &["metadata.name"],
         ("", "Secret") => &["metadata.name", "metadata.namespace", "type"],
         ("", "Service") => &[
             "metadata.name",

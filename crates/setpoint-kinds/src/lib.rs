@@ -423,6 +423,17 @@ pub static BUILTIN: &[KindInfo] = &[
         false,
     )
     .categories(&["api-extensions"]),
+    // apiregistration.k8s.io/v1: the aggregation layer's APIServices
+    kind(
+        "apiregistration.k8s.io",
+        "v1",
+        "APIService",
+        "apiservices",
+        "apiservice",
+        false,
+    )
+    .categories(&["api-extensions"])
+    .status(),
     // events.k8s.io/v1 (stored with core events and converted on the way in and out)
     kind("events.k8s.io", "v1", "Event", "events", "event", true)
         .short(&["ev"])

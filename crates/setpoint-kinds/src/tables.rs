@@ -7,6 +7,7 @@
 //! (the "wide" ones too); kubectl hides columns with `priority > 0` unless `-o wide`.
 
 mod admissionregistration;
+mod apiregistration;
 mod apps;
 mod certificates;
 mod core;
@@ -164,6 +165,9 @@ fn printer(group: &str, kind: &str) -> (&'static [Column], CellFn) {
             admissionregistration::WEBHOOKS,
             admissionregistration::webhooks,
         ),
+        ("apiregistration.k8s.io", "APIService") => {
+            (apiregistration::API_SERVICE, apiregistration::api_service)
+        }
         ("certificates.k8s.io", "CertificateSigningRequest") => {
             (certificates::CSR, certificates::csr)
         }

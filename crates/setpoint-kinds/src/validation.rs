@@ -38,6 +38,9 @@ mod storage;
 mod testutil;
 mod typed;
 
+// APIServices of the aggregation layer.
+mod apiregistration;
+
 use serde_json::{json, Value};
 use setpoint_api::Cause;
 
@@ -196,6 +199,7 @@ pub fn validate_with_type_errors(
             certificates::csr(e, obj, old, certificates::parse_request)
         }
         ("discovery.k8s.io", "EndpointSlice") => discovery::endpoint_slice(e, obj, old),
+        ("apiregistration.k8s.io", "APIService") => apiregistration::api_service(e, obj),
         ("admissionregistration.k8s.io", "MutatingWebhookConfiguration") => {
             admissionregistration::webhook_configuration(e, obj, true)
         }

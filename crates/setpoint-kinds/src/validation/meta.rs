@@ -29,6 +29,9 @@ pub fn name_rule(group: &str, kind: &str) -> NameRule {
         ("", "Service") => NameRule::Dns1035,
         // RBAC object names (`system:controller:…`) only need to be path segments.
         ("rbac.authorization.k8s.io", _) => NameRule::PathSegment,
+        // APIService names are `<version>.<group>` (`v1.` for the core group), checked as path
+        // segments and then against the spec.
+        ("apiregistration.k8s.io", "APIService") => NameRule::PathSegment,
         _ => NameRule::Subdomain,
     }
 }
