@@ -37,6 +37,7 @@ fn tune_allocator() {
 mod agent_cmd;
 mod audit_flags;
 mod bench_cmd;
+mod chaos;
 mod container_runtime;
 mod controller_manager;
 mod hpa_flags;
@@ -89,6 +90,9 @@ enum Command {
         #[command(subcommand)]
         command: bench_cmd::BenchCommand,
     },
+    /// Start a cluster of separate processes, inject faults from a seeded schedule while a
+    /// workload changes, and report each fault's time-to-converge and any invariant broken.
+    Chaos(chaos::ChaosArgs),
 }
 
 #[derive(clap::Args, Clone)]
@@ -202,6 +206,7 @@ fn main() -> anyhow::Result<()> {
             Command::Agent(args) => agent_cmd::run(args).await,
             Command::Store { command } => store_cmd::run(command).await,
             Command::Bench { command } => bench_cmd::run(command).await,
+            Command::Chaos(args) => chaos::run(args).await,
         }
     })
 }

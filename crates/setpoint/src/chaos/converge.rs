@@ -1,0 +1,173 @@
+//! Convergence: every object of the workload at what was last written — generation
+//! observed, every replica updated, ready and available, no pod beyond them — and how long
+//! the cluster takes to get there.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use setpoint_runtime::client::Client;
+
+use super::workload::{Desired, NAMESPACE};
+
+fn int(v: &Value) -> i64 {
+    v.as_i64().unwrap_or(0)
+}
+
+/// Why the objects read are not converged on `desired`, or `None` when they are. Pure: the
+/// objects are LIST items of the workload's namespace.
+pub fn not_converged(
+    desired: &Desired,
+    deployments: &[Value],
+    statefulsets: &[Value],
+    pods: &[Value],
+) -> Option<String> {
+    let find = |items: &[Value], name: &str| {
+        items
+            .iter()
+            .find(|o| o["metadata"]["name"].as_str() == Some(name))
+            .cloned()
+    };
+    let mut want_pods = 0;
+    for (object, (replicas, image)) in &desired.objects {
+        want_pods += replicas;
+        let mut parts = object.splitn(3, '/');
+        let (resource, name) = (parts.next().unwrap_or(""), parts.nth(1).unwrap_or(""));
+        let items = if resource == "deployments" {
+            deployments
+        } else {
+            statefulsets
+        };
+        let Some(o) = find(items, name) else {
+            return Some(format!("{object} does not exist"));
+        };
+        let (spec, status) = (&o["spec"], &o["status"]);
+        if int(&spec["replicas"]) != *replicas
+            || spec["template"]["spec"]["containers"][0]["image"].as_str() != Some(image)
+        {
+            return Some(format!(
+                "{object} is not as last written ({replicas} replicas of {image})"
+            ));
+        }
+        if int(&o["metadata"]["generation"]) != int(&status["observedGeneration"]) {
+            return Some(format!("{object}: generation not observed yet"));
+        }
+        let counts = [
+            "replicas",
+            "updatedReplicas",
+            "readyReplicas",
+            "availableReplicas",
+        ];
+        if let Some(c) = counts.iter().find(|c| int(&status[**c]) != *replicas) {
+            return Some(format!(
+                "{object}: status.{c} is {}, not {replicas}",
+                int(&status[*c])
+            ));
+        }
+        if resource == "statefulsets" && status["currentRevision"] != status["updateRevision"] {
+            return Some(format!("{object}: the update has not completed"));
+        }
+    }
+    let live = pods
+        .iter()
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .count() as i64;
+    if live != want_pods || pods.len() as i64 != want_pods {
+        return Some(format!(
+            "{} pods ({live} not being deleted), not {want_pods}",
+            pods.len()
+        ));
+    }
+    None
+}
+
+async fn list(client: &Client, path: &str) -> Option<Vec<Value>> {
+    let v = client
+        .request(http::Method::GET, path, None, bytes::Bytes::new())
+        .await
+        .ok()?;
+    v["items"].as_array().cloned()
+}
+
+/// Why the cluster is not converged now (`Some("…")`, also when it cannot be read).
+pub async fn check(client: &Client, desired: &Desired) -> Option<String> {
+    let apps = format!("/apis/apps/v1/namespaces/{NAMESPACE}");
+    let (Some(d), Some(s), Some(p)) = (
+        list(client, &format!("{apps}/deployments")).await,
+        list(client, &format!("{apps}/statefulsets")).await,
+        list(client, &format!("/api/v1/namespaces/{NAMESPACE}/pods")).await,
+    ) else {
+        return Some("the API server does not answer".into());
+    };
+    not_converged(desired, &d, &s, &p)
+}
+
+/// Polls until converged: the time it took from `since`, or `Err` with the last reason after
+/// `within`.
+pub async fn wait(
+    client: &Client,
+    desired: &Desired,
+    since: Instant,
+    within: Duration,
+) -> Result<Duration, String> {
+    let deadline = since + within;
+    loop {
+        let why = match check(client, desired).await {
+            None => return Ok(since.elapsed()),
+            Some(why) => why,
+        };
+        if Instant::now() > deadline {
+            return Err(why);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn desired() -> Desired {
+        let mut d = Desired::default();
+        d.objects
+            .insert("deployments/chaos/web-0".into(), (2, "nginx:1.26".into()));
+        d
+    }
+
+    fn deployment(generation: i64, observed: i64, ready: i64) -> Value {
+        json!({"metadata": {"name": "web-0", "generation": generation},
+               "spec": {"replicas": 2, "template": {"spec": {"containers": [{"image": "nginx:1.26"}]}}},
+               "status": {"observedGeneration": observed, "replicas": 2, "updatedReplicas": 2,
+                          "readyReplicas": ready, "availableReplicas": ready}})
+    }
+
+    fn pods(n: usize) -> Vec<Value> {
+        vec![json!({"metadata": {}}); n]
+    }
+
+    #[test]
+    fn converged_means_observed_ready_and_no_extra_pods() {
+        let d = desired();
+        assert_eq!(
+            not_converged(&d, &[deployment(3, 3, 2)], &[], &pods(2)),
+            None
+        );
+        assert!(not_converged(&d, &[deployment(3, 2, 2)], &[], &pods(2))
+            .unwrap()
+            .contains("generation not observed"));
+        assert!(not_converged(&d, &[deployment(3, 3, 1)], &[], &pods(2))
+            .unwrap()
+            .contains("status.readyReplicas is 1"));
+        assert!(not_converged(&d, &[deployment(3, 3, 2)], &[], &pods(3))
+            .unwrap()
+            .contains("3 pods"));
+        assert!(not_converged(&d, &[], &[], &pods(2))
+            .unwrap()
+            .contains("does not exist"));
+        let mut old = deployment(3, 3, 2);
+        old["spec"]["replicas"] = json!(3);
+        assert!(not_converged(&d, &[old], &[], &pods(2))
+            .unwrap()
+            .contains("not as last written"));
+    }
+}

@@ -1,0 +1,61 @@
+//! Injecting a fault: finding the process the target names (a leader by its Lease), then
+//! SIGKILL and a new process in its place, or SIGSTOP for longer than the lease duration and
+//! SIGCONT.
+
+use std::time::{Duration, Instant};
+
+use super::cluster::{Cluster, LEASE_DURATION};
+use super::schedule::{Fault, FaultKind, Target};
+
+/// How long to wait for a Lease to have a holder of this run (after an earlier fault on the
+/// same component, the standby may not have taken over yet).
+const LEADER_DEADLINE: Duration = Duration::from_secs(30);
+
+/// A frozen process stays stopped this much longer than a lease lasts, so a standby has
+/// surely taken over before it wakes.
+const FREEZE_MARGIN: Duration = Duration::from_secs(2);
+
+/// What was done.
+pub struct Injected {
+    pub process: String,
+    pub injected: Instant,
+    /// When the target was back: restarted (for the API server: answering) or thawed.
+    pub recovered: Instant,
+}
+
+/// Injects `fault` into `cluster`.
+pub async fn inject(cluster: &mut Cluster, fault: Fault) -> anyhow::Result<Injected> {
+    let process = match fault.target {
+        Target::ApiServer => "api-server".to_string(),
+        Target::Agent => "agent-0".to_string(),
+        Target::LeadingControllerManager => {
+            cluster
+                .leader("kube-controller-manager", LEADER_DEADLINE)
+                .await?
+        }
+        Target::LeadingScheduler => cluster.leader("kube-scheduler", LEADER_DEADLINE).await?,
+    };
+    let injected = Instant::now();
+    tracing::info!(fault = %fault.label(), %process, "injecting");
+    match fault.kind {
+        FaultKind::Kill => {
+            cluster.restart(&process)?;
+            if fault.target == Target::ApiServer {
+                cluster.wait_for_server().await?;
+            }
+        }
+        FaultKind::Freeze => {
+            let p = cluster
+                .process_mut(&process)
+                .ok_or_else(|| anyhow::anyhow!("no process {process}"))?;
+            p.signal("STOP")?;
+            tokio::time::sleep(LEASE_DURATION + FREEZE_MARGIN).await;
+            p.signal("CONT")?;
+        }
+    }
+    Ok(Injected {
+        process,
+        injected,
+        recovered: Instant::now(),
+    })
+}

@@ -1,0 +1,225 @@
+//! The workload a run keeps the cluster busy with: Deployments and StatefulSets in the
+//! `chaos` namespace, scaled and rolled to new images during the run. Every write the server
+//! acknowledges is recorded, so the end of the run can check none was lost.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use serde_json::{json, Value};
+use setpoint_runtime::client::Client;
+
+use super::invariants::AckedWrite;
+use super::schedule::{Change, DEPLOYMENTS, IMAGES, STATEFULSETS};
+
+/// The namespace everything of the workload lives in.
+pub const NAMESPACE: &str = "chaos";
+
+/// How long a write may keep failing (the API server being restarted) before the run gives up.
+const WRITE_DEADLINE: Duration = Duration::from_secs(60);
+
+/// What the workload wants: per object (`deployments/chaos/web-0`) its replicas and image, as
+/// last acknowledged.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Desired {
+    pub objects: BTreeMap<String, (i64, String)>,
+}
+
+/// The driver: a client, the time the run started, and what it wrote.
+pub struct Workload {
+    client: Client,
+    started: Instant,
+    pub desired: Desired,
+    pub acked: Vec<AckedWrite>,
+}
+
+fn collection(resource: &str) -> String {
+    format!("/apis/apps/v1/namespaces/{NAMESPACE}/{resource}")
+}
+
+fn container(image: &str) -> Value {
+    json!({"name": "c", "image": image})
+}
+
+fn template(app: &str, image: &str) -> Value {
+    json!({
+        "metadata": {"labels": {"app": app}},
+        "spec": {"containers": [container(image)], "terminationGracePeriodSeconds": 0}
+    })
+}
+
+impl Workload {
+    pub fn new(client: Client, started: Instant) -> Workload {
+        Workload {
+            client,
+            started,
+            desired: Desired::default(),
+            acked: Vec::new(),
+        }
+    }
+
+    fn ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// Sends a request until the server answers it (retrying while it is down), failing on
+    /// an error answer other than a conflict of a create that already happened.
+    async fn send(
+        &self,
+        method: http::Method,
+        path: &str,
+        content_type: Option<&str>,
+        body: &Value,
+    ) -> anyhow::Result<Value> {
+        let deadline = Instant::now() + WRITE_DEADLINE;
+        loop {
+            let answer = self
+                .client
+                .request(
+                    method.clone(),
+                    path,
+                    content_type,
+                    bytes::Bytes::from(serde_json::to_vec(body)?),
+                )
+                .await;
+            match answer {
+                Ok(v) => return Ok(v),
+                // A create whose first answer was lost with a restarting server.
+                Err(e) if method == http::Method::POST && e.code() == Some(409) => {
+                    return Ok(Value::Null)
+                }
+                // 5xx and no answer: the server is restarting.
+                Err(e) if e.code().is_none_or(|c| c >= 500 || c == 429) => {
+                    if Instant::now() > deadline {
+                        bail!("{method} {path}: no answer within {WRITE_DEADLINE:?}: {e}");
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => bail!("{method} {path}: {e}"),
+            }
+        }
+    }
+
+    /// Creates the namespace, the Deployments (3 replicas, maxSurge 1, maxUnavailable 0) and
+    /// the StatefulSets (3 replicas).
+    pub async fn create(&mut self) -> anyhow::Result<()> {
+        self.send(
+            http::Method::POST,
+            "/api/v1/namespaces",
+            Some("application/json"),
+            &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}),
+        )
+        .await?;
+        let image = IMAGES[0];
+        for i in 0..DEPLOYMENTS {
+            let name = format!("web-{i}");
+            let d = json!({
+                "apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": name},
+                "spec": {
+                    "replicas": 3,
+                    "selector": {"matchLabels": {"app": name}},
+                    "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+                    "template": template(&name, image),
+                }
+            });
+            self.send(
+                http::Method::POST,
+                &collection("deployments"),
+                Some("application/json"),
+                &d,
+            )
+            .await?;
+            self.desired
+                .objects
+                .insert(format!("deployments/{NAMESPACE}/{name}"), (3, image.into()));
+        }
+        for i in 0..STATEFULSETS {
+            let name = format!("db-{i}");
+            let s = json!({
+                "apiVersion": "apps/v1", "kind": "StatefulSet",
+                "metadata": {"name": name},
+                "spec": {
+                    "replicas": 3,
+                    "serviceName": name,
+                    "selector": {"matchLabels": {"app": name}},
+                    "template": template(&name, image),
+                }
+            });
+            self.send(
+                http::Method::POST,
+                &collection("statefulsets"),
+                Some("application/json"),
+                &s,
+            )
+            .await?;
+            self.desired.objects.insert(
+                format!("statefulsets/{NAMESPACE}/{name}"),
+                (3, image.into()),
+            );
+        }
+        Ok(())
+    }
+
+    /// Makes `change` with a merge patch and records the acknowledged value.
+    pub async fn apply(&mut self, change: &Change) -> anyhow::Result<()> {
+        let (resource, name, field, value, patch) = match change {
+            Change::ScaleDeployment { name, replicas } => (
+                "deployments",
+                name,
+                "/spec/replicas",
+                json!(replicas),
+                json!({"spec": {"replicas": replicas}}),
+            ),
+            Change::ScaleStatefulSet { name, replicas } => (
+                "statefulsets",
+                name,
+                "/spec/replicas",
+                json!(replicas),
+                json!({"spec": {"replicas": replicas}}),
+            ),
+            Change::DeploymentImage { name, image } => (
+                "deployments",
+                name,
+                "/spec/template/spec/containers/0/image",
+                json!(image),
+                json!({"spec": {"template": {"spec": {"containers": [container(image)]}}}}),
+            ),
+            Change::StatefulSetImage { name, image } => (
+                "statefulsets",
+                name,
+                "/spec/template/spec/containers/0/image",
+                json!(image),
+                json!({"spec": {"template": {"spec": {"containers": [container(image)]}}}}),
+            ),
+        };
+        let path = format!("{}/{name}", collection(resource));
+        let answer = self
+            .send(
+                http::Method::PATCH,
+                &path,
+                Some("application/merge-patch+json"),
+                &patch,
+            )
+            .await?;
+        let rv = answer["metadata"]["resourceVersion"]
+            .as_str()
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(0);
+        let object = format!("{resource}/{NAMESPACE}/{name}");
+        self.acked.push(AckedWrite {
+            at_ms: self.ms(),
+            object: object.clone(),
+            field: field.to_string(),
+            value: value.clone(),
+            rv,
+        });
+        let entry = self.desired.objects.entry(object).or_default();
+        match value {
+            Value::Number(n) => entry.0 = n.as_i64().unwrap_or(entry.0),
+            Value::String(s) => entry.1 = s,
+            _ => {}
+        }
+        Ok(())
+    }
+}
