@@ -30,6 +30,7 @@ pub mod lease;
 pub mod localpath;
 pub mod metrics;
 pub mod node;
+pub mod podcidr;
 pub mod podworker;
 pub mod process;
 pub mod routed;
