@@ -168,10 +168,19 @@ fn now_secs() -> u64 {
 }
 
 impl ApiServer {
+    /// The address this server, listening on `bound`, is reached at by pods and other
+    /// machines: `--advertise-address` when given, else [`advertised`] of `bound`.
+    pub fn advertise_address(&self, bound: SocketAddr) -> IpAddr {
+        self.config
+            .advertise_address
+            .filter(|ip| !ip.is_unspecified())
+            .unwrap_or_else(|| advertised(bound))
+    }
+
     /// Keeps this server's record and the `kubernetes` endpoints current until the server
     /// stops; `bound` is the address it listens on.
     pub(crate) async fn master_endpoints_loop(self: std::sync::Arc<Self>, bound: SocketAddr) {
-        let own = SocketAddr::new(advertised(bound), bound.port());
+        let own = SocketAddr::new(self.advertise_address(bound), bound.port());
         let mut stop = self.stopping.subscribe();
         loop {
             if let Err(e) = self.reconcile_master_endpoints(own).await {

@@ -1,7 +1,7 @@
 //! How the API server starts (store, caches, bootstrap objects, TLS) and serves; its state
 //! is [`crate::state`].
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -31,8 +31,12 @@ pub struct Running {
     pub server: Arc<ApiServer>,
     /// The address it listens on (the port chosen when the config asked for port 0).
     pub addr: SocketAddr,
-    /// `https://…` or `http://…`.
+    /// `https://…` or `http://…`: the listen address, or loopback for an unspecified one (as
+    /// clients on this machine reach it; the certificate names loopback).
     pub url: String,
+    /// Where pods and other machines reach it: the `kubernetes` Service's endpoint
+    /// ([`ApiServer::advertise_address`]) and the port.
+    pub advertised: SocketAddr,
     /// The admin kubeconfig (HTTPS with a data dir only).
     pub kubeconfig: Option<PathBuf>,
     /// The certificates (HTTPS only), for clients that connect without a kubeconfig file.
@@ -214,6 +218,17 @@ impl ApiServer {
             .local_addr()
             .map_err(|e| start_error::Error(e.to_string()))?;
         *self.address.write() = addr.to_string();
+        let advertised = SocketAddr::new(self.advertise_address(addr), addr.port());
+        // A client on this machine reaches a server on every address at loopback.
+        let local = match addr.ip() {
+            IpAddr::V4(ip) if ip.is_unspecified() => {
+                SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, addr.port()))
+            }
+            IpAddr::V6(ip) if ip.is_unspecified() => {
+                SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, addr.port()))
+            }
+            _ => addr,
+        };
         tokio::spawn(self.clone().master_endpoints_loop(addr));
         let (tx, rx) = watch::channel(false);
         let router = crate::http::router(self.clone());
@@ -227,16 +242,20 @@ impl ApiServer {
             return Ok(Running {
                 server: self.clone(),
                 addr,
-                url: format!("http://{addr}"),
+                url: format!("http://{local}"),
+                advertised,
                 kubeconfig: None,
                 pki: None,
                 shutdown: tx,
                 task,
             });
         }
-        let pki = crate::tls::Pki::load_or_create(self.config.data_dir.as_deref(), addr)
-            .map_err(|e| start_error::Error(format!("certificates: {e}")))?;
-        let url = format!("https://{addr}");
+        let pki = crate::tls::Pki::load_or_create_naming(
+            self.config.data_dir.as_deref(),
+            &[addr.ip(), advertised.ip()],
+        )
+        .map_err(|e| start_error::Error(format!("certificates: {e}")))?;
+        let url = format!("https://{local}");
         let kubeconfig = match &self.config.data_dir {
             Some(dir) => Some(
                 pki.write_kubeconfig(dir, &url)
@@ -266,6 +285,7 @@ impl ApiServer {
             server: self.clone(),
             addr,
             url,
+            advertised,
             kubeconfig,
             pki: Some(pki),
             shutdown: tx,

@@ -36,8 +36,14 @@ impl StoreConfig {
 /// How to run the API server.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
-    /// Address to listen on (port 0 picks a free port).
+    /// Address to listen on (port 0 picks a free port): kube-apiserver's `--bind-address` and
+    /// `--secure-port` in one.
     pub listen: SocketAddr,
+    /// The address the `kubernetes` Service's endpoints name, where pods and other machines
+    /// reach this server (kube-apiserver's `--advertise-address`). `None` (or an unspecified
+    /// address): the listen address, or for an unspecified one the address of the interface
+    /// with the default route ([`crate::masterendpoints::advertised`]).
+    pub advertise_address: Option<std::net::IpAddr>,
     /// Where certificates and the kubeconfig go (and the embedded store, by default).
     pub data_dir: Option<PathBuf>,
     /// Which store backs the server.
@@ -76,6 +82,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             listen: "127.0.0.1:6443".parse().expect("valid address"),
+            advertise_address: None,
             data_dir: None,
             store: StoreConfig::Memory,
             insecure_http: false,

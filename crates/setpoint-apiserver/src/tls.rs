@@ -117,6 +117,16 @@ impl Pki {
     /// and issues a fresh serving certificate for `addr`. Without a data dir everything is
     /// generated in memory.
     pub fn load_or_create(data_dir: Option<&Path>, addr: SocketAddr) -> Result<Pki, TlsError> {
+        Self::load_or_create_naming(data_dir, &[addr.ip()])
+    }
+
+    /// [`Pki::load_or_create`] with a serving certificate that names each of `ips` besides
+    /// loopback, `10.96.0.1` and the `kubernetes` Service's names (unspecified and loopback
+    /// addresses are left out: loopback is always named).
+    pub fn load_or_create_naming(
+        data_dir: Option<&Path>,
+        ips: &[std::net::IpAddr],
+    ) -> Result<Pki, TlsError> {
         let dir = data_dir.map(|d| d.join("pki"));
         let existing = dir.as_ref().and_then(|d| {
             let read = |n: &str| std::fs::read_to_string(d.join(n)).ok();
@@ -169,8 +179,12 @@ impl Pki {
             SanType::IpAddress("::1".parse().expect("ip")),
             SanType::IpAddress("10.96.0.1".parse().expect("ip")),
         ];
-        if !addr.ip().is_unspecified() && !addr.ip().is_loopback() {
-            sans.push(SanType::IpAddress(addr.ip()));
+        let mut named = Vec::new();
+        for ip in ips {
+            if !ip.is_unspecified() && !ip.is_loopback() && !named.contains(ip) {
+                named.push(*ip);
+                sans.push(SanType::IpAddress(*ip));
+            }
         }
         let server_key = KeyPair::generate()?;
         let server = leaf(
@@ -385,5 +399,30 @@ mod tests {
         let kubeconfig =
             pki.client_kubeconfig("https://127.0.0.1:6443", "system:node:n1", &cert, &key);
         assert!(kubeconfig.contains("user: \"system:node:n1\""));
+    }
+
+    #[test]
+    fn the_serving_certificate_names_the_listen_and_advertised_addresses() {
+        let advertised: std::net::IpAddr = "192.0.2.7".parse().unwrap();
+        let pki =
+            Pki::load_or_create_naming(None, &["0.0.0.0".parse().unwrap(), advertised]).unwrap();
+        let der = CertificateDer::from_pem_slice(pki.server_cert.as_bytes()).unwrap();
+        let (_, cert) = x509_parser::parse_x509_certificate(&der).unwrap();
+        let ips: Vec<Vec<u8>> = cert
+            .subject_alternative_name()
+            .unwrap()
+            .unwrap()
+            .value
+            .general_names
+            .iter()
+            .filter_map(|n| match n {
+                x509_parser::extensions::GeneralName::IPAddress(ip) => Some(ip.to_vec()),
+                _ => None,
+            })
+            .collect();
+        for want in [[192, 0, 2, 7], [10, 96, 0, 1], [127, 0, 0, 1]] {
+            assert!(ips.contains(&want.to_vec()), "{want:?} not in {ips:?}");
+        }
+        assert!(!ips.contains(&vec![0, 0, 0, 0]), "{ips:?}");
     }
 }

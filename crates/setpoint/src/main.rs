@@ -100,9 +100,17 @@ struct ServeArgs {
     /// Where the store, certificates and kubeconfig live.
     #[arg(long, default_value = "setpoint-data", env = "SETPOINT_DATA_DIR")]
     data_dir: PathBuf,
-    /// Address to serve the API on.
-    #[arg(long, default_value = "127.0.0.1:6443")]
+    /// Address and port to serve the API on (kube-apiserver's `--bind-address` and
+    /// `--secure-port`): every address by default, so pods reach the server through the
+    /// `kubernetes` Service and other machines can join; `127.0.0.1:6443` keeps it to this
+    /// machine (pods with a network of their own then cannot reach it).
+    #[arg(long, default_value = "0.0.0.0:6443")]
     listen: SocketAddr,
+    /// The address the `kubernetes` Service's endpoints name, where pods and other machines
+    /// reach the server (kube-apiserver's flag). Default: the `--listen` address, or for an
+    /// unspecified one the address of the interface with the default route.
+    #[arg(long)]
+    advertise_address: Option<std::net::IpAddr>,
     /// Store backend: `embedded` (durable, in the data dir), `memory` (lost on exit) or `etcd`
     /// (an etcd cluster, which several API servers can share).
     #[arg(long, default_value = "embedded", value_parser = ["embedded", "memory", "etcd"])]
@@ -273,6 +281,7 @@ async fn run(args: ServeArgs, up: Option<Up>) -> anyhow::Result<()> {
     let data_dir = args.data_dir.canonicalize()?;
     let config = ServerConfig {
         listen: args.listen,
+        advertise_address: args.advertise_address,
         data_dir: Some(data_dir.clone()),
         store: match args.store.as_str() {
             "memory" => StoreConfig::Memory,
@@ -465,17 +474,23 @@ async fn run(args: ServeArgs, up: Option<Up>) -> anyhow::Result<()> {
             kc.display()
         );
         if let (Some(pki), true) = (running.pki.as_ref(), all_in_one) {
-            match join::prepare(&in_process(), &running.url, &pki.ca_cert).await {
+            // Other machines reach a server listening on every address at its advertised
+            // one, which its certificate names.
+            let join_url = if running.addr.ip().is_unspecified() {
+                format!("https://{}", running.advertised)
+            } else {
+                running.url.clone()
+            };
+            match join::prepare(&in_process(), &join_url, &pki.ca_cert).await {
                 Ok(token) => {
                     let hash = join::ca_cert_hash(&pki.ca_cert)?;
                     println!("Join another machine (token valid 24 h) with:\n");
                     println!(
-                        "    setpoint agent --server {} --token {token} --ca-cert-hash {hash}\n",
-                        running.url
+                        "    setpoint agent --server {join_url} --token {token} --ca-cert-hash {hash}\n"
                     );
                     // The server's certificate names the listen address: a machine
                     // elsewhere must use exactly that one.
-                    if running.addr.ip().is_loopback() || running.addr.ip().is_unspecified() {
+                    if running.advertised.ip().is_loopback() {
                         println!(
                             "(The server listens on {}, which other machines cannot reach by that name: start it with --listen <address of this machine>:6443.)\n",
                             running.addr.ip()

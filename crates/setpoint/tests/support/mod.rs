@@ -121,9 +121,15 @@ impl Setpoint {
     /// Starts `setpoint <args…> --listen 127.0.0.1:0 --data-dir <data_dir>` and waits, within a
     /// deadline, for the lines that say where it runs and where its kubeconfig is.
     pub fn start(args: &[&str], data_dir: &Path) -> Setpoint {
+        Setpoint::start_listening(args, data_dir, "127.0.0.1:0")
+    }
+
+    /// [`Setpoint::start`] listening on `listen` (`0.0.0.0:0`: every address, so pods with a
+    /// network of their own reach the server through the `kubernetes` Service).
+    pub fn start_listening(args: &[&str], data_dir: &Path, listen: &str) -> Setpoint {
         let mut child = Command::new(env!("CARGO_BIN_EXE_setpoint"))
             .args(args)
-            .args(["--listen", "127.0.0.1:0", "--data-dir"])
+            .args(["--listen", listen, "--data-dir"])
             .arg(data_dir)
             .env("SETPOINT_LOG", "warn")
             // Pods run as processes unless a test asks for containers with the flag, which
