@@ -9,6 +9,8 @@
 //! - Each pod gets its own loopback address ([`ipam`]) as `status.podIP`; or, given a
 //!   [`netns::PodNetwork`] (`--process-pod-network bridge`, as root), a network namespace of
 //!   its own on the node's pod bridge, whose CNI address is its `status.podIP` ([`netns`]).
+//!   Such a pod also gets its own `/etc/resolv.conf`, composed from its `dnsPolicy` and
+//!   `dnsConfig` and the cluster DNS, bind-mounted in its containers' mount namespaces.
 //! - Everything needed to find the processes again is in `<root>/pods/<uid>/pod.json`
 //!   ([`state`]): a new [`ProcessRuntime`] over the same root adopts the running processes
 //!   (pid plus `/proc` start time, so a reused pid is never mistaken for them) and records
@@ -98,6 +100,10 @@ pub struct ProcessRuntimeOptions {
     /// `None` (the default): new pods get loopback addresses from `pod_ips` and share the
     /// node's network. Pods keep what they started with either way.
     pub network: Option<netns::PodNetwork>,
+    /// The cluster DNS (the kubelet's `--cluster-dns` and `--cluster-domain`) a pod on the pod
+    /// network is told in its own `/etc/resolv.conf` (see [`ProcessRuntime::resolv_conf_mount`]);
+    /// pods on the node's network read the node's.
+    pub cluster_dns: setpoint_network::dns::ClusterDns,
 }
 
 impl Default for ProcessRuntimeOptions {
@@ -108,6 +114,7 @@ impl Default for ProcessRuntimeOptions {
             log_max_bytes: 10 * 1024 * 1024,
             poll_interval: Duration::from_millis(250),
             network: None,
+            cluster_dns: Default::default(),
         }
     }
 }
@@ -171,6 +178,8 @@ struct ProbeRun {
 
 /// The list of mount points the runtime created, under its root.
 const MOUNT_POINTS: &str = "mountpoints.json";
+/// The node's resolver configuration, and where a pod on the pod network gets its own.
+const HOST_RESOLV_CONF: &str = "/etc/resolv.conf";
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // A panic elsewhere must not wedge the runtime: the data stays usable.
@@ -906,14 +915,64 @@ impl ProcessRuntime {
         Ok(Some(Arc::new(namespace)))
     }
 
+    /// For a pod with a network namespace of its own, its `/etc/resolv.conf`, composed as the
+    /// kubelet composes a sandbox's from `dnsPolicy`, `dnsConfig`, the cluster DNS and the
+    /// node's `resolv.conf` ([`setpoint_network::dns::resolvconf::pod_dns`]), written under
+    /// the pod's directory and bind-mounted over `/etc/resolv.conf` in the container's mount
+    /// namespace: the node's own may name resolvers (a loopback stub) the pod cannot reach.
+    /// The kubelet's warnings about it become the pod's Events. `None` for a pod on the
+    /// node's network, which resolves as the node does.
+    fn resolv_conf_mount(
+        &self,
+        st: &PodState,
+        pod: &Pod,
+    ) -> Result<Option<ContainerMount>, (String, String)> {
+        if self.pod_netns(&st.record.uid).is_none() {
+            return Ok(None);
+        }
+        let host = setpoint_network::dns::ResolvConf::parse(
+            &std::fs::read_to_string(HOST_RESOLV_CONF).unwrap_or_default(),
+        );
+        let composed =
+            setpoint_network::dns::resolvconf::pod_dns(pod, &self.inner.options.cluster_dns, &host);
+        for warning in composed.warnings {
+            self.inner.emit(RuntimeEvent {
+                pod: RuntimePod {
+                    uid: st.record.uid.clone(),
+                    namespace: st.record.namespace.clone(),
+                    name: st.record.name.clone(),
+                },
+                field_path: None,
+                warning: true,
+                reason: warning.reason.to_string(),
+                message: warning.message,
+            });
+        }
+        let path = st.paths.resolv_conf();
+        std::fs::write(&path, composed.config.render()).map_err(|e| {
+            (
+                "CreateContainerError".to_string(),
+                format!("writing {}: {e}", path.display()),
+            )
+        })?;
+        Ok(Some(ContainerMount {
+            host_path: path,
+            container_path: HOST_RESOLV_CONF.to_string(),
+            read_only: false,
+        }))
+    }
+
     async fn start_run(
         &self,
         st: &mut PodState,
         pod: &Pod,
         container: &Container,
-        prepared: Prepared,
+        mut prepared: Prepared,
         index: u32,
     ) -> Result<(), (String, String)> {
+        if let Some(mount) = self.resolv_conf_mount(st, pod)? {
+            prepared.mounts.push(mount);
+        }
         let name = &container.name;
         let dir = st.paths.container(name);
         std::fs::create_dir_all(&dir)

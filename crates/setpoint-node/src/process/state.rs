@@ -115,6 +115,10 @@ impl PodPaths {
     pub fn record(&self) -> PathBuf {
         self.dir.join("pod.json")
     }
+    /// The pod's `/etc/resolv.conf`, for a pod with a network namespace of its own.
+    pub fn resolv_conf(&self) -> PathBuf {
+        self.dir.join("resolv.conf")
+    }
     /// A container's directory: logs, pid and exit files of its runs.
     pub fn container(&self, name: &str) -> PathBuf {
         self.dir.join("containers").join(name)
