@@ -466,13 +466,17 @@ pub fn leader_terms(events: &[Observed]) -> Vec<Violation> {
     out
 }
 
+/// The object events of one resource any watcher saw: (resourceVersion, object uid) → the
+/// object's key and when a watcher saw it.
+type SeenEvents<'a> = BTreeMap<(u64, &'a str), (String, u64)>;
+
 /// Per watcher: each object's resourceVersions strictly increase (a relist may show an object
 /// again at the version already seen, never an older one), and no event any watcher of the
 /// same resource saw inside the range a watcher covered without a 410 is missing from it.
 pub fn watch_order_and_gaps(events: &[Observed]) -> Vec<Violation> {
     let mut out = Vec::new();
-    // Everything seen per resource: (object uid, rv) → key, time.
-    let mut all: HashMap<&str, BTreeMap<(u64, &str), (String, u64)>> = HashMap::new();
+    // Everything seen per resource: (rv, object uid) → key, time.
+    let mut all: HashMap<&str, SeenEvents> = HashMap::new();
     for e in events {
         if let (Kind::Added | Kind::Modified | Kind::Deleted, Some(f)) = (e.kind, &e.object) {
             all.entry(e.resource.as_str())

@@ -55,6 +55,11 @@ pub struct ChaosArgs {
     /// temporary directory). A run that fails keeps its directory for its logs.
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// Test only: once the workload has converged, create a pod beyond a ReplicaSet's
+    /// replicas under its controller reference, as a misbehaving controller would, to show
+    /// the checker reports it.
+    #[arg(long, hide = true)]
+    rogue_extra_pod: bool,
 }
 
 /// Runs the schedules and prints the report; an error when an invariant broke or the cluster
@@ -100,7 +105,13 @@ async fn run_schedules(args: ChaosArgs) -> anyhow::Result<()> {
             dir: dir.clone(),
             nodes: args.nodes.max(1),
         };
-        let report = run_one(&config, seed, Duration::from_secs(args.duration)).await?;
+        let report = run_one(
+            &config,
+            seed,
+            Duration::from_secs(args.duration),
+            args.rogue_extra_pod,
+        )
+        .await?;
         if !args.json {
             print!("{}", report::table(&report));
         }
@@ -143,6 +154,7 @@ async fn run_one(
     config: &ClusterConfig,
     seed: u64,
     duration: Duration,
+    rogue_extra_pod: bool,
 ) -> anyhow::Result<RunReport> {
     let started = Instant::now();
     let ms = |t: Instant| t.duration_since(started).as_millis() as u64;
@@ -163,6 +175,10 @@ async fn run_one(
             "the workload did not converge before any fault ({why}); logs in {}",
             cluster.logs.display()
         );
+    }
+    if rogue_extra_pod {
+        let pod = workload.create_rogue_pod().await?;
+        eprintln!("chaos: created the extra pod {pod} (--rogue-extra-pod)");
     }
     let mut faults = Vec::new();
     let t0 = Instant::now();

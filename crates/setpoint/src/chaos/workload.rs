@@ -79,7 +79,12 @@ impl Workload {
                     method.clone(),
                     path,
                     content_type,
-                    bytes::Bytes::from(serde_json::to_vec(body)?),
+                    // `null`: a request without a body (a GET).
+                    if body.is_null() {
+                        bytes::Bytes::new()
+                    } else {
+                        bytes::Bytes::from(serde_json::to_vec(body)?)
+                    },
                 )
                 .await;
             match answer {
@@ -123,16 +128,15 @@ impl Workload {
                     "template": template(&name, image),
                 }
             });
-            self.send(
-                http::Method::POST,
-                &collection("deployments"),
-                Some("application/json"),
-                &d,
-            )
-            .await?;
-            self.desired
-                .objects
-                .insert(format!("deployments/{NAMESPACE}/{name}"), (3, image.into()));
+            let answer = self
+                .send(
+                    http::Method::POST,
+                    &collection("deployments"),
+                    Some("application/json"),
+                    &d,
+                )
+                .await?;
+            self.record_created(&format!("deployments/{NAMESPACE}/{name}"), &answer, image);
         }
         for i in 0..STATEFULSETS {
             let name = format!("db-{i}");
@@ -146,19 +150,43 @@ impl Workload {
                     "template": template(&name, image),
                 }
             });
-            self.send(
-                http::Method::POST,
-                &collection("statefulsets"),
-                Some("application/json"),
-                &s,
-            )
-            .await?;
-            self.desired.objects.insert(
-                format!("statefulsets/{NAMESPACE}/{name}"),
-                (3, image.into()),
-            );
+            let answer = self
+                .send(
+                    http::Method::POST,
+                    &collection("statefulsets"),
+                    Some("application/json"),
+                    &s,
+                )
+                .await?;
+            self.record_created(&format!("statefulsets/{NAMESPACE}/{name}"), &answer, image);
         }
         Ok(())
+    }
+
+    /// Records a created object's replicas (3) and image as wanted, and, when the create's
+    /// answer arrived (a create retried after a lost answer has none), as acknowledged.
+    fn record_created(&mut self, object: &str, answer: &Value, image: &str) {
+        self.desired
+            .objects
+            .insert(object.to_string(), (3, image.to_string()));
+        let Some(rv) = answer["metadata"]["resourceVersion"]
+            .as_str()
+            .and_then(|r| r.parse().ok())
+        else {
+            return;
+        };
+        for (field, value) in [
+            ("/spec/replicas", json!(3)),
+            ("/spec/template/spec/containers/0/image", json!(image)),
+        ] {
+            self.acked.push(AckedWrite {
+                at_ms: self.ms(),
+                object: object.to_string(),
+                field: field.to_string(),
+                value,
+                rv,
+            });
+        }
     }
 
     /// Makes `change` with a merge patch and records the acknowledged value.
@@ -221,5 +249,56 @@ impl Workload {
             _ => {}
         }
         Ok(())
+    }
+}
+
+impl Workload {
+    /// Test only (`--rogue-extra-pod`): creates, as a misbehaving controller would, one pod
+    /// beyond the replicas of `web-0`'s current ReplicaSet, under that ReplicaSet's
+    /// controller reference. The ReplicaSet controller deletes it again; the invariant
+    /// checker must report it. Returns the pod's name.
+    pub async fn create_rogue_pod(&self) -> anyhow::Result<String> {
+        let list = self
+            .send(
+                http::Method::GET,
+                &format!("{}?labelSelector=app%3Dweb-0", collection("replicasets")),
+                None,
+                &Value::Null,
+            )
+            .await?;
+        let Some(rs) = list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|r| r["spec"]["replicas"].as_i64().unwrap_or(0) > 0)
+        else {
+            bail!("web-0 has no ReplicaSet with replicas to add a pod to");
+        };
+        let name = format!(
+            "{}-rogue",
+            rs["metadata"]["name"].as_str().unwrap_or("web-0")
+        );
+        let mut pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "labels": rs["spec"]["template"]["metadata"]["labels"],
+                "ownerReferences": [{
+                    "apiVersion": "apps/v1", "kind": "ReplicaSet",
+                    "name": rs["metadata"]["name"], "uid": rs["metadata"]["uid"],
+                    "controller": true, "blockOwnerDeletion": true,
+                }],
+            },
+            "spec": rs["spec"]["template"]["spec"],
+        });
+        pod["metadata"]["namespace"] = json!(NAMESPACE);
+        self.send(
+            http::Method::POST,
+            &format!("/api/v1/namespaces/{NAMESPACE}/pods"),
+            Some("application/json"),
+            &pod,
+        )
+        .await?;
+        Ok(name)
     }
 }
