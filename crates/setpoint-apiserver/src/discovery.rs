@@ -47,7 +47,12 @@ pub fn groups(server: &ApiServer) -> Value {
         .iter()
         .filter(|(g, _)| !g.is_empty())
         .map(|(g, vs)| group_doc(g, vs))
-        .chain(std::iter::once(metrics_group()))
+        .chain(metrics_served(server).then(metrics_group))
+        .chain(
+            crate::aggregator::remote_groups(server)
+                .into_iter()
+                .map(|(g, vs)| group_doc(&g, &vs.into_iter().map(|(v, _)| v).collect::<Vec<_>>())),
+        )
         .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
@@ -58,8 +63,22 @@ fn metrics_group() -> Value {
     group_doc(GROUP, &[VERSION.to_string()])
 }
 
+/// Whether Setpoint serves the resource metrics API itself (no APIService replaced it).
+fn metrics_served(server: &ApiServer) -> bool {
+    use crate::resourcemetrics::{GROUP, VERSION};
+    !crate::aggregator::replaced(server, GROUP, VERSION)
+}
+
 /// `GET /apis/<group>`.
 pub fn group(server: &ApiServer, name: &str) -> Option<Value> {
+    let remote = crate::aggregator::remote_groups(server);
+    if let Some((g, vs)) = remote.iter().find(|(g, _)| g == name) {
+        let versions: Vec<String> = vs.iter().map(|(v, _)| v.clone()).collect();
+        let mut doc = group_doc(g, &versions);
+        doc["kind"] = json!("APIGroup");
+        doc["apiVersion"] = json!("v1");
+        return Some(doc);
+    }
     if name == crate::resourcemetrics::GROUP {
         let mut doc = metrics_group();
         doc["kind"] = json!("APIGroup");
@@ -178,6 +197,18 @@ pub fn aggregated(server: &ApiServer, core: bool) -> Value {
         items.push(json!({"metadata": {"name": g}, "versions": vs}));
     }
     if !core {
+        for (group, versions) in crate::aggregator::remote_groups(server) {
+            let vs: Vec<Value> = versions
+                .iter()
+                .map(|(v, list)| {
+                    json!({"version": v, "freshness": "Current",
+                    "resources": crate::aggregator::v2_resources(&group, v, list)})
+                })
+                .collect();
+            items.push(json!({"metadata": {"name": group}, "versions": vs}));
+        }
+    }
+    if !core && metrics_served(server) {
         use crate::resourcemetrics::{GROUP, RESOURCES, VERSION};
         let resources: Vec<Value> = RESOURCES
             .iter()

@@ -23,6 +23,8 @@ mod decoding;
 mod discovery;
 pub mod dupfields;
 mod eviction;
+// The aggregation layer: APIServices, the front proxy, merged discovery.
+mod aggregator;
 mod health;
 pub mod http;
 mod masterendpoints;

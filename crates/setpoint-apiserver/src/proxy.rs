@@ -271,16 +271,72 @@ pub(crate) async fn relay(
     body: Body,
 ) -> Result<Response, ApiError> {
     let address = format!("{}:{}", target.host, target.port);
-    let unreachable = |e: &dyn std::fmt::Display| {
-        ApiError::unavailable(format!("error trying to reach {address}: {e}"))
+    let tls = if target.scheme == "https" {
+        let config = if target.agent {
+            server.agent_tls.read().clone().ok_or_else(|| {
+                ApiError::unavailable(
+                    "the node proxy needs TLS towards the node agents; this API server serves plain HTTP",
+                )
+            })?
+        } else {
+            insecure_tls()
+        };
+        Some((config, target.host.clone()))
+    } else {
+        None
     };
+    let to = Destination {
+        host: &target.host,
+        port: target.port,
+        tls,
+    };
+    forward(to, base, rest, raw_query, method, headers, body)
+        .await
+        .map_err(|e| ApiError::unavailable(format!("error trying to reach {address}: {e}")))
+}
+
+/// Where [`forward`] connects: host and port, and for HTTPS the client configuration and the
+/// name the server's certificate must hold.
+pub(crate) struct Destination<'a> {
+    pub host: &'a str,
+    pub port: u16,
+    pub tls: Option<(Arc<rustls::ClientConfig>, String)>,
+}
+
+/// Why [`forward`] got no answer.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ForwardError {
+    /// The TCP connection failed.
+    #[error("{0}")]
+    Connect(std::io::Error),
+    /// The TCP connection did not complete within [`CONNECT_TIMEOUT`].
+    #[error("connection timed out")]
+    Timeout,
+    /// TLS or HTTP failed.
+    #[error("{0}")]
+    Exchange(String),
+}
+
+/// Sends one request (the method, `rest` and the query, the headers but the hop-by-hop ones
+/// and the caller's credentials, the body) to `to` and streams its answer back, a redirect to
+/// one of the backend's absolute paths kept under `base`.
+pub(crate) async fn forward(
+    to: Destination<'_>,
+    base: &str,
+    rest: &str,
+    raw_query: Option<&str>,
+    method: &Method,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, ForwardError> {
+    let address = format!("{}:{}", to.host, to.port);
     let tcp = tokio::time::timeout(
         CONNECT_TIMEOUT,
-        tokio::net::TcpStream::connect((target.host.as_str(), target.port)),
+        tokio::net::TcpStream::connect((to.host, to.port)),
     )
     .await
-    .map_err(|_| unreachable(&"connection timed out"))?
-    .map_err(|e| unreachable(&e))?;
+    .map_err(|_| ForwardError::Timeout)?
+    .map_err(ForwardError::Connect)?;
     let _ = tcp.set_nodelay(true);
     let mut path = rest.to_string();
     if let Some(q) = raw_query.filter(|q| !q.is_empty()) {
@@ -298,27 +354,20 @@ pub(crate) async fn relay(
     request = request.header(http::header::HOST, &address);
     let request = request
         .body(body)
-        .map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let response = if target.scheme == "https" {
-        let tls = if target.agent {
-            server.agent_tls.read().clone().ok_or_else(|| {
-                ApiError::unavailable(
-                    "the node proxy needs TLS towards the node agents; this API server serves plain HTTP",
-                )
-            })?
-        } else {
-            insecure_tls()
-        };
-        let name = ServerName::try_from(target.host.clone()).map_err(|e| unreachable(&e))?;
-        let stream = tokio_rustls::TlsConnector::from(tls)
-            .connect(name, tcp)
-            .await
-            .map_err(|e| unreachable(&e))?;
-        send(stream, request).await
-    } else {
-        send(tcp, request).await
+        .map_err(|e| ForwardError::Exchange(e.to_string()))?;
+    let exchange = |e: &dyn std::fmt::Display| ForwardError::Exchange(e.to_string());
+    let response = match to.tls {
+        Some((config, server_name)) => {
+            let name = ServerName::try_from(server_name).map_err(|e| exchange(&e))?;
+            let stream = tokio_rustls::TlsConnector::from(config)
+                .connect(name, tcp)
+                .await
+                .map_err(|e| exchange(&e))?;
+            send(stream, request).await
+        }
+        None => send(tcp, request).await,
     }
-    .map_err(|e| unreachable(&e))?;
+    .map_err(|e| exchange(&e))?;
     let (mut parts, body) = response.into_parts();
     for name in DROPPED {
         parts.headers.remove(*name);

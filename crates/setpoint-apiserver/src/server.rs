@@ -145,6 +145,7 @@ impl ApiServer {
             agent_tls: parking_lot::RwLock::new(None),
             resource_metrics: Default::default(),
             audit,
+            aggregator: Default::default(),
             authenticators,
             authorizers,
             rbac,
@@ -160,6 +161,7 @@ impl ApiServer {
         // Custom resources are served from the first request on, not once a loop catches up.
         server.sync_crds().await;
         tokio::spawn(server.clone().crd_loop());
+        tokio::spawn(crate::aggregator::run(server.clone()));
         server.ready.store(true, Ordering::SeqCst);
         let s = server.clone();
         tokio::spawn(async move { s.compaction_loop().await });
@@ -274,6 +276,7 @@ impl ApiServer {
                 .map_err(|e| start_error::Error(format!("TLS: {e}")))?,
         );
         tokio::spawn(crate::resourcemetrics::scrape_loop(self.clone()));
+        self.aggregator.set_client_ca(pki.ca_cert.clone());
         let task = tokio::spawn(crate::tls::serve_tls(
             listener,
             router,

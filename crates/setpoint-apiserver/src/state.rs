@@ -129,6 +129,9 @@ pub struct ApiServer {
     pub(crate) resource_metrics: crate::resourcemetrics::ResourceMetrics,
     /// The audit backend, when audit logging is on.
     pub(crate) audit: Option<Arc<crate::audit::Auditor>>,
+    /// The aggregation layer's state: the front-proxy identity and the extension servers'
+    /// resources.
+    pub(crate) aggregator: crate::aggregator::Aggregator,
 }
 
 impl ServerConfig {

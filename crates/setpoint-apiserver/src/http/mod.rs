@@ -272,6 +272,25 @@ async fn dispatch(
     };
     let verb = verb_of(&parts.method, &target, &q);
     let resource = resource_label(&target);
+    // A group/version an APIService delegates to an extension server is relayed there.
+    if let Some(api_service) = crate::aggregator::proxied(server, &path) {
+        let response = crate::aggregator::proxy(
+            server,
+            &api_service,
+            &attributes.user,
+            &parts.method,
+            &path,
+            parts.uri.query(),
+            &parts.headers,
+            body,
+        )
+        .await;
+        let status = response.status().as_u16();
+        server
+            .metrics
+            .request(verb, &resource, status, start.elapsed());
+        return response;
+    }
     let response = match target {
         Err(e) => error_response(&e),
         // `pods/proxy`, `services/proxy` and `nodes/proxy` relay the request, body and all.

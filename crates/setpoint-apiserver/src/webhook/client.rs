@@ -24,7 +24,7 @@ use crate::state::ApiServer;
 pub(crate) const MAX_RESPONSE_BYTES: usize = 3 * 1024 * 1024;
 
 /// Where the host's trusted roots are, for a config without `caBundle`.
-const SYSTEM_ROOTS: &str = "/etc/ssl/certs/ca-certificates.crt";
+pub(crate) const SYSTEM_ROOTS: &str = "/etc/ssl/certs/ca-certificates.crt";
 
 /// Why a call failed: its text is what follows `failed calling webhook "<name>": `.
 #[derive(Debug, thiserror::Error)]
@@ -178,7 +178,7 @@ impl ApiServer {
 }
 
 /// Go's words for the common connection failures (`connect: connection refused`).
-fn dial_error(host: &str, port: u16, e: &std::io::Error) -> String {
+pub(crate) fn dial_error(host: &str, port: u16, e: &std::io::Error) -> String {
     let addr = if host.contains(':') {
         format!("[{host}]:{port}")
     } else {
