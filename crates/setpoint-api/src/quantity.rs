@@ -226,6 +226,55 @@ impl Quantity {
     pub fn milli_value(&self) -> Option<i64> {
         self.scaled(3)
     }
+
+    /// A whole number of units as a quantity in decimal notation.
+    pub fn from_integer(value: i64) -> Quantity {
+        Quantity {
+            mantissa: i128::from(value),
+            exponent: 0,
+            format: Format::DecimalSi,
+        }
+    }
+
+    /// The quantity with its sign flipped, in the same notation.
+    pub fn negated(&self) -> Quantity {
+        Quantity {
+            mantissa: -self.mantissa,
+            ..*self
+        }
+    }
+
+    /// -1, 0 or 1 by the quantity's sign (Kubernetes' `Sign()`).
+    pub fn signum(&self) -> i64 {
+        self.mantissa.signum() as i64
+    }
+
+    /// The value when it is a whole number that fits an `i64`, exactly (no rounding):
+    /// Kubernetes' `AsInt64()`.
+    pub fn as_exact_integer(&self) -> Option<i64> {
+        let v = if self.exponent >= 0 {
+            if self.mantissa == 0 {
+                0
+            } else {
+                self.mantissa
+                    .checked_mul(10i128.checked_pow(self.exponent.unsigned_abs())?)?
+            }
+        } else {
+            let d = 10i128.checked_pow(self.exponent.unsigned_abs());
+            match d {
+                Some(d) if self.mantissa % d == 0 => self.mantissa / d,
+                // A divisor beyond i128 divides only zero.
+                None if self.mantissa == 0 => 0,
+                _ => return None,
+            }
+        };
+        i64::try_from(v).ok()
+    }
+
+    /// The value as the nearest `f64` (Kubernetes' `AsApproximateFloat64()`).
+    pub fn as_approximate_float(&self) -> f64 {
+        self.mantissa as f64 * 10f64.powi(self.exponent)
+    }
 }
 
 impl PartialOrd for Quantity {
@@ -485,5 +534,20 @@ mod tests {
         );
         assert_eq!((q("0") + q("1Ki")).unwrap().canonical().unwrap(), "1Ki");
         assert_eq!((q("1") + q("1Ki")).unwrap().canonical().unwrap(), "1025");
+    }
+
+    #[test]
+    fn exact_integers_signs_and_floats() {
+        let q = |s| Quantity::parse(s).unwrap();
+        assert_eq!(q("1k").as_exact_integer(), Some(1000));
+        assert_eq!(q("1500m").as_exact_integer(), None);
+        assert_eq!(q("2000m").as_exact_integer(), Some(2));
+        assert_eq!(q("1Ki").as_exact_integer(), Some(1024));
+        assert_eq!(q("100E").as_exact_integer(), None, "beyond i64");
+        assert_eq!(q("-5").signum(), -1);
+        assert_eq!(q("0").signum(), 0);
+        assert_eq!(q("1.5").negated(), q("-1500m"));
+        assert_eq!(Quantity::from_integer(3), q("3000m"));
+        assert!((q("1.5Gi").as_approximate_float() - 1_610_612_736.0).abs() < 1e-3);
     }
 }
