@@ -14,6 +14,7 @@ mod apply;
 pub mod audit;
 pub mod authentication;
 pub mod authorization;
+pub mod cel;
 mod certificates;
 mod compaction;
 mod connection;

@@ -1,40 +1,27 @@
 //! `x-kubernetes-validations`: CEL rules on a schema node, evaluated with `self` bound to the
 //! value at that node (and `oldSelf` to the previous value on updates — transition rules).
 //!
-//! What is covered: the CEL language and its standard functions as the `cel` crate
-//! implements them (comparisons, arithmetic, `size`, `has`, `in`, `all`/`exists`/
-//! `exists_one`/`map`/`filter`, `matches`, `startsWith`/`endsWith`/`contains`, `int`/
-//! `string`/`double` conversions, `timestamp`/`duration`), `message`, `fieldPath`, `reason`,
-//! and transition rules (skipped on create, or when the node did not exist before, unless
-//! `optionalOldSelf`). Not covered: Kubernetes' extension libraries (`quantity`, `url`, `ip`,
-//! `cidr`, the `lists`/`sets`/`strings` extensions such as `lowerAscii`), `messageExpression`
-//! (the static `message` is used), and the cost budget. A rule that does not compile is
-//! rejected when the CRD is written, so objects are never checked against broken rules.
-
-use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex};
+//! Programs come from the API server's one CEL environment ([`crate::cel`]), with
+//! Kubernetes' libraries (quantity, url, ip/cidr, lists, sets, regex, the strings
+//! extension). Covered: `rule`, `message`, `messageExpression` (a string expression over the
+//! same variables; when it fails, or evaluates to an empty or multi-line string, the
+//! `message` is used instead, as upstream), `fieldPath`, `reason`, transition rules (skipped
+//! on create, or when the node did not exist before, unless `optionalOldSelf`), and the cost
+//! budget: a rule whose estimated cost is over upstream's per-expression limit is refused
+//! when the CRD is written, as are all rules whose estimated total is over the CRD-wide limit;
+//! when an object is validated, each evaluation is held to the per-call limit and all of a
+//! request's evaluations to its budget ([`crate::cel::cost`] says how costs are counted).
+//! A rule that does not compile is rejected when the CRD is written, so objects are never
+//! checked against broken rules.
 
 use serde_json::Value;
 use setpoint_api::Cause;
 
-/// Compiled rules by source text (rules repeat across objects; compiling is the costly part).
-static PROGRAMS: LazyLock<Mutex<HashMap<String, Arc<cel::Program>>>> =
-    LazyLock::new(|| Mutex::new(HashMap::new()));
-/// The most compiled rules kept; beyond it the cache starts over.
-const MAX_CACHED: usize = 1024;
+use crate::cel::schema::Node;
+use crate::cel::{self, cost, Budget, Error};
 
-fn compile(rule: &str) -> Result<Arc<cel::Program>, String> {
-    let mut cache = PROGRAMS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(p) = cache.get(rule) {
-        return Ok(p.clone());
-    }
-    let program = Arc::new(cel::Program::compile(rule).map_err(|e| e.to_string())?);
-    if cache.len() >= MAX_CACHED {
-        cache.clear();
-    }
-    cache.insert(rule.to_string(), program.clone());
-    Ok(program)
-}
+/// Upstream's longest `messageExpression` result (`MaxEvaluatedMessageExpressionSizeBytes`).
+const MAX_MESSAGE_EXPRESSION_BYTES: usize = 5 * 1024;
 
 fn rules(schema: &Value) -> &[Value] {
     schema
@@ -44,167 +31,237 @@ fn rules(schema: &Value) -> &[Value] {
         .unwrap_or(&[])
 }
 
-/// Rules of a schema node that do not compile (for validating the CRD itself).
+/// Rules of a schema node that do not compile or cost too much (for validating the CRD
+/// itself).
 pub fn compile_errors(schema: &Value, path: &str) -> Vec<Cause> {
+    rule_errors(schema, path).0
+}
+
+/// The problems of a schema node's rules, and their estimated cost (each rule's estimate
+/// summed), which the CRD-wide total multiplies by the node's cardinality.
+pub fn rule_errors(schema: &Value, path: &str) -> (Vec<Cause>, u64) {
     let mut out = Vec::new();
+    let mut total = 0u64;
+    let vars = [("self", Node::new(schema)), ("oldSelf", Node::new(schema))];
     for (i, r) in rules(schema).iter().enumerate() {
         let field = format!("{path}.x-kubernetes-validations[{i}].rule");
         match r.get("rule").and_then(Value::as_str) {
             None | Some("") => out.push(Cause::required(field, "")),
-            Some(rule) => {
-                if let Err(e) = compile(rule) {
-                    out.push(Cause::invalid(
-                        field,
-                        &Value::String(rule.into()),
-                        &format!("compilation failed: {e}"),
-                    ));
+            Some(rule) => match cel::compile(rule) {
+                Err(e) => out.push(Cause::invalid(
+                    field,
+                    &Value::String(rule.into()),
+                    &e.to_string(),
+                )),
+                Ok(program) => {
+                    let estimate = cost::estimate(&program, &vars);
+                    total = total.saturating_add(estimate);
+                    if estimate > cel::STATIC_ESTIMATED_COST_LIMIT {
+                        out.push(Cause::forbidden(
+                            field,
+                            &cost::exceeds_budget_message(
+                                "estimated rule cost",
+                                estimate,
+                                cel::STATIC_ESTIMATED_COST_LIMIT,
+                            ),
+                        ));
+                    }
+                }
+            },
+        }
+        if let Some(expr) = r.get("messageExpression").and_then(Value::as_str) {
+            let field = format!("{path}.x-kubernetes-validations[{i}].messageExpression");
+            match cel::compile(expr) {
+                Err(Error::Compile(e)) => out.push(Cause::invalid(
+                    field,
+                    &Value::String(expr.into()),
+                    &format!("messageExpression compilation failed: {e}"),
+                )),
+                Err(e) => out.push(Cause::invalid(
+                    field,
+                    &Value::String(expr.into()),
+                    &e.to_string(),
+                )),
+                Ok(program) => {
+                    let estimate = cost::estimate(&program, &vars);
+                    total = total.saturating_add(estimate);
+                    if estimate > cel::STATIC_ESTIMATED_COST_LIMIT {
+                        out.push(Cause::forbidden(
+                            field,
+                            &cost::exceeds_budget_message(
+                                "estimated messageExpression cost",
+                                estimate,
+                                cel::STATIC_ESTIMATED_COST_LIMIT,
+                            ),
+                        ));
+                    }
                 }
             }
         }
     }
-    out
+    (out, total)
 }
 
-/// Evaluates a schema node's rules against `value` (and `old`, its previous value).
+/// Evaluates a schema node's rules against `value` (and `old`, its previous value), with a
+/// request budget of its own.
 pub fn check(schema: &Value, value: &Value, old: Option<&Value>, path: &str) -> Vec<Cause> {
+    check_within(schema, value, old, path, &mut Budget::per_request())
+}
+
+/// How a rule's failure is worded: upstream's `ruleErrorString`, the message if there is
+/// one, else the rule.
+fn rule_error_string(r: &Value, rule: &str) -> String {
+    match r.get("message").and_then(Value::as_str).map(str::trim) {
+        Some(m) if !m.is_empty() => m.to_string(),
+        _ => rule.trim().to_string(),
+    }
+}
+
+/// The message of a failed rule: its `messageExpression`'s result when that is a usable
+/// string, else `message`, else `failed rule: <rule>`. `Err` when evaluating the
+/// expression ran out of budget, which ends validation as upstream does.
+fn failure_message(
+    r: &Value,
+    rule: &str,
+    vars: &[(&str, &Value)],
+    budget: &mut Budget,
+) -> Result<String, String> {
+    if let Some(expr) = r.get("messageExpression").and_then(Value::as_str) {
+        let result = cel::compile(expr).and_then(|p| cel::evaluate(&p, vars, budget));
+        match result {
+            Ok(::cel::Value::String(s)) => {
+                let s = s.trim();
+                // Upstream falls back to `message` for an empty, multi-line or too long one.
+                if !s.is_empty() && !s.contains('\n') && s.len() <= MAX_MESSAGE_EXPRESSION_BYTES {
+                    return Ok(s.to_string());
+                }
+            }
+            Err(Error::BudgetExhausted) => {
+                return Err("messageExpression evaluation failed due to running out of cost budget, no further validation rules will be run".into());
+            }
+            Err(Error::CallCostExceeded) => {
+                return Err(format!(
+                    "no further validation rules will be run due to call cost exceeds limit for messageExpression: {expr:?}"
+                ));
+            }
+            // Other errors and non-strings fall back to the static message.
+            _ => {}
+        }
+    }
+    Ok(
+        match r.get("message").and_then(Value::as_str).map(str::trim) {
+            Some(m) if !m.is_empty() => m.to_string(),
+            _ => format!("failed rule: {}", rule.trim()),
+        },
+    )
+}
+
+/// How upstream shows the value of a failed rule: objects and arrays by their type only.
+fn shown(value: &Value) -> Value {
+    match value {
+        Value::Object(_) => Value::String("object".into()),
+        Value::Array(_) => Value::String("array".into()),
+        other => other.clone(),
+    }
+}
+
+/// Evaluates a schema node's rules against `value` (and `old`), drawing from `budget`, the
+/// request's: once it is spent, one cause says so and no further rule is evaluated.
+pub fn check_within(
+    schema: &Value,
+    value: &Value,
+    old: Option<&Value>,
+    path: &str,
+    budget: &mut Budget,
+) -> Vec<Cause> {
     let mut out = Vec::new();
-    for r in rules(schema) {
+    let rules = rules(schema);
+    if rules.is_empty() || budget.exhausted() {
+        return out;
+    }
+    let node_field = if path.is_empty() { "<root>" } else { path };
+    for r in rules {
         let Some(rule) = r.get("rule").and_then(Value::as_str) else {
             continue;
         };
-        let field = match r.get("fieldPath").and_then(Value::as_str) {
-            Some(fp) if !fp.is_empty() => format!("{path}{fp}"),
-            _ => path.to_string(),
-        };
-        let field = if field.is_empty() {
-            "<root>".to_string()
-        } else {
-            field
-        };
-        let program = match compile(rule) {
+        let program = match cel::compile(rule) {
             Ok(p) => p,
             Err(e) => {
                 out.push(Cause::invalid(
-                    field,
-                    value,
-                    &format!("rule does not compile: {e}"),
+                    node_field,
+                    &shown(value),
+                    &format!("rule compile error: {e}"),
                 ));
                 continue;
             }
         };
-        let transition = program.references().variables().contains(&"oldSelf");
+        let transition = program.uses_variable("oldSelf");
         let optional_old = r.get("optionalOldSelf").and_then(Value::as_bool) == Some(true);
         if transition && old.is_none() && !optional_old {
             continue;
         }
-        let mut ctx = cel::Context::default();
-        let bind = |ctx: &mut cel::Context, name: &str, v: &Value| -> Result<(), String> {
-            let cv = cel::to_value(v).map_err(|e| e.to_string())?;
-            ctx.add_variable(name, cv).map_err(|e| e.to_string())
-        };
-        if let Err(e) = bind(&mut ctx, "self", value) {
-            out.push(Cause::invalid(field, value, &e));
-            continue;
-        }
+        let mut vars: Vec<(&str, &Value)> = vec![("self", value)];
         if let Some(o) = old {
-            if let Err(e) = bind(&mut ctx, "oldSelf", o) {
-                out.push(Cause::invalid(field, value, &e));
-                continue;
-            }
+            vars.push(("oldSelf", o));
         }
-        let message = r
-            .get("message")
-            .and_then(Value::as_str)
-            .map(String::from)
-            .unwrap_or_else(|| format!("failed rule: {rule}"));
-        let reason = match r.get("reason").and_then(Value::as_str) {
-            Some("FieldValueForbidden") => "FieldValueForbidden",
-            Some("FieldValueRequired") => "FieldValueRequired",
-            Some("FieldValueDuplicate") => "FieldValueDuplicate",
-            _ => "FieldValueInvalid",
-        };
-        match program.execute(&ctx) {
-            Ok(cel::Value::Bool(true)) => {}
-            Ok(cel::Value::Bool(false)) => {
-                let shown = match value {
-                    Value::Object(_) => "\"object\"".to_string(),
-                    Value::Array(_) => "\"array\"".to_string(),
-                    other => other.to_string(),
+        match cel::evaluate(&program, &vars, budget) {
+            Ok(::cel::Value::Bool(true)) => {}
+            Ok(::cel::Value::Bool(false)) => {
+                let field = match r.get("fieldPath").and_then(Value::as_str) {
+                    Some(fp) if !fp.is_empty() => format!("{path}{fp}"),
+                    _ => node_field.to_string(),
                 };
-                out.push(Cause::new(
-                    reason,
-                    field,
-                    format!("Invalid value: {shown}: {message}"),
-                ));
+                let detail = match failure_message(r, rule, &vars, budget) {
+                    Ok(d) => d,
+                    Err(stop) => {
+                        out.push(Cause::invalid(field, &shown(value), &stop));
+                        return out;
+                    }
+                };
+                out.push(match r.get("reason").and_then(Value::as_str) {
+                    Some("FieldValueForbidden") => Cause::forbidden(field, &detail),
+                    Some("FieldValueRequired") => Cause::required(field, &detail),
+                    Some("FieldValueDuplicate") => Cause::duplicate(field, &shown(value)),
+                    _ => Cause::invalid(field, &shown(value), &detail),
+                });
             }
             Ok(other) => out.push(Cause::invalid(
-                field,
-                value,
+                node_field,
+                &shown(value),
                 &format!(
-                    "rule {rule:?} did not evaluate to a bool: it evaluated to a {}",
-                    other.type_of()
+                    "rule did not evaluate to a bool: it evaluated to a {} evaluating rule: {}",
+                    other.type_of(),
+                    rule_error_string(r, rule)
                 ),
             )),
+            Err(Error::BudgetExhausted) => {
+                out.push(Cause::invalid(
+                    node_field,
+                    &shown(value),
+                    &Error::BudgetExhausted.to_string(),
+                ));
+                return out;
+            }
+            Err(Error::CallCostExceeded) => {
+                out.push(Cause::invalid(
+                    node_field,
+                    &shown(value),
+                    &format!(
+                        "'{}': no further validation rules will be run due to call cost exceeds limit for rule: {}",
+                        cel::ACTUAL_COST_LIMIT_EXCEEDED,
+                        rule_error_string(r, rule)
+                    ),
+                ));
+                return out;
+            }
             Err(e) => out.push(Cause::invalid(
-                field,
-                value,
-                &format!("rule {rule:?} failed: {}", execution_error(&e)),
+                node_field,
+                &shown(value),
+                &format!("{e} evaluating rule: {}", rule_error_string(r, rule)),
             )),
         }
     }
     out
-}
-
-/// Evaluates `expression` with `vars` bound and requires a bool (admission webhooks'
-/// `matchConditions`); the error says why it could not (compilation, evaluation, type).
-pub(crate) fn evaluate_bool(expression: &str, vars: &[(&str, &Value)]) -> Result<bool, String> {
-    let program = compile(expression)?;
-    let mut ctx = cel::Context::default();
-    for (name, v) in vars {
-        let cv = cel::to_value(v).map_err(|e| e.to_string())?;
-        ctx.add_variable(*name, cv).map_err(|e| e.to_string())?;
-    }
-    match program.execute(&ctx) {
-        Ok(cel::Value::Bool(b)) => Ok(b),
-        Ok(other) => Err(format!("expected a bool, got a {}", other.type_of())),
-        Err(e) => Err(execution_error(&e)),
-    }
-}
-
-/// What an evaluation error says, by the types of the values involved and never their
-/// contents: the library's own text prints values with `Debug`, which is not meant for users
-/// and lists a map's entries in no fixed order, so one rule could fail with differing messages.
-fn execution_error(e: &cel::ExecutionError) -> String {
-    use cel::ExecutionError as E;
-    match e {
-        E::UnsupportedTargetType { target } => {
-            format!("invalid argument type: {}", target.type_of())
-        }
-        E::NotSupportedAsMethod { method, target } => {
-            format!("no such overload: {}.{method}()", target.type_of())
-        }
-        E::UnsupportedKeyType(key) => format!("unsupported key type: {}", key.type_of()),
-        E::ValuesNotComparable(a, b) => format!(
-            "no such overload: {} and {} cannot be compared",
-            a.type_of(),
-            b.type_of()
-        ),
-        E::UnsupportedBinaryOperator(op, a, b) => {
-            format!("no such overload: {} {op} {}", a.type_of(), b.type_of())
-        }
-        E::UnsupportedIndex(index, target) => format!(
-            "no such overload: {} cannot be indexed by {}",
-            target.type_of(),
-            index.type_of()
-        ),
-        E::DivisionByZero(_) => "division by zero".to_owned(),
-        E::RemainderByZero(_) => "modulus by zero".to_owned(),
-        E::Overflow(op, a, b) => format!("{} {op} {} overflows", a.type_of(), b.type_of()),
-        E::IndexOutOfBounds(_) => "index out of bounds".to_owned(),
-        E::DuplicateKey(key) => format!("repeated key of type {} in a map literal", key.type_of()),
-        // The rest name no values.
-        other => other.to_string(),
-    }
 }
 
 #[cfg(test)]
@@ -228,9 +285,10 @@ mod tests {
         let causes = check(&schema(), &bad, None, "spec");
         assert_eq!(causes.len(), 2, "{causes:?}");
         assert_eq!(causes[0].field, "spec");
-        assert!(causes[0]
-            .message
-            .contains("minReplicas must not exceed maxReplicas"));
+        assert_eq!(
+            causes[0].message,
+            "Invalid value: \"object\": minReplicas must not exceed maxReplicas"
+        );
         assert_eq!(causes[1].field, "spec.name");
         assert!(causes[1]
             .message
@@ -249,9 +307,9 @@ mod tests {
         }
         assert_eq!(first.len(), 1);
         assert!(
-            first[0]
-                .message
-                .ends_with("failed: no such overload: int mul map"),
+            first[0].message.ends_with(&format!(
+                "no such overload: int mul map evaluating rule: {rule}"
+            )),
             "{}",
             first[0].message
         );
@@ -260,7 +318,7 @@ mod tests {
         assert!(
             causes[0]
                 .message
-                .ends_with("did not evaluate to a bool: it evaluated to a map"),
+                .contains("did not evaluate to a bool: it evaluated to a map"),
             "{causes:?}"
         );
     }
@@ -280,11 +338,111 @@ mod tests {
 
     #[test]
     fn broken_rules_are_reported_when_the_crd_is_written() {
-        let s = json!({"x-kubernetes-validations": [{"rule": "self.x =="}, {"rule": "size(self) > 0"}]});
+        let s = json!({"x-kubernetes-validations": [
+            {"rule": "self.x =="},
+            {"rule": "size(self) > 0"},
+            {"rule": "true", "messageExpression": "'a' +"},
+        ]});
         let errors = compile_errors(&s, "spec.versions[0].schema.openAPIV3Schema");
-        assert_eq!(errors.len(), 1);
+        assert_eq!(errors.len(), 2, "{errors:?}");
         assert!(errors[0]
             .field
             .ends_with("x-kubernetes-validations[0].rule"));
+        assert!(errors[1]
+            .field
+            .ends_with("x-kubernetes-validations[2].messageExpression"));
+        assert!(errors[1]
+            .message
+            .contains("messageExpression compilation failed"));
+    }
+
+    #[test]
+    fn message_expressions_word_failures_and_fall_back_to_the_message() {
+        let s = json!({"type": "object", "x-kubernetes-validations": [
+            {"rule": "self.replicas <= 10", "message": "too many",
+             "messageExpression": "'replicas ' + string(self.replicas) + ' is over 10'"},
+            {"rule": "self.replicas <= 10", "message": "static one",
+             "messageExpression": "self.nope + 'x'"},
+            {"rule": "self.replicas <= 10", "message": "empty falls back", "messageExpression": "' '"},
+            {"rule": "self.replicas <= 10", "messageExpression": "'a\\nb'"},
+        ]});
+        let causes = check(&s, &json!({"replicas": 12}), None, "spec");
+        let messages: Vec<&str> = causes.iter().map(|c| c.message.as_str()).collect();
+        assert_eq!(
+            messages,
+            [
+                "Invalid value: \"object\": replicas 12 is over 10",
+                "Invalid value: \"object\": static one",
+                "Invalid value: \"object\": empty falls back",
+                "Invalid value: \"object\": failed rule: self.replicas <= 10",
+            ]
+        );
+    }
+
+    #[test]
+    fn reasons_choose_the_cause() {
+        let s = json!({"type": "object", "x-kubernetes-validations": [
+            {"rule": "false", "message": "no", "reason": "FieldValueForbidden", "fieldPath": ".a"},
+            {"rule": "false", "message": "needed", "reason": "FieldValueRequired"},
+            {"rule": "false", "reason": "FieldValueDuplicate"},
+        ]});
+        let causes = check(&s, &json!({"a": 1}), None, "spec");
+        assert_eq!(causes[0].reason, "FieldValueForbidden");
+        assert_eq!(causes[0].field, "spec.a");
+        assert_eq!(causes[0].message, "Forbidden: no");
+        assert_eq!(causes[1].message, "Required value: needed");
+        assert_eq!(causes[2].reason, "FieldValueDuplicate");
+    }
+
+    #[test]
+    fn rules_over_the_estimated_cost_limit_are_refused() {
+        let unbounded = json!({"type": "array", "items": {"type": "string"},
+            "x-kubernetes-validations": [{"rule": "self.all(a, self.all(b, a == b))"}]});
+        let errors = compile_errors(&unbounded, "spec");
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].reason, "FieldValueForbidden");
+        assert!(
+            errors[0].message.starts_with(
+                "Forbidden: estimated rule cost exceeds budget by factor of more than 100x (try simplifying the rule"
+            ),
+            "{}",
+            errors[0].message
+        );
+        let bounded = json!({"type": "array", "maxItems": 10,
+            "items": {"type": "string", "maxLength": 10},
+            "x-kubernetes-validations": [{"rule": "self.all(a, self.all(b, a == b))"}]});
+        assert!(compile_errors(&bounded, "spec").is_empty());
+    }
+
+    #[test]
+    fn a_spent_budget_stops_validation_with_one_cause() {
+        let s = json!({"type": "array", "x-kubernetes-validations": [
+            {"rule": "self.all(x, x > 0)"}, {"rule": "self.all(x, x > 1)"}]});
+        let value = json!((1..200).collect::<Vec<_>>());
+        let mut budget = Budget::new(500);
+        let causes = check_within(&s, &value, None, "spec", &mut budget);
+        assert_eq!(causes.len(), 1, "{causes:?}");
+        assert_eq!(
+            causes[0].message,
+            "Invalid value: \"array\": validation failed due to running out of cost budget, no further validation rules will be run"
+        );
+        assert!(check_within(&s, &value, None, "spec", &mut budget).is_empty());
+    }
+
+    #[test]
+    fn kubernetes_libraries_are_available_to_rules() {
+        let s = json!({"type": "object", "x-kubernetes-validations": [
+            {"rule": "quantity(self.memory).isLessThan(quantity('1Gi'))", "message": "at most 1Gi"},
+            {"rule": "isCIDR(self.cidr) && cidr(self.cidr).containsIP(self.ip)"},
+            {"rule": "url(self.endpoint).getScheme() == 'https'"},
+            {"rule": "self.tags.isSorted() && sets.contains(self.tags, ['a'])"},
+            {"rule": "self.name.lowerAscii() == self.name"},
+        ]});
+        let ok = json!({"memory": "512Mi", "cidr": "10.0.0.0/8", "ip": "10.1.2.3",
+            "endpoint": "https://example.com/x", "tags": ["a", "b"], "name": "web"});
+        assert_eq!(check(&s, &ok, None, "spec"), Vec::<Cause>::new());
+        let bad = json!({"memory": "2Gi", "cidr": "10.0.0.0/8", "ip": "11.1.2.3",
+            "endpoint": "http://example.com/x", "tags": ["b", "a"], "name": "Web"});
+        assert_eq!(check(&s, &bad, None, "spec").len(), 5);
     }
 }

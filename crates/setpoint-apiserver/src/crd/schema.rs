@@ -155,7 +155,9 @@ pub fn validate(schema: &Value, value: &Value) -> Vec<Cause> {
 /// Like [`validate`], for an update from `old` (transition rules see `oldSelf`).
 pub fn validate_update(schema: &Value, value: &Value, old: Option<&Value>) -> Vec<Cause> {
     let mut causes = Vec::new();
-    validate_at(schema, value, old, "", &mut causes);
+    // One budget for all of the object's rules, as upstream gives each request.
+    let mut budget = crate::cel::Budget::per_request();
+    validate_at(schema, value, old, "", &mut causes, &mut budget);
     causes
 }
 
@@ -177,6 +179,7 @@ fn validate_at(
     old: Option<&Value>,
     path: &str,
     causes: &mut Vec<Cause>,
+    budget: &mut crate::cel::Budget,
 ) {
     let field = if path.is_empty() { "<root>" } else { path };
     if value.is_null() {
@@ -359,7 +362,7 @@ fn validate_at(
             }
             if let Some(sub) = schema.get("items") {
                 for (i, v) in items.iter().enumerate() {
-                    validate_at(sub, v, None, &format!("{path}[{i}]"), causes);
+                    validate_at(sub, v, None, &format!("{path}[{i}]"), causes, budget);
                 }
             }
         }
@@ -403,6 +406,7 @@ fn validate_at(
                         old.and_then(|o| o.get(key)),
                         &join(path, key),
                         causes,
+                        budget,
                     );
                 }
             }
@@ -417,7 +421,7 @@ fn validate_at(
             .iter()
             .map(|s| {
                 let mut c = Vec::new();
-                validate_at(s, value, old, path, &mut c);
+                validate_at(s, value, old, path, &mut c, budget);
                 c
             })
             .collect();
@@ -437,10 +441,10 @@ fn validate_at(
             _ => {}
         }
     }
-    causes.extend(super::cel::check(schema, value, old, path));
+    causes.extend(super::cel::check_within(schema, value, old, path, budget));
     if let Some(not) = schema.get("not") {
         let mut c = Vec::new();
-        validate_at(not, value, old, path, &mut c);
+        validate_at(not, value, old, path, &mut c, budget);
         if c.is_empty() {
             causes.push(Cause::invalid(
                 field,
@@ -472,11 +476,31 @@ fn check_format(format: &str, s: &str) -> Option<&'static str> {
 /// `prefix` (e.g. `spec.versions[0].schema.openAPIV3Schema`).
 pub fn check_schema(schema: &Value, prefix: &str) -> Vec<Cause> {
     let mut causes = Vec::new();
-    check_schema_at(schema, prefix, &mut causes);
+    let mut total = 0u64;
+    check_schema_at(schema, prefix, 1, &mut total, &mut causes);
+    if total > crate::cel::STATIC_ESTIMATED_CRD_COST_LIMIT {
+        causes.push(Cause::forbidden(
+            prefix,
+            &crate::cel::cost::exceeds_budget_message(
+                "x-kubernetes-validations estimated rule cost total for entire OpenAPIv3 schema",
+                total,
+                crate::cel::STATIC_ESTIMATED_CRD_COST_LIMIT,
+            ),
+        ));
+    }
     causes
 }
 
-fn check_schema_at(schema: &Value, path: &str, causes: &mut Vec<Cause>) {
+/// Checks one schema node and those under it. `cardinality` is how many times the node's
+/// rules can run for one object (the product of the length bounds of the lists and maps
+/// above it); `total` sums each rule's estimated cost times that, for the CRD-wide limit.
+fn check_schema_at(
+    schema: &Value,
+    path: &str,
+    cardinality: u64,
+    total: &mut u64,
+    causes: &mut Vec<Cause>,
+) {
     let Some(map) = schema.as_object() else {
         causes.push(Cause::invalid(path, schema, "must be an object"));
         return;
@@ -510,17 +534,24 @@ fn check_schema_at(schema: &Value, path: &str, causes: &mut Vec<Cause>) {
             ));
         }
     }
-    causes.extend(super::cel::compile_errors(schema, path));
+    let (rule_causes, cost) = super::cel::rule_errors(schema, path);
+    causes.extend(rule_causes);
+    *total = total.saturating_add(cost.saturating_mul(cardinality));
     if let Some(props) = map.get("properties").and_then(Value::as_object) {
         for (k, sub) in props {
-            check_schema_at(sub, &format!("{path}.properties[{k}]"), causes);
+            let sub_path = format!("{path}.properties[{k}]");
+            check_schema_at(sub, &sub_path, cardinality, total, causes);
         }
     }
+    let repeated = cardinality.saturating_mul(crate::cel::cost::cardinality_factor(
+        &crate::cel::schema::Node::new(schema),
+    ));
     if let Some(items) = map.get("items") {
-        check_schema_at(items, &join(path, "items"), causes);
+        check_schema_at(items, &join(path, "items"), repeated, total, causes);
     }
     if let Some(a) = map.get("additionalProperties").filter(|a| a.is_object()) {
-        check_schema_at(a, &join(path, "additionalProperties"), causes);
+        let sub_path = join(path, "additionalProperties");
+        check_schema_at(a, &sub_path, repeated, total, causes);
     }
 }
 
@@ -662,5 +693,26 @@ mod tests {
         assert_eq!(causes.len(), 2, "{causes:?}");
         assert!(check_schema(&schema(), "s.openAPIV3Schema").is_empty());
         assert_eq!(check_schema(&json!({}), "s.openAPIV3Schema").len(), 1);
+    }
+
+    /// Each rule is cheap, but a rule on items of unbounded lists of unbounded lists runs
+    /// for every one of them: the CRD-wide total is over its limit until the lists are
+    /// bounded.
+    #[test]
+    fn the_total_estimated_cost_of_all_rules_is_limited() {
+        let rule = json!([{"rule": "self.a <= self.b"}]);
+        let item = json!({"type": "object", "x-kubernetes-validations": rule,
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}});
+        let unbounded = json!({"type": "object", "properties": {"grid": {"type": "array",
+            "items": {"type": "array", "items": item}}}});
+        let causes = check_schema(&unbounded, "s.openAPIV3Schema");
+        assert_eq!(causes.len(), 1, "{causes:?}");
+        assert_eq!(causes[0].field, "s.openAPIV3Schema");
+        assert!(causes[0].message.starts_with(
+            "Forbidden: x-kubernetes-validations estimated rule cost total for entire OpenAPIv3 schema exceeds budget by factor of"
+        ), "{}", causes[0].message);
+        let bounded = json!({"type": "object", "properties": {"grid": {"type": "array",
+            "maxItems": 100, "items": {"type": "array", "maxItems": 100, "items": item}}}});
+        assert!(check_schema(&bounded, "s.openAPIV3Schema").is_empty());
     }
 }

@@ -1,7 +1,8 @@
 //! `matchConditions`: CEL expressions over `object`, `oldObject` and `request`, evaluated
-//! with the CEL implementation custom resource rules use ([`crate::crd::cel`]). The
-//! `authorizer` variable and Kubernetes' CEL extension libraries are not available yet: an
-//! expression naming them fails to evaluate, which `failurePolicy` then decides.
+//! in the API server's CEL environment ([`crate::cel`]), with Kubernetes' libraries. Each
+//! webhook's conditions share one budget of upstream's per-call limit. The `authorizer`
+//! variable is not available yet: an expression naming it fails to evaluate, which
+//! `failurePolicy` then decides.
 
 use serde_json::Value;
 
@@ -24,12 +25,14 @@ pub(crate) fn evaluate(
     request: &Value,
 ) -> Outcome {
     let mut error = None;
+    let mut budget = crate::cel::Budget::new(crate::cel::PER_CALL_LIMIT);
     for c in conditions {
         let name = c.get("name").and_then(Value::as_str).unwrap_or("");
         let expr = c.get("expression").and_then(Value::as_str).unwrap_or("");
-        match crate::crd::cel::evaluate_bool(
+        match crate::cel::evaluate_bool(
             expr,
             &[("object", object), ("oldObject", old), ("request", request)],
+            &mut budget,
         ) {
             Ok(true) => {}
             Ok(false) => return Outcome::Skip,
