@@ -80,9 +80,14 @@ impl ResourceDef {
     }
     /// Whether stored objects change on the way out: converted resources, and custom
     /// resources whose schema has defaults (applied on read, so objects stored before a
-    /// default was added show it).
+    /// default was added show it), and every version of a custom resource with a conversion
+    /// webhook (objects stored before the storage version changed are in another version).
     pub fn transformed_on_read(&self) -> bool {
-        self.is_converted() || self.custom.as_ref().is_some_and(|c| c.has_defaults)
+        self.is_converted()
+            || self
+                .custom
+                .as_ref()
+                .is_some_and(|c| c.has_defaults || c.webhook.is_some())
     }
     /// The storage key prefix for all objects of this resource:
     /// `/registry/<group or "core">/<plural>/`.

@@ -1,7 +1,10 @@
-//! Admission webhooks served by the test process itself, as controller-runtime's envtest
-//! `WebhookInstallOptions` serves them: [`WebhookServer`] answers `AdmissionReview`s over
-//! HTTPS on a free loopback port with a certificate of a CA made for it, and
-//! [`TestCluster::install_webhooks`] registers configurations pointed at it.
+//! Admission and conversion webhooks served by the test process itself, as
+//! controller-runtime's envtest `WebhookInstallOptions` serves them: [`WebhookServer`]
+//! answers `AdmissionReview`s and `ConversionReview`s over HTTPS on a free loopback port with
+//! a certificate of a CA made for it, [`TestCluster::install_webhooks`] registers admission
+//! configurations pointed at it, and [`WebhookServer::conversion`] is the `spec.conversion`
+//! of a CRD whose conversion webhook it serves ([`conversion_response`] answers a review
+//! with a function converting one object).
 //!
 //! ```no_run
 //! # async fn demo() {
@@ -41,11 +44,11 @@ use crate::TestCluster;
 /// The largest review body the server reads.
 const MAX_BODY: usize = 3 * 1024 * 1024;
 
-/// What answers a review: gets the request's path and its `request`, returns its `response`
-/// (`uid` is filled in when left out).
+/// What answers a review (admission or conversion): gets the request's path and its
+/// `request`, returns its `response` (`uid` is filled in when left out).
 type Handler = dyn Fn(&str, &Value) -> Value + Send + Sync;
 
-/// An HTTPS server answering admission reviews, stopped when dropped.
+/// An HTTPS server answering admission and conversion reviews, stopped when dropped.
 pub struct WebhookServer {
     port: u16,
     ca_pem: String,
@@ -110,6 +113,53 @@ impl WebhookServer {
     }
 }
 
+impl WebhookServer {
+    /// A CRD's `spec.conversion` naming the conversion webhook served at `path`
+    /// (`strategy: Webhook`, `ConversionReview` v1).
+    pub fn conversion(&self, path: &str) -> Value {
+        json!({
+            "strategy": "Webhook",
+            "webhook": {
+                "clientConfig": self.client_config(path),
+                "conversionReviewVersions": ["v1"],
+            },
+        })
+    }
+}
+
+/// The `response` of a `ConversionReview` whose `request` is `request`: every object given to
+/// `convert` with the `desiredAPIVersion`, which returns it in that version (its
+/// `apiVersion` is set for it) or why it cannot be, which fails the whole review with that
+/// message (the API server then answers the client with it). Metadata other than labels and
+/// annotations is restored by the API server, so `convert` need not keep it.
+pub fn conversion_response(
+    request: &Value,
+    convert: impl Fn(Value, &str) -> Result<Value, String>,
+) -> Value {
+    let desired = request
+        .get("desiredAPIVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let objects = request
+        .get("objects")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut converted = Vec::with_capacity(objects.len());
+    for object in objects {
+        match convert(object, desired) {
+            Ok(mut o) => {
+                o["apiVersion"] = json!(desired);
+                converted.push(o);
+            }
+            Err(message) => {
+                return json!({"result": {"status": "Failure", "message": message}});
+            }
+        }
+    }
+    json!({"result": {"status": "Success"}, "convertedObjects": converted})
+}
+
 impl Drop for WebhookServer {
     fn drop(&mut self) {
         self.task.abort();
@@ -133,15 +183,24 @@ async fn answer(
         Err(e) => return reply(400, e.to_string().into_bytes()),
     };
     let Ok(review) = serde_json::from_slice::<Value>(&body) else {
-        return reply(400, b"not an AdmissionReview".to_vec());
+        return reply(400, b"not an AdmissionReview or ConversionReview".to_vec());
     };
     let request = review.get("request").cloned().unwrap_or(Value::Null);
     let mut response = handler(&path, &request);
     if response.get("uid").is_none() {
         response["uid"] = request.get("uid").cloned().unwrap_or(Value::Null);
     }
-    let out = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                     "response": response});
+    // The answer is of the review's own type and version (a ConversionReview's version is
+    // one the CRD's `conversionReviewVersions` names).
+    let out = match review.get("kind").and_then(Value::as_str) {
+        Some("ConversionReview") => json!({
+            "apiVersion": review.get("apiVersion").cloned().unwrap_or(Value::Null),
+            "kind": "ConversionReview",
+            "response": response,
+        }),
+        _ => json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                    "response": response}),
+    };
     reply(200, serde_json::to_vec(&out).expect("JSON"))
 }
 

@@ -220,6 +220,7 @@ mod tests {
             scale: None,
             terminating: false,
             has_defaults: false,
+            webhook: None,
         };
         let now = DateTime::parse_from_rfc3339("2026-01-03T00:00:00Z")
             .unwrap()

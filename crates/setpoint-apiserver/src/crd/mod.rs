@@ -17,6 +17,7 @@
 pub mod cel;
 pub mod columns;
 pub mod controller;
+pub mod conversion;
 pub mod schema;
 
 use std::collections::BTreeSet;
@@ -64,6 +65,9 @@ pub struct CustomResource {
     pub terminating: bool,
     /// The schema declares defaults (applied on every read as well as on writes).
     pub has_defaults: bool,
+    /// The CRD's conversion webhook (`spec.conversion.strategy: Webhook`): objects not in
+    /// the wanted version are converted by it, on reads and writes.
+    pub webhook: Option<conversion::WebhookConversion>,
 }
 
 /// Whether a schema declares a `default` anywhere.
@@ -129,6 +133,7 @@ pub fn resource_defs(crd: &Value) -> Vec<ResourceDef> {
         .map(|v| str_at(v, "/name").to_string())
         .unwrap_or_default();
     let terminating = meta::deletion_timestamp(crd).is_some();
+    let webhook = conversion::webhook_of(spec);
     versions
         .iter()
         .filter(|v| v["served"] == json!(true))
@@ -172,6 +177,7 @@ pub fn resource_defs(crd: &Value) -> Vec<ResourceDef> {
                     has_defaults: v
                         .pointer("/schema/openAPIV3Schema")
                         .is_some_and(declares_default),
+                    webhook: webhook.clone(),
                 })),
             }
         })
@@ -335,6 +341,7 @@ pub fn validate_crd(crd: &Value, old: Option<&Value>) -> Vec<Cause> {
             "must have at least one version served",
         ));
     }
+    causes.extend(conversion::validate(spec));
     if let Some(old) = old {
         for (field, ptr) in [
             ("spec.group", "/spec/group"),

@@ -57,15 +57,9 @@ async fn create(r: Request<'_>, ns: &str, body: Body) -> Result<Response, ApiErr
     let (obj, syntax) = decode_object_body(res, headers, &bytes)?;
     let dups = server.check_duplicate_fields(res, syntax, &bytes, &opts)?;
     let sres = storage_def(server, res);
-    let obj = to_storage(res, obj);
+    let obj = to_storage(server, res, obj).await?;
     let w = server.create(&sres, ns, obj, &opts).await?;
-    Ok(written_response(
-        StatusCode::CREATED,
-        res,
-        View::Main,
-        w,
-        dups,
-    ))
+    written_response(server, StatusCode::CREATED, res, View::Main, w, dups).await
 }
 
 /// POST of a review: decoded and checked as a create is, then answered by [`crate::reviews`]

@@ -24,7 +24,7 @@ use super::negotiation::table_requested;
 use super::negotiation::wants_metadata;
 use super::options::delete_options;
 use super::read_body;
-use super::respond::to_api;
+use super::respond::{to_api, to_api_all};
 use super::{storage_def, Request};
 use crate::response::json_response;
 use crate::response::value_response;
@@ -249,9 +249,11 @@ pub(super) async fn list(r: Request<'_>, namespace: Option<&str>) -> Result<Resp
         }
     };
     let items: Vec<Arc<Value>> = if res.transformed_on_read() {
-        items
+        let objs = items.into_iter().map(|o| (*o).clone()).collect();
+        to_api_all(server, res, objs)
+            .await?
             .into_iter()
-            .map(|o| Arc::new(to_api(res, (*o).clone())))
+            .map(Arc::new)
             .collect()
     } else {
         items
@@ -328,7 +330,7 @@ pub(super) async fn delete_collection(
     for o in objs {
         let (ns, name) = (o.attrs.namespace().to_string(), o.attrs.name().to_string());
         match server.delete(&sres, &ns, &name, &opts).await {
-            Ok(d) => items.push(to_api(res, d.object)),
+            Ok(d) => items.push(to_api(server, res, d.object).await?),
             Err(e) if e.code == 404 => {}
             Err(e) => return Err(e),
         }

@@ -103,7 +103,7 @@ async fn get(r: Request<'_>, ns: &str, name: &str, view: View) -> Result<Respons
         wait_fresh(server, rv.revision()).await?;
     }
     let sres = storage_def(server, res);
-    let obj = to_api(res, server.get_object(&sres, ns, name).await?);
+    let obj = to_api(server, res, server.get_object(&sres, ns, name).await?).await?;
     let obj = if view == View::Scale {
         crate::strategy::scale_of(res, &obj)
     } else {
@@ -147,10 +147,19 @@ async fn put(
         decode_object_body(res, headers, &bytes)?
     };
     let dups = server.check_duplicate_fields(res, syntax, &bytes, &opts)?;
-    let obj = to_storage(res, obj);
+    let obj = if view == View::Scale {
+        // A Scale is no version of the resource: only its apiVersion is the storage one's.
+        if res.is_converted() {
+            crate::convert::to_storage(res, obj)
+        } else {
+            obj
+        }
+    } else {
+        to_storage(server, res, obj).await?
+    };
     let sres = storage_def(server, res);
     let w = server.update(&sres, ns, name, view, obj, &opts).await?;
-    Ok(written_response(StatusCode::OK, res, view, w, dups))
+    written_response(server, StatusCode::OK, res, view, w, dups).await
 }
 
 /// PATCH: a JSON, merge or strategic merge patch, or server-side apply.
@@ -199,7 +208,7 @@ async fn patch(
         } else {
             StatusCode::OK
         };
-        return Ok(written_response(code, res, view, w, dups));
+        return written_response(server, code, res, view, w, dups).await;
     }
     let strategic = crate::patch::strategic_type(res, view);
     let patch = Patch::decode(&ct, &bytes, strategic)?;
@@ -212,7 +221,7 @@ async fn patch(
     };
     let dups = server.check_duplicate_fields(res, syntax, &bytes, &opts)?;
     let w = server.patch(&sres, ns, name, view, &patch, &opts).await?;
-    Ok(written_response(StatusCode::OK, res, view, w, dups))
+    written_response(server, StatusCode::OK, res, view, w, dups).await
 }
 
 /// DELETE: deletes the object now, or marks it for deletion (202) while finalizers or a grace
@@ -235,5 +244,5 @@ async fn delete(r: Request<'_>, ns: &str, name: &str, body: Body) -> Result<Resp
     } else {
         StatusCode::ACCEPTED
     };
-    Ok(value_response(code, &to_api(res, d.object)))
+    Ok(value_response(code, &to_api(server, res, d.object).await?))
 }

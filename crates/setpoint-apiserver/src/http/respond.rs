@@ -6,6 +6,7 @@ use axum::response::Response;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode};
 use serde_json::Value;
+use setpoint_api::ApiError;
 
 use crate::objects::Written;
 use crate::registry::ResourceDef;
@@ -21,19 +22,20 @@ use crate::response::with_warnings;
 /// and the write's own: the written object's JSON as stored when the write has it and the
 /// resource serves what it stores, else `object` serialized (converted for `res`, unless it
 /// is a Scale, which no resource version describes).
-pub(super) fn written_response(
+pub(super) async fn written_response(
+    server: &ApiServer,
     code: StatusCode,
     res: &ResourceDef,
     view: View,
     w: Written,
     dups: Vec<String>,
-) -> Response {
+) -> Result<Response, ApiError> {
     let r = match w.json {
         Some(json) if !res.transformed_on_read() => json_response(code, json),
         _ if view == View::Scale => value_response(code, &w.object),
-        _ => value_response(code, &to_api(res, w.object)),
+        _ => value_response(code, &to_api(server, res, w.object).await?),
     };
-    with_warnings(r, &[dups, w.warnings].concat())
+    Ok(with_warnings(r, &[dups, w.warnings].concat()))
 }
 
 /// An `/openapi/v2` response with its ETag; 304 when the client already holds it.
@@ -73,21 +75,50 @@ pub(super) fn openapi_v2_response(
 }
 
 /// An object in a request's version as its storage version holds it (the inverse of
-/// [`to_api`]).
-pub(super) fn to_storage(res: &ResourceDef, obj: Value) -> Value {
-    if res.is_converted() {
-        crate::convert::to_storage(res, obj)
-    } else {
-        obj
+/// [`to_api`]); a custom resource with a conversion webhook is converted by it.
+pub(super) async fn to_storage(
+    server: &ApiServer,
+    res: &ResourceDef,
+    obj: Value,
+) -> Result<Value, ApiError> {
+    if !res.is_converted() {
+        return Ok(obj);
     }
+    if res.custom.is_some() {
+        return server.custom_to_storage(res, obj).await;
+    }
+    Ok(crate::convert::to_storage(res, obj))
 }
 
-pub(super) fn to_api(res: &ResourceDef, obj: Value) -> Value {
-    if res.transformed_on_read() {
-        crate::convert::from_storage(res, obj)
-    } else {
-        obj
+/// A stored object as the request's version shows it.
+pub(super) async fn to_api(
+    server: &ApiServer,
+    res: &ResourceDef,
+    obj: Value,
+) -> Result<Value, ApiError> {
+    Ok(to_api_all(server, res, vec![obj])
+        .await?
+        .pop()
+        .unwrap_or(Value::Null))
+}
+
+/// Stored objects as the request's version shows them: a custom resource's conversion
+/// webhook gets them all in one review (upstream sends a list page in one request).
+pub(super) async fn to_api_all(
+    server: &ApiServer,
+    res: &ResourceDef,
+    objs: Vec<Value>,
+) -> Result<Vec<Value>, ApiError> {
+    if !res.transformed_on_read() {
+        return Ok(objs);
     }
+    if res.custom.is_some() {
+        return server.custom_from_storage(res, objs).await;
+    }
+    Ok(objs
+        .into_iter()
+        .map(|o| crate::convert::from_storage(res, o))
+        .collect())
 }
 
 pub(super) fn discovery_response(server: &ApiServer, headers: &HeaderMap, core: bool) -> Response {

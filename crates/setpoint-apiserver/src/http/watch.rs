@@ -108,6 +108,8 @@ pub(super) async fn watch(r: Request<'_>, namespace: Option<&str>) -> Result<Res
     let res = res.clone();
     let q = q.clone();
     let state = WatchState {
+        server: server.clone(),
+        ended: false,
         res,
         table,
         metadata_as,
@@ -121,6 +123,9 @@ pub(super) async fn watch(r: Request<'_>, namespace: Option<&str>) -> Result<Res
     let stream = futures::stream::unfold(
         (state, handle, initial_end_bookmark, revision),
         move |(mut state, mut handle, mut end_bookmark, revision)| async move {
+            if state.ended {
+                return None;
+            }
             // Initial events are taken one at a time, as the connection asks for more, so
             // only what the connection has room for is ever serialized.
             let item = if let Some(i) = handle.next_initial() {
@@ -140,7 +145,18 @@ pub(super) async fn watch(r: Request<'_>, namespace: Option<&str>) -> Result<Res
             };
             let item = item?;
             let line = match item {
-                WatchItem::Event(t, obj) => state.event(t, &obj),
+                WatchItem::Event(t, obj) => match state.event(t, &obj).await {
+                    Ok(line) => line,
+                    Err(e) => {
+                        // An object the watcher's version cannot show (its conversion
+                        // webhook failed) ends the watch with the error, as an ERROR event.
+                        state.ended = true;
+                        event_line(
+                            "ERROR",
+                            &serde_json::to_vec(&e.to_status()).unwrap_or_default(),
+                        )
+                    }
+                },
                 WatchItem::Bookmark(rv) => state.bookmark(rv, false),
             };
             Some((Ok(line), (state, handle, end_bookmark, revision)))
@@ -243,6 +259,9 @@ impl futures::Stream for Coalesced {
 }
 
 pub(super) struct WatchState {
+    server: Arc<crate::state::ApiServer>,
+    /// An error event went out: the watch ends.
+    ended: bool,
     res: Arc<ResourceDef>,
     table: bool,
     /// Objects go out as `PartialObjectMetadata` of this `meta.k8s.io` version.
@@ -252,13 +271,16 @@ pub(super) struct WatchState {
 }
 
 impl WatchState {
-    fn event(&mut self, t: EventType, obj: &Arc<CachedObject>) -> Bytes {
+    async fn event(&mut self, t: EventType, obj: &Arc<CachedObject>) -> Result<Bytes, ApiError> {
         if self.table {
-            let o = Arc::new(to_api(&self.res, obj.object()));
+            let o = Arc::new(to_api(&self.server, &self.res, obj.object()).await?);
             let rv = meta::resource_version(&o).to_string();
             let tbl = crate::table::table(&self.res, &[o], &rv, None, &self.q, self.first_table);
             self.first_table = false;
-            return event_line(t.as_str(), &serde_json::to_vec(&tbl).unwrap_or_default());
+            return Ok(event_line(
+                t.as_str(),
+                &serde_json::to_vec(&tbl).unwrap_or_default(),
+            ));
         }
         if let Some(v) = self.metadata_as {
             // What `partial_metadata` serializes to, without parsing the object.
@@ -270,16 +292,19 @@ impl WatchState {
                 obj.write_metadata_json(b);
                 b.extend_from_slice(b"}");
             });
-            return b.freeze();
+            return Ok(b.freeze());
         }
         if self.res.transformed_on_read() {
-            let o = to_api(&self.res, obj.object());
-            return event_line(t.as_str(), &serde_json::to_vec(&o).unwrap_or_default());
+            let o = to_api(&self.server, &self.res, obj.object()).await?;
+            return Ok(event_line(
+                t.as_str(),
+                &serde_json::to_vec(&o).unwrap_or_default(),
+            ));
         }
         let kind = t.as_str();
         let mut b = BytesMut::with_capacity(obj.json_len() + kind.len() + 24);
         event_line_into(&mut b, kind, |b| obj.write_json(b));
-        b.freeze()
+        Ok(b.freeze())
     }
 
     fn bookmark(&self, rv: Revision, initial_end: bool) -> Bytes {

@@ -1,0 +1,382 @@
+//! End to end with the real kubectl: a CustomResourceDefinition with versions v1 and v2 and a
+//! conversion webhook served by this test over HTTPS (`setpoint_testing::webhook`), in v2 the
+//! v1 field `spec.cronSpec` is `spec.schedule.expression`.
+//!
+//! - objects created as v1 read as v2 and back; an object created as v2 is stored as v1;
+//! - lists in both versions, one `ConversionReview` for a whole list;
+//! - a watch in v2 of objects stored as v1 gets converted events;
+//! - switching the storage version to v2 adds it to `status.storedVersions`, and new writes
+//!   are stored as v2 while older objects stay v1 and still read in both versions;
+//! - a webhook refusing a conversion is upstream's `conversion webhook for … failed: …`, for
+//!   reads, and it ends a watch with an ERROR event.
+//!
+//! Skipped (with a message) when kubectl is missing, unless `SETPOINT_REQUIRE_KUBECTL` is set.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use setpoint_testing::webhook::{conversion_response, WebhookServer};
+use setpoint_testing::TestCluster;
+
+mod support;
+
+use support::{eventually, expect_failure, expect_success, kubectl_available};
+
+const GROUP: &str = "stable.example.com";
+const NS: &str = "conversion";
+
+/// The test's conversion: v1 `spec.cronSpec` ⇄ v2 `spec.schedule.expression`. An object
+/// labelled `convert: refuse` cannot be converted.
+fn convert(mut obj: Value, desired: &str) -> Result<Value, String> {
+    if obj.pointer("/metadata/labels/convert") == Some(&json!("refuse")) {
+        return Err(format!(
+            "cannot convert {} to {desired}",
+            obj["metadata"]["name"].as_str().unwrap_or("")
+        ));
+    }
+    let spec = obj["spec"].as_object_mut().ok_or("no spec")?;
+    match desired {
+        "stable.example.com/v2" => {
+            if let Some(c) = spec.remove("cronSpec") {
+                spec.insert("schedule".into(), json!({"expression": c}));
+            }
+        }
+        "stable.example.com/v1" => {
+            if let Some(e) = spec
+                .remove("schedule")
+                .and_then(|s| s.get("expression").cloned())
+            {
+                spec.insert("cronSpec".into(), e);
+            }
+        }
+        other => return Err(format!("unknown version {other}")),
+    }
+    Ok(obj)
+}
+
+fn crd(conversion: Value) -> Value {
+    let schema = |spec: Value| {
+        json!({"openAPIV3Schema": {"type": "object", "properties": {
+            "spec": {"type": "object", "properties": spec}}}})
+    };
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("crontabs.{GROUP}")},
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {"plural": "crontabs", "singular": "crontab", "kind": "CronTab"},
+            "conversion": conversion,
+            "versions": [
+                {"name": "v1", "served": true, "storage": true,
+                 "schema": schema(json!({"cronSpec": {"type": "string"},
+                                         "image": {"type": "string"}}))},
+                {"name": "v2", "served": true, "storage": false,
+                 "schema": schema(json!({"schedule": {"type": "object", "properties": {
+                                             "expression": {"type": "string"}}},
+                                         "image": {"type": "string"}}))}
+            ]
+        }
+    })
+}
+
+fn crontab(version: &str, name: &str, schedule: &str, labels: Value) -> Value {
+    let spec = if version == "v1" {
+        json!({"cronSpec": schedule, "image": "busybox"})
+    } else {
+        json!({"schedule": {"expression": schedule}, "image": "busybox"})
+    };
+    json!({"apiVersion": format!("{GROUP}/{version}"), "kind": "CronTab",
+           "metadata": {"name": name, "namespace": NS, "labels": labels}, "spec": spec})
+}
+
+/// kubectl with the cluster's kubeconfig and a throwaway HOME.
+struct Kubectl {
+    dir: tempfile::TempDir,
+}
+
+impl Kubectl {
+    fn new(kubeconfig: &str) -> Kubectl {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("kubeconfig"), kubeconfig).unwrap();
+        Kubectl { dir }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new("kubectl");
+        c.args(args)
+            .env("KUBECONFIG", self.dir.path().join("kubeconfig"))
+            .env("HOME", self.dir.path())
+            .env("KUBECACHEDIR", self.dir.path().join("cache"));
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        expect_success(&format!("kubectl {}", args.join(" ")), &self.run(args))
+    }
+
+    fn get_json(&self, args: &[&str]) -> Value {
+        let mut all = args.to_vec();
+        all.extend(["-o", "json"]);
+        serde_json::from_str(&self.ok(&all)).unwrap()
+    }
+
+    fn create(&self, obj: &Value) {
+        let file = self.dir.path().join(format!(
+            "{}.json",
+            obj["metadata"]["name"].as_str().unwrap()
+        ));
+        std::fs::write(&file, obj.to_string()).unwrap();
+        self.ok(&["create", "-f", file.to_str().unwrap()]);
+    }
+}
+
+/// `kubectl get <resource> --watch` of the namespace: its lines (JSON events), read in the
+/// background until it ends; it is killed when dropped.
+struct Watch {
+    child: std::process::Child,
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Watch {
+    fn start(k: &Kubectl, resource: &str) -> Watch {
+        let mut child = k
+            .command(&[
+                "get",
+                resource,
+                "-n",
+                NS,
+                "--watch-only",
+                "--output-watch-events",
+                "-o",
+                "json",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        for stream in [
+            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+            Box::new(child.stderr.take().unwrap()),
+        ] {
+            let lines = lines.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                    lines.lock().unwrap().push(line);
+                }
+            });
+        }
+        Watch { child, lines }
+    }
+
+    /// Waits until the output holds `needle` (one compact JSON event a line), or panics.
+    fn wait_for(&self, needle: &str) {
+        eventually(needle, Duration::from_secs(20), || {
+            let text = self.lines.lock().unwrap().join("\n");
+            text.contains(needle).then_some(())
+        });
+    }
+
+    /// Whether kubectl has exited.
+    fn ended(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_some()
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The object under `key` as the store holds it.
+async fn stored(cluster: &TestCluster, name: &str) -> Value {
+    let key = format!("/registry/{GROUP}/crontabs/{NS}/{name}");
+    let kv = cluster
+        .server()
+        .store()
+        .get(&key)
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("{key} is stored"));
+    let plain = setpoint_store::compression::plain(&kv.value).unwrap();
+    serde_json::from_slice(&plain).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn conversion_webhook_serves_both_versions_and_honours_the_storage_version() {
+    if !kubectl_available() {
+        return;
+    }
+    let cluster = TestCluster::start_https().await;
+    let reviews = Arc::new(AtomicUsize::new(0));
+    let largest = Arc::new(AtomicUsize::new(0));
+    let (r, l) = (reviews.clone(), largest.clone());
+    let hooks = WebhookServer::start(move |path, request| {
+        assert_eq!(path, "/convert");
+        r.fetch_add(1, Ordering::SeqCst);
+        let n = request["objects"].as_array().map_or(0, Vec::len);
+        l.fetch_max(n, Ordering::SeqCst);
+        conversion_response(request, convert)
+    })
+    .await;
+    let k = Kubectl::new(&cluster.kubeconfig().unwrap());
+    k.ok(&["create", "namespace", NS]);
+    let mut definition = crd(hooks.conversion("/convert"));
+    k.create(&definition);
+    k.ok(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=20s",
+        &format!("crd/crontabs.{GROUP}"),
+    ]);
+    let v1 = format!("crontabs.v1.{GROUP}");
+    let v2 = format!("crontabs.v2.{GROUP}");
+
+    // Created as v1: stored as v1 without a call, read as v2 through the webhook.
+    k.create(&crontab("v1", "a", "*/5 * * * *", json!({})));
+    k.create(&crontab("v1", "b", "0 * * * *", json!({})));
+    assert_eq!(
+        reviews.load(Ordering::SeqCst),
+        0,
+        "v1 is the storage version"
+    );
+    let a2 = k.get_json(&["get", &v2, "a", "-n", NS]);
+    assert_eq!(a2["apiVersion"], "stable.example.com/v2");
+    assert_eq!(a2["spec"]["schedule"]["expression"], "*/5 * * * *");
+    assert!(a2["spec"].get("cronSpec").is_none(), "{a2}");
+    assert!(reviews.load(Ordering::SeqCst) >= 1);
+
+    // Created as v2: converted to v1 before it is stored, and read back in both versions.
+    k.create(&crontab("v2", "c", "30 2 * * *", json!({})));
+    let raw = stored(&cluster, "c").await;
+    assert_eq!(raw["apiVersion"], "stable.example.com/v1");
+    assert_eq!(raw["spec"]["cronSpec"], "30 2 * * *");
+    let c1 = k.get_json(&["get", &v1, "c", "-n", NS]);
+    assert_eq!(c1["spec"]["cronSpec"], "30 2 * * *");
+    let c2 = k.get_json(&["get", &v2, "c", "-n", NS]);
+    assert_eq!(c2["spec"]["schedule"]["expression"], "30 2 * * *");
+    assert_eq!(c2["metadata"]["uid"], c1["metadata"]["uid"]);
+
+    // Lists: v2 converts the whole page in one review, v1 needs none.
+    let before = reviews.load(Ordering::SeqCst);
+    let list2 = k.get_json(&["get", &v2, "-n", NS]);
+    assert_eq!(
+        reviews.load(Ordering::SeqCst),
+        before + 1,
+        "one review a list"
+    );
+    assert_eq!(largest.load(Ordering::SeqCst), 3, "all three objects in it");
+    let expressions: Vec<&str> = list2["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["spec"]["schedule"]["expression"].as_str().unwrap())
+        .collect();
+    assert_eq!(expressions, ["*/5 * * * *", "0 * * * *", "30 2 * * *"]);
+    let list1 = k.get_json(&["get", &v1, "-n", NS]);
+    assert!(list1["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|o| o["spec"]["cronSpec"].is_string()));
+    assert_eq!(reviews.load(Ordering::SeqCst), before + 1);
+
+    // Watches in both versions see a v1 object created as each of them shows it.
+    let w2 = Watch::start(&k, &v2);
+    let w1 = Watch::start(&k, &v1);
+    // kubectl has opened its watches once a write after it shows up in both (each poke a
+    // new value, so each is a change).
+    let mut poke = 0;
+    eventually("both watches open", Duration::from_secs(20), || {
+        poke += 1;
+        let value = format!("poke=p{poke}");
+        k.ok(&["annotate", "--overwrite", &v1, "a", "-n", NS, &value]);
+        let seen = |w: &Watch| {
+            let text = w.lines.lock().unwrap().join("\n");
+            text.contains(&format!("\"p{poke}\""))
+        };
+        (seen(&w1) && seen(&w2)).then_some(())
+    });
+    k.create(&crontab("v1", "d", "15 15 * * *", json!({})));
+    w2.wait_for("\"expression\":\"15 15 * * *\"");
+    w1.wait_for("\"cronSpec\":\"15 15 * * *\"");
+    drop(w2);
+
+    // The storage version becomes v2: storedVersions keeps v1 and adds v2.
+    definition = k.get_json(&["get", "crd", &format!("crontabs.{GROUP}")]);
+    definition["spec"]["versions"][0]["storage"] = json!(false);
+    definition["spec"]["versions"][1]["storage"] = json!(true);
+    let file = k.dir.path().join("crd-v2.json");
+    std::fs::write(&file, definition.to_string()).unwrap();
+    k.ok(&["replace", "-f", file.to_str().unwrap()]);
+    eventually("storedVersions [v1, v2]", Duration::from_secs(20), || {
+        let crd = k.get_json(&["get", "crd", &format!("crontabs.{GROUP}")]);
+        (crd["status"]["storedVersions"] == json!(["v1", "v2"])).then_some(())
+    });
+    // New writes in v1 are converted and stored as v2; older objects stay v1 and still read
+    // in both versions.
+    let attempt = AtomicUsize::new(0);
+    setpoint_testing::eventually_within(Duration::from_secs(20), "writes stored as v2", || {
+        let name = format!("e{}", attempt.fetch_add(1, Ordering::SeqCst));
+        k.create(&crontab("v1", &name, "1 1 * * *", json!({})));
+        let cluster = &cluster;
+        async move {
+            let raw = stored(cluster, &name).await;
+            (raw["apiVersion"] == "stable.example.com/v2").then_some(())
+        }
+    })
+    .await;
+    assert_eq!(
+        stored(&cluster, "a").await["apiVersion"],
+        "stable.example.com/v1"
+    );
+    let a1 = k.get_json(&["get", &v1, "a", "-n", NS]);
+    assert_eq!(a1["spec"]["cronSpec"], "*/5 * * * *");
+    let a2 = k.get_json(&["get", &v2, "a", "-n", NS]);
+    assert_eq!(a2["spec"]["schedule"]["expression"], "*/5 * * * *");
+    let mixed = k.get_json(&["get", &v1, "-n", NS]);
+    assert!(mixed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|o| o["apiVersion"] == "stable.example.com/v1" && o["spec"]["cronSpec"].is_string()));
+
+    // A conversion the webhook refuses (of an object created as v2, stored as v2 without
+    // one): upstream's message for a read in v1, and the v1 watch ends with an ERROR event.
+    k.create(&crontab(
+        "v2",
+        "refused",
+        "2 2 * * *",
+        json!({"convert": "refuse"}),
+    ));
+    let err = expect_failure(
+        "get of an object the webhook cannot convert",
+        &k.run(&["get", &v1, "refused", "-n", NS]),
+    );
+    assert!(
+        err.contains(
+            "conversion webhook for stable.example.com/v2, Kind=CronTab failed: cannot convert refused to stable.example.com/v1"
+        ),
+        "{err}"
+    );
+    w1.wait_for("conversion webhook for stable.example.com/v2, Kind=CronTab failed");
+    let mut w1 = w1;
+    eventually("the v1 watch to end", Duration::from_secs(20), || {
+        w1.ended().then_some(())
+    });
+    drop(w1);
+    drop(hooks);
+    cluster.stop().await;
+}
