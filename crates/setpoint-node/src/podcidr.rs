@@ -78,8 +78,9 @@ pub fn pod_cidr_of(node: &Node) -> Option<&str> {
 
 /// How long `wait` waits for node `name`'s range, given the cluster's Nodes at `now`
 /// (`None`: not at all, the cluster does not allocate ranges). A node IPAM controller gives a
-/// new Node its range within moments, so another Node without one that is older than the
-/// grace shows the cluster gives none, while a younger one may just not have it yet.
+/// new Node its range within moments, so a Node without one that is older than the grace
+/// (another, or this one after a restart) shows the cluster gives none, while a younger one
+/// may just not have it yet.
 pub fn wait_time(
     wait: PodCidrWait,
     name: &str,
@@ -96,14 +97,16 @@ pub fn wait_time(
             if others.iter().any(|n| pod_cidr_of(n).is_some()) {
                 return Some(timeout);
             }
-            let settled = |n: &&Node| {
+            let settled = |n: &Node| {
                 n.metadata.creation_timestamp.as_ref().is_some_and(|t| {
                     now.duration_since(t.0)
                         .try_into()
                         .is_ok_and(|age: Duration| age >= grace)
                 })
             };
-            if others.iter().any(settled) {
+            // This node itself, registered long ago and still without a range (a restart
+            // in a cluster that gives none), tells as much as another.
+            if nodes.iter().any(settled) {
                 None
             } else {
                 Some(grace)
@@ -231,10 +234,13 @@ mod tests {
         // Other nodes, long there, and none has one: no IPAM, no wait.
         let plain = [node("a", None), node("b", None), node("me", None)];
         assert_eq!(wait_time(wait, "me", &plain, now), None);
-        // Alone, or beside a node too new to tell: a short grace.
-        assert_eq!(wait_time(wait, "me", &[node("me", None)], now), Some(grace));
-        let young = [aged("a", None, "2026-01-01T00:00:58Z"), node("me", None)];
+        // Alone and new, or beside a node too new to tell: a short grace.
+        let fresh = aged("me", None, "2026-01-01T00:00:59Z");
+        assert_eq!(wait_time(wait, "me", &[fresh.clone()], now), Some(grace));
+        let young = [aged("a", None, "2026-01-01T00:00:58Z"), fresh];
         assert_eq!(wait_time(wait, "me", &young, now), Some(grace));
+        // Restarted alone, registered long ago and still without a range: none comes.
+        assert_eq!(wait_time(wait, "me", &[node("me", None)], now), None);
         // Known to allocate: the whole time regardless.
         let known = PodCidrWait::Allocated(timeout);
         assert_eq!(wait_time(known, "me", &plain, now), Some(timeout));
