@@ -29,6 +29,8 @@ impl Component {
             .arg(kubeconfig)
             .env("SETPOINT_LOG", "warn")
             .env(support::RUNTIME_ENV, "process")
+            // No service proxy, whose nftables table would outlive the test.
+            .env(support::PROXY_MODE_ENV, "none")
             .stdout(Stdio::null())
             .spawn()
             .expect("start a setpoint component");

@@ -85,6 +85,8 @@ fn start_agent(words: &[String], node: &str, dir: &Path, netns: Option<&str>) ->
         .arg(dir)
         .env("SETPOINT_LOG", "warn")
         .env(support::RUNTIME_ENV, "process")
+        // Joining needs no service proxy, whose nftables table would outlive the test.
+        .env(support::PROXY_MODE_ENV, "none")
         .stdout(Stdio::null());
     Agent {
         child: cmd.spawn().expect("start the agent"),
