@@ -327,7 +327,8 @@ impl<'a> Walk<'a> {
             "matches" | "find" | "findAll" | "contains" | "startsWith" | "endsWith" | "split"
             | "replace" | "lowerAscii" | "upperAscii" | "trim" | "substring" | "charAt"
             | "format" | "quote" | "url" | "isURL" | "quantity" | "isQuantity" | "ip" | "isIP"
-            | "cidr" | "isCIDR" | "base64.encode" | "base64.decode" | "string" | "bytes" => {
+            | "cidr" | "isCIDR" | "validate" | "base64.encode" | "base64.decode" | "string"
+            | "bytes" => {
                 self.charge(string_traversal(largest));
             }
             _ => {}

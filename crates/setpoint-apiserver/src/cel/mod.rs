@@ -5,8 +5,8 @@
 //! The environment is CEL's standard library (the `cel` crate), the crate's `strings`,
 //! `lists`, `math` and `base64` extensions, and Kubernetes' own libraries in [`libs`]:
 //! lists (`isSorted`, `sum`, `min`, `max`, `indexOf`, `lastIndexOf`), sets, regex (`find`,
-//! `findAll`), URLs, IP addresses and CIDRs, and quantities. Programs are compiled once and
-//! cached by their source text.
+//! `findAll`), URLs, IP addresses and CIDRs, quantities and named formats. Programs are
+//! compiled once and cached by their source text.
 //!
 //! Every evaluation is costed first ([`cost`]): the cost of an expression over the actual
 //! values bound is bounded before it runs, and an expression over the per-call limit is

@@ -2,8 +2,8 @@
 //! value at that node (and `oldSelf` to the previous value on updates — transition rules).
 //!
 //! Programs come from the API server's one CEL environment ([`crate::cel`]), with
-//! Kubernetes' libraries (quantity, url, ip/cidr, lists, sets, regex, the strings
-//! extension). Covered: `rule`, `message`, `messageExpression` (a string expression over the
+//! Kubernetes' libraries (quantity, url, ip/cidr, lists, sets, regex, format, the
+//! strings extension). Covered: `rule`, `message`, `messageExpression` (a string expression over the
 //! same variables; when it fails, or evaluates to an empty or multi-line string, the
 //! `message` is used instead, as upstream), `fieldPath`, `reason`, transition rules (skipped
 //! on create, or when the node did not exist before, unless `optionalOldSelf`), and the cost

@@ -2,6 +2,7 @@
 //! Function names, argument types and results are upstream's (`k8s.io/apiserver/pkg/cel/library`
 //! and cel-go's `ext.Sets`); errors are worded as upstream's where it words them.
 
+mod format;
 mod lists;
 mod net;
 mod quantity;
@@ -21,6 +22,7 @@ pub(super) fn register(env: &mut Env) -> Result<(), DeclarationError> {
     url::register(env)?;
     net::register(env)?;
     quantity::register(env)?;
+    format::register(env)?;
     Ok(())
 }
 

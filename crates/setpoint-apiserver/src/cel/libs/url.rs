@@ -100,7 +100,7 @@ fn valid_host(host: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn parse(s: &str) -> Result<CelUrl, String> {
+pub(super) fn parse(s: &str) -> Result<CelUrl, String> {
     if s.bytes().any(|b| b < 0x20 || b == 0x7f) {
         return Err("net/url: invalid control character in URL".into());
     }
