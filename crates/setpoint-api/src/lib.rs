@@ -25,6 +25,7 @@ pub mod strconv;
 pub mod taints;
 pub mod time;
 pub mod tls;
+pub mod trail;
 
 pub use resource::{GroupResource, GroupVersionKind, GroupVersionResource};
 pub use status::{ApiError, Cause};
