@@ -506,6 +506,8 @@ fn start_agent(kubeconfig: &std::path::Path, dir: &std::path::Path) -> (KillOnDr
         .arg("--data-dir")
         .arg(dir)
         .env("SETPOINT_LOG", "warn")
+        // No service proxy, whose nftables table would outlive the test.
+        .env(support::PROXY_MODE_ENV, "none")
         .stdout(Stdio::piped())
         .spawn()
         .expect("start setpoint agent");
