@@ -91,9 +91,9 @@ fn chaos_run_converges_after_every_fault_without_violations() {
         .collect();
     kinds.sort();
     kinds.dedup();
-    assert_eq!(kinds.len(), 5, "{kinds:?}");
+    assert_eq!(kinds.len(), 7, "{kinds:?}");
     assert!(
-        report["figures"].as_array().is_some_and(|f| f.len() == 5),
+        report["figures"].as_array().is_some_and(|f| f.len() == 7),
         "{stdout}"
     );
     assert!(run["eventsRecorded"].as_u64().unwrap_or(0) > 0);

@@ -102,9 +102,9 @@ fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_u64(d.as_millis() as u64)
 }
 
-/// Every fault the harness can inject (freezing the API server or the agent is left out: a
-/// frozen server is only a slow restart, and a frozen agent's nodes merely stop heartbeating).
-pub const FAULTS: [Fault; 5] = [
+/// Every fault the harness can inject (freezing the API server is left out: to its clients it
+/// is a slower restart).
+pub const FAULTS: [Fault; 7] = [
     Fault {
         kind: FaultKind::Kill,
         target: Target::ApiServer,
@@ -122,7 +122,15 @@ pub const FAULTS: [Fault; 5] = [
         target: Target::LeadingScheduler,
     },
     Fault {
+        kind: FaultKind::Freeze,
+        target: Target::LeadingScheduler,
+    },
+    Fault {
         kind: FaultKind::Kill,
+        target: Target::Agent,
+    },
+    Fault {
+        kind: FaultKind::Freeze,
         target: Target::Agent,
     },
 ];
