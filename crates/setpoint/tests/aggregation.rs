@@ -11,6 +11,7 @@
 //!   `X-Remote-Group` from the `front-proxy-client` certificate;
 //! - `kubectl api-resources` lists the extension server's resources;
 //! - an invalid APIService is refused with upstream's message;
+//! - pointing `v1beta1.metrics.k8s.io` at the Service replaces the built-in metrics API;
 //! - with the test server down, the APIService turns `Available=False`
 //!   (`FailedDiscoveryCheck`) and its paths answer 503.
 //!
@@ -128,6 +129,22 @@ fn serve_one(
     let base = format!("/apis/{GROUP}/{VERSION}");
     let (status, body) = if path == base {
         ("200 OK", resource_list())
+    } else if path == "/apis/metrics.k8s.io/v1beta1" {
+        (
+            "200 OK",
+            json!({"kind": "APIResourceList", "apiVersion": "v1",
+            "groupVersion": "metrics.k8s.io/v1beta1", "resources": [
+                {"name": "nodes", "singularName": "", "namespaced": false, "kind": "NodeMetrics",
+                 "verbs": ["get", "list"]}]}),
+        )
+    } else if path == "/apis/metrics.k8s.io/v1beta1/nodes" {
+        (
+            "200 OK",
+            json!({"kind": "NodeMetricsList", "apiVersion": "metrics.k8s.io/v1beta1",
+            "metadata": {}, "items": [{"metadata": {"name": "from-the-extension-server"},
+            "timestamp": "2026-01-01T00:00:00Z", "window": "15s",
+            "usage": {"cpu": "1m", "memory": "1Ki"}}]}),
+        )
     } else if path == format!("{base}/namespaces/default/flunders") {
         (
             "200 OK",
@@ -409,6 +426,38 @@ spec:
         err.contains("metadata.name: Invalid value: \"v1.wrong.example.com\": must be `spec.version+\".\"+spec.group`: \"v1.example.com\"")
             && err.contains("spec.versionPriority: Invalid value: 0: must be positive and less than 1000"),
         "{err}"
+    );
+
+    // Pointing the built-in metrics API's APIService at a Service replaces it, as installing
+    // metrics-server does.
+    let bundle = base64::engine::general_purpose::STANDARD.encode(&ca);
+    s.apply(&format!(
+        "apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata:
+  name: v1beta1.metrics.k8s.io
+spec:
+  group: metrics.k8s.io
+  version: v1beta1
+  groupPriorityMinimum: 100
+  versionPriority: 100
+  caBundle: {bundle}
+  service:
+    namespace: wardle
+    name: wardle-api
+"
+    ));
+    eventually(
+        "the metrics API is served by the extension server",
+        within,
+        || {
+            let nodes = s.ok(&["get", "--raw", "/apis/metrics.k8s.io/v1beta1/nodes"]);
+            nodes.contains("from-the-extension-server").then_some(())
+        },
+    );
+    assert_eq!(
+        available(&s, "v1beta1.metrics.k8s.io"),
+        ("True".into(), "Passed".into())
     );
 
     // With the server down, the APIService is unavailable and its paths answer 503.
