@@ -45,6 +45,7 @@ use tracing::Instrument;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 use crate::client::{ApiResource, ClientError};
+use crate::decision::{ObjectRef, Trigger};
 use crate::informer::{Event, Handler, Informer, Scope, SharedInformers};
 use crate::object::{Object, ObjectKey};
 use crate::workqueue::{WorkItem, WorkQueue, WorkQueueBuilder, WorkQueueMetrics};
@@ -99,6 +100,78 @@ pub struct Context {
     pub controller: Arc<str>,
     /// Failures recorded for this key since its last success.
     pub retries: u32,
+}
+
+impl Context {
+    /// Adds a summary of the state this reconcile observed (e.g. `3 desired, 2 active, 1
+    /// terminating`) to its decision record ([`crate::decision`]).
+    pub fn observe(&self, summary: impl Into<String>) {
+        crate::decision::observe(summary);
+    }
+
+    /// Records an action this reconcile took and the rule that chose it (e.g. `create 1
+    /// pod`, `fewer active pods than desired`).
+    pub fn action(&self, what: impl Into<String>, rule: impl Into<String>) {
+        crate::decision::action(what, rule);
+    }
+
+    /// Whether this reconcile keeps a decision record (false when records are off): compute
+    /// summaries only for one.
+    pub fn recording(&self) -> bool {
+        crate::decision::recording()
+    }
+
+    /// This reconcile's decision id, which its writes carry (`None` when records are off).
+    pub fn decision_id(&self) -> Option<String> {
+        crate::decision::current_id()
+    }
+}
+
+/// What woke each queued key since it was last taken, per controller: the decision record's
+/// triggers. Bounded by the queue (one entry per queued key, a few triggers each).
+#[derive(Clone, Default)]
+struct Triggers(Arc<parking_lot::Mutex<std::collections::HashMap<ObjectKey, Vec<Trigger>>>>);
+
+impl Triggers {
+    /// Notes that `ev` (about an object of `kind`) queued `key`.
+    fn note<K: Object>(&self, key: &ObjectKey, kind: &str, ev: &Event<K>) {
+        if !crate::decision::enabled() {
+            return;
+        }
+        let mut map = self.0.lock();
+        let list = map.entry(key.clone()).or_default();
+        if list.len() < crate::decision::MAX_TRIGGERS {
+            // An update can queue one key twice (through its old and new state).
+            let t = trigger_of(kind, ev);
+            if !list.contains(&t) {
+                list.push(t);
+            }
+        }
+    }
+
+    fn take(&self, key: &ObjectKey) -> Vec<Trigger> {
+        if !crate::decision::enabled() {
+            return Vec::new();
+        }
+        self.0.lock().remove(key).unwrap_or_default()
+    }
+}
+
+/// The trigger a watch event makes; an update that keeps the resourceVersion is a resync.
+fn trigger_of<K: Object>(kind: &str, ev: &Event<K>) -> Trigger {
+    let (reason, obj) = match ev {
+        Event::Added(o) => ("ADDED", o),
+        Event::Updated { old, new } if old.resource_version() == new.resource_version() => {
+            ("resync", new)
+        }
+        Event::Updated { new, .. } => ("MODIFIED", new),
+        Event::Deleted(o) => ("DELETED", o),
+    };
+    Trigger::event(
+        reason,
+        ObjectRef::new(kind, &obj.namespace().unwrap_or_default(), &obj.name()),
+        obj.resource_version(),
+    )
 }
 
 /// The decision-and-act step of a controller.
@@ -248,6 +321,9 @@ impl Default for ControllerOptions {
 /// A built controller: a queue, its sources, and a reconciler. Run it with [`Controller::run`].
 pub struct Controller {
     name: Arc<str>,
+    /// The kind of the objects its keys name (empty if unknown), for decision records.
+    kind: Arc<str>,
+    triggers: Triggers,
     queue: WorkQueue<ObjectKey>,
     sources: Vec<Source>,
     reconciler: Arc<dyn Reconciler>,
@@ -270,6 +346,8 @@ impl Controller {
         let queue = queue.metrics(&metrics.queue).build();
         Controller {
             name: name.into(),
+            kind: "".into(),
+            triggers: Triggers::default(),
             queue,
             sources,
             reconciler,
@@ -311,6 +389,8 @@ impl Controller {
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) {
         let Controller {
             name,
+            kind,
+            triggers,
             queue,
             sources,
             reconciler,
@@ -325,6 +405,8 @@ impl Controller {
         }
         // Reconciles read caches: don't start before they hold a full LIST.
         if let Some(i) = &informers {
+            // Decision records reach the API server this controller talks to.
+            crate::decision::publish(i.client());
             if let Err(e) = i.wait_synced().await {
                 tracing::error!(controller = %name, error = %e, "informers did not sync");
             }
@@ -334,6 +416,8 @@ impl Controller {
         for _ in 0..options.workers.max(1) {
             let w = Worker {
                 name: name.clone(),
+                kind: kind.clone(),
+                triggers: triggers.clone(),
                 queue: queue.clone(),
                 reconciler: reconciler.clone(),
                 timeout: options.reconcile_timeout,
@@ -358,6 +442,8 @@ impl Controller {
 
 struct Worker {
     name: Arc<str>,
+    kind: Arc<str>,
+    triggers: Triggers,
     queue: WorkQueue<ObjectKey>,
     reconciler: Arc<dyn Reconciler>,
     timeout: Option<Duration>,
@@ -391,7 +477,25 @@ impl Worker {
         };
         let start = Instant::now();
         let span = tracing::info_span!("reconcile", controller = %self.name, key = %key);
-        let fut = AssertUnwindSafe(self.reconciler.reconcile(&ctx, &key)).catch_unwind();
+        let decision = if crate::decision::enabled() {
+            let mut woken = self.triggers.take(&key);
+            if woken.is_empty() {
+                // No watch event queued it: a retry after a failure, or a timed requeue (or
+                // a key added from outside).
+                let reason = if ctx.retries > 0 { "backoff" } else { "queued" };
+                woken.push(Trigger::reason(reason));
+            }
+            let object = ObjectRef::new(
+                &self.kind,
+                key.namespace.as_deref().unwrap_or_default(),
+                &key.name,
+            );
+            crate::decision::Scope::begin(&self.name, object, woken)
+        } else {
+            crate::decision::Scope::begin(&self.name, ObjectRef::default(), Vec::new())
+        };
+        let fut =
+            AssertUnwindSafe(decision.enter(self.reconciler.reconcile(&ctx, &key))).catch_unwind();
         // Losing leadership cancels the reconcile at once: a replica that is not the leader
         // must not act.
         let leader = self.leader.clone();
@@ -413,6 +517,14 @@ impl Worker {
             _ = lost => None,
         };
         let elapsed = start.elapsed();
+        decision.finish(match &outcome {
+            None => "cancelled: leadership lost".to_string(),
+            Some(Ok(Ok(Ok(Action::Done)))) => "success".to_string(),
+            Some(Ok(Ok(Ok(Action::RequeueAfter(d))))) => format!("requeue after {d:?}"),
+            Some(Ok(Ok(Err(e)))) => format!("error: {e}"),
+            Some(Ok(Err(_))) => "panic".to_string(),
+            Some(Err(())) => "timed out".to_string(),
+        });
         match outcome {
             None => {
                 // Not leader any more: put the key back for whoever leads next.
@@ -462,8 +574,11 @@ impl Worker {
 pub struct ControllerBuilder {
     name: String,
     informers: SharedInformers,
+    /// The primary type's kind.
+    kind: String,
+    triggers: Triggers,
     /// The primary type's source, completed with the resync period at build time.
-    primary: Box<dyn FnOnce(Option<Duration>) -> Source + Send>,
+    primary: Box<dyn FnOnce(Option<Duration>, Triggers) -> Source + Send>,
     sources: Vec<Source>,
     options: ControllerOptions,
     queue: WorkQueueBuilder<ObjectKey>,
@@ -508,10 +623,15 @@ fn with_jitter(d: Duration) -> Duration {
 /// The source of the primary type: every event enqueues the object's own key.
 fn primary_source<K: Object>(
     informer: Informer<K>,
-) -> Box<dyn FnOnce(Option<Duration>) -> Source + Send> {
-    Box::new(move |resync| {
+    kind: String,
+) -> Box<dyn FnOnce(Option<Duration>, Triggers) -> Source + Send> {
+    Box::new(move |resync, triggers| {
         Box::new(move |queue: WorkQueue<ObjectKey>| {
-            let handler: Handler<K> = Arc::new(move |ev: &Event<K>| queue.add(ev.key()));
+            let handler: Handler<K> = Arc::new(move |ev: &Event<K>| {
+                let key = ev.key();
+                triggers.note(&key, &kind, ev);
+                queue.add(key)
+            });
             subscribe_until_stopped(informer, resync, handler)
         })
     })
@@ -521,11 +641,14 @@ impl Controller {
     fn builder(
         name: &str,
         informers: &SharedInformers,
-        primary: Box<dyn FnOnce(Option<Duration>) -> Source + Send>,
+        kind: &str,
+        primary: Box<dyn FnOnce(Option<Duration>, Triggers) -> Source + Send>,
     ) -> ControllerBuilder {
         ControllerBuilder {
             name: name.into(),
             informers: informers.clone(),
+            kind: kind.into(),
+            triggers: Triggers::default(),
             primary,
             sources: Vec::new(),
             options: ControllerOptions::default(),
@@ -546,7 +669,12 @@ impl Controller {
         K::Scope: 'static,
     {
         let informer = informers.typed::<K>(scope.unwrap_or_else(Scope::all));
-        Controller::builder(name, informers, primary_source(informer))
+        Controller::builder(
+            name,
+            informers,
+            K::KIND,
+            primary_source(informer, K::KIND.to_string()),
+        )
     }
 
     /// Like [`Controller::for_type`] for a resource known only at run time.
@@ -557,7 +685,12 @@ impl Controller {
         scope: Option<Scope>,
     ) -> ControllerBuilder {
         let informer = informers.dynamic(resource, scope.unwrap_or_else(Scope::all));
-        Controller::builder(name, informers, primary_source(informer))
+        Controller::builder(
+            name,
+            informers,
+            &resource.kind,
+            primary_source(informer, resource.kind.clone()),
+        )
     }
 }
 
@@ -603,6 +736,7 @@ impl ControllerBuilder {
     {
         let informer = self.informers.typed::<C>(scope.unwrap_or_else(Scope::all));
         let (group, kind) = (P::GROUP.to_string(), P::KIND.to_string());
+        let triggers = self.triggers.clone();
         // A cluster-scoped owner (e.g. a Namespace or Node) has a key without a namespace.
         let owner_namespaced = ApiResource::of::<P>().namespaced;
         self.sources
@@ -616,7 +750,9 @@ impl ControllerBuilder {
                                 } else {
                                     None
                                 };
-                                queue.add(ObjectKey::new(ns.as_deref(), &r.name));
+                                let key = ObjectKey::new(ns.as_deref(), &r.name);
+                                triggers.note(&key, C::KIND, ev);
+                                queue.add(key);
                             }
                         }
                     };
@@ -643,15 +779,18 @@ impl ControllerBuilder {
         O::Scope: 'static,
     {
         let informer = self.informers.typed::<O>(scope.unwrap_or_else(Scope::all));
+        let triggers = self.triggers.clone();
         self.sources
             .push(Box::new(move |queue: WorkQueue<ObjectKey>| {
                 let handler: Handler<O> = Arc::new(move |ev: &Event<O>| {
                     if let Event::Updated { old, .. } = ev {
                         for k in map(old) {
+                            triggers.note(&k, O::KIND, ev);
                             queue.add(k);
                         }
                     }
                     for k in map(ev.object()) {
+                        triggers.note(&k, O::KIND, ev);
                         queue.add(k);
                     }
                 });
@@ -665,15 +804,22 @@ impl ControllerBuilder {
         let ControllerBuilder {
             name,
             informers,
+            kind,
+            triggers,
             primary,
             mut sources,
             options,
             queue,
             metrics,
         } = self;
-        sources.insert(0, primary(options.resync.map(with_jitter)));
+        sources.insert(
+            0,
+            primary(options.resync.map(with_jitter), triggers.clone()),
+        );
         let mut c = Controller::from_parts(&name, queue, sources, reconciler, options, metrics);
         c.informers = Some(informers);
+        c.kind = kind.into();
+        c.triggers = triggers;
         c
     }
 }

@@ -3,6 +3,7 @@
 //! - [`client`]: typed and dynamic API access over HTTPS (kubeconfig) or in-process;
 //! - [`workqueue`]: deduplicating work queue with per-key backoff and a rate limit;
 //! - [`metrics`]: Prometheus metrics with the names Go operators use;
+//! - [`decision`]: decision records per reconcile, linked to the writes they make;
 //! - [`serving`]: the accept loop (TLS handshake with a timeout, hyper) HTTP endpoints run on;
 //! - [`customresource`]: typed custom resources — `#[derive(CustomResource)]` on a spec
 //!   struct gives the resource type and its CustomResourceDefinition.
@@ -10,6 +11,7 @@
 pub mod client;
 pub mod controller;
 pub mod customresource;
+pub mod decision;
 pub mod events;
 pub mod informer;
 pub mod leader;

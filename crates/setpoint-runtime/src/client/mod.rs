@@ -330,6 +330,15 @@ impl Client {
         if let Some(ct) = content_type {
             b = b.header(http::header::CONTENT_TYPE, ct);
         }
+        // A write made during a reconcile names its decision, so the API server's write
+        // trail links it to the reconcile that made it.
+        if method != http::Method::GET && method != http::Method::HEAD {
+            if let Some((id, controller)) = crate::decision::current_headers() {
+                b = b
+                    .header(crate::decision::DECISION_ID_HEADER, id)
+                    .header(crate::decision::CONTROLLER_HEADER, controller);
+            }
+        }
         let req = b
             .body(body)
             .map_err(|e| ClientError::Config(format!("request: {e}")))?;
