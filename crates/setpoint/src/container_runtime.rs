@@ -90,8 +90,8 @@ pub struct ContainerRuntimeFlags {
 pub struct DnsFlags {
     /// The DNS servers pods of `dnsPolicy: ClusterFirst` use, comma-separated (the kubelet's
     /// flag). Default: the node's own cluster DNS server, which a node with a private
-    /// containerd runs on its pod bridge's gateway; a node without one tells pods nothing,
-    /// and they resolve as `dnsPolicy: Default`.
+    /// containerd, or with `--process-pod-network bridge`, runs on its pod bridge's gateway;
+    /// a node without one tells pods nothing, and they resolve as `dnsPolicy: Default`.
     #[arg(long, value_delimiter = ',')]
     pub cluster_dns: Vec<std::net::IpAddr>,
     /// The cluster's DNS domain (the kubelet's flag).
@@ -226,6 +226,11 @@ impl ContainerRuntimeFlags {
                         ", each in a network namespace on the pod subnet {subnet}"
                     ));
                 }
+                // With a bridge of its own, the node serves cluster DNS on its gateway, as a
+                // node with a private containerd does.
+                let subnet = options.network.as_ref().and_then(PodNetwork::subnet);
+                let (dns, cluster_dns) = self.node_dns(subnet.as_deref());
+                options.cluster_dns = cluster_dns;
                 let runtime = ProcessRuntime::with_options(node_dir, options)
                     .with_context(|| format!("process runtime in {}", node_dir.display()))?;
                 Ok(NodeRuntime {
@@ -234,7 +239,7 @@ impl ContainerRuntimeFlags {
                     description,
                     containerd: None,
                     _subnet_lock: subnet_lock,
-                    dns: None,
+                    dns,
                     pod_subnet: None,
                 })
             }
@@ -283,6 +288,34 @@ impl ContainerRuntimeFlags {
                 }
             }
         }
+    }
+
+    /// The cluster DNS server the node runs on the gateway of its pod bridge's `subnet`
+    /// (none without one), and what pods are told: `--cluster-dns`, else that server.
+    fn node_dns(&self, subnet: Option<&str>) -> (Option<NodeDnsConfig>, ClusterDns) {
+        let dns = subnet
+            .and_then(setpoint_network::dns::node::bridge_gateway)
+            .map(|gateway| NodeDnsConfig {
+                addresses: vec![gateway.into()],
+                port: setpoint_network::dns::node::DNS_PORT,
+                domain: self.dns.cluster_domain.clone(),
+                host: ResolvConf::parse(
+                    &std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default(),
+                ),
+            });
+        let cluster_dns = match &dns {
+            Some(dns) => dns.cluster_dns(&self.dns.cluster_dns),
+            None => ClusterDns {
+                servers: self
+                    .dns
+                    .cluster_dns
+                    .iter()
+                    .map(|ip| ip.to_string())
+                    .collect(),
+                domain: self.dns.cluster_domain.clone(),
+            },
+        };
+        (dns, cluster_dns)
     }
 
     async fn open_cri(
@@ -341,31 +374,9 @@ impl ContainerRuntimeFlags {
                 endpoint
             }
         };
-        // The node serves cluster DNS on its pod bridge's gateway, which only a private
-        // containerd's subnet tells (a system containerd's bridge is its own business).
-        let dns = subnet
-            .as_deref()
-            .and_then(setpoint_network::dns::node::bridge_gateway)
-            .map(|gateway| NodeDnsConfig {
-                addresses: vec![gateway.into()],
-                port: setpoint_network::dns::node::DNS_PORT,
-                domain: self.dns.cluster_domain.clone(),
-                host: ResolvConf::parse(
-                    &std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default(),
-                ),
-            });
-        let cluster_dns = match &dns {
-            Some(dns) => dns.cluster_dns(&self.dns.cluster_dns),
-            None => ClusterDns {
-                servers: self
-                    .dns
-                    .cluster_dns
-                    .iter()
-                    .map(|ip| ip.to_string())
-                    .collect(),
-                domain: self.dns.cluster_domain.clone(),
-            },
-        };
+        // A private containerd's subnet tells its bridge (a system containerd's bridge is its
+        // own business).
+        let (dns, cluster_dns) = self.node_dns(subnet.as_deref());
         let opened = async {
             let client = CriClient::connect(&endpoint)
                 .await
@@ -376,7 +387,7 @@ impl ContainerRuntimeFlags {
             let logs = node_dir.join(CONTAINER_LOGS_DIR);
             move_container_logs(node_dir, &logs)?;
             let mut options = self.image_gc.options(&logs)?;
-            options.cluster_dns = cluster_dns;
+            options.cluster_dns = cluster_dns.clone();
             let containers = CriRuntime::new(client, options)
                 .await
                 .with_context(|| format!("CRI runtime at {endpoint}"))?;
@@ -384,6 +395,7 @@ impl ContainerRuntimeFlags {
             if self.process_pod_network == ProcessPodNetwork::Bridge {
                 process_options.network =
                     Some(containerd_pod_network(subnet.as_deref(), containerd_dir)?);
+                process_options.cluster_dns = cluster_dns.clone();
             }
             let processes = ProcessRuntime::with_options(node_dir, process_options)
                 .with_context(|| format!("process runtime in {}", node_dir.display()))?;

@@ -3,8 +3,10 @@
 //! their own on the node's pod bridge. Two replicas both listen on `0.0.0.0:8080` (which
 //! on loopback addresses would fail with "Address already in use"), both get distinct pod
 //! IPs from the pod range, answer on them from the host and through their Service's cluster
-//! IP, and `kubectl exec` runs in the pod's namespace. Deleting the pods tears their
-//! namespaces and addresses down.
+//! IP, and `kubectl exec` runs in the pod's namespace. A client pod reaches the API server
+//! through the `kubernetes` Service (`KUBERNETES_SERVICE_HOST`, its token and CA) and resolves
+//! the Service's name through the node's DNS server, as its own `/etc/resolv.conf` says.
+//! Deleting the pods tears their namespaces and addresses down.
 //!
 //! Needs root, the CNI plugins and `nft` (skipped without them, unless
 //! `SETPOINT_REQUIRE_CONTAINERD` or `SETPOINT_REQUIRE_NFT` is set) and kubectl (unless
@@ -54,6 +56,55 @@ spec:
   selector: {app: web}
   ports:
   - {name: http, port: 80, targetPort: http}
+"#;
+
+/// A client in a pod of its own: through the `kubernetes` Service's cluster IP with its
+/// service-account token and the cluster CA (as in-cluster clients find them), it lists the
+/// namespace's pods; through the cluster DNS its `/etc/resolv.conf` names, it resolves the
+/// `web` Service's name. Each is retried until it works or a deadline passes, and the pod
+/// exits with what it got on its output.
+const CLIENT: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: client
+spec:
+  restartPolicy: Never
+  containers:
+  - name: client
+    image: python:3
+    command:
+    - python3
+    - -c
+    - |
+      import json, os, socket, ssl, time, urllib.request
+      sa = "/var/run/secrets/kubernetes.io/serviceaccount"
+      host, port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"]
+      print("RESOLV", open("/etc/resolv.conf").read().replace("\n", "|"), flush=True)
+      tls = ssl.create_default_context(cafile=sa + "/ca.crt")
+      def api():
+          ns = open(sa + "/namespace").read()
+          request = urllib.request.Request(
+              f"https://{host}:{port}/api/v1/namespaces/{ns}/pods",
+              headers={"Authorization": "Bearer " + open(sa + "/token").read()})
+          with urllib.request.urlopen(request, context=tls, timeout=3) as r:
+              names = [p["metadata"]["name"] for p in json.load(r)["items"]]
+              return f"{host}:{port} {r.status} {len(names)} pods"
+      def dns():
+          return socket.gethostbyname("web.default.svc.cluster.local")
+      failed = False
+      for what, call in [("API", api), ("DNS", dns)]:
+          deadline, last = time.time() + 60, None
+          while time.time() < deadline:
+              try:
+                  print(what, call(), flush=True)
+                  break
+              except Exception as e:
+                  last = e
+                  time.sleep(0.5)
+          else:
+              print(what, "FAILED", repr(last), flush=True)
+              failed = True
+      raise SystemExit(1 if failed else 0)
 "#;
 
 /// Whether pod networks can be set up here: root, the CNI plugins and nftables. Panics when
@@ -130,7 +181,9 @@ fn process_pods_get_a_network_of_their_own() {
     let data = dir.path().join("data");
     let node_dir = data.join("node");
     let _detach = DetachNamespaces(&node_dir);
-    let s = Setpoint::start(
+    // On every address, so the pods reach the API server at its advertised address through
+    // the `kubernetes` Service.
+    let s = Setpoint::start_listening(
         &[
             "up",
             "--process-pod-network",
@@ -139,6 +192,7 @@ fn process_pods_get_a_network_of_their_own() {
             "nftables",
         ],
         &data,
+        "0.0.0.0:0",
     );
     s.apply(MANIFEST);
     let pods = eventually("two ready web pods", WAIT, || ready_pods(&s, "app=web", 2));
@@ -195,6 +249,53 @@ fn process_pods_get_a_network_of_their_own() {
         addresses.contains(&format!("inet {pod_ip}/")),
         "exec did not see the pod's address {pod_ip}: {addresses}"
     );
+
+    // In-cluster clients: the API server through the `kubernetes` Service's cluster IP with
+    // the pod's token, and the Service's name through the node's DNS on the pod bridge.
+    let endpoint = s.ok(&[
+        "get",
+        "endpoints",
+        "kubernetes",
+        "-o",
+        "jsonpath={.subsets[0].addresses[0].ip}",
+    ]);
+    let endpoint: Ipv4Addr = endpoint.trim().parse().expect("the API server's endpoint");
+    assert!(
+        !endpoint.is_loopback(),
+        "the kubernetes endpoint is {endpoint}"
+    );
+    s.ok(&[
+        "create",
+        "rolebinding",
+        "client-view",
+        "--clusterrole=view",
+        "--serviceaccount=default:default",
+    ]);
+    s.apply(CLIENT);
+    let phase = eventually("the client pod finished", WAIT, || {
+        let phase = s.ok(&["get", "pod", "client", "-o", "jsonpath={.status.phase}"]);
+        ["Succeeded", "Failed"]
+            .contains(&phase.trim())
+            .then(|| phase.trim().to_string())
+    });
+    let out = s.ok(&["logs", "client"]);
+    assert_eq!(phase, "Succeeded", "the client failed: {out}");
+    assert!(
+        out.contains("API 10.96.0.1:443 200 3 pods"),
+        "the client did not list the pods through the kubernetes Service: {out}"
+    );
+    assert!(
+        out.contains(&format!("DNS {cluster_ip}\n")),
+        "web.default.svc.cluster.local did not resolve to {cluster_ip}: {out}"
+    );
+    let gateway = Ipv4Addr::from(u32::from(ips[0]) & 0xffff_ff00 | 1);
+    assert!(
+        out.contains(&format!(
+            "nameserver {gateway}|search default.svc.cluster.local "
+        )),
+        "the pod's resolv.conf does not name the node's DNS on {gateway}: {out}"
+    );
+    s.ok(&["delete", "pod", "client", "--wait=false"]);
 
     // Removing the pods tears their networks down: namespaces, state and addresses.
     s.ok(&["delete", "deployment", "web", "--wait=false"]);

@@ -98,6 +98,18 @@ impl PodNetwork {
     }
 }
 
+impl PodNetwork {
+    /// The subnet the list's `host-local` IPAM hands addresses from (the first range's), as
+    /// the bridge network lists the node writes name it.
+    pub fn subnet(&self) -> Option<String> {
+        self.list["plugins"]
+            .as_array()?
+            .iter()
+            .find_map(|p| p["ipam"]["ranges"][0][0]["subnet"].as_str())
+            .map(str::to_string)
+    }
+}
+
 /// Whether this process may create network namespaces and configure them: `CAP_SYS_ADMIN`
 /// (unshare, mount) and `CAP_NET_ADMIN` (links, addresses, routes) in its effective set.
 pub fn permitted() -> bool {
@@ -539,6 +551,25 @@ mod tests {
         );
         remove_namespace(&ns);
         assert!(!ns.exists());
+    }
+
+    #[test]
+    fn the_subnet_is_the_first_range_of_the_lists_ipam() {
+        let network = PodNetwork::new(
+            PathBuf::from("/opt/cni/bin"),
+            r#"{"cniVersion": "1.0.0", "name": "n", "plugins": [
+                {"type": "bridge", "ipam": {"type": "host-local",
+                  "ranges": [[{"subnet": "10.223.7.0/24"}], [{"subnet": "10.224.0.0/24"}]]}},
+                {"type": "portmap"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(network.subnet().as_deref(), Some("10.223.7.0/24"));
+        let bare = PodNetwork::new(
+            PathBuf::from("/opt/cni/bin"),
+            r#"{"name": "n", "plugins": [{"type": "bridge"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(bare.subnet(), None);
     }
 
     #[test]
