@@ -47,6 +47,7 @@ mod state;
 mod strategy;
 mod table;
 pub mod tls;
+pub mod trail;
 mod typemeta;
 pub mod watchcache;
 mod webhook;

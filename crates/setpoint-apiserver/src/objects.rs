@@ -317,7 +317,11 @@ impl ApiServer {
             )
             .await
         {
-            Ok(kv) => Ok(Some(kv)),
+            Ok(kv) => {
+                let (ns, name) = (meta::namespace(obj), meta::name(obj));
+                crate::trail::note(res, ns, name, Some(obj), kv.mod_revision, false);
+                Ok(Some(kv))
+            }
             Err(StoreError::Conflict { .. }) => Ok(None),
             Err(e) => Err(store_err(res, meta::name(obj), e)),
         }
@@ -338,7 +342,15 @@ impl ApiServer {
             )
             .await
         {
-            Ok((_, rev)) => Ok(Some(rev)),
+            Ok((_, rev)) => {
+                // The key ends in `<namespace>/<name>` for namespaced resources.
+                let ns = match res.namespaced {
+                    true => key.rsplit('/').nth(1).unwrap_or_default(),
+                    false => "",
+                };
+                crate::trail::note(res, ns, name, None, rev, true);
+                Ok(Some(rev))
+            }
             Err(StoreError::Conflict { .. }) => Ok(None),
             Err(StoreError::NotFound { .. }) => {
                 Err(ApiError::not_found(&res.group_resource(), name))
@@ -768,11 +780,13 @@ impl ApiServer {
                 .await
             {
                 Ok(kv) => {
+                    let name = meta::name(&obj);
+                    crate::trail::note(res, namespace, name, Some(&obj), kv.mod_revision, false);
                     return Ok(Written {
                         object: with_rv(obj, kv.mod_revision),
                         warnings,
                         json: served_json(&kv.value, kv.mod_revision),
-                    })
+                    });
                 }
                 Err(e) => {
                     if let Some(r) = &reserved {

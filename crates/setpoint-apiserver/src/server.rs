@@ -137,6 +137,7 @@ impl ApiServer {
         let audit = crate::audit::Auditor::start(&config.audit, &metrics)
             .map_err(|e| start_error::Error(e.to_string()))?;
         let server = Arc::new(ApiServer {
+            trail: Default::default(),
             store,
             registry: parking_lot::RwLock::new(Arc::new(registry)),
             caches,

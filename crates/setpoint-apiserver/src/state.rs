@@ -103,6 +103,8 @@ impl Default for ServerConfig {
 /// The server's shared state. Request handlers get an `Arc<ApiServer>`.
 pub struct ApiServer {
     pub(crate) store: Arc<dyn Store>,
+    /// Recent writes and pushed decision records, for `setpoint why` (bounded rings).
+    pub trail: crate::trail::Trail,
     /// The served resources: a snapshot replaced whole when custom resources change, so a
     /// request sees one consistent set.
     pub(crate) registry: parking_lot::RwLock<Arc<Registry>>,

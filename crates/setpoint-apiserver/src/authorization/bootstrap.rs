@@ -185,6 +185,13 @@ fn roles() -> Vec<Role> {
                 &["/livez", "/readyz", "/healthz", "/version", "/version/"],
             )],
         ),
+        // Setpoint's own: any component (a controller manager, a scheduler, a node agent, a
+        // user's operator) may report its decision records; the server stamps each with the
+        // reporting user. Reading the trail (`/debug/setpoint/why`) stays with cluster-admin.
+        role(
+            "setpoint:decision-reporter",
+            vec![urls(&["post"], &[setpoint_api::trail::DECISIONS_PATH])],
+        ),
         Role {
             name: "admin",
             labels: &[],
@@ -1077,6 +1084,7 @@ const BINDINGS: &[(&str, &[&str], &[&str])] = &[
     ("cluster-admin", &[], &["system:masters"]),
     ("system:discovery", &[], &["system:authenticated"]),
     ("system:basic-user", &[], &["system:authenticated"]),
+    ("setpoint:decision-reporter", &[], &["system:authenticated"]),
     (
         "system:public-info-viewer",
         &[],

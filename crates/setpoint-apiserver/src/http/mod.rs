@@ -213,6 +213,20 @@ async fn dispatch(
     if path == "/version" {
         return value_response(StatusCode::OK, &crate::discovery::version());
     }
+    // `setpoint why`'s endpoints: decision records in, causal chains out.
+    if path.starts_with("/debug/setpoint/") {
+        let body = match read_body(server, body).await {
+            Ok(b) => b,
+            Err(e) => return error_response(&e),
+        };
+        let user = attributes.user.username.clone();
+        let query = parts.uri.query();
+        return match crate::trail::serve(server, &parts.method, &path, query, &user, body).await {
+            Some(Ok((code, v))) => value_response(code, &v),
+            Some(Err(e)) => error_response(&e),
+            None => error_response(&ApiError::not_found_path()),
+        };
+    }
     // The service-account issuer's discovery documents.
     if path == "/.well-known/openid-configuration" || path == "/openid/v1/jwks" {
         let issuer = &server.service_accounts;
@@ -350,20 +364,26 @@ async fn dispatch(
             .await
             .unwrap_or_else(|e| error_response(&e))
         }
-        Ok(t) => match serve(
-            server,
-            &attributes.user,
-            &parts.method,
-            t,
-            &q,
-            &parts.headers,
-            body,
-        )
-        .await
-        {
-            Ok(r) => r,
-            Err(e) => error_response(&e),
-        },
+        Ok(t) => {
+            // Writes leave a record in the trail `setpoint why` reads.
+            let subresource = match &t {
+                PathTarget::Object { subresource, .. } => subresource.clone(),
+                _ => None,
+            };
+            let user = &attributes.user;
+            let serving = serve(server, user, &parts.method, t, &q, &parts.headers, body);
+            let served = server
+                .trail
+                .record(
+                    &user.username,
+                    &parts.method,
+                    subresource.as_deref(),
+                    &parts.headers,
+                    serving,
+                )
+                .await;
+            served.unwrap_or_else(|e| error_response(&e))
+        }
     };
     server
         .metrics
