@@ -11,14 +11,15 @@
 //! when the CRD is written, as are all rules whose estimated total is over the CRD-wide limit;
 //! when an object is validated, each evaluation is held to the per-call limit and all of a
 //! request's evaluations to its budget ([`crate::cel::cost`] says how costs are counted).
-//! A rule that does not compile is rejected when the CRD is written, so objects are never
+//! A rule that does not compile, or names a field its schema does not declare
+//! ([`crate::cel::typecheck`]), is rejected when the CRD is written, so objects are never
 //! checked against broken rules.
 
 use serde_json::Value;
 use setpoint_api::Cause;
 
 use crate::cel::schema::Node;
-use crate::cel::{self, cost, Budget, Error};
+use crate::cel::{self, cost, typecheck, Budget, Error};
 
 /// Upstream's longest `messageExpression` result (`MaxEvaluatedMessageExpressionSizeBytes`).
 const MAX_MESSAGE_EXPRESSION_BYTES: usize = 5 * 1024;
@@ -42,7 +43,14 @@ pub fn compile_errors(schema: &Value, path: &str) -> Vec<Cause> {
 pub fn rule_errors(schema: &Value, path: &str) -> (Vec<Cause>, u64) {
     let mut out = Vec::new();
     let mut total = 0u64;
-    let vars = [("self", Node::new(schema)), ("oldSelf", Node::new(schema))];
+    if rules(schema).is_empty() {
+        return (out, total);
+    }
+    let root = path
+        .ends_with("openAPIV3Schema")
+        .then(|| with_object_meta(schema));
+    let seen = root.as_ref().unwrap_or(schema);
+    let vars = [("self", Node::new(seen)), ("oldSelf", Node::new(seen))];
     for (i, r) in rules(schema).iter().enumerate() {
         let field = format!("{path}.x-kubernetes-validations[{i}].rule");
         match r.get("rule").and_then(Value::as_str) {
@@ -54,6 +62,16 @@ pub fn rule_errors(schema: &Value, path: &str) -> (Vec<Cause>, u64) {
                     &e.to_string(),
                 )),
                 Ok(program) => {
+                    // Upstream type-checks rules against the schema when the CRD is written.
+                    let problems = typecheck::check(rule, &vars).unwrap_or_default();
+                    if !problems.is_empty() {
+                        out.push(Cause::invalid(
+                            field,
+                            &Value::String(rule.into()),
+                            &format!("compilation failed: {}", problems.join("\n")),
+                        ));
+                        continue;
+                    }
                     let estimate = cost::estimate(&program, &vars);
                     total = total.saturating_add(estimate);
                     if estimate > cel::STATIC_ESTIMATED_COST_LIMIT {
@@ -100,6 +118,23 @@ pub fn rule_errors(schema: &Value, path: &str) -> (Vec<Cause>, u64) {
         }
     }
     (out, total)
+}
+
+/// A root schema as its rules see it: with `apiVersion`, `kind` and, of `metadata`, `name`
+/// and `generateName`, which upstream adds to every custom resource's root.
+fn with_object_meta(schema: &Value) -> Value {
+    let mut root = schema.clone();
+    if let Some(props) = root.get_mut("properties").and_then(Value::as_object_mut) {
+        let string = serde_json::json!({"type": "string"});
+        props.entry("apiVersion").or_insert_with(|| string.clone());
+        props.entry("kind").or_insert_with(|| string.clone());
+        props.insert(
+            "metadata".into(),
+            serde_json::json!({"type": "object", "properties": {
+                "name": string.clone(), "generateName": string}}),
+        );
+    }
+    root
 }
 
 /// Evaluates a schema node's rules against `value` (and `old`, its previous value), with a
@@ -354,6 +389,37 @@ mod tests {
         assert!(errors[1]
             .message
             .contains("messageExpression compilation failed"));
+    }
+
+    #[test]
+    fn rules_naming_undeclared_fields_are_refused_when_the_crd_is_written() {
+        let s = json!({"type": "object", "properties": {
+            "spec": {"type": "object", "properties": {"replicas": {"type": "integer"}}},
+            "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+        "x-kubernetes-validations": [
+            {"rule": "self.spec.replica > 0"},
+            {"rule": "self.spec.replicas > 0 && self.status.anything == 1"},
+            {"rule": "self.metadata.name.startsWith('a') && self.kind == 'X'"},
+            {"rule": "self.metadata.labels.size() > 0"},
+            {"rule": "self.spec.replicas == 'three'"},
+        ]});
+        let errors = compile_errors(&s, "spec.versions[0].schema.openAPIV3Schema");
+        let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.versions[0].schema.openAPIV3Schema.x-kubernetes-validations[0].rule",
+                "spec.versions[0].schema.openAPIV3Schema.x-kubernetes-validations[3].rule",
+                "spec.versions[0].schema.openAPIV3Schema.x-kubernetes-validations[4].rule",
+            ],
+            "{errors:?}"
+        );
+        assert_eq!(
+            errors[0].message,
+            "Invalid value: \"self.spec.replica > 0\": compilation failed: ERROR: <input>:1:10: \
+             undefined field 'replica'\n | self.spec.replica > 0\n | .........^"
+        );
+        assert!(errors[1].message.contains("undefined field 'labels'"));
     }
 
     #[test]
