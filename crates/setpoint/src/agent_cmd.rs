@@ -8,6 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use setpoint_api::cidr::{Cidr, CidrError};
+use setpoint_node::podcidr::PodCidrWait;
 use setpoint_node::{AgentConfig, Capacity, SimulatedConfig, SimulationConfig};
 use setpoint_runtime::client::Client;
 use setpoint_runtime::informer::SharedInformers;
@@ -163,28 +165,24 @@ pub struct ProxyFlags {
     cluster_cidr: Option<String>,
 }
 
-/// An IPv4 CIDR (`10.244.0.0/16`), normalised to its network address.
+/// An IPv4 CIDR (`10.244.0.0/16`), normalised to its network address (the proxy's rules
+/// are IPv4).
 fn parse_cidr(text: &str) -> Result<String, String> {
-    let (ip, len) = text
-        .split_once('/')
-        .ok_or_else(|| format!("invalid CIDR address: {text}"))?;
-    let ip: std::net::Ipv4Addr = ip
-        .parse()
-        .map_err(|_| format!("invalid CIDR address: {text}"))?;
-    let len: u32 = len
-        .parse()
-        .ok()
-        .filter(|l| *l <= 32)
-        .ok_or_else(|| format!("invalid CIDR address: {text}"))?;
-    let mask = u32::MAX.checked_shl(32 - len).unwrap_or(0);
-    let network = std::net::Ipv4Addr::from(u32::from(ip) & mask);
-    Ok(format!("{network}/{len}"))
+    let cidr: Cidr = text.parse().map_err(|e: CidrError| e.to_string())?;
+    if !cidr.is_ipv4() {
+        return Err(format!(
+            "--cluster-cidr {text}: only an IPv4 range is supported"
+        ));
+    }
+    Ok(cidr.to_string())
 }
 
 impl ProxyFlags {
     /// The proxy of node `node_name` whose state lives in `state_dir` (which names its
-    /// nftables table), or `None` with `--proxy-mode none`. `pod_subnet` is the node's own
-    /// pod range, the cluster CIDR when `--cluster-cidr` is not given.
+    /// nftables table), or `None` with `--proxy-mode none`. `pod_subnet` is the range this
+    /// node's pods are in (the cluster CIDR node ranges come from, else the node's
+    /// `spec.podCIDR`, else its own pod subnet): the cluster CIDR when `--cluster-cidr` is not
+    /// given, as kube-proxy's `--detect-local-mode` `ClusterCIDR` and `NodeCIDR`.
     pub fn config(
         &self,
         node_name: &str,
@@ -203,6 +201,63 @@ impl ProxyFlags {
             config
         })
     }
+
+    /// Whether this node runs a service proxy.
+    pub fn runs_proxy(&self) -> bool {
+        self.proxy_mode != ProxyMode::None
+    }
+
+    /// The labels the node carries for its proxy: a node without one cannot take load
+    /// balancer traffic, so it carries upstream's
+    /// `node.kubernetes.io/exclude-from-external-load-balancers`, which the built-in
+    /// service-load-balancer (as upstream's service controller) honours.
+    pub fn node_labels(&self) -> std::collections::BTreeMap<String, String> {
+        if self.runs_proxy() {
+            std::collections::BTreeMap::new()
+        } else {
+            Self::without_proxy_labels()
+        }
+    }
+
+    /// The labels of a node that runs no service proxy.
+    fn without_proxy_labels() -> std::collections::BTreeMap<String, String> {
+        std::collections::BTreeMap::from([(
+            setpoint_controllers::servicelb::EXCLUDE_LABEL.to_string(),
+            "true".to_string(),
+        )])
+    }
+}
+
+/// How long an agent waits for its Node's `spec.podCIDR` once another Node shows the cluster
+/// allocates ranges (`setpoint up` waits as long for its local node when it allocates).
+pub const POD_CIDR_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long an agent that is its cluster's first Node waits for a range before it takes the
+/// cluster as one that gives none.
+const POD_CIDR_GRACE: Duration = Duration::from_secs(5);
+
+/// The pod range of node `config` when it configures a pod network of its own (`needed`),
+/// and the cluster gives ranges (see [`PodCidrWait`]); logs what the node does without one.
+pub async fn pod_cidr_for_network(
+    client: &Client,
+    config: &AgentConfig,
+    needed: bool,
+    wait: PodCidrWait,
+) -> anyhow::Result<Option<Cidr>> {
+    if !needed {
+        return Ok(None);
+    }
+    let cidr = setpoint_node::podcidr::node_pod_cidr(client, config, wait).await?;
+    match &cidr {
+        Some(c) => {
+            tracing::info!(node = %config.node_name, pod_cidr = %c, "the pod network uses the node's spec.podCIDR")
+        }
+        None => tracing::info!(
+            node = %config.node_name,
+            "the cluster gives nodes no spec.podCIDR (no node IPAM): the pod network uses a 10.223.<x>.0/24 subnet of this machine's own"
+        ),
+    }
+    Ok(cidr)
 }
 
 /// Runs the service proxy of `config` until `shutdown`, logging why it stopped if it did.
@@ -423,8 +478,17 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating {}", args.data_dir.display()))?;
     let data_dir = args.data_dir.canonicalize()?;
-    let runtime = args
-        .container_runtime
+    config.labels.extend(args.proxy.node_labels());
+    // The pod network is on the node's range when the cluster gives one: the Node is
+    // registered and its range awaited before the runtime configures a bridge.
+    let wait = PodCidrWait::IfAllocated {
+        timeout: POD_CIDR_TIMEOUT,
+        grace: POD_CIDR_GRACE,
+    };
+    let mut runtime_flags = args.container_runtime.clone();
+    runtime_flags.pod_cidr =
+        pod_cidr_for_network(&client, &config, runtime_flags.needs_pod_subnet(), wait).await?;
+    let runtime = runtime_flags
         .open(&data_dir, &data_dir.join("containerd"))
         .await?;
     config.system_info.container_runtime_version = runtime.version.clone();
@@ -434,8 +498,15 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let (stop_proxy, proxy_stopped) = tokio::sync::oneshot::channel::<()>();
     let proxy = tokio::spawn(run_proxy(
         client.clone(),
-        args.proxy
-            .config(&name, &data_dir, runtime.pod_subnet.as_deref()),
+        args.proxy.config(
+            &name,
+            &data_dir,
+            runtime_flags
+                .pod_cidr
+                .map(|c| c.to_string())
+                .or_else(|| runtime.pod_subnet.clone())
+                .as_deref(),
+        ),
         async move {
             let _ = proxy_stopped.await;
         },
@@ -532,6 +603,9 @@ impl InProcess {
         config.client_ca_pem = client_ca_pem;
         config.system_info.container_runtime_version = runtime.version.clone();
         config.dns = runtime.dns.clone();
+        if proxy.is_none() {
+            config.labels.extend(ProxyFlags::without_proxy_labels());
+        }
         tracing::info!(node = %name, runtime = %runtime.description, "local node runtime");
         let pods = runtime.runtime.clone();
         let node = name.to_string();
@@ -604,4 +678,22 @@ impl InProcess {
 /// The name of the local node of `setpoint up`.
 pub fn local_node_name() -> String {
     hostname()
+}
+
+/// The pod range of `setpoint up`'s local node `name` when `up` gives nodes ranges and the
+/// node's runtime configures a pod network (`needed`): registers the Node and waits for it.
+pub async fn local_pod_cidr(
+    client: &Client,
+    name: &str,
+    needed: bool,
+) -> anyhow::Result<Option<Cidr>> {
+    let mut config = AgentConfig::local(name);
+    config.address = "127.0.0.1".into();
+    pod_cidr_for_network(
+        client,
+        &config,
+        needed,
+        PodCidrWait::Allocated(POD_CIDR_TIMEOUT),
+    )
+    .await
 }

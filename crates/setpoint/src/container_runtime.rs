@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
+use setpoint_api::cidr::Cidr;
 use setpoint_network::dns::node::NodeDnsConfig;
 use setpoint_network::dns::{ClusterDns, ResolvConf};
 use setpoint_node::containerd::{self, DaemonOptions, LocalContainerd};
@@ -73,6 +74,11 @@ pub struct ContainerRuntimeFlags {
         env = "SETPOINT_PROCESS_POD_NETWORK"
     )]
     pub process_pod_network: ProcessPodNetwork,
+    /// The node's pod range (`spec.podCIDR`) when the cluster gives nodes ranges: the subnet
+    /// of the bridge the node's pods join (a private containerd's, or the process pods'),
+    /// instead of a `10.223.<x>.0/24` of this machine's own.
+    #[arg(skip)]
+    pub pod_cidr: Option<Cidr>,
     /// The CRI runtime's socket, `unix:///path/to/socket` (with `cri` or `auto`),
     /// as kubelet's flag of the same name. Its own CNI network and sandbox image apply.
     #[arg(long)]
@@ -219,7 +225,7 @@ impl ContainerRuntimeFlags {
                 let mut description =
                     format!("as local processes (state in {})", node_dir.display());
                 if self.process_pod_network == ProcessPodNetwork::Bridge {
-                    let (network, subnet, lock) = own_pod_network(containerd_dir)?;
+                    let (network, subnet, lock) = self.own_pod_network(containerd_dir)?;
                     options.network = Some(network);
                     subnet_lock = Some(lock);
                     description.push_str(&format!(
@@ -256,6 +262,61 @@ impl ContainerRuntimeFlags {
                 }
             }
         }
+    }
+
+    /// Whether the runtime these flags open configures a pod network of the node's own (a
+    /// private containerd's bridge, or process pods' with `--process-pod-network bridge`),
+    /// which is then on [`Self::pod_cidr`] when the cluster gives one.
+    pub fn needs_pod_subnet(&self) -> bool {
+        if self.process_pod_network == ProcessPodNetwork::Bridge {
+            return true;
+        }
+        self.choose().0 == RuntimeKind::Cri
+            && self.container_runtime_endpoint.is_none()
+            && containerd::find_system_endpoint().is_none()
+    }
+
+    /// The subnet of the node's pod bridge: its range when it has one, else the claimed
+    /// `10.223.<x>.0/24`.
+    fn pod_subnet(&self, x: u8) -> String {
+        match &self.pod_cidr {
+            Some(cidr) => cidr.to_string(),
+            None => format!("{SUBNET_PREFIX}.{x}.0/24"),
+        }
+    }
+
+    /// The pod network of a process-only node: a bridge of its own on its `spec.podCIDR`, or
+    /// else a claimed `10.223.<x>.0/24` subnet (the bridge is named by the claimed `x` either
+    /// way), written where a private containerd of the same data dir would write it (so one
+    /// started later shares the bridge, the range and `host-local`'s records). Returns the
+    /// network, its subnet and the subnet's lock.
+    fn own_pod_network(
+        &self,
+        containerd_dir: &Path,
+    ) -> anyhow::Result<(PodNetwork, String, std::fs::File)> {
+        let bin_dir = bridge_network_prerequisites()?;
+        std::fs::create_dir_all(containerd_dir)
+            .with_context(|| format!("creating {}", containerd_dir.display()))?;
+        let (x, lock) = claim_subnet(containerd_dir)?;
+        let subnet = self.pod_subnet(x);
+        let ipam_data_dir = containerd_dir.join("cni").join("ipam");
+        let file = conflist_path(containerd_dir);
+        for dir in [
+            ipam_data_dir.as_path(),
+            file.parent().unwrap_or(containerd_dir),
+        ] {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        let text = containerd::config::cni_conflist(&containerd::config::CniNetwork {
+            name: bridge_name(x),
+            bridge: bridge_name(x),
+            subnet: subnet.clone(),
+            ipam_data_dir,
+        });
+        std::fs::write(&file, &text).with_context(|| format!("writing {}", file.display()))?;
+        let network =
+            PodNetwork::new(bin_dir, &text).with_context(|| file.display().to_string())?;
+        Ok((network, subnet, lock))
     }
 
     /// The runtime to open, `auto` resolved, and why.
@@ -342,7 +403,7 @@ impl ContainerRuntimeFlags {
                         std::fs::create_dir_all(containerd_dir)
                             .with_context(|| format!("creating {}", containerd_dir.display()))?;
                         let (x, lock) = claim_subnet(containerd_dir)?;
-                        let cidr = format!("{SUBNET_PREFIX}.{x}.0/24");
+                        let cidr = self.pod_subnet(x);
                         let options = DaemonOptions::new(bridge_name(x), cidr.clone());
                         subnet_lock = Some(lock);
                         subnet = Some(cidr);
@@ -463,35 +524,6 @@ fn conflist_path(containerd_dir: &Path) -> PathBuf {
         .join("cni")
         .join("net.d")
         .join("10-setpoint.conflist")
-}
-
-/// The pod network of a process-only node: a bridge of its own on a claimed
-/// `10.223.<x>.0/24` subnet, written where a private containerd of the same data dir would
-/// write it (so one started later shares the bridge, the range and `host-local`'s records).
-/// Returns the network, its subnet and the subnet's lock.
-fn own_pod_network(containerd_dir: &Path) -> anyhow::Result<(PodNetwork, String, std::fs::File)> {
-    let bin_dir = bridge_network_prerequisites()?;
-    std::fs::create_dir_all(containerd_dir)
-        .with_context(|| format!("creating {}", containerd_dir.display()))?;
-    let (x, lock) = claim_subnet(containerd_dir)?;
-    let subnet = format!("{SUBNET_PREFIX}.{x}.0/24");
-    let ipam_data_dir = containerd_dir.join("cni").join("ipam");
-    let file = conflist_path(containerd_dir);
-    for dir in [
-        ipam_data_dir.as_path(),
-        file.parent().unwrap_or(containerd_dir),
-    ] {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    let text = containerd::config::cni_conflist(&containerd::config::CniNetwork {
-        name: bridge_name(x),
-        bridge: bridge_name(x),
-        subnet: subnet.clone(),
-        ipam_data_dir,
-    });
-    std::fs::write(&file, &text).with_context(|| format!("writing {}", file.display()))?;
-    let network = PodNetwork::new(bin_dir, &text).with_context(|| file.display().to_string())?;
-    Ok((network, subnet, lock))
 }
 
 /// The pod network of a CRI node, for its process pods: its private containerd's network
@@ -763,6 +795,7 @@ mod tests {
             image_gc: ImageGcFlags::default(),
             dns: DnsFlags::default(),
             process_pod_network: ProcessPodNetwork::Host,
+            pod_cidr: None,
         };
         let err = flags
             .open(&dir.path().join("node"), &dir.path().join("containerd"))
@@ -780,6 +813,7 @@ mod tests {
             image_gc: ImageGcFlags::default(),
             dns: DnsFlags::default(),
             process_pod_network: ProcessPodNetwork::Host,
+            pod_cidr: None,
         };
         let (kind, why) = auto.choose();
         assert_eq!(kind, RuntimeKind::Cri);
@@ -790,6 +824,7 @@ mod tests {
             image_gc: ImageGcFlags::default(),
             dns: DnsFlags::default(),
             process_pod_network: ProcessPodNetwork::Host,
+            pod_cidr: None,
         };
         assert_eq!(process.choose().0, RuntimeKind::Process);
         // Without an endpoint, auto follows what this machine has.
@@ -799,6 +834,7 @@ mod tests {
             image_gc: ImageGcFlags::default(),
             dns: DnsFlags::default(),
             process_pod_network: ProcessPodNetwork::Host,
+            pod_cidr: None,
         };
         let usable = containerd::find_system_endpoint().is_some()
             || containerd::testing::missing_prerequisites().is_none();
@@ -834,6 +870,7 @@ mod tests {
             image_gc: ImageGcFlags::default(),
             dns: DnsFlags::default(),
             process_pod_network: ProcessPodNetwork::Host,
+            pod_cidr: None,
         };
         let err = flags
             .open(&dir.path().join("node"), &dir.path().join("containerd"))

@@ -352,13 +352,17 @@ async fn run(args: ServeArgs, up: Option<Up>) -> anyhow::Result<()> {
     let mut leaderships = Vec::new();
     // Node ranges come from a cluster CIDR of this cluster's own on the machine, held (by
     // the lock file) for as long as `up` runs.
-    let (node_ipam, _cluster_cidr_lock) = match up.as_ref() {
+    let (node_ipam, _cluster_cidr_lock, cluster_cidr) = match up.as_ref() {
         Some(up) if up.node_ipam.allocate_node_cidrs => {
             let (cidr, lock) = node_ipam::claim_default(&data_dir)?;
             tracing::info!(cluster_cidr = %cidr, "node pod ranges are allocated from the cluster CIDR");
-            (up.node_ipam.config(Some(&cidr.to_string()))?, Some(lock))
+            (
+                up.node_ipam.config(Some(&cidr.to_string()))?,
+                Some(lock),
+                Some(cidr),
+            )
         }
-        _ => (None, None),
+        _ => (None, None, None),
     };
     let controllers = match up.as_ref() {
         Some(up) => {
@@ -416,14 +420,28 @@ async fn run(args: ServeArgs, up: Option<Up>) -> anyhow::Result<()> {
     let node = match up.as_ref() {
         Some(up) if !args.no_node => {
             let ca = running.pki.as_ref().map(|p| p.ca_cert.clone());
-            let runtime = up
-                .container_runtime
+            let name = agent_cmd::local_node_name();
+            // With node ranges allocated here, the local node's pod network is on its own.
+            let mut runtime_flags = up.container_runtime.clone();
+            if cluster_cidr.is_some() {
+                runtime_flags.pod_cidr = agent_cmd::local_pod_cidr(
+                    &in_process().with_user_agent(agent_cmd::COMPONENT),
+                    &name,
+                    runtime_flags.needs_pod_subnet(),
+                )
+                .await?;
+            }
+            let runtime = runtime_flags
                 .open(&data_dir.join("node"), &data_dir.join("containerd"))
                 .await?;
-            let name = agent_cmd::local_node_name();
-            let proxy =
-                up.proxy
-                    .config(&name, &data_dir.join("node"), runtime.pod_subnet.as_deref());
+            // The proxy's local traffic is the cluster CIDR's (kube-proxy's
+            // `--detect-local-mode ClusterCIDR`), else the node's own pod subnet.
+            let local = cluster_cidr
+                .map(|c| c.to_string())
+                .or_else(|| runtime.pod_subnet.clone());
+            let proxy = up
+                .proxy
+                .config(&name, &data_dir.join("node"), local.as_deref());
             Some(agent_cmd::InProcess::start(
                 in_process().with_user_agent(agent_cmd::COMPONENT),
                 &name,

@@ -1,11 +1,20 @@
-//! Pod ranges and host-gw routes across machines: `setpoint up --allocate-node-cidrs` in one
-//! network namespace and two joined agents, each in a namespace of its own, on one bridge
-//! as three hosts on a LAN. Each node gets its own `spec.podCIDR`; each agent routes the
-//! other's range through the other's address, removes its routes at a clean stop, and drops
-//! the route of a Node that is deleted.
+//! Pod ranges, host-gw routes and real packets across machines: `setpoint up
+//! --allocate-node-cidrs` in one network namespace and two joined agents, each in a
+//! namespace of its own, on one bridge as three hosts on a LAN. Each node gets its own
+//! `spec.podCIDR`; each agent routes the other's range through the other's address, removes
+//! its routes at a clean stop, and drops the route of a Node that is deleted.
 //!
-//! It needs root and `ip netns`, and says so and passes when they are missing. The agents
-//! run pods as processes: what is checked is the routing, not a packet between containers.
+//! The agents run process pods with `--process-pod-network bridge` (a network namespace, a
+//! veth and an address per pod on the node's pod bridge, which is on the node's
+//! `spec.podCIDR`) and the service proxy in nftables mode. A pod on host A reaches, over HTTP,
+//! a pod on host B by its pod IP and through the cluster IP of a Service whose only endpoint
+//! is on B: real packets, routed by the host-gw routes. Container pods through a private
+//! containerd per host are not part of this test.
+//!
+//! It needs root and `ip netns`, and says so and passes when they are missing; the packets
+//! also need the CNI plugins and `nft`, and are skipped without them unless
+//! `SETPOINT_REQUIRE_NFT` or `SETPOINT_REQUIRE_CONTAINERD` is set. Everything it makes lives
+//! in its namespaces (pod bridges, veths, routes, nftables tables) and goes with them.
 
 mod support;
 
@@ -158,9 +167,74 @@ fn in_ns(ns: &str) -> Command {
     c.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_setpoint")]);
     c.env("SETPOINT_LOG", "warn")
         .env(support::RUNTIME_ENV, "process")
-        .env("SETPOINT_PROXY_MODE", "none");
+        .env(support::PROXY_MODE_ENV, "none");
     c
 }
+
+/// Whether pods can get networks of their own and Services be proxied here (the CNI plugins
+/// and nftables; root is already known); panics when CI requires them.
+fn packets_possible() -> bool {
+    let missing = if setpoint_node::containerd::config::find_cni_bin_dir().is_none() {
+        Some("no CNI plugins")
+    } else if !Command::new("nft")
+        .args(["list", "tables"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        Some("nftables cannot be programmed")
+    } else {
+        None
+    };
+    let Some(why) = missing else {
+        return true;
+    };
+    for var in ["SETPOINT_REQUIRE_CONTAINERD", "SETPOINT_REQUIRE_NFT"] {
+        assert!(std::env::var_os(var).is_none(), "{var} is set but {why}");
+    }
+    eprintln!("not sending packets between pods: {why}");
+    false
+}
+
+/// A web server pod on host-b behind a Service, and a client pod on host-a to curl from.
+const PODS: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: web-b
+  labels: {app: web-b}
+spec:
+  nodeName: host-b
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: web
+    image: python:3
+    command: ["python3", "-m", "http.server", "8080"]
+    ports:
+    - {name: http, containerPort: 8080}
+    readinessProbe:
+      httpGet: {path: /, port: 8080}
+      periodSeconds: 1
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: client-a
+spec:
+  nodeName: host-a
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: client
+    image: busybox
+    command: ["sleep", "3600"]
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: web-b
+spec:
+  selector: {app: web-b}
+  ports:
+  - {name: http, port: 80, targetPort: http}
+"#;
 
 /// `setpoint up --allocate-node-cidrs` in the server's namespace: its kubeconfig and the
 /// words of its join command.
@@ -210,8 +284,23 @@ fn start_server(lan: &Lan, dir: &Path) -> (Proc, PathBuf, Vec<String>) {
     (server, kubeconfig, join)
 }
 
-fn start_agent(ns: &str, join: &[String], node: &str, address: &str, dir: &Path) -> Proc {
-    let child = in_ns(ns)
+/// An agent in `ns`; with `packets`, its process pods get network namespaces on its pod
+/// bridge and it runs the service proxy.
+fn start_agent(
+    ns: &str,
+    join: &[String],
+    node: &str,
+    address: &str,
+    dir: &Path,
+    packets: bool,
+) -> Proc {
+    let mut command = in_ns(ns);
+    if packets {
+        command
+            .env("SETPOINT_PROCESS_POD_NETWORK", "bridge")
+            .env(support::PROXY_MODE_ENV, "nftables");
+    }
+    let child = command
         .args(join)
         .args(["--node-name", node, "--address", address])
         .args(["--listen", &format!("{address}:0"), "--data-dir"])
@@ -226,7 +315,7 @@ fn start_agent(ns: &str, join: &[String], node: &str, address: &str, dir: &Path)
 }
 
 #[test]
-fn nodes_get_pod_ranges_and_route_each_other_s() {
+fn nodes_get_pod_ranges_route_each_other_s_and_pods_reach_across() {
     if !netns_available() || !kubectl_available() {
         eprintln!("skipping: routing across network namespaces needs root, `ip netns` and kubectl");
         return;
@@ -238,19 +327,21 @@ fn nodes_get_pod_ranges_and_route_each_other_s() {
             return;
         }
     };
+    let packets = packets_possible();
     let tmp = tempfile::tempdir().unwrap();
     let home = tempfile::tempdir().unwrap();
     let (_server, kubeconfig, join) = start_server(&lan, &tmp.path().join("server"));
-    let kubectl = |args: &[&str]| {
-        let out = Command::new("ip")
+    let kubectl_output = |args: &[&str]| {
+        Command::new("ip")
             .args(["netns", "exec", &lan.server, "kubectl", "--kubeconfig"])
             .arg(&kubeconfig)
             .args(args)
             .env("HOME", home.path())
             .output()
-            .expect("run kubectl");
-        String::from_utf8_lossy(&out.stdout).into_owned()
+            .expect("run kubectl")
     };
+    let kubectl =
+        |args: &[&str]| String::from_utf8_lossy(&kubectl_output(args).stdout).into_owned();
     let mut agents = Vec::new();
     for (i, node) in ["host-a", "host-b"].iter().enumerate() {
         let dir = tmp.path().join(node);
@@ -260,6 +351,7 @@ fn nodes_get_pod_ranges_and_route_each_other_s() {
             node,
             &lan.host_ips[i],
             &dir,
+            packets,
         ));
     }
     let cidr_of = |node: &str| {
@@ -303,6 +395,10 @@ fn nodes_get_pod_ranges_and_route_each_other_s() {
     // The range set once stays.
     assert_eq!(cidr_of("host-a"), a);
 
+    if packets {
+        pods_reach_across(&kubectl_output, tmp.path(), [&a, &b]);
+    }
+
     // A clean stop takes the node's routes with it.
     agents[1].stop();
     let left = Lan::routes(&lan.hosts[1]);
@@ -317,4 +413,66 @@ fn nodes_get_pod_ranges_and_route_each_other_s() {
         Duration::from_secs(30),
         || (!Lan::routes(&lan.hosts[0]).contains(&want_a)).then_some(()),
     );
+}
+
+/// A pod on host-a reaches the web pod on host-b by its pod IP and through its Service's
+/// cluster IP; each pod's address is from its node's range (`cidrs`: host-a's, host-b's).
+/// The pods are deleted at the end, so their agents tear their networks down.
+fn pods_reach_across(
+    kubectl: &dyn Fn(&[&str]) -> std::process::Output,
+    dir: &Path,
+    cidrs: [&str; 2],
+) {
+    let run = |args: &[&str]| support::expect_success(&args.join(" "), &kubectl(args));
+    let manifest = dir.join("pods.yaml");
+    std::fs::write(&manifest, PODS).unwrap();
+    run(&["apply", "-f", manifest.to_str().unwrap()]);
+    let ip_of = |pod: &str, condition: &str| {
+        eventually(
+            &format!("{pod} {condition} with an IP"),
+            Duration::from_secs(60),
+            || {
+                let out = kubectl(&[
+                    "get",
+                    "pod",
+                    pod,
+                    "-o",
+                    &format!("jsonpath={{.status.podIP}} {{.status.conditions[?(@.type==\"{condition}\")].status}}"),
+                ]);
+                let text = String::from_utf8_lossy(&out.stdout).into_owned();
+                let (ip, status) = text.split_once(' ')?;
+                (!ip.is_empty() && status == "True").then(|| ip.to_string())
+            },
+        )
+    };
+    let web = ip_of("web-b", "Ready");
+    let client = ip_of("client-a", "Ready");
+    for (ip, cidr) in [(&client, cidrs[0]), (&web, cidrs[1])] {
+        let range: setpoint_api::cidr::Cidr = cidr.parse().unwrap();
+        assert!(
+            range.contains(&ip.parse().unwrap()),
+            "pod IP {ip} is not in its node's podCIDR {cidr}"
+        );
+    }
+    let cluster_ip = run(&["get", "svc", "web-b", "-o", "jsonpath={.spec.clusterIP}"]);
+    for (what, url) in [
+        ("the pod IP on host-b", format!("http://{web}:8080/")),
+        (
+            "the Service's cluster IP",
+            format!("http://{cluster_ip}:80/"),
+        ),
+    ] {
+        eventually(
+            &format!("a pod on host-a reaches {what} ({url})"),
+            Duration::from_secs(30),
+            || {
+                let out = kubectl(&["exec", "client-a", "--", "curl", "-sS", "-m", "2", &url]);
+                String::from_utf8_lossy(&out.stdout)
+                    .contains("Directory listing")
+                    .then_some(())
+            },
+        );
+    }
+    eprintln!("pod {client} on host-a reached pod {web} on host-b and its Service at {cluster_ip}");
+    run(&["delete", "pod", "web-b", "client-a", "--timeout=30s"]);
 }
