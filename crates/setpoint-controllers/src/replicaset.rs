@@ -445,9 +445,10 @@ impl<K: Replicated> ReplicaSetController<K> {
 
 #[async_trait::async_trait]
 impl<K: Replicated> Reconciler for ReplicaSetController<K> {
-    async fn reconcile(&self, _ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
+    async fn reconcile(&self, ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
         let Some(owner) = self.replicasets.get(key) else {
             self.owned.expectations.forget(key);
+            ctx.observe("the ReplicaSet is gone");
             return Ok(Action::Done);
         };
         let rs = owner.as_replica_set();
@@ -461,6 +462,35 @@ impl<K: Replicated> Reconciler for ReplicaSetController<K> {
         let now = now();
         let plan = plan(&rs, &pods, now);
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        let want =
+            setpoint_api::replicas::or_default(rs.spec.as_ref().and_then(|s| s.replicas)).max(0);
+        let active = plan.status.replicas;
+        if ctx.recording() {
+            let terminating = pods
+                .iter()
+                .filter(|p| {
+                    p.metadata.deletion_timestamp.is_some()
+                        && controller_ref(p).is_some_and(|r| r.uid == uid)
+                })
+                .count();
+            ctx.observe(format!(
+                "{want} desired, {active} active, {terminating} terminating, {} ready, {} available",
+                plan.status.ready_replicas.unwrap_or(0),
+                plan.status.available_replicas.unwrap_or(0),
+            ));
+        }
+        for k in &plan.adopt {
+            ctx.action(
+                format!("adopt pod {}", k.name),
+                "an orphan pod matches the selector",
+            );
+        }
+        for k in &plan.release {
+            ctx.action(
+                format!("release pod {}", k.name),
+                "an owned pod no longer matches the selector",
+            );
+        }
 
         for k in &plan.adopt {
             self.adopt(&api, &rs, k).await;
@@ -471,8 +501,15 @@ impl<K: Replicated> Reconciler for ReplicaSetController<K> {
 
         let mut failure = None;
         let waiting = !self.owned.expectations.satisfied(key);
+        if waiting && (plan.create > 0 || !plan.delete.is_empty()) {
+            ctx.observe("earlier creates or deletes not yet observed (expectations): no action");
+        }
         if !waiting {
             if plan.create > 0 {
+                ctx.action(
+                    format!("create {} pod(s)", plan.create),
+                    format!("{active} active < {want} desired"),
+                );
                 self.owned
                     .expectations
                     .expect(key, plan.create, HashSet::new());
@@ -485,6 +522,11 @@ impl<K: Replicated> Reconciler for ReplicaSetController<K> {
                     .iter()
                     .filter_map(|k| Some((k.clone(), self.owned.pods.get(k)?.uid()?)))
                     .collect();
+                let names: Vec<&str> = victims.iter().map(|(k, _)| k.name.as_str()).collect();
+                ctx.action(
+                    format!("delete pod(s) {}", names.join(", ")),
+                    format!("{active} active > {want} desired; the most deletable first (unassigned, pending, not ready, ready the shortest, most restarts, newest)"),
+                );
                 let uids = victims.iter().map(|(_, u)| u.clone()).collect();
                 self.owned.expectations.expect(key, 0, uids);
                 if let Some(e) = self.delete(&api, &owner, key, &victims).await {
@@ -504,6 +546,7 @@ impl<K: Replicated> Reconciler for ReplicaSetController<K> {
         status.conditions = (!conds.is_empty()).then_some(conds);
         if !same_status(&status, &current) {
             let rs_api: Api<K> = Api::namespaced(self.client.clone(), &ns);
+            ctx.action("update status", "the observed counts or conditions changed");
             // An update of the status, as upstream's controller writes it (its role,
             // `system:controller:replicaset-controller`, grants update of
             // replicasets/status, not patch); on a conflict once more over a fresh read, as

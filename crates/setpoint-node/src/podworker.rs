@@ -34,6 +34,8 @@ use crate::status;
 
 /// The field manager of the agent's writes.
 pub const FIELD_MANAGER: &str = "setpoint-node";
+/// The controller name the node agent's decision records and writes carry.
+pub const DECISIONS: &str = "node-agent";
 
 /// What can fail in one pod sync (it is retried with backoff).
 #[derive(Debug, thiserror::Error)]
@@ -158,6 +160,8 @@ impl PodWorkers {
     /// Runs `workers` workers, the runtime's notifications and a resync every `resync` until
     /// [`PodWorkers::shutdown`]. Tasks are added to `tasks`.
     pub fn spawn(&self, workers: usize, resync: Duration, tasks: &mut JoinSet<()>) {
+        // The decision records of pod syncs reach the API server the agent talks to.
+        setpoint_runtime::decision::publish(&self.inner.client);
         for _ in 0..workers.max(1) {
             let this = self.clone();
             tasks.spawn(async move {
@@ -257,7 +261,32 @@ impl PodWorkers {
     /// One level-triggered pass over one pod (see the module doc).
     pub async fn sync(&self, key: &ObjectKey) -> Result<SyncOutcome, SyncError> {
         let span = tracing::debug_span!("sync_pod", node = %self.inner.node.node_name, pod = %key);
-        self.sync_inner(key).instrument(span).await
+        if !setpoint_runtime::decision::enabled() {
+            return self.sync_inner(key).instrument(span).await;
+        }
+        // A decision record for the syncs that act (start, status, stop), woken by the pod's
+        // version in the cache.
+        use setpoint_runtime::decision::{ObjectRef, Scope, Trigger};
+        let object = ObjectRef::new(
+            "Pod",
+            key.namespace.as_deref().unwrap_or_default(),
+            &key.name,
+        );
+        let rv = self
+            .inner
+            .pods
+            .get(key)
+            .and_then(|p| p.metadata.resource_version.clone());
+        let trigger = Trigger::event("sync", object.clone(), rv);
+        let decision = Scope::begin(DECISIONS, object, vec![trigger]);
+        let out = decision.enter(self.sync_inner(key)).instrument(span).await;
+        if decision.acted() {
+            decision.finish(match &out {
+                Ok(_) => "success".to_string(),
+                Err(e) => format!("error: {e}"),
+            });
+        }
+        out
     }
 
     async fn sync_inner(&self, key: &ObjectKey) -> Result<SyncOutcome, SyncError> {
@@ -296,6 +325,13 @@ impl PodWorkers {
 
         if pod.metadata.deletion_timestamp.is_some() {
             tracing::info!(?grace, "stopping a deleted pod");
+            setpoint_runtime::decision::action(
+                format!(
+                    "stop the pod's containers on node {}, then remove the pod",
+                    inner.node.node_name
+                ),
+                format!("deletionTimestamp is set (grace period {grace:?})"),
+            );
             for c in pod.spec.iter().flat_map(|s| &s.containers) {
                 let msg = format!("Stopping container {}", c.name);
                 inner
@@ -327,6 +363,43 @@ impl PodWorkers {
             return Ok(SyncOutcome::Synced(false));
         }
         let events = status::container_events(&key.name, pod.status.as_ref(), &composed);
+        if setpoint_runtime::decision::recording() {
+            let phase = |s: Option<&k8s_openapi::api::core::v1::PodStatus>| {
+                s.and_then(|s| s.phase.clone())
+                    .unwrap_or_else(|| "none".into())
+            };
+            let containers = composed.container_statuses.as_deref().unwrap_or_default();
+            let ready = containers.iter().filter(|c| c.ready).count();
+            let running = containers
+                .iter()
+                .filter(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+                .count();
+            setpoint_runtime::decision::observe(format!(
+                "on node {}: phase {} -> {}; {running} of {} containers running, {ready} ready",
+                inner.node.node_name,
+                phase(pod.status.as_ref()),
+                phase(Some(&composed)),
+                containers.len()
+            ));
+            let started = running > 0
+                && pod
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.container_statuses.as_deref())
+                    .is_none_or(|cs| {
+                        cs.iter()
+                            .all(|c| c.state.as_ref().is_none_or(|s| s.running.is_none()))
+                    });
+            let what = if started {
+                "pod started: write its status"
+            } else {
+                "write the pod's status"
+            };
+            setpoint_runtime::decision::action(
+                what,
+                "the runtime's state differs from the pod's status",
+            );
+        }
         let mut updated = (*pod).clone();
         updated.status = Some(composed);
         let params = PostParams {

@@ -187,6 +187,19 @@ impl Cache {
         percentage: u32,
         rng: &mut Rng,
     ) -> Result<String, Diagnosis> {
+        self.schedule_explained(key, pod, percentage, rng)
+            .map(|(name, _)| name)
+    }
+
+    /// [`Cache::schedule`], also saying how the node was chosen (`3 of 5 nodes evaluated, 3
+    /// feasible; scores: n2=87 (chosen), n1=80`), for the scheduler's decision record.
+    pub fn schedule_explained(
+        &mut self,
+        key: &ObjectKey,
+        pod: &PodFacts<'_>,
+        percentage: u32,
+        rng: &mut Rng,
+    ) -> Result<(String, String), Diagnosis> {
         let n = self.nodes.len();
         let to_find = decision::nodes_to_find(n, percentage);
         let start = if n == 0 { 0 } else { self.next_start % n };
@@ -194,7 +207,21 @@ impl Cache {
         self.next_start = (start + placed.evaluated) % n;
         let name = self.nodes[placed.node].name.clone();
         self.assume(key, &name, pod.requests);
-        Ok(name)
+        let scores = if placed.scores.is_empty() {
+            "the only feasible node, not scored".to_string()
+        } else {
+            let table: Vec<String> = placed
+                .scores
+                .iter()
+                .map(|&(i, s)| format!("{}={s}", self.nodes[i].name))
+                .collect();
+            format!("scores: {}", table.join(", "))
+        };
+        let summary = format!(
+            "{} of {n} nodes evaluated, {} feasible; {scores}",
+            placed.evaluated, placed.feasible
+        );
+        Ok((name, summary))
     }
 }
 

@@ -479,7 +479,13 @@ pub struct Placement {
     pub evaluated: usize,
     /// Feasible nodes found.
     pub feasible: usize,
+    /// The best-scored candidates (index, score), best first, at most [`TOP_SCORES`];
+    /// empty when only one node was feasible (nothing to score).
+    pub scores: Vec<(usize, i64)>,
 }
+
+/// How many candidates' scores a [`Placement`] keeps (for decision records).
+pub const TOP_SCORES: usize = 3;
 
 /// Why a pod fits nowhere: per reason, how many nodes gave it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -546,6 +552,7 @@ pub fn schedule(
             }
         }
     }
+    let mut top: Vec<(usize, i64)> = Vec::new();
     let chosen = match feasible.as_slice() {
         [] => return Err(diagnosis),
         // One candidate: no need to score.
@@ -553,6 +560,12 @@ pub fn schedule(
         _ => {
             let (mut best, mut best_score, mut ties) = (feasible[0], i64::MIN, 0u64);
             for (&idx, s) in feasible.iter().zip(scores(pod, nodes, &feasible)) {
+                // The few best, kept sorted (stable: earlier candidates first among equals).
+                let at = top.partition_point(|&(_, t)| t >= s);
+                if at < TOP_SCORES {
+                    top.insert(at, (idx, s));
+                    top.truncate(TOP_SCORES);
+                }
                 if s > best_score {
                     (best, best_score, ties) = (idx, s, 1);
                 } else if s == best_score {
@@ -567,10 +580,24 @@ pub fn schedule(
             best
         }
     };
+    // The chosen node leads the table (a tie may have picked another than the first).
+    match top.iter().position(|&(i, _)| i == chosen) {
+        Some(pos) => {
+            let entry = top.remove(pos);
+            top.insert(0, entry);
+        }
+        // A tie beyond the table: it has the best score, which the table's first holds.
+        None if !top.is_empty() => {
+            top.insert(0, (chosen, top[0].1));
+            top.truncate(TOP_SCORES);
+        }
+        None => {}
+    }
     Ok(Placement {
         node: chosen,
         evaluated,
         feasible: feasible.len(),
+        scores: top,
     })
 }
 

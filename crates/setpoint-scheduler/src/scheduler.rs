@@ -33,6 +33,8 @@ use crate::volumes::{claim_bound, volume_needs};
 
 /// The scheduler name pods get when they name none.
 pub const DEFAULT_SCHEDULER_NAME: &str = "default-scheduler";
+/// The controller name the scheduler's decision records and writes carry.
+pub const DECISIONS: &str = "scheduler";
 
 /// How the scheduler runs.
 #[derive(Clone, Debug)]
@@ -209,6 +211,8 @@ async fn run_on(
     let claims = informers.typed::<PersistentVolumeClaim>(Scope::all());
     let volumes = informers.typed::<PersistentVolume>(Scope::all());
     let classes = informers.typed::<StorageClass>(Scope::all());
+    // The decision records of binds reach the API server the scheduler talks to.
+    setpoint_runtime::decision::publish(&client);
     let shared = Arc::new(Shared {
         recorder: EventRecorder::new(client.clone(), Reporter::new(DEFAULT_SCHEDULER_NAME)),
         client,
@@ -325,6 +329,25 @@ async fn run_on(
     shared.recorder.flush().await;
 }
 
+/// The scheduler's decision about one pod, woken by the pod's version waiting in the queue.
+fn decision_for(pod: &Pod, key: &ObjectKey) -> setpoint_runtime::decision::Scope {
+    use setpoint_runtime::decision::{ObjectRef, Scope, Trigger};
+    if !setpoint_runtime::decision::enabled() {
+        return Scope::begin(DECISIONS, ObjectRef::default(), Vec::new());
+    }
+    let object = ObjectRef::new(
+        "Pod",
+        key.namespace.as_deref().unwrap_or_default(),
+        &key.name,
+    );
+    let pending = Trigger::event(
+        "unscheduled",
+        object.clone(),
+        pod.metadata.resource_version.clone(),
+    );
+    Scope::begin(DECISIONS, object, vec![pending])
+}
+
 impl Shared {
     fn on_node(&self, e: &Event<Node>) {
         match e {
@@ -433,22 +456,37 @@ impl Shared {
                 // Already assumed (its bind is under way) or seen bound.
                 None
             } else {
-                Some(cache.schedule(&key, &facts, self.config.percentage_of_nodes_to_score, rng))
+                Some(cache.schedule_explained(
+                    &key,
+                    &facts,
+                    self.config.percentage_of_nodes_to_score,
+                    rng,
+                ))
             }
         };
         match outcome {
             None => self.queue.done(&key),
-            Some(Ok(node)) => {
+            Some(Ok((node, summary))) => {
                 span.record("node", node.as_str());
                 tracing::debug!("assumed");
                 self.queue.done(&key);
                 let me = self.clone();
                 let delayed = needs.delayed;
+                let decision = decision_for(&pod, &key);
+                decision.observe(summary);
+                decision.action(
+                    format!("bind to node {node}"),
+                    "the highest score among the feasible nodes; ties broken at random",
+                );
                 tokio::spawn(
                     async move {
-                        if me.bind_volumes(&pod, &key, &node, &delayed).await {
-                            me.bind(pod, key, node, permit).await
-                        }
+                        let bound = decision
+                            .enter(async {
+                                me.bind_volumes(&pod, &key, &node, &delayed).await
+                                    && me.bind(pod, key, node, permit).await
+                            })
+                            .await;
+                        decision.finish(if bound { "success" } else { "bind failed" });
                     }
                     .instrument(span.clone()),
                 );
@@ -458,21 +496,30 @@ impl Shared {
                 tracing::debug!(%message, "unschedulable");
                 self.queue.unschedulable(key.clone());
                 let me = self.clone();
+                let decision = decision_for(&pod, &key);
+                decision.observe(message.clone());
+                decision.action("mark the pod unschedulable", "no node passed the filters");
                 tokio::spawn(
-                    async move { me.report_unschedulable(pod, key, message, permit).await }
-                        .instrument(span.clone()),
+                    async move {
+                        decision
+                            .enter(me.report_unschedulable(pod, key, message, permit))
+                            .await;
+                        decision.finish("unschedulable");
+                    }
+                    .instrument(span.clone()),
                 );
             }
         }
     }
 
+    /// Binds the pod; whether it is bound.
     async fn bind(
         &self,
         pod: Arc<Pod>,
         key: ObjectKey,
         node: String,
         _permit: OwnedSemaphorePermit,
-    ) {
+    ) -> bool {
         let ns = key.namespace.as_deref().unwrap_or("default");
         let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
         let binding = json!({
@@ -491,6 +538,7 @@ impl Shared {
                         &format!("Successfully assigned {ns}/{} to {node}", key.name),
                     );
                 }
+                true
             }
             Err(source) => {
                 // The space it held is free again, for this pod's retry or for others.
@@ -498,7 +546,7 @@ impl Shared {
                 self.queue.move_all_unschedulable();
                 if source.is_not_found() {
                     self.queue.remove(&key);
-                    return;
+                    return false;
                 }
                 let message = format!("Binding rejected: {source}");
                 let err = SchedulerError::Bind {
@@ -514,6 +562,7 @@ impl Shared {
                     "FailedScheduling",
                     &message,
                 );
+                false
             }
         }
     }

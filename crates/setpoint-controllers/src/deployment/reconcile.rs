@@ -74,7 +74,7 @@ pub struct DeploymentController {
 
 #[async_trait::async_trait]
 impl Reconciler for DeploymentController {
-    async fn reconcile(&self, _ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
+    async fn reconcile(&self, ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
         let Some(d) = self.deployments.get(key) else {
             return Ok(Action::Done);
         };
@@ -129,6 +129,48 @@ impl Reconciler for DeploymentController {
         }
         let now = Time(crate::now());
         let p = plan(&d, &owned, &now);
+        if ctx.recording() {
+            let want = setpoint_api::replicas::or_default(d.spec.as_ref().and_then(|s| s.replicas));
+            let sets: Vec<String> = owned
+                .iter()
+                .map(|rs| {
+                    let n = rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0);
+                    let have = rs.status.as_ref().map_or(0, |s| s.replicas);
+                    format!("{} {have}/{n}", rs.name())
+                })
+                .collect();
+            ctx.observe(format!(
+                "{want} desired; ReplicaSets (pods/replicas): {}",
+                if sets.is_empty() {
+                    "none".to_string()
+                } else {
+                    sets.join(", ")
+                }
+            ));
+        }
+        if let Some(rs) = &p.create {
+            let name = rs.metadata.name.as_deref().unwrap_or_default();
+            ctx.action(
+                format!("create ReplicaSet {name}"),
+                "no ReplicaSet has the Deployment's pod template",
+            );
+        }
+        if !p.updates.is_empty() && ctx.recording() {
+            let strategy = d
+                .spec
+                .as_ref()
+                .and_then(|s| s.strategy.as_ref())
+                .and_then(|s| s.type_.as_deref())
+                .unwrap_or("RollingUpdate");
+            for u in &p.updates {
+                ctx.action(
+                    format!("set ReplicaSet {} to {} replicas", u.name, u.replicas),
+                    format!(
+                        "the {strategy} strategy's next step (new ReplicaSet up, old ones down)"
+                    ),
+                );
+            }
+        }
         let reference = d.object_reference();
         let dapi: Api<Deployment> = Api::namespaced(self.client.clone(), &ns);
         if let Some(rs) = &p.create {
