@@ -49,6 +49,7 @@ mod sa_credentials;
 mod scheduler_cmd;
 mod secure_serving;
 mod store_cmd;
+mod why_cmd;
 
 #[derive(Parser)]
 #[command(
@@ -93,6 +94,9 @@ enum Command {
     /// Start a cluster of separate processes, inject faults from a seeded schedule while a
     /// workload changes, and report each fault's time-to-converge and any invariant broken.
     Chaos(chaos::ChaosArgs),
+    /// Why an object is as it is: the writes that made it, the controllers' decisions behind
+    /// them and the writes that woke those decisions (also `kubectl why`, docs/why.md).
+    Why(why_cmd::WhyArgs),
 }
 
 #[derive(clap::Args, Clone)]
@@ -215,6 +219,7 @@ fn main() -> anyhow::Result<()> {
             Command::Store { command } => store_cmd::run(command).await,
             Command::Bench { command } => bench_cmd::run(command).await,
             Command::Chaos(args) => chaos::run(args).await,
+            Command::Why(args) => why_cmd::run(args).await,
         }
     })
 }
