@@ -3,8 +3,8 @@
 //! needs its Service, a port of it, ready endpoints on that port and an answer from its
 //! server's discovery endpoint (`/apis/<group>/<version>`, asked as
 //! `system:kube-aggregator` in `system:masters` through the front proxy), checked every
-//! [`PROBE_INTERVAL`] and at once when its spec changes. The resources that answer lists are
-//! kept for discovery.
+//! [`PROBE_INTERVAL`] and at once when its spec changes; while it waits on its Service, port
+//! or Endpoints, every second. The resources that answer lists are kept for discovery.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -158,6 +158,26 @@ pub(crate) async fn check(server: &ApiServer, api_service: &Value) -> Check {
         }
     }
     failed("False", "FailedDiscoveryCheck", last_error)
+}
+
+/// Whether the APIService's last check stopped before its discovery probe, at its Service,
+/// the Service's port or its Endpoints.
+fn waits_on_the_service(api_service: &Value) -> bool {
+    const BEFORE_THE_PROBE: &[&str] = &[
+        "ServiceNotFound",
+        "ServiceAccessError",
+        "ServicePortError",
+        "EndpointsNotFound",
+        "EndpointsAccessError",
+        "MissingEndpoints",
+    ];
+    api_service
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|c| c["type"] == "Available")
+        .any(|c| BEFORE_THE_PROBE.contains(&c["reason"].as_str().unwrap_or("")))
 }
 
 /// Whether a subset has addresses and a port named `port_name`.
@@ -332,6 +352,13 @@ pub(crate) async fn controller(server: Arc<ApiServer>) {
             super::autoregister::sync(&server).await;
         }
         let all = super::api_services(&server);
+        // Known to requests and discovery before any status says it is available.
+        let remote: Vec<String> = all
+            .iter()
+            .filter(|a| !super::is_local(a))
+            .map(|a| setpoint_api::meta::name(a).to_string())
+            .collect();
+        *server.aggregator.remote.write() = Arc::new(remote);
         let mut due = vec![];
         for a in &all {
             let name = setpoint_api::meta::name(a).to_string();
@@ -343,9 +370,16 @@ pub(crate) async fn controller(server: Arc<ApiServer>) {
                 }
                 continue;
             }
+            // Waiting on its Service or Endpoints costs only reads, so it is checked every tick
+            // (upstream reacts to their changes); a discovery probe every PROBE_INTERVAL.
+            let interval = if waits_on_the_service(a) {
+                super::TICK
+            } else {
+                PROBE_INTERVAL
+            };
             let fresh = probed
                 .get(&name)
-                .is_some_and(|(spec, at)| *spec == a["spec"] && at.elapsed() < PROBE_INTERVAL);
+                .is_some_and(|(spec, at)| *spec == a["spec"] && at.elapsed() < interval);
             if !fresh {
                 probed.insert(name, (a["spec"].clone(), Instant::now()));
                 due.push(a);
@@ -368,12 +402,6 @@ pub(crate) async fn controller(server: Arc<ApiServer>) {
             }
             record(&server, a, &c).await;
         }
-        let remote: Vec<String> = all
-            .iter()
-            .filter(|a| !super::is_local(a))
-            .map(|a| setpoint_api::meta::name(a).to_string())
-            .collect();
-        *server.aggregator.remote.write() = Arc::new(remote);
         let names: Vec<&str> = all.iter().map(setpoint_api::meta::name).collect();
         probed.retain(|n, _| names.contains(&n.as_str()));
         server
