@@ -72,6 +72,9 @@ impl WebhookServer {
         let task = tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
                 let (acceptor, handler) = (acceptor.clone(), handler.clone());
+                // Answers go out at once: with Nagle's algorithm, a response written in two
+                // parts waits for the API server's delayed ACK, about 40 ms a call.
+                let _ = tcp.set_nodelay(true);
                 tokio::spawn(async move {
                     let Ok(stream) = acceptor.accept(tcp).await else {
                         return;
