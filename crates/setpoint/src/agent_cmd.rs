@@ -493,6 +493,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         .await?;
     config.system_info.container_runtime_version = runtime.version.clone();
     config.dns = runtime.dns.clone();
+    config.annotations.extend(runtime.annotations.clone());
     tracing::info!(node = %name, runtime = %runtime.description, "node runtime");
     println!("Node {name} is running pods {}", runtime.description);
     let (stop_proxy, proxy_stopped) = tokio::sync::oneshot::channel::<()>();
@@ -603,6 +604,7 @@ impl InProcess {
         config.client_ca_pem = client_ca_pem;
         config.system_info.container_runtime_version = runtime.version.clone();
         config.dns = runtime.dns.clone();
+        config.annotations.extend(runtime.annotations.clone());
         if proxy.is_none() {
             config.labels.extend(ProxyFlags::without_proxy_labels());
         }
@@ -696,4 +698,63 @@ pub async fn local_pod_cidr(
         PodCidrWait::Allocated(POD_CIDR_TIMEOUT),
     )
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        proxy: ProxyFlags,
+    }
+
+    fn proxy(args: &[&str]) -> ProxyFlags {
+        Cli::try_parse_from(std::iter::once("x").chain(args.iter().copied()))
+            .unwrap()
+            .proxy
+    }
+
+    #[test]
+    fn a_node_without_a_proxy_is_left_out_of_load_balancers() {
+        let on = proxy(&["--proxy-mode", "nftables"]);
+        assert!(on.runs_proxy());
+        assert!(on.node_labels().is_empty());
+        let off = proxy(&["--proxy-mode", "none"]);
+        assert!(!off.runs_proxy());
+        assert_eq!(
+            off.node_labels()
+                .get(setpoint_controllers::servicelb::EXCLUDE_LABEL),
+            Some(&"true".to_string())
+        );
+        assert!(off.config("n", Path::new("/state"), None).is_none());
+    }
+
+    #[test]
+    fn the_cluster_cidr_is_the_flag_else_the_node_s_range() {
+        let dir = Path::new("/state");
+        let given = proxy(&[
+            "--proxy-mode",
+            "nftables",
+            "--cluster-cidr",
+            "10.244.3.7/16",
+        ]);
+        let config = given.config("n", dir, Some("10.230.1.0/24")).unwrap();
+        assert_eq!(config.node.cluster_cidr.as_deref(), Some("10.244.0.0/16"));
+        let default = proxy(&["--proxy-mode", "nftables"]);
+        let config = default.config("n", dir, Some("10.230.1.0/24")).unwrap();
+        assert_eq!(config.node.cluster_cidr.as_deref(), Some("10.230.1.0/24"));
+        let config = default.config("n", dir, None).unwrap();
+        assert_eq!(config.node.cluster_cidr, None);
+        let refused = |text: &str| {
+            Cli::try_parse_from(["x", "--cluster-cidr", text])
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        };
+        assert!(refused("10.244.0.0").contains("invalid CIDR address: 10.244.0.0"));
+        assert!(refused("fd00::/64").contains("only an IPv4 range"));
+    }
 }
