@@ -6,6 +6,7 @@ use serde_json::Value;
 pub mod limitrange;
 pub mod noderestriction;
 mod podsecurity;
+pub(crate) mod policy;
 mod quota;
 pub mod serviceaccount;
 mod storage;

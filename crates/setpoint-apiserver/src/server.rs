@@ -155,6 +155,8 @@ impl ApiServer {
             ready: AtomicBool::new(false),
             stopping,
         });
+        // Admission policies' status (it waits for policies to appear in the watch cache).
+        tokio::spawn(server.clone().policy_status_loop());
         server
             .bootstrap()
             .await

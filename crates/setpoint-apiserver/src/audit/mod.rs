@@ -12,6 +12,7 @@ pub mod event;
 pub mod policy;
 pub mod sink;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -334,6 +335,34 @@ impl Auditor {
     }
 }
 
+tokio::task_local! {
+    /// The annotations admission adds to the audit event of the request being handled
+    /// (upstream's `Attributes.AddAnnotation`), while [`collect_annotations`] runs it.
+    static ANNOTATIONS: Arc<parking_lot::Mutex<BTreeMap<String, String>>>;
+}
+
+/// Adds an annotation to the audit event of the request being handled, as admission plugins
+/// and webhooks do upstream; the first value of a key stays. Does nothing when the request
+/// is not audited.
+pub(crate) fn annotate(key: &str, value: &str) {
+    let _ = ANNOTATIONS.try_with(|notes| {
+        notes
+            .lock()
+            .entry(key.to_string())
+            .or_insert_with(|| value.to_string());
+    });
+}
+
+/// Runs `handler` collecting the annotations [`annotate`] adds while it runs.
+pub async fn collect_annotations<T>(
+    handler: impl std::future::Future<Output = T>,
+) -> (T, BTreeMap<String, String>) {
+    let notes = Arc::new(parking_lot::Mutex::new(BTreeMap::new()));
+    let out = ANNOTATIONS.scope(notes.clone(), handler).await;
+    let collected = std::mem::take(&mut *notes.lock());
+    (out, collected)
+}
+
 /// The id of a request: the client's `Audit-ID` header if it sent one, else a new random
 /// UUID. Every response carries it, audited or not, as upstream's; its bytes come from the
 /// thread's RNG rather than the OS, so a request without auditing pays no system call for it.
@@ -386,6 +415,13 @@ impl Recorder {
         let notes = &mut self.event.annotations;
         notes.insert("authorization.k8s.io/decision".into(), verdict.into());
         notes.insert("authorization.k8s.io/reason".into(), reason.into());
+    }
+
+    /// Records the annotations admission added (see [`annotate`]).
+    pub fn admission_annotations(&mut self, notes: BTreeMap<String, String>) {
+        for (key, value) in notes {
+            self.event.annotations.entry(key).or_insert(value);
+        }
     }
 
     /// Reads the request's body when the level records it, and hands back an equal body.

@@ -122,7 +122,7 @@ fn name_conflict(registry: &Registry, defs: &[ResourceDef]) -> Option<String> {
 }
 
 /// Resolves once the server is stopping.
-async fn stopped(stopping: &mut tokio::sync::watch::Receiver<bool>) {
+pub(crate) async fn stopped(stopping: &mut tokio::sync::watch::Receiver<bool>) {
     let _ = stopping.wait_for(|s| *s).await;
 }
 

@@ -135,17 +135,21 @@ async fn audited(
         Ok(body) => body,
         Err(e) => return rec.finish(error_response(&e)).await,
     };
-    let handled = std::panic::AssertUnwindSafe(dispatch(
-        server,
-        parts,
-        body,
-        path,
-        user,
-        Some(&mut rec),
-        start,
-    ))
-    .catch_unwind()
+    // Admission's audit annotations are gathered while the request is handled.
+    let (handled, notes) = crate::audit::collect_annotations(
+        std::panic::AssertUnwindSafe(dispatch(
+            server,
+            parts,
+            body,
+            path,
+            user,
+            Some(&mut rec),
+            start,
+        ))
+        .catch_unwind(),
+    )
     .await;
+    rec.admission_annotations(notes);
     match handled {
         Ok(response) => rec.finish(response).await,
         Err(panic) => {

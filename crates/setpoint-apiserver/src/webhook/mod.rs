@@ -16,8 +16,8 @@
 
 pub(crate) mod client;
 mod conditions;
-mod matching;
-mod review;
+pub(crate) mod matching;
+pub(crate) mod review;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -66,7 +66,7 @@ pub(crate) fn options(kind: &str, dry_run: bool, field_manager: Option<&str>) ->
     o
 }
 
-fn resource_of(def: &ResourceDef) -> Resource {
+pub(crate) fn resource_of(def: &ResourceDef) -> Resource {
     Resource {
         group: def.group.clone(),
         version: def.version.clone(),
@@ -138,7 +138,7 @@ impl ApiServer {
 
     /// The request's resource and then those serving the same objects under another group
     /// or version (what `matchPolicy: Equivalent` also matches).
-    fn equivalents(&self, res: &ResourceDef) -> Vec<Arc<ResourceDef>> {
+    pub(crate) fn equivalents(&self, res: &ResourceDef) -> Vec<Arc<ResourceDef>> {
         let registry = self.registry();
         let mut out = vec![Arc::new(res.clone())];
         let prefix = res.storage_prefix();
@@ -159,7 +159,7 @@ impl ApiServer {
     }
 
     /// The namespace `name` from the watch cache (for `namespaceSelector`).
-    fn cached_namespace(&self, name: &str) -> Option<Value> {
+    pub(crate) fn cached_namespace(&self, name: &str) -> Option<Value> {
         let def = self.registry().get("", "v1", "namespaces")?.clone();
         let key = def.key("", name);
         self.caches
@@ -287,9 +287,8 @@ impl ApiServer {
             Err(e) => return failed(client::CallError::InvalidResponse(e).to_string()),
         };
         for (key, value) in &verdict.audit_annotations {
-            // Upstream records these in the audit event under `<webhook>/<key>`; Setpoint
-            // has no audit log, so they go to the server's log.
-            tracing::info!(annotation = %format!("{name}/{key}"), %value, "webhook audit annotation");
+            // Upstream records these in the audit event under `<webhook>/<key>`.
+            crate::audit::annotate(&format!("{name}/{key}"), value);
         }
         if !verdict.allowed {
             return Err(review::denial(name, &verdict.status));
@@ -377,16 +376,19 @@ impl ApiServer {
         Ok(warnings)
     }
 
-    /// The validating webhooks, in parallel, on `obj` (storage form; `None` for deletes):
-    /// the first refusal or failure (in configuration order), else their warnings.
+    /// Validating admission on `obj` (storage form; `None` for deletes): the
+    /// ValidatingAdmissionPolicies first, as upstream's plugin order has them, then the
+    /// validating webhooks in parallel. The first refusal or failure (in configuration
+    /// order), else the warnings of both.
     pub(crate) async fn validating_webhooks(
         &self,
         call: &Call<'_>,
         obj: Option<&Value>,
     ) -> Result<Vec<String>, ApiError> {
+        let mut warnings = self.validating_policies(call, obj)?;
         let hooks = self.configured_webhooks("validatingwebhookconfigurations");
         if hooks.is_empty() {
-            return Ok(vec![]);
+            return Ok(warnings);
         }
         let candidates = self.equivalents(call.res);
         let results = futures::future::join_all(
@@ -395,7 +397,6 @@ impl ApiServer {
                 .map(|h| self.call_one(h, call, &candidates, obj, false)),
         )
         .await;
-        let mut warnings = Vec::new();
         for r in results {
             if let Called::Allowed { warnings: w, .. } = r? {
                 warnings.extend(w);
