@@ -50,7 +50,7 @@ pub enum PodCidrError {
         source: ClientError,
     },
     /// The cluster allocates ranges, but this node got none in time.
-    #[error("node {node} was given no spec.podCIDR within {waited:?}; the cluster allocates node ranges (another node has one), so the node IPAM controller may have run out of ranges (see the Node's CIDRNotAvailable events) or be stopped")]
+    #[error("node {node} was given no spec.podCIDR within {waited:?} although the cluster allocates node ranges: the node IPAM controller may have run out of ranges (see the Node's CIDRNotAvailable events) or be stopped")]
     Timeout {
         /// The node.
         node: String,
