@@ -35,7 +35,7 @@ pub const RING_CAPACITY: usize = 10_000;
 /// How often the publisher pushes new records.
 pub const PUBLISH_INTERVAL: Duration = Duration::from_millis(500);
 /// Records per push, at most.
-pub const PUBLISH_BATCH: usize = 2_000;
+pub const PUBLISH_BATCH: usize = 1_000;
 /// Wake-ups kept per decision (coalesced events beyond these are counted, not listed).
 pub const MAX_TRIGGERS: usize = 4;
 /// Observations and actions kept per decision, each.
@@ -295,6 +295,11 @@ pub fn publish(client: &Client) {
                     }
                     next = after;
                     tokio::time::sleep(Duration::from_secs(60)).await;
+                }
+                // Refused as it is (too large, say): sending it again cannot help.
+                Err(e) if e.code().is_some_and(|c| (400..500).contains(&c)) => {
+                    tracing::warn!(error = %e, records = batch.len(), "the API server refused decision records; dropped");
+                    next = after;
                 }
                 Err(e) => {
                     // Kept for the next try; the ring bounds what waits.

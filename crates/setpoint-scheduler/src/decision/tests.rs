@@ -397,6 +397,31 @@ fn balanced_allocation_prefers_even_use() {
 }
 
 #[test]
+fn the_placement_keeps_the_best_scores_chosen_first() {
+    let p = requesting("1", "2Gi");
+    let pf = PodFacts::of(&p);
+    let mut busy = node("busy");
+    busy.add(&PodRequests::of(&requesting("2", "4Gi")));
+    let mut half = node("half");
+    half.add(&PodRequests::of(&requesting("1", "2Gi")));
+    let nodes = vec![busy, node("empty"), half, node("empty2"), node("empty3")];
+    let placed = schedule(&pf, &nodes, 0, 5, &mut Rng::new(3)).unwrap();
+    assert_eq!(placed.scores.len(), TOP_SCORES);
+    // The chosen node leads; the rest follow by score, the busy node not among them.
+    assert_eq!(placed.scores[0].0, placed.node);
+    let names: Vec<&str> = placed
+        .scores
+        .iter()
+        .map(|&(i, _)| nodes[i].name.as_str())
+        .collect();
+    assert!(names.iter().all(|n| n.starts_with("empty")), "{names:?}");
+    assert!(placed.scores.windows(2).all(|w| w[0].1 >= w[1].1));
+    // One feasible node is not scored.
+    let one = schedule(&pf, &nodes[..1], 0, 1, &mut Rng::new(3)).unwrap();
+    assert!(one.scores.is_empty());
+}
+
+#[test]
 fn ties_are_broken_at_random_and_spread() {
     let nodes: Vec<NodeInfo> = (0..4).map(|i| node(&format!("n{i}"))).collect();
     let p = requesting("100m", "100Mi");
