@@ -8,7 +8,8 @@
 //! veth and an address per pod on the node's pod bridge, which is on the node's
 //! `spec.podCIDR`) and the service proxy in nftables mode. A pod on host A reaches, over HTTP,
 //! a pod on host B by its pod IP and through the cluster IP of a Service whose only endpoint
-//! is on B: real packets, routed by the host-gw routes. Container pods through a private
+//! is on B: real packets, routed by the host-gw routes. After host A's agent restarts, its new
+//! pods are on the same range and reach across again. Container pods through a private
 //! containerd per host are not part of this test.
 //!
 //! It needs root and `ip netns`, and says so and passes when they are missing; the packets
@@ -396,6 +397,14 @@ fn nodes_get_pod_ranges_route_each_other_s_and_pods_reach_across() {
     assert_eq!(cidr_of("host-a"), a);
 
     if packets {
+        pods_reach_across(&kubectl_output, tmp.path(), [&a, &b]);
+        // A restarted agent finds its range on its Node and puts new pods on it again.
+        let mut old = agents.remove(0);
+        old.stop();
+        drop(old);
+        let dir = tmp.path().join("host-a");
+        let again = start_agent(&lan.hosts[0], &join, "host-a", &lan.host_ips[0], &dir, true);
+        agents.insert(0, again);
         pods_reach_across(&kubectl_output, tmp.path(), [&a, &b]);
     }
 
