@@ -7,7 +7,6 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use base64::Engine;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
@@ -127,20 +126,11 @@ impl FrontProxy {
                 .dangerous()
                 .with_custom_certificate_verifier(setpoint_api::tls::AnyServerCert::new(provider))
         } else {
-            let pem = if ca_bundle.is_empty() {
-                std::fs::read(crate::webhook::client::SYSTEM_ROOTS).unwrap_or_default()
-            } else {
-                base64::engine::general_purpose::STANDARD
-                    .decode(ca_bundle)
-                    .map_err(|e| format!("caBundle is not base64: {e}"))?
-            };
-            let mut roots = rustls::RootCertStore::empty();
-            for cert in CertificateDer::pem_slice_iter(&pem) {
-                let cert = cert.map_err(|e| format!("unable to load root certificates: {e}"))?;
-                roots
-                    .add(cert)
-                    .map_err(|e| format!("unable to load root certificates: {e}"))?;
-            }
+            let roots =
+                crate::webhook::client::root_store(Some(ca_bundle)).map_err(|e| match e {
+                    crate::webhook::client::CallError::Config(m) => m,
+                    other => other.to_string(),
+                })?;
             builder.with_root_certificates(roots)
         };
         let key = PrivateKeyDer::from_pem_slice(self.key_pem.as_bytes())
@@ -230,6 +220,7 @@ pub(crate) fn authentication_config_map(client_ca: Option<&str>, front_proxy_ca:
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::Engine;
     use std::collections::BTreeMap;
 
     #[test]

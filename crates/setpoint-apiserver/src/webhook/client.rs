@@ -24,7 +24,7 @@ use crate::state::ApiServer;
 pub(crate) const MAX_RESPONSE_BYTES: usize = 3 * 1024 * 1024;
 
 /// Where the host's trusted roots are, for a config without `caBundle`.
-pub(crate) const SYSTEM_ROOTS: &str = "/etc/ssl/certs/ca-certificates.crt";
+const SYSTEM_ROOTS: &str = "/etc/ssl/certs/ca-certificates.crt";
 
 /// Why a call failed: its text is what follows `failed calling webhook "<name>": `.
 #[derive(Debug, thiserror::Error)]
@@ -258,6 +258,20 @@ async fn post(
 /// Client TLS trusting the PEM certificates of `ca_bundle` (base64, as `[]byte` fields are
 /// in JSON), or the host's roots when there is none.
 fn tls_config(ca_bundle: Option<&str>) -> Result<Arc<rustls::ClientConfig>, CallError> {
+    let roots = root_store(ca_bundle)?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| CallError::Config(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+/// The PEM certificates of `ca_bundle` (base64, as `[]byte` fields are in JSON), or the
+/// host's roots when there is none; an error when that leaves no certificate. The aggregation
+/// layer verifies extension servers with the same rule.
+pub(crate) fn root_store(ca_bundle: Option<&str>) -> Result<rustls::RootCertStore, CallError> {
     use base64::Engine;
     let pem = match ca_bundle.filter(|b| !b.is_empty()) {
         Some(b64) => base64::engine::general_purpose::STANDARD
@@ -278,13 +292,7 @@ fn tls_config(ca_bundle: Option<&str>) -> Result<Arc<rustls::ClientConfig>, Call
             "unable to load root certificates: no valid certificate authority data seen".into(),
         ));
     }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| CallError::Config(e.to_string()))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(Arc::new(config))
+    Ok(roots)
 }
 
 #[cfg(test)]
