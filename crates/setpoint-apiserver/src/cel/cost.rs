@@ -19,6 +19,8 @@
 //! refused upstream or the reverse; the order of magnitude, which is what the limits are
 //! for, is the same.
 
+use std::collections::HashMap;
+
 use cel::common::ast::{EntryExpr, Expr, LiteralValue};
 use cel::parser::Expression;
 use serde_json::Value;
@@ -118,19 +120,19 @@ fn string_traversal(size: u64) -> u64 {
     size.div_ceil(10)
 }
 
-struct Walk<'a> {
-    scopes: Vec<(String, Shape<'a>)>,
+struct Walk<'a, 'e> {
+    scopes: Vec<(&'e str, Shape<'a>)>,
     /// Past it the walk stops (actual costs).
     limit: u64,
     spent: u64,
 }
 
-impl<'a> Walk<'a> {
+impl<'a, 'e> Walk<'a, 'e> {
     fn lookup(&self, name: &str) -> Shape<'a> {
         self.scopes
             .iter()
             .rev()
-            .find(|(n, _)| n == name)
+            .find(|(n, _)| *n == name)
             .map_or(Shape::Sized(MAX_REQUEST_SIZE_BYTES), |(_, s)| *s)
     }
 
@@ -143,7 +145,7 @@ impl<'a> Walk<'a> {
     }
 
     /// Walks `e`, adding its cost to `spent`; returns what is known of its value.
-    fn walk(&mut self, e: &Expression) -> Shape<'a> {
+    fn walk(&mut self, e: &'e Expression) -> Shape<'a> {
         if self.over() {
             return Shape::Sized(0);
         }
@@ -193,11 +195,28 @@ impl<'a> Walk<'a> {
                 let range = self.walk(&c.iter_range);
                 let size = range.size();
                 self.walk(&c.accu_init);
-                self.scopes.push((c.accu_var.clone(), Shape::Sized(size)));
+                self.scopes.push((&c.accu_var, Shape::Sized(size)));
                 match range {
                     Shape::Data(Value::Array(items)) => {
+                        // Elements that are not containers cost the same as any other of
+                        // their kind and length: their body is walked once.
+                        let mut known: HashMap<Option<usize>, u64> = HashMap::new();
                         for item in items {
-                            self.iteration(c, Shape::Data(item), None);
+                            let key = match item {
+                                Value::Array(_) | Value::Object(_) => None,
+                                Value::String(s) => Some(s.len() + 1),
+                                _ => Some(0),
+                            };
+                            match key.and_then(|k| known.get(&Some(k)).copied()) {
+                                Some(cost) => self.charge(cost),
+                                None => {
+                                    let before = self.spent;
+                                    self.iteration(c, Shape::Data(item), None);
+                                    if key.is_some() {
+                                        known.insert(key, self.spent - before);
+                                    }
+                                }
+                            }
                             if self.over() {
                                 break;
                             }
@@ -238,18 +257,18 @@ impl<'a> Walk<'a> {
 
     fn iteration(
         &mut self,
-        c: &cel::common::ast::ComprehensionExpr,
+        c: &'e cel::common::ast::ComprehensionExpr,
         first: Shape<'a>,
         second: Option<Shape<'a>>,
     ) {
         let pushed = match (&c.iter_var2, second) {
             (Some(v2), Some(s)) => {
-                self.scopes.push((c.iter_var.clone(), first));
-                self.scopes.push((v2.clone(), s));
+                self.scopes.push((&c.iter_var, first));
+                self.scopes.push((v2, s));
                 2
             }
             _ => {
-                self.scopes.push((c.iter_var.clone(), first));
+                self.scopes.push((&c.iter_var, first));
                 1
             }
         };
@@ -261,7 +280,12 @@ impl<'a> Walk<'a> {
         }
     }
 
-    fn call(&mut self, name: &str, target: Option<&Expression>, args: &[Expression]) -> Shape<'a> {
+    fn call(
+        &mut self,
+        name: &str,
+        target: Option<&'e Expression>,
+        args: &'e [Expression],
+    ) -> Shape<'a> {
         let target = target.map(|t| self.walk(t));
         let shapes: Vec<Shape<'a>> = args.iter().map(|a| self.walk(a)).collect();
         let receiver = target.or_else(|| shapes.first().copied());
@@ -337,7 +361,7 @@ impl<'a> Walk<'a> {
     }
 }
 
-fn run<'a>(program: &Program, vars: Vec<(String, Shape<'a>)>, limit: u64) -> u64 {
+fn run<'a, 'e>(program: &'e Program, vars: Vec<(&'e str, Shape<'a>)>, limit: u64) -> u64 {
     let mut walk = Walk {
         scopes: vars,
         limit,
@@ -350,10 +374,7 @@ fn run<'a>(program: &Program, vars: Vec<(String, Shape<'a>)>, limit: u64) -> u64
 /// The cost of evaluating `program` over `vars`, or a number above `limit` once it is
 /// known to exceed it.
 pub fn actual(program: &Program, vars: &[(&str, &Value)], limit: u64) -> u64 {
-    let vars = vars
-        .iter()
-        .map(|(n, v)| (n.to_string(), Shape::Data(v)))
-        .collect();
+    let vars = vars.iter().map(|(n, v)| (*n, Shape::Data(v))).collect();
     run(program, vars, limit)
 }
 
@@ -362,7 +383,7 @@ pub fn actual(program: &Program, vars: &[(&str, &Value)], limit: u64) -> u64 {
 pub fn estimate(program: &Program, vars: &[(&str, Node<'_>)]) -> u64 {
     let vars = vars
         .iter()
-        .map(|(n, s)| (n.to_string(), Shape::Schema(s.resolved())))
+        .map(|(n, s)| (*n, Shape::Schema(s.resolved())))
         .collect();
     run(program, vars, u64::MAX)
 }
