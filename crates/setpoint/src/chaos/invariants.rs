@@ -173,6 +173,48 @@ pub const LEADER_TERM: &str = "one-leader-per-lease-term";
 pub const RV_ORDER: &str = "resource-versions-increase";
 pub const RV_GAP: &str = "no-watch-gap-without-410";
 
+/// What each LIST of `resource` showed: its resourceVersion and the uids of the objects then.
+/// A LIST after a 410 sends no DELETED events for what went away meanwhile: an object a
+/// snapshot does not hold was gone by its revision.
+fn snapshots(events: &[Observed], resource: &str) -> Vec<(u64, HashSet<String>)> {
+    let mut out: Vec<(u64, HashSet<String>)> = Vec::new();
+    // The watcher whose LIST is being read, and where its snapshot is in `out`.
+    let mut open: HashMap<&str, usize> = HashMap::new();
+    for e in events.iter().filter(|e| e.resource == resource) {
+        match e.kind {
+            Kind::ListStart => {
+                open.insert(e.watcher.as_str(), out.len());
+                out.push((e.rv, HashSet::new()));
+            }
+            Kind::Listed => {
+                if let (Some(&i), Some(f)) = (open.get(e.watcher.as_str()), &e.object) {
+                    out[i].1.insert(f.uid.clone());
+                }
+            }
+            _ => {
+                open.remove(e.watcher.as_str());
+            }
+        }
+    }
+    out.sort_by_key(|(rv, _)| *rv);
+    out
+}
+
+/// Applies, to objects tracked as uid → (…, last resourceVersion seen), every snapshot older
+/// than `rv` not applied yet: what a snapshot lacks and was not seen after it is gone.
+fn apply_snapshots<T>(
+    snaps: &[(u64, HashSet<String>)],
+    next: &mut usize,
+    rv: u64,
+    tracked: &mut HashMap<String, (T, u64)>,
+) {
+    while *next < snaps.len() && snaps[*next].0 < rv {
+        let (at, uids) = &snaps[*next];
+        tracked.retain(|uid, (_, seen)| uids.contains(uid) || *seen > *at);
+        *next += 1;
+    }
+}
+
 /// Every watcher's object events merged into one history: each (resource, object,
 /// resourceVersion) once, in resourceVersion order. The store's revision is global, so
 /// this is the order the writes were committed in, across resources.
@@ -211,8 +253,14 @@ pub fn replica_bounds(events: &[Observed]) -> Vec<Violation> {
     // uid → facts, latest version.
     let mut rs: HashMap<String, Facts> = HashMap::new();
     let mut deployments: HashMap<String, Facts> = HashMap::new();
-    let mut pods: HashMap<String, Facts> = HashMap::new();
+    // pod uid → facts, last resourceVersion seen
+    let mut pods: HashMap<String, (Facts, u64)> = HashMap::new();
+    let snaps = snapshots(events, "pods");
+    let mut applied = 0;
     for e in history(events) {
+        if e.resource == "pods" {
+            apply_snapshots(&snaps, &mut applied, e.rv, &mut pods);
+        }
         let Some(f) = e.object.as_ref() else { continue };
         match e.resource.as_str() {
             "deployments" => {
@@ -266,7 +314,7 @@ pub fn replica_bounds(events: &[Observed]) -> Vec<Violation> {
                     pods.remove(&f.uid);
                     continue;
                 }
-                let new = pods.insert(f.uid.clone(), f.clone()).is_none();
+                let new = pods.insert(f.uid.clone(), (f.clone(), e.rv)).is_none();
                 let Some(owner) = f.controller.as_ref().filter(|o| o.kind == "ReplicaSet") else {
                     continue;
                 };
@@ -278,6 +326,7 @@ pub fn replica_bounds(events: &[Observed]) -> Vec<Violation> {
                 };
                 let alive: Vec<&str> = pods
                     .values()
+                    .map(|(p, _)| p)
                     .filter(|p| {
                         live(p) && p.controller.as_ref().map(|o| &o.uid) == Some(&owner.uid)
                     })
@@ -307,16 +356,23 @@ pub fn replica_bounds(events: &[Observed]) -> Vec<Violation> {
     out
 }
 
+/// StatefulSet pods by uid: their (statefulset uid, ordinal) and name, and the last
+/// resourceVersion seen.
+type OrdinalPods = HashMap<String, (((String, i64), String), u64)>;
+
 /// No StatefulSet ordinal ever had two pods at once: a pod for an ordinal appears only after
 /// the previous pod of that ordinal is gone (terminating still counts: it may still run).
 pub fn statefulset_ordinals(events: &[Observed]) -> Vec<Violation> {
     let mut out = Vec::new();
-    // (statefulset uid, ordinal) → pod uid and name
-    let mut holders: HashMap<(String, i64), (String, String)> = HashMap::new();
+    let snaps = snapshots(events, "pods");
+    let mut applied = 0;
+    let mut pods: OrdinalPods = HashMap::new();
+    let mut reported = HashSet::new();
     for e in history(events) {
         if e.resource != "pods" {
             continue;
         }
+        apply_snapshots(&snaps, &mut applied, e.rv, &mut pods);
         let Some(f) = e.object.as_ref() else { continue };
         let Some(owner) = f.controller.as_ref().filter(|o| o.kind == "StatefulSet") else {
             continue;
@@ -329,24 +385,25 @@ pub fn statefulset_ordinals(events: &[Observed]) -> Vec<Violation> {
         let Some(ordinal) = ordinal else { continue };
         let slot = (owner.uid.clone(), ordinal);
         if e.kind == Kind::Deleted {
-            if holders.get(&slot).is_some_and(|(uid, _)| *uid == f.uid) {
-                holders.remove(&slot);
-            }
+            pods.remove(&f.uid);
             continue;
         }
-        match holders.get(&slot) {
-            Some((uid, name)) if *uid != f.uid => out.push(Violation {
-                invariant: STS_ORDINAL,
-                object: format!("statefulsets/{}/{}", f.namespace, owner.name),
-                at_ms: e.at_ms,
-                evidence: format!(
-                    "ordinal {ordinal}: pod {} (uid {}) appeared at resourceVersion {} while pod {name} (uid {uid}) still existed",
-                    f.name, f.uid, e.rv
-                ),
-            }),
-            Some(_) => {}
-            None => {
-                holders.insert(slot, (f.uid.clone(), f.name.clone()));
+        let other = pods
+            .iter()
+            .find(|(uid, ((s, _), _))| *s == slot && **uid != f.uid)
+            .map(|(uid, ((_, name), _))| (uid.clone(), name.clone()));
+        pods.insert(f.uid.clone(), ((slot.clone(), f.name.clone()), e.rv));
+        if let Some((uid, name)) = other {
+            if reported.insert((f.uid.clone(), uid.clone())) {
+                out.push(Violation {
+                    invariant: STS_ORDINAL,
+                    object: format!("statefulsets/{}/{}", f.namespace, owner.name),
+                    at_ms: e.at_ms,
+                    evidence: format!(
+                        "ordinal {ordinal}: pod {} (uid {}) appeared at resourceVersion {} while pod {name} (uid {uid}) still existed",
+                        f.name, f.uid, e.rv
+                    ),
+                });
             }
         }
     }
@@ -713,6 +770,45 @@ mod tests {
         assert_eq!(v.len(), 1, "{v:?}");
         assert_eq!(v[0].invariant, STS_ORDINAL);
         assert!(v[0].evidence.contains("ordinal 0") && v[0].evidence.contains("db-0-rogue"));
+    }
+
+    #[test]
+    fn a_deletion_only_a_relist_shows_is_no_duplicate_ordinal() {
+        let mut s = Stream::default();
+        s.start(&["pods"]);
+        s.event("pods", Kind::Added, sts_pod("db-2", "old", 2));
+        // Both watches end with 410 (an API server restart); db-2 is deleted meanwhile, and
+        // the relists show it gone without a DELETED event.
+        s.rv += 1;
+        for w in 0..2 {
+            let watcher = format!("pods#{w}");
+            s.events.push(Observed {
+                at_ms: 30,
+                watcher: watcher.clone(),
+                resource: "pods".into(),
+                kind: Kind::Gone,
+                rv: 0,
+                object: None,
+            });
+            s.events.push(Observed {
+                at_ms: 40,
+                watcher,
+                resource: "pods".into(),
+                kind: Kind::ListStart,
+                rv: s.rv,
+                object: None,
+            });
+        }
+        s.event("pods", Kind::Added, sts_pod("db-2", "new", 2));
+        assert_eq!(statefulset_ordinals(&s.events), vec![]);
+        // Without the relists, the same stream is a duplicate, reported once however often
+        // the new pod changes.
+        let mut s = Stream::default();
+        s.start(&["pods"]);
+        s.event("pods", Kind::Added, sts_pod("db-2", "old", 2));
+        s.event("pods", Kind::Added, sts_pod("db-2", "new", 2));
+        s.event("pods", Kind::Modified, sts_pod("db-2", "new", 2));
+        assert_eq!(statefulset_ordinals(&s.events).len(), 1);
     }
 
     #[test]

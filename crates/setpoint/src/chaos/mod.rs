@@ -31,6 +31,10 @@ use workload::{Workload, NAMESPACE};
 /// counts it as not converged.
 const CONVERGE_DEADLINE: Duration = Duration::from_secs(60);
 
+/// How long the workload may take to converge at the start, before any fault: time for
+/// `--background-pods` to start.
+const START_DEADLINE: Duration = Duration::from_secs(300);
+
 /// `setpoint chaos`'s flags.
 #[derive(clap::Args, Clone, Debug)]
 pub struct ChaosArgs {
@@ -45,9 +49,13 @@ pub struct ChaosArgs {
     /// report time-to-converge p50/p99 per fault type.
     #[arg(long, default_value_t = 1)]
     schedules: usize,
-    /// Simulated nodes the agent hosts.
+    /// Simulated nodes the agent hosts (110 pods each).
     #[arg(long, default_value_t = 3)]
     nodes: usize,
+    /// Also keep a Deployment of this many pods that the schedule never changes, so the
+    /// faults hit a cluster of that size (give it `--nodes` enough for them).
+    #[arg(long, default_value_t = 0)]
+    background_pods: u32,
     /// Print the report as JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -109,6 +117,7 @@ async fn run_schedules(args: ChaosArgs) -> anyhow::Result<()> {
             &config,
             seed,
             Duration::from_secs(args.duration),
+            args.background_pods.into(),
             args.rogue_extra_pod,
         )
         .await?;
@@ -154,6 +163,7 @@ async fn run_one(
     config: &ClusterConfig,
     seed: u64,
     duration: Duration,
+    background_pods: i64,
     rogue_extra_pod: bool,
 ) -> anyhow::Result<RunReport> {
     let started = Instant::now();
@@ -162,14 +172,9 @@ async fn run_one(
     let client = cluster.client.clone();
     let recorder = recorder::Recorder::start(&client, started);
     let mut workload = Workload::new(client.clone(), started);
-    workload.create().await?;
-    if let Err(why) = converge::wait(
-        &client,
-        &workload.desired,
-        Instant::now(),
-        CONVERGE_DEADLINE,
-    )
-    .await
+    workload.create(background_pods).await?;
+    if let Err(why) =
+        converge::wait(&client, &workload.desired, Instant::now(), START_DEADLINE).await
     {
         bail!(
             "the workload did not converge before any fault ({why}); logs in {}",

@@ -106,8 +106,10 @@ impl Workload {
     }
 
     /// Creates the namespace, the Deployments (3 replicas, maxSurge 1, maxUnavailable 0) and
-    /// the StatefulSets (3 replicas).
-    pub async fn create(&mut self) -> anyhow::Result<()> {
+    /// the StatefulSets (3 replicas), and with `background_pods` > 0 the Deployment `filler`
+    /// of that many replicas, which the schedule never changes: a cluster of that size for
+    /// the others' changes and the faults to happen in.
+    pub async fn create(&mut self, background_pods: i64) -> anyhow::Result<()> {
         self.send(
             http::Method::POST,
             "/api/v1/namespaces",
@@ -116,13 +118,15 @@ impl Workload {
         )
         .await?;
         let image = IMAGES[0];
-        for i in 0..DEPLOYMENTS {
-            let name = format!("web-{i}");
+        let deployments = (0..DEPLOYMENTS)
+            .map(|i| (format!("web-{i}"), 3))
+            .chain((background_pods > 0).then(|| ("filler".to_string(), background_pods)));
+        for (name, replicas) in deployments {
             let d = json!({
                 "apiVersion": "apps/v1", "kind": "Deployment",
                 "metadata": {"name": name},
                 "spec": {
-                    "replicas": 3,
+                    "replicas": replicas,
                     "selector": {"matchLabels": {"app": name}},
                     "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
                     "template": template(&name, image),
@@ -136,7 +140,12 @@ impl Workload {
                     &d,
                 )
                 .await?;
-            self.record_created(&format!("deployments/{NAMESPACE}/{name}"), &answer, image);
+            self.record_created(
+                &format!("deployments/{NAMESPACE}/{name}"),
+                &answer,
+                replicas,
+                image,
+            );
         }
         for i in 0..STATEFULSETS {
             let name = format!("db-{i}");
@@ -158,17 +167,22 @@ impl Workload {
                     &s,
                 )
                 .await?;
-            self.record_created(&format!("statefulsets/{NAMESPACE}/{name}"), &answer, image);
+            self.record_created(
+                &format!("statefulsets/{NAMESPACE}/{name}"),
+                &answer,
+                3,
+                image,
+            );
         }
         Ok(())
     }
 
-    /// Records a created object's replicas (3) and image as wanted, and, when the create's
+    /// Records a created object's replicas and image as wanted, and, when the create's
     /// answer arrived (a create retried after a lost answer has none), as acknowledged.
-    fn record_created(&mut self, object: &str, answer: &Value, image: &str) {
+    fn record_created(&mut self, object: &str, answer: &Value, replicas: i64, image: &str) {
         self.desired
             .objects
-            .insert(object.to_string(), (3, image.to_string()));
+            .insert(object.to_string(), (replicas, image.to_string()));
         let Some(rv) = answer["metadata"]["resourceVersion"]
             .as_str()
             .and_then(|r| r.parse().ok())
@@ -176,7 +190,7 @@ impl Workload {
             return;
         };
         for (field, value) in [
-            ("/spec/replicas", json!(3)),
+            ("/spec/replicas", json!(replicas)),
             ("/spec/template/spec/containers/0/image", json!(image)),
         ] {
             self.acked.push(AckedWrite {
