@@ -133,6 +133,9 @@ pub struct AgentConfig {
     pub capacity: Capacity,
     /// Extra labels (override the well-known ones).
     pub labels: BTreeMap<String, String>,
+    /// Annotations the agent sets on its Node at registration (facts about the node no
+    /// status field holds, such as how its process pods are networked).
+    pub annotations: BTreeMap<String, String>,
     /// `node.kubernetes.io/instance-type`, if any.
     pub instance_type: Option<String>,
     /// Taints set at registration (kept on existing nodes too).
@@ -175,6 +178,7 @@ impl AgentConfig {
             address: local_address(),
             capacity: Capacity::of_machine(),
             labels: BTreeMap::new(),
+            annotations: BTreeMap::new(),
             instance_type: None,
             taints: Vec::new(),
             system_info: NodeSystemInfo {

@@ -52,6 +52,7 @@ pub fn new_node(config: &AgentConfig, port: u16, now: Timestamp) -> Node {
         metadata: ObjectMeta {
             name: Some(config.node_name.clone()),
             labels: Some(labels(config)),
+            annotations: Some(config.annotations.clone()).filter(|a| !a.is_empty()),
             ..Default::default()
         },
         spec: Some(NodeSpec {
@@ -62,8 +63,8 @@ pub fn new_node(config: &AgentConfig, port: u16, now: Timestamp) -> Node {
     }
 }
 
-/// `existing` with our labels and configured taints added, or `None` when it already has
-/// them. Taints others added (the lifecycle controller's `unreachable`) are kept.
+/// `existing` with our labels, annotations and configured taints added, or `None` when it
+/// already has them. Taints others added (the lifecycle controller's `unreachable`) are kept.
 pub fn merge_registration(existing: &Node, config: &AgentConfig) -> Option<Node> {
     let mut node = existing.clone();
     let node_labels = node.metadata.labels.get_or_insert_with(BTreeMap::new);
@@ -72,6 +73,15 @@ pub fn merge_registration(existing: &Node, config: &AgentConfig) -> Option<Node>
         if node_labels.get(&k) != Some(&v) {
             node_labels.insert(k, v);
             changed = true;
+        }
+    }
+    if !config.annotations.is_empty() {
+        let node_annotations = node.metadata.annotations.get_or_insert_with(BTreeMap::new);
+        for (k, v) in &config.annotations {
+            if node_annotations.get(k) != Some(v) {
+                node_annotations.insert(k.clone(), v.clone());
+                changed = true;
+            }
         }
     }
     let spec = node.spec.get_or_insert_with(NodeSpec::default);
@@ -473,5 +483,30 @@ mod tests {
         let merged = merge_registration(&existing, &c).unwrap();
         assert_eq!(merged.metadata.labels.as_ref().unwrap()["zone"], "a");
         assert_eq!(merged.spec.unwrap().taints.unwrap().len(), 2);
+    }
+
+    #[test]
+    fn registration_sets_the_agents_annotations_and_keeps_others() {
+        let mut c = config();
+        c.annotations
+            .insert("setpoint.io/process-pod-network".into(), "host".into());
+        let mut existing = new_node(&c, 1, ts(1));
+        assert_eq!(
+            existing.metadata.annotations.as_ref().unwrap()["setpoint.io/process-pod-network"],
+            "host"
+        );
+        assert!(merge_registration(&existing, &c).is_none());
+        existing
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert("someone.else/note".into(), "kept".into());
+        c.annotations
+            .insert("setpoint.io/process-pod-network".into(), "bridge".into());
+        let merged = merge_registration(&existing, &c).unwrap();
+        let a = merged.metadata.annotations.unwrap();
+        assert_eq!(a["setpoint.io/process-pod-network"], "bridge");
+        assert_eq!(a["someone.else/note"], "kept");
     }
 }

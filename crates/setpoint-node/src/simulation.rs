@@ -115,6 +115,7 @@ impl SimulationConfig {
             address: self.address.clone(),
             capacity: self.capacity.clone(),
             labels,
+            annotations: Default::default(),
             instance_type: None,
             taints: self.taints.clone(),
             system_info: NodeSystemInfo {

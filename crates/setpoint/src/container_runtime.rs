@@ -7,6 +7,7 @@
 //! data dir from before containers were the default loses nothing.
 //! `process` runs every pod as local processes; `cri` insists on containers.
 
+use std::collections::BTreeMap;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -18,7 +19,7 @@ use setpoint_network::dns::{ClusterDns, ResolvConf};
 use setpoint_node::containerd::{self, DaemonOptions, LocalContainerd};
 use setpoint_node::cri::runtime::{CriRuntime, CriRuntimeOptions};
 use setpoint_node::cri::CriClient;
-use setpoint_node::process::netns::PodNetwork;
+use setpoint_node::process::netns::{PodNetwork, NETWORK_ANNOTATION, NETWORK_REASON_ANNOTATION};
 use setpoint_node::process::{ProcessRuntime, ProcessRuntimeOptions};
 use setpoint_node::routed::RoutedRuntime;
 use setpoint_node::runtime::PodRuntime;
@@ -41,6 +42,10 @@ pub enum ProcessPodNetwork {
     Host,
     /// A network namespace per pod on the node's pod bridge (needs root).
     Bridge,
+    /// `bridge` when the agent runs as root with the CNI plugins (and on a CRI node the pod
+    /// network is its private containerd's), else `host`, saying why in the log and on the
+    /// Node (`setpoint.io/process-pod-network-reason`).
+    Auto,
 }
 
 /// `--container-runtime` and `--container-runtime-endpoint`, shared by `setpoint up` and
@@ -66,7 +71,10 @@ pub struct ContainerRuntimeFlags {
     /// from this machine only; two replicas cannot both listen on `0.0.0.0` at one port).
     /// `bridge` (as root): each gets a network namespace of its own on the node's pod bridge
     /// and an address from the pod range, as container pods do (the private containerd's
-    /// network, or on a process-only node a `10.223.<x>.0/24` bridge of its own).
+    /// network, or on a process-only node a `10.223.<x>.0/24` bridge of its own). `auto`:
+    /// `bridge` when it can run here (root, the CNI plugins, and on a CRI node a private
+    /// containerd), else `host`; the Node's `setpoint.io/process-pod-network` annotation says
+    /// which, and `setpoint.io/process-pod-network-reason` why not `bridge`.
     #[arg(
         long,
         value_enum,
@@ -179,6 +187,8 @@ pub struct NodeRuntime {
     /// The pod subnet of the node's private containerd (`10.223.<x>.0/24`), if it has one:
     /// the service proxy's cluster CIDR unless `--cluster-cidr` says otherwise.
     pub pod_subnet: Option<String>,
+    /// The Node annotations saying how process pods are networked here.
+    pub annotations: std::collections::BTreeMap<String, String>,
 }
 
 impl NodeRuntime {
@@ -224,7 +234,8 @@ impl ContainerRuntimeFlags {
                 let mut subnet_lock = None;
                 let mut description =
                     format!("as local processes (state in {})", node_dir.display());
-                if self.process_pod_network == ProcessPodNetwork::Bridge {
+                let (mode, annotations) = self.process_network(true);
+                if mode == ProcessPodNetwork::Bridge {
                     let (network, subnet, lock) = self.own_pod_network(containerd_dir)?;
                     options.network = Some(network);
                     subnet_lock = Some(lock);
@@ -247,6 +258,7 @@ impl ContainerRuntimeFlags {
                     _subnet_lock: subnet_lock,
                     dns,
                     pod_subnet: None,
+                    annotations,
                 })
             }
             RuntimeKind::Cri => {
@@ -268,7 +280,7 @@ impl ContainerRuntimeFlags {
     /// private containerd's bridge, or process pods' with `--process-pod-network bridge`),
     /// which is then on [`Self::pod_cidr`] when the cluster gives one.
     pub fn needs_pod_subnet(&self) -> bool {
-        if self.process_pod_network == ProcessPodNetwork::Bridge {
+        if self.process_network_mode(true).0 == ProcessPodNetwork::Bridge {
             return true;
         }
         self.choose().0 == RuntimeKind::Cri
@@ -348,6 +360,59 @@ impl ContainerRuntimeFlags {
                     ),
                 }
             }
+        }
+    }
+
+    /// How process pods are networked, `auto` resolved (`node_bridge`: the node has a pod
+    /// bridge of its own for them), and the Node annotations saying so. When `auto` gives
+    /// them the node's network, the log says why too.
+    fn process_network(&self, node_bridge: bool) -> (ProcessPodNetwork, BTreeMap<String, String>) {
+        let (mode, why) = self.process_network_mode(node_bridge);
+        let name = if mode == ProcessPodNetwork::Bridge {
+            "bridge"
+        } else {
+            "host"
+        };
+        let mut annotations = BTreeMap::from([(NETWORK_ANNOTATION.to_string(), name.to_string())]);
+        if let Some(why) = why {
+            tracing::warn!(
+                reason = %why,
+                "process pods get loopback addresses on the node's network (--process-pod-network auto)"
+            );
+            annotations.insert(
+                NETWORK_REASON_ANNOTATION.to_string(),
+                format!("process pods get loopback addresses on the node's network: {why}"),
+            );
+        }
+        (mode, annotations)
+    }
+
+    /// `--process-pod-network` with `auto` resolved (`node_bridge`: the node has a pod bridge
+    /// of its own for process pods), and why `auto` chose `host`.
+    fn process_network_mode(&self, node_bridge: bool) -> (ProcessPodNetwork, Option<String>) {
+        match self.process_pod_network {
+            ProcessPodNetwork::Auto => {
+                let why = if !setpoint_node::process::netns::permitted() {
+                    Some(
+                        "the agent does not run as root (no CAP_NET_ADMIN and CAP_SYS_ADMIN)"
+                            .to_string(),
+                    )
+                } else if containerd::config::find_cni_bin_dir().is_none() {
+                    Some(format!(
+                        "no CNI plugins in {}",
+                        containerd::config::CNI_BIN_DIRS.join(" or ")
+                    ))
+                } else if !node_bridge {
+                    Some("the CRI runtime's pod network is not the node's own (a system containerd or --container-runtime-endpoint)".to_string())
+                } else {
+                    None
+                };
+                match why {
+                    None => (ProcessPodNetwork::Bridge, None),
+                    Some(why) => (ProcessPodNetwork::Host, Some(why)),
+                }
+            }
+            mode => (mode, None),
         }
     }
 
@@ -438,6 +503,8 @@ impl ContainerRuntimeFlags {
         // A private containerd's subnet tells its bridge (a system containerd's bridge is its
         // own business).
         let (dns, cluster_dns) = self.node_dns(subnet.as_deref());
+        // Process pods can join only a pod network the agent knows: its private containerd's.
+        let (mode, annotations) = self.process_network(subnet.is_some());
         let opened = async {
             let client = CriClient::connect(&endpoint)
                 .await
@@ -453,7 +520,7 @@ impl ContainerRuntimeFlags {
                 .await
                 .with_context(|| format!("CRI runtime at {endpoint}"))?;
             let mut process_options = ProcessRuntimeOptions::default();
-            if self.process_pod_network == ProcessPodNetwork::Bridge {
+            if mode == ProcessPodNetwork::Bridge {
                 process_options.network =
                     Some(containerd_pod_network(subnet.as_deref(), containerd_dir)?);
                 process_options.cluster_dns = cluster_dns.clone();
@@ -497,6 +564,7 @@ impl ContainerRuntimeFlags {
             _subnet_lock: subnet_lock,
             dns,
             pod_subnet: subnet,
+            annotations,
         })
     }
 }
@@ -734,6 +802,42 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         flags: ContainerRuntimeFlags,
+    }
+
+    #[test]
+    fn the_process_pod_network_is_said_on_the_node() {
+        let flags = |mode| ContainerRuntimeFlags {
+            container_runtime: RuntimeKind::Process,
+            container_runtime_endpoint: None,
+            image_gc: ImageGcFlags::default(),
+            dns: DnsFlags::default(),
+            process_pod_network: mode,
+            pod_cidr: None,
+        };
+        let (mode, annotations) = flags(ProcessPodNetwork::Host).process_network(true);
+        assert_eq!(mode, ProcessPodNetwork::Host);
+        assert_eq!(
+            annotations,
+            BTreeMap::from([(NETWORK_ANNOTATION.to_string(), "host".to_string())])
+        );
+        let (mode, annotations) = flags(ProcessPodNetwork::Bridge).process_network(true);
+        assert_eq!(mode, ProcessPodNetwork::Bridge);
+        assert_eq!(annotations[NETWORK_ANNOTATION], "bridge");
+        // `auto` never takes a CRI runtime's network it does not know, and says why.
+        let (mode, annotations) = flags(ProcessPodNetwork::Auto).process_network(false);
+        assert_eq!(mode, ProcessPodNetwork::Host);
+        assert_eq!(annotations[NETWORK_ANNOTATION], "host");
+        assert!(annotations[NETWORK_REASON_ANNOTATION]
+            .starts_with("process pods get loopback addresses on the node's network: "));
+        // On a node of its own bridge, `auto` is `bridge` exactly where bridge can run.
+        let can_bridge = setpoint_node::process::netns::permitted()
+            && containerd::config::find_cni_bin_dir().is_some();
+        let (mode, annotations) = flags(ProcessPodNetwork::Auto).process_network(true);
+        assert_eq!(mode == ProcessPodNetwork::Bridge, can_bridge);
+        assert_eq!(
+            annotations.contains_key(NETWORK_REASON_ANNOTATION),
+            !can_bridge
+        );
     }
 
     #[test]

@@ -226,6 +226,15 @@ fn process_pods_get_a_network_of_their_own() {
     ]);
     assert_eq!(restarts.trim(), "0 0", "a replica crashed");
 
+    // The Node says how its process pods are networked.
+    let said = s.ok(&[
+        "get",
+        "nodes",
+        "-o",
+        r"jsonpath={.items[0].metadata.annotations.setpoint\.io/process-pod-network}",
+    ]);
+    assert_eq!(said.trim(), "bridge");
+
     // Through the Service's cluster IP, as a client on the host.
     let cluster_ip: Ipv4Addr = s
         .ok(&["get", "svc", "web", "-o", "jsonpath={.spec.clusterIP}"])

@@ -40,6 +40,13 @@ pub const IFNAME: &str = "eth0";
 /// The directory under the runtime's root holding the pods' namespaces and network state.
 pub const DIR: &str = "netns";
 
+/// The Node annotation saying how the node's process pods are networked: `bridge` (a network
+/// namespace each, on the pod bridge) or `host` (loopback addresses on the node's network).
+pub const NETWORK_ANNOTATION: &str = "setpoint.io/process-pod-network";
+/// The Node annotation saying why its process pods are on the node's network when `auto`
+/// could not give them one of their own.
+pub const NETWORK_REASON_ANNOTATION: &str = "setpoint.io/process-pod-network-reason";
+
 /// `NSFS_MAGIC`: the filesystem type of a namespace file (`linux/magic.h`).
 const NSFS_MAGIC: i64 = 0x6e73_6673;
 
