@@ -86,7 +86,14 @@ fn run(
     budget: &mut crate::cel::Budget,
 ) -> Result<cel::Value, String> {
     let program = expr.program.as_ref().map_err(Clone::clone)?;
-    crate::cel::evaluate(program, vars, budget).map_err(|e| e.to_string())
+    // Only the variables the expression names are bound: each bound value is converted to
+    // CEL and costed on every evaluation, and most expressions read only `object`.
+    let used: Vec<(&str, &Value)> = vars
+        .iter()
+        .filter(|(name, _)| program.uses_variable(name))
+        .copied()
+        .collect();
+    crate::cel::evaluate(program, &used, budget).map_err(|e| e.to_string())
 }
 
 /// A variable's value as JSON, to bind for the expressions after it; `None` for values
