@@ -71,6 +71,7 @@ fn options(ip_block: u8) -> ProcessRuntimeOptions {
         log_max_bytes: 10 * 1024 * 1024,
         poll_interval: Duration::from_millis(50),
         network: None,
+        cluster_dns: Default::default(),
     }
 }
 
