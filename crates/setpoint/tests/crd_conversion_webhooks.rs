@@ -293,6 +293,22 @@ async fn conversion_webhook_serves_both_versions_and_honours_the_storage_version
         .all(|o| o["spec"]["cronSpec"].is_string()));
     assert_eq!(reviews.load(Ordering::SeqCst), before + 1);
 
+    // A merge patch through v2 applies to the object as v2 shows it and is stored as v1.
+    k.ok(&[
+        "patch",
+        &v2,
+        "b",
+        "-n",
+        NS,
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"schedule":{"expression":"7 7 * * *"}}}"#,
+    ]);
+    let raw = stored(&cluster, "b").await;
+    assert_eq!(raw["apiVersion"], "stable.example.com/v1");
+    assert_eq!(raw["spec"]["cronSpec"], "7 7 * * *", "{raw}");
+    assert!(raw["spec"].get("schedule").is_none(), "{raw}");
+
     // Watches in both versions see a v1 object created as each of them shows it.
     let w2 = Watch::start(&k, &v2);
     let w1 = Watch::start(&k, &v1);

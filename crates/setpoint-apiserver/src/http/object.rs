@@ -20,8 +20,10 @@ use super::respond::{to_api, to_storage, written_response};
 use super::{read_body, storage_def, write_request, Request};
 use crate::objects::BodySyntax;
 use crate::patch::Patch;
+use crate::registry::ResourceDef;
 use crate::request::{opt_bool_param, rv_param, RvParam};
 use crate::response::value_response;
+use crate::state::ApiServer;
 use crate::strategy::View;
 
 /// Serves `method` on the object `ns`/`name` of `r.res`, or on its `subresource`.
@@ -212,7 +214,11 @@ async fn patch(
     }
     let strategic = crate::patch::strategic_type(res, view);
     let patch = Patch::decode(&ct, &bytes, strategic)?;
-    if res.is_converted() {
+    // Custom objects are patched as the version the client names shows them; other
+    // resources served from another's storage take no patches.
+    let converted_custom =
+        res.is_converted() && res.custom.is_some() && matches!(view, View::Main | View::Status);
+    if res.is_converted() && !converted_custom {
         return Err(ApiError::method_not_allowed());
     }
     let syntax = match patch {
@@ -220,8 +226,55 @@ async fn patch(
         Patch::Json(_) => BodySyntax::Other,
     };
     let dups = server.check_duplicate_fields(res, syntax, &bytes, &opts)?;
+    if converted_custom {
+        let w = patch_converted(server, res, &sres, ns, name, view, &patch, &opts).await?;
+        return written_response(server, StatusCode::OK, res, view, w, dups).await;
+    }
     let w = server.patch(&sres, ns, name, view, &patch, &opts).await?;
     written_response(server, StatusCode::OK, res, view, w, dups).await
+}
+
+/// How many times a patch through a converted version is re-applied when the object changed
+/// between its read and its write.
+const CONVERTED_PATCH_ATTEMPTS: usize = 16;
+
+/// PATCH of a custom object through a version it is not stored in: the patch applies to the
+/// object as that version shows it (converted by the CRD's webhook, when it has one), and
+/// the result is converted back and written if the object has not changed meanwhile, else
+/// all again, as upstream's update loop does.
+#[allow(clippy::too_many_arguments)]
+async fn patch_converted(
+    server: &ApiServer,
+    res: &ResourceDef,
+    sres: &ResourceDef,
+    ns: &str,
+    name: &str,
+    view: View,
+    patch: &Patch,
+    opts: &crate::objects::WriteOptions,
+) -> Result<crate::objects::Written, ApiError> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let current = server.get_object(sres, ns, name).await?;
+        let rv = meta::resource_version(&current).to_string();
+        let shown = to_api(server, res, current).await?;
+        let mut patched = patch.apply(&shown)?;
+        crate::typemeta::check_patched(res, patch, &mut patched)?;
+        // The patch's own resourceVersion is the client's precondition; without one the
+        // write is conditional on the version the patch was applied to.
+        let precondition = patch.resource_version().is_some();
+        if !precondition {
+            meta::set_meta(&mut patched, "resourceVersion", Value::String(rv));
+        }
+        let stored = to_storage(server, res, patched).await?;
+        match server.update(sres, ns, name, view, stored, opts).await {
+            Err(e) if e.code == 409 && !precondition && attempt < CONVERTED_PATCH_ATTEMPTS => {
+                continue
+            }
+            result => return result,
+        }
+    }
 }
 
 /// DELETE: deletes the object now, or marks it for deletion (202) while finalizers or a grace
