@@ -236,7 +236,10 @@ mod tests {
         assert_eq!(wait_time(wait, "me", &plain, now), None);
         // Alone and new, or beside a node too new to tell: a short grace.
         let fresh = aged("me", None, "2026-01-01T00:00:59Z");
-        assert_eq!(wait_time(wait, "me", &[fresh.clone()], now), Some(grace));
+        assert_eq!(
+            wait_time(wait, "me", std::slice::from_ref(&fresh), now),
+            Some(grace)
+        );
         let young = [aged("a", None, "2026-01-01T00:00:58Z"), fresh];
         assert_eq!(wait_time(wait, "me", &young, now), Some(grace));
         // Restarted alone, registered long ago and still without a range: none comes.
