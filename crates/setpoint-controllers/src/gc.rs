@@ -30,6 +30,7 @@ use setpoint_runtime::controller::{
     Action, Context, Controller, ControllerMetrics, ControllerOptions, ReconcileError, Reconciler,
     Source,
 };
+use setpoint_runtime::decision;
 use setpoint_runtime::informer::{Event, Handler, Informer, Scope, SharedInformers, Store};
 use setpoint_runtime::workqueue::WorkQueue;
 use setpoint_runtime::{Object, ObjectKey};
@@ -481,8 +482,20 @@ impl GarbageCollector {
             .collect();
         let own_finalizers = finalizers(obj);
         let plan = decide_owner(&own_finalizers, &views);
+        decision::observe_with(|| {
+            format!(
+                "{} being deleted, finalizers [{}]; {} dependent(s)",
+                obj.name(),
+                own_finalizers.join(", "),
+                dependents.len()
+            )
+        });
         for &i in &plan.orphan {
             let (di, d) = &dependents[i];
+            decision::action(
+                format!("orphan {}", d.name()),
+                "the owner is deleted with the orphan finalizer: drop the reference to it",
+            );
             let kept: Vec<OwnerReference> = d
                 .owner_references()
                 .into_iter()
@@ -503,6 +516,10 @@ impl GarbageCollector {
         }
         for &i in &plan.delete {
             let (di, d) = &dependents[i];
+            decision::action(
+                format!("delete {} (foreground)", d.name()),
+                "the owner is deleted in the foreground: its dependents go first",
+            );
             let params = DeleteParams {
                 propagation_policy: Some("Foreground".into()),
                 precondition_uid: d.uid(),
@@ -519,6 +536,10 @@ impl GarbageCollector {
             }
         }
         if let Some(f) = plan.remove_finalizer {
+            decision::action(
+                format!("remove finalizer {f}"),
+                "the owner's dependents are handled",
+            );
             let rest: Vec<&String> = own_finalizers.iter().filter(|x| *x != f).collect();
             let rest = if rest.is_empty() {
                 Value::Null
@@ -572,6 +593,14 @@ impl GarbageCollector {
         match decide_dependent(&states, has_dependents, &finalizers(obj)) {
             DependentAction::Keep => {}
             DependentAction::RemoveOwnerReferences(uids) => {
+                decision::action(
+                    format!(
+                        "remove {} owner reference(s) from {}",
+                        uids.len(),
+                        obj.name()
+                    ),
+                    "those owners are gone while another owner remains",
+                );
                 let kept: Vec<OwnerReference> = states
                     .iter()
                     .map(|(r, _)| r)
@@ -590,6 +619,10 @@ impl GarbageCollector {
                 }
             }
             DependentAction::Delete(policy) => {
+                decision::action(
+                    format!("delete {} ({policy})", obj.name()),
+                    "every owner it names is gone",
+                );
                 // Preconditions: delete exactly the version that was judged, so that a
                 // reference removed meanwhile (orphaning) is never overtaken by this delete.
                 let params = DeleteParams {
