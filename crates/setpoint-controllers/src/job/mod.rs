@@ -844,7 +844,7 @@ fn new_pod(job: &Job) -> Result<Pod, ReconcileError> {
 
 #[async_trait::async_trait]
 impl Reconciler for JobController {
-    async fn reconcile(&self, _ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
+    async fn reconcile(&self, ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
         let Some(job) = self.jobs.get(key) else {
             self.owned.expectations.forget(key);
             // The Job is gone: none of its pods may stay stuck on its finalizer.
@@ -888,7 +888,22 @@ impl Reconciler for JobController {
         let p = plan(&job, &pods, now);
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
         let reference = job.object_reference();
+        let spec = job.spec.as_ref();
+        let parallelism = spec.and_then(|s| s.parallelism).unwrap_or(1);
+        if ctx.recording() {
+            let completions = spec
+                .and_then(|s| s.completions)
+                .map_or("unset".to_string(), |c| c.to_string());
+            ctx.observe(format!(
+                "parallelism {parallelism}, completions {completions}; {} active, {} succeeded, {} failed, {} terminating",
+                p.active, p.succeeded, p.failed, p.terminating
+            ));
+        }
         if p.create > 0 {
+            ctx.action(
+                format!("create {} pod(s)", p.create),
+                "fewer active pods than the parallelism and the completions left allow",
+            );
             let template = new_pod(&job)?;
             let pods: Vec<Pod> = if p.indexes.is_empty() {
                 vec![template; p.create]
@@ -948,6 +963,10 @@ impl Reconciler for JobController {
             let Some(pod) = self.owned.pods.get(k) else {
                 continue;
             };
+            ctx.action(
+                format!("delete pod {}", k.name),
+                format!("more active pods than parallelism {parallelism} (or the Job is done)"),
+            );
             let params = DeleteParams {
                 precondition_uid: pod.uid(),
                 ..DeleteParams::default()
