@@ -49,6 +49,7 @@ mod table;
 pub mod tls;
 pub mod trail;
 mod typemeta;
+pub mod ui;
 pub mod watchcache;
 mod webhook;
 mod yamlbody;

@@ -113,7 +113,7 @@ fn kubeconfig_yaml(server: &str, ca_pem: &str, user: Option<(&str, &str)>) -> St
     serde_json::to_string_pretty(&doc).expect("serializes")
 }
 
-async fn send(
+pub(crate) async fn send(
     client: &Client,
     method: http::Method,
     path: &str,
@@ -130,7 +130,7 @@ async fn send(
 }
 
 /// Creates `obj` at `path`, or replaces what is there (keeping nothing of it).
-async fn create_or_replace(
+pub(crate) async fn create_or_replace(
     client: &Client,
     path: &str,
     name: &str,

@@ -49,6 +49,7 @@ mod sa_credentials;
 mod scheduler_cmd;
 mod secure_serving;
 mod store_cmd;
+mod ui_login;
 mod why_cmd;
 
 #[derive(Parser)]
@@ -521,6 +522,19 @@ async fn run(args: ServeArgs, up: Option<Up>) -> anyhow::Result<()> {
                     }
                 }
                 Err(e) => tracing::warn!(error = %e, "could not prepare joining machines"),
+            }
+        }
+        if all_in_one {
+            // The live view: a token for the admin's rights, in the URL's fragment.
+            match ui_login::token(&in_process()).await {
+                Ok(token) => println!(
+                    "Open the live view (signed in for {} h) at:\n\n    {}\n",
+                    ui_login::TOKEN_SECONDS / 3600,
+                    ui_login::url(&running.url, &token)
+                ),
+                Err(e) => {
+                    tracing::warn!(error = %format!("{e:#}"), "could not make a login for the live view")
+                }
             }
         }
         if !component_kubeconfigs.is_empty() {

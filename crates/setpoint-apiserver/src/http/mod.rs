@@ -80,6 +80,11 @@ fn resource_label(target: &Result<PathTarget, ApiError>) -> String {
 /// Every request enters here.
 pub async fn handle(State(server): State<Arc<ApiServer>>, req: http::Request<Body>) -> Response {
     let start = Instant::now();
+    // The live view's static files need no identity: the page authenticates its own API
+    // calls (docs/ui.md).
+    if crate::ui::is_ui_path(req.uri().path()) {
+        return crate::ui::serve(req.method(), req.uri().path());
+    }
     let (parts, body) = req.into_parts();
     let identity = parts
         .extensions

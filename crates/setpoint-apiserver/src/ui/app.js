@@ -1,0 +1,455 @@
+// The live view: reads the Kubernetes API with the user's bearer token (LIST, then WATCH from
+// the list's resourceVersion, LIST again on 410 Gone) and renders Deployments → ReplicaSets →
+// Pods, nodes, events and an object's `why` chain. Rendering is batched into one animation
+// frame and touches only the DOM nodes whose text changed; each ReplicaSet shows its counts
+// and its first PODS_SHOWN pods, so 10,000 pods are not 10,000 DOM rows.
+
+const PODS_SHOWN = 5;
+const EVENTS_SHOWN = 50;
+const TOKEN_KEY = "setpoint.ui.token";
+
+// --- the token --------------------------------------------------------------------------
+
+function takeTokenFromFragment() {
+  const params = new URLSearchParams(location.hash.slice(1));
+  const token = params.get("token");
+  if (token) {
+    sessionStorage.setItem(TOKEN_KEY, token);
+    // Out of the address bar and the history, so it is not copied or bookmarked by accident.
+    history.replaceState(null, "", location.pathname + location.search);
+  }
+  return sessionStorage.getItem(TOKEN_KEY);
+}
+
+let token = null;
+
+function headers() {
+  return { Authorization: `Bearer ${token}`, Accept: "application/json" };
+}
+
+class HttpError extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
+}
+
+async function getJSON(path) {
+  const r = await fetch(path, { headers: headers(), cache: "no-store" });
+  if (!r.ok) {
+    let message = `${r.status} ${r.statusText}`;
+    try {
+      message = (await r.json()).message || message;
+    } catch (_) { /* not a Status */ }
+    throw new HttpError(r.status, message);
+  }
+  return r.json();
+}
+
+// --- LIST + WATCH -----------------------------------------------------------------------
+
+const uidOf = (o) => o.metadata.uid;
+
+// Keeps `objects` (uid → object) in step with the collection at `path`.
+class Informer {
+  constructor(path, onChange) {
+    this.path = path;
+    this.onChange = onChange;
+    this.objects = new Map();
+    this.rv = "";
+    this.synced = false;
+    this.error = null;
+  }
+
+  async run() {
+    for (;;) {
+      try {
+        if (!this.synced) await this.list();
+        await this.watch();
+      } catch (e) {
+        this.error = e;
+        this.onChange();
+        if (e.status === 401 || e.status === 403) {
+          if (e.status === 401) return needLogin(e.message);
+          // Not allowed to see this kind: the view says so and keeps trying now and then,
+          // in case RBAC changes.
+          await sleep(10000);
+        } else {
+          if (e.status === 410) this.synced = false;
+          await sleep(1000);
+        }
+      }
+    }
+  }
+
+  async list() {
+    const list = await getJSON(this.path);
+    this.objects = new Map(list.items.map((o) => [uidOf(o), o]));
+    this.rv = list.metadata.resourceVersion;
+    this.synced = true;
+    this.error = null;
+    this.onChange();
+  }
+
+  async watch() {
+    const sep = this.path.includes("?") ? "&" : "?";
+    const url = `${this.path}${sep}watch=1&allowWatchBookmarks=true&resourceVersion=${encodeURIComponent(this.rv)}`;
+    const r = await fetch(url, { headers: headers(), cache: "no-store" });
+    if (!r.ok) throw new HttpError(r.status, `${r.status} ${r.statusText}`);
+    const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buffered = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return; // the server ended the watch: watch again from this.rv
+      buffered += value;
+      let nl;
+      while ((nl = buffered.indexOf("\n")) >= 0) {
+        const line = buffered.slice(0, nl).trim();
+        buffered = buffered.slice(nl + 1);
+        if (line) this.apply(JSON.parse(line));
+      }
+    }
+  }
+
+  apply(event) {
+    const o = event.object;
+    switch (event.type) {
+      case "ADDED":
+      case "MODIFIED":
+        this.objects.set(uidOf(o), o);
+        break;
+      case "DELETED":
+        this.objects.delete(uidOf(o));
+        break;
+      case "BOOKMARK":
+        break;
+      case "ERROR":
+        // A Status: 410 Gone means this resourceVersion is compacted away — list again.
+        throw new HttpError(o.code || 500, o.message || "watch error");
+      default:
+        return;
+    }
+    if (o.metadata && o.metadata.resourceVersion) this.rv = o.metadata.resourceVersion;
+    this.error = null;
+    this.onChange();
+  }
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+// --- rendering --------------------------------------------------------------------------
+
+let scheduled = false;
+function schedule() {
+  if (scheduled) return;
+  scheduled = true;
+  requestAnimationFrame(() => {
+    scheduled = false;
+    render();
+  });
+}
+
+const informers = {
+  deployments: new Informer("/apis/apps/v1/deployments", schedule),
+  replicasets: new Informer("/apis/apps/v1/replicasets", schedule),
+  pods: new Informer("/api/v1/pods", schedule),
+  nodes: new Informer("/api/v1/nodes", schedule),
+  events: new Informer("/api/v1/events", schedule),
+};
+
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+// Writes only when the text differs, so unchanged rows cost no layout.
+function setText(e, text) {
+  if (e.textContent !== text) e.textContent = text;
+}
+
+function setClass(e, cls) {
+  if (e.className !== cls) e.className = cls;
+}
+
+const controllerOf = (o) =>
+  (o.metadata.ownerReferences || []).find((r) => r.controller);
+
+// Groups `objects` by their controller's uid.
+function byOwner(objects) {
+  const groups = new Map();
+  for (const o of objects) {
+    const owner = controllerOf(o);
+    if (!owner) continue;
+    let g = groups.get(owner.uid);
+    if (!g) groups.set(owner.uid, (g = []));
+    g.push(o);
+  }
+  return groups;
+}
+
+const podReady = (p) =>
+  (p.status?.conditions || []).some((c) => c.type === "Ready" && c.status === "True");
+const key = (o) => `${o.metadata.namespace}/${o.metadata.name}`;
+const byName = (a, b) => key(a).localeCompare(key(b));
+
+// uid → the DOM of a Deployment or ReplicaSet, reused between frames.
+const deploymentViews = new Map();
+const replicaSetViews = new Map();
+
+function deploymentView(d) {
+  let v = deploymentViews.get(uidOf(d));
+  if (!v) {
+    const root = el("div", "deployment");
+    root.dataset.deployment = key(d);
+    const head = el("div", "head");
+    const name = el("span", "name", key(d));
+    const counts = el("span", "counts");
+    const detail = el("span", "muted");
+    head.append(name, counts, detail);
+    head.addEventListener("click", () => why("deployments", d.metadata.namespace, d.metadata.name));
+    const sets = el("div", "sets");
+    root.append(head, sets);
+    v = { root, counts, detail, sets };
+    deploymentViews.set(uidOf(d), v);
+  }
+  return v;
+}
+
+function replicaSetView(rs) {
+  let v = replicaSetViews.get(uidOf(rs));
+  if (!v) {
+    const root = el("div", "rs");
+    root.dataset.replicaset = key(rs);
+    const head = el("div", "head");
+    const name = el("span", "name", rs.metadata.name);
+    const counts = el("span", "counts");
+    head.append(name, counts);
+    head.addEventListener("click", () => why("replicasets", rs.metadata.namespace, rs.metadata.name));
+    const pods = el("ul", "pods");
+    root.append(head, pods);
+    v = { root, counts, pods };
+    replicaSetViews.set(uidOf(rs), v);
+  }
+  return v;
+}
+
+// Keeps `parent`'s children equal to `children`, in order, moving only what moved.
+function reconcileChildren(parent, children) {
+  let at = parent.firstChild;
+  for (const c of children) {
+    if (c !== at) parent.insertBefore(c, at);
+    else at = at.nextSibling;
+  }
+  while (at) {
+    const next = at.nextSibling;
+    parent.removeChild(at);
+    at = next;
+  }
+}
+
+function renderPods(list, pods) {
+  const shown = pods.slice(0, PODS_SHOWN);
+  while (list.children.length > shown.length + (pods.length > PODS_SHOWN ? 1 : 0)) {
+    list.lastChild.remove();
+  }
+  shown.forEach((p, i) => {
+    let li = list.children[i];
+    if (!li || li.dataset.more) {
+      li = el("li");
+      li.append(el("span", "name"), el("span"), el("span", "muted"));
+      li.addEventListener("click", () => why("pods", li.dataset.namespace, li.dataset.name));
+      list.insertBefore(li, list.children[i] || null);
+    }
+    li.dataset.namespace = p.metadata.namespace;
+    li.dataset.name = p.metadata.name;
+    const phase = p.metadata.deletionTimestamp ? "Terminating" : p.status?.phase || "Pending";
+    setText(li.children[0], p.metadata.name);
+    setText(li.children[1], phase + (podReady(p) ? " · ready" : ""));
+    setClass(li.children[1], `phase-${phase}`);
+    setText(li.children[2], p.spec?.nodeName || "unscheduled");
+  });
+  if (pods.length > PODS_SHOWN) {
+    let more = list.children[shown.length];
+    if (!more) {
+      more = el("li", "muted");
+      more.dataset.more = "1";
+      list.append(more);
+    }
+    setText(more, `… and ${pods.length - PODS_SHOWN} more`);
+  }
+}
+
+function renderDeployments() {
+  const rsByDeployment = byOwner(informers.replicasets.objects.values());
+  const podsByRs = byOwner(informers.pods.objects.values());
+  const deployments = [...informers.deployments.objects.values()].sort(byName);
+  const container = document.getElementById("deployments");
+  const roots = [];
+  const live = new Set();
+  let desiredTotal = 0;
+  let readyTotal = 0;
+  for (const d of deployments) {
+    live.add(uidOf(d));
+    const v = deploymentView(d);
+    const desired = d.spec?.replicas ?? 1;
+    const sets = (rsByDeployment.get(uidOf(d)) || []).sort(byName);
+    let pods = 0;
+    let ready = 0;
+    const rsRoots = [];
+    for (const rs of sets) {
+      live.add(uidOf(rs));
+      const rv = replicaSetView(rs);
+      const rsPods = (podsByRs.get(uidOf(rs)) || []).sort(byName);
+      const rsReady = rsPods.filter(podReady).length;
+      pods += rsPods.length;
+      ready += rsReady;
+      setText(rv.counts, `desired ${rs.spec?.replicas ?? 1} · pods ${rsPods.length} · ready ${rsReady}`);
+      renderPods(rv.pods, rsPods);
+      rsRoots.push(rv.root);
+    }
+    reconcileChildren(v.sets, rsRoots);
+    desiredTotal += desired;
+    readyTotal += ready;
+    setText(v.counts, `desired ${desired} · pods ${pods} · ready ${ready}`);
+    setClass(v.counts, ready === desired && pods === desired ? "counts done" : "counts behind");
+    const st = d.status || {};
+    setText(v.detail, `updated ${st.updatedReplicas ?? 0} · available ${st.availableReplicas ?? 0}`);
+    roots.push(v.root);
+  }
+  for (const views of [deploymentViews, replicaSetViews]) {
+    for (const uid of views.keys()) if (!live.has(uid)) views.delete(uid);
+  }
+  reconcileChildren(container, roots);
+  document.getElementById("no-deployments").hidden = deployments.length > 0;
+  setText(
+    document.getElementById("totals"),
+    `${deployments.length} Deployments · ${readyTotal}/${desiredTotal} ready · ${informers.pods.objects.size} pods in all`,
+  );
+}
+
+function renderNodes() {
+  const perNode = new Map();
+  for (const p of informers.pods.objects.values()) {
+    const n = p.spec?.nodeName;
+    if (!n) continue;
+    let c = perNode.get(n);
+    if (!c) perNode.set(n, (c = { pods: 0, running: 0, pending: 0 }));
+    c.pods += 1;
+    if (p.status?.phase === "Running") c.running += 1;
+    if (p.status?.phase === "Pending") c.pending += 1;
+  }
+  const tbody = document.querySelector("#nodes tbody");
+  const nodes = [...informers.nodes.objects.values()].sort(byName);
+  while (tbody.children.length > nodes.length) tbody.lastChild.remove();
+  nodes.forEach((n, i) => {
+    let tr = tbody.children[i];
+    if (!tr) {
+      tr = el("tr");
+      for (let k = 0; k < 5; k++) tr.append(el("td"));
+      tbody.append(tr);
+    }
+    const ready = (n.status?.conditions || []).find((c) => c.type === "Ready");
+    const c = perNode.get(n.metadata.name) || { pods: 0, running: 0, pending: 0 };
+    tr.dataset.node = n.metadata.name;
+    setText(tr.children[0], n.metadata.name);
+    setText(tr.children[1], ready ? ready.status : "Unknown");
+    setText(tr.children[2], String(c.pods));
+    setText(tr.children[3], String(c.running));
+    setText(tr.children[4], String(c.pending));
+  });
+}
+
+const eventTime = (e) =>
+  e.lastTimestamp || e.eventTime || e.firstTimestamp || e.metadata.creationTimestamp || "";
+
+function renderEvents() {
+  const events = [...informers.events.objects.values()]
+    .sort((a, b) => eventTime(b).localeCompare(eventTime(a)))
+    .slice(0, EVENTS_SHOWN);
+  const list = document.getElementById("events");
+  while (list.children.length > events.length) list.lastChild.remove();
+  events.forEach((e, i) => {
+    let li = list.children[i];
+    if (!li) list.append((li = el("li")));
+    const o = e.involvedObject || {};
+    const count = e.count > 1 ? ` (×${e.count})` : "";
+    setText(li, `${eventTime(e)} ${e.type} ${e.reason} ${(o.kind || "").toLowerCase()}/${o.name}: ${e.message}${count}`);
+    setClass(li, e.type || "");
+  });
+}
+
+function renderStatus() {
+  const status = document.getElementById("status");
+  const failing = Object.entries(informers).filter(([, i]) => i.error);
+  const syncing = Object.entries(informers).filter(([, i]) => !i.synced);
+  if (failing.length) {
+    status.dataset.state = "error";
+    setText(status, failing.map(([n, i]) => `${n}: ${i.error.message}`).join("; "));
+  } else if (syncing.length) {
+    status.dataset.state = "starting";
+    setText(status, `listing ${syncing.map(([n]) => n).join(", ")}…`);
+  } else {
+    status.dataset.state = "live";
+    setText(status, "live");
+  }
+}
+
+function render() {
+  renderStatus();
+  renderDeployments();
+  renderNodes();
+  renderEvents();
+}
+
+// --- why --------------------------------------------------------------------------------
+
+async function why(type, namespace, name) {
+  const out = document.getElementById("why");
+  out.className = "muted";
+  out.textContent = `asking why ${type} ${namespace}/${name}…`;
+  const q = new URLSearchParams({ type, namespace: namespace || "", name });
+  try {
+    const chain = await getJSON(`/debug/setpoint/why?${q}`);
+    out.className = "";
+    out.textContent = `${type} ${namespace}/${name}\n${JSON.stringify(chain, null, 2)}`;
+  } catch (e) {
+    out.className = "error";
+    out.textContent =
+      e.status === 404
+        ? "The why chain is not available from this server."
+        : `why ${type} ${namespace}/${name}: ${e.message}`;
+  }
+}
+
+// --- start ------------------------------------------------------------------------------
+
+function needLogin(message) {
+  document.getElementById("main").hidden = true;
+  document.getElementById("logout").hidden = true;
+  document.getElementById("login").hidden = false;
+  document.getElementById("login-error").textContent = message || "";
+}
+
+function start() {
+  document.getElementById("login-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const t = document.getElementById("login-token").value.trim();
+    if (!t) return;
+    sessionStorage.setItem(TOKEN_KEY, t);
+    location.reload();
+  });
+  document.getElementById("logout").addEventListener("click", () => {
+    sessionStorage.removeItem(TOKEN_KEY);
+    location.reload();
+  });
+  token = takeTokenFromFragment();
+  if (!token) return needLogin("");
+  document.getElementById("main").hidden = false;
+  document.getElementById("logout").hidden = false;
+  render();
+  for (const informer of Object.values(informers)) informer.run();
+}
+
+start();

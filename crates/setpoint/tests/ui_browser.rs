@@ -1,0 +1,250 @@
+//! End to end in a real browser: `setpoint up` with simulated nodes prints a login URL for the
+//! live view; headless Chromium, driven over the DevTools protocol, opens it, the page lists
+//! and watches the cluster with the printed token, and after `kubectl scale` its DOM shows the
+//! new counts. A screenshot of the page is kept under the target dir.
+//!
+//! Needs `chromium` (skipped with a message when absent, unless `SETPOINT_REQUIRE_CHROMIUM`
+//! is set, as CI does) and kubectl.
+
+use std::io::ErrorKind;
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::{self, Message, WebSocket};
+
+mod support;
+
+use support::Setpoint;
+
+const CHROMIUM: &str = "chromium";
+/// How long the browser has to start, and the page to show a count.
+const DEADLINE: Duration = Duration::from_secs(20);
+
+/// Whether Chromium can be run here; panics when it cannot but `SETPOINT_REQUIRE_CHROMIUM` is
+/// set, so a CI run does not pass by skipping.
+fn chromium_available() -> bool {
+    let found = Command::new(CHROMIUM)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        assert!(
+            std::env::var_os("SETPOINT_REQUIRE_CHROMIUM").is_none(),
+            "chromium is required but not installed"
+        );
+        eprintln!("chromium not installed; skipping");
+    }
+    found
+}
+
+/// Headless Chromium in its own process group, killed with all its helpers when dropped.
+struct Browser {
+    child: Child,
+}
+
+impl Browser {
+    /// Starts Chromium on a fresh profile in `profile` and returns it with the DevTools
+    /// WebSocket URL it wrote to `DevToolsActivePort`.
+    fn start(profile: &Path) -> (Browser, String) {
+        use std::os::unix::process::CommandExt;
+        let child = Command::new(CHROMIUM)
+            .args([
+                "--headless=new",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--disable-dev-shm-usage",
+                // The cluster's CA is its own: the test trusts it as kubectl does.
+                "--ignore-certificate-errors",
+                "--remote-debugging-port=0",
+                "--window-size=1280,900",
+            ])
+            .arg(format!("--user-data-dir={}", profile.display()))
+            .arg("about:blank")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .expect("start chromium");
+        let browser = Browser { child };
+        let file = profile.join("DevToolsActivePort");
+        let url = support::eventually("chromium's DevToolsActivePort", DEADLINE, || {
+            let text = std::fs::read_to_string(&file).ok()?;
+            let mut lines = text.lines();
+            let port = lines.next()?.trim().parse::<u16>().ok()?;
+            let path = lines.next()?.trim().to_string();
+            Some(format!("ws://127.0.0.1:{port}{path}"))
+        });
+        (browser, url)
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        // The whole group: the renderer and GPU helpers too.
+        let group = format!("-{}", self.child.id());
+        let _ = Command::new("kill").args(["-9", "--", &group]).status();
+        let _ = self.child.wait();
+    }
+}
+
+/// A DevTools protocol client on the browser's WebSocket, speaking to one page through a
+/// flattened session.
+struct Cdp {
+    socket: WebSocket<TcpStream>,
+    next_id: u64,
+    session: Option<String>,
+}
+
+impl Cdp {
+    fn connect(url: &str) -> Cdp {
+        let authority = url
+            .strip_prefix("ws://")
+            .and_then(|r| r.split('/').next())
+            .expect("a ws:// URL");
+        let stream = TcpStream::connect(authority).expect("connect to DevTools");
+        stream.set_read_timeout(Some(DEADLINE)).unwrap();
+        let (socket, _) = tungstenite::client::client(url, stream).expect("DevTools handshake");
+        Cdp {
+            socket,
+            next_id: 0,
+            session: None,
+        }
+    }
+
+    /// Sends `method` and waits for its answer (events in between are skipped).
+    fn call(&mut self, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let id = self.next_id;
+        let mut msg = json!({"id": id, "method": method, "params": params});
+        if let Some(s) = &self.session {
+            msg["sessionId"] = json!(s);
+        }
+        self.socket
+            .send(Message::text(msg.to_string()))
+            .expect("send to DevTools");
+        loop {
+            let text = match self.socket.read() {
+                Ok(Message::Text(t)) => t,
+                Ok(_) => continue,
+                Err(tungstenite::Error::Io(e)) if e.kind() == ErrorKind::WouldBlock => {
+                    panic!("DevTools did not answer {method} within {DEADLINE:?}")
+                }
+                Err(e) => panic!("DevTools connection: {e}"),
+            };
+            let v: Value = serde_json::from_str(text.as_str()).expect("DevTools sends JSON");
+            if v["id"] == json!(id) {
+                assert!(v.get("error").is_none(), "{method} failed: {}", v["error"]);
+                return v["result"].clone();
+            }
+        }
+    }
+
+    /// Opens `url` in a new page and talks to that page from now on.
+    fn open(&mut self, url: &str) {
+        let target = self.call("Target.createTarget", json!({"url": "about:blank"}));
+        let attached = self.call(
+            "Target.attachToTarget",
+            json!({"targetId": target["targetId"], "flatten": true}),
+        );
+        self.session = Some(attached["sessionId"].as_str().unwrap().to_string());
+        self.call("Page.enable", json!({}));
+        self.call("Page.navigate", json!({"url": url}));
+    }
+
+    /// The value of a JavaScript expression in the page.
+    fn eval(&mut self, expression: &str) -> Value {
+        let r = self.call(
+            "Runtime.evaluate",
+            json!({"expression": expression, "returnByValue": true}),
+        );
+        r["result"]["value"].clone()
+    }
+
+    /// Saves a PNG of the page at `path`.
+    fn screenshot(&mut self, path: &Path) {
+        let r = self.call("Page.captureScreenshot", json!({"format": "png"}));
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(r["data"].as_str().expect("screenshot data"))
+            .expect("base64 PNG");
+        std::fs::write(path, png).expect("write the screenshot");
+    }
+}
+
+/// The counts the page shows for Deployment `default/web`, once they are `want`.
+fn wait_for_counts(cdp: &mut Cdp, want: &str) -> String {
+    let expression = "(() => { const e = document.querySelector('[data-deployment=\"default/web\"] > .head > .counts'); return e ? e.textContent : document.getElementById('status').textContent; })()";
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let shown = cdp.eval(expression);
+        let shown = shown.as_str().unwrap_or_default().to_string();
+        if shown == want {
+            return shown;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the page did not show {want:?} within {DEADLINE:?}; it shows {shown:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn the_live_view_follows_a_scaled_deployment_in_chromium() {
+    if !chromium_available() || !support::kubectl_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let s = Setpoint::start(&["up", "--no-node", "--simulate", "2"], dir.path());
+    let login = support::eventually("the live view's URL", DEADLINE, || {
+        let line = s.output.recv_timeout(Duration::from_millis(100)).ok()?;
+        let url = line.trim();
+        url.contains("/ui/#token=").then(|| url.to_string())
+    });
+    assert!(
+        login.starts_with(&format!("{}/ui/#token=", s.url)),
+        "{login}"
+    );
+
+    s.ok(&[
+        "create",
+        "deployment",
+        "web",
+        "--image=nginx:1.25",
+        "--replicas=1",
+    ]);
+
+    let profile = tempfile::tempdir().unwrap();
+    let (_browser, ws) = Browser::start(profile.path());
+    let mut cdp = Cdp::connect(&ws);
+    cdp.open(&login);
+    wait_for_counts(&mut cdp, "desired 1 · pods 1 · ready 1");
+    // The token left the address bar for the tab's session storage.
+    let address = cdp.eval("location.href");
+    assert_eq!(address, json!(format!("{}/ui/", s.url)));
+
+    s.ok(&["scale", "deployment", "web", "--replicas=4"]);
+    wait_for_counts(&mut cdp, "desired 4 · pods 4 · ready 4");
+    let nodes = cdp.eval("document.querySelectorAll('#nodes tbody tr').length");
+    assert_eq!(
+        nodes,
+        json!(2),
+        "the nodes table lists both simulated nodes"
+    );
+
+    let artifacts = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("ui_browser");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let shot = artifacts.join("scaled-to-4.png");
+    cdp.screenshot(&shot);
+    println!("screenshot: {}", shot.display());
+
+    s.ok(&["scale", "deployment", "web", "--replicas=2"]);
+    wait_for_counts(&mut cdp, "desired 2 · pods 2 · ready 2");
+    s.stop();
+}
