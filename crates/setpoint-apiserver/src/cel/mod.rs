@@ -48,9 +48,6 @@ pub enum Error {
     /// The expression does not parse.
     #[error("compilation failed: {0}")]
     Compile(String),
-    /// A value bound to a variable cannot be represented in CEL.
-    #[error("{0}")]
-    Binding(String),
     /// Evaluation failed (no such key, overload, division by zero, ...).
     #[error("{0}")]
     Execution(String),
@@ -189,14 +186,36 @@ pub fn evaluate(
     budget.remaining -= cost;
     let mut ctx = cel::Context::with_env(ENV.clone());
     for (name, v) in vars {
-        let cv = cel::to_value(v).map_err(|e| Error::Binding(e.to_string()))?;
-        ctx.add_variable(*name, cv)
-            .map_err(|e| Error::Binding(e.to_string()))?;
+        ctx.add_variable_from_value(*name, json_value(v));
     }
     program
         .program
         .execute(&ctx)
         .map_err(|e| Error::Execution(execution_error(&e)))
+}
+
+/// A JSON value as CEL sees an object of the API: every integer that fits is an `int`, as
+/// cel-go's view of unstructured objects makes it (a generic serializer would make
+/// non-negative numbers `uint`, and `object.spec.replicas * 2` would find no overload).
+pub fn json_value(v: &Value) -> cel::Value {
+    match v {
+        Value::Null => cel::Value::Null,
+        Value::Bool(b) => cel::Value::Bool(*b),
+        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => cel::Value::Int(i),
+            (None, Some(u)) => cel::Value::UInt(u),
+            _ => cel::Value::Float(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        Value::String(s) => cel::Value::String(Arc::new(s.clone())),
+        Value::Array(items) => cel::Value::List(Arc::new(items.iter().map(json_value).collect())),
+        Value::Object(fields) => {
+            let map: HashMap<String, cel::Value> = fields
+                .iter()
+                .map(|(k, v)| (k.clone(), json_value(v)))
+                .collect();
+            cel::Value::Map(map.into())
+        }
+    }
 }
 
 /// Evaluates `expression` with `vars` bound and requires a bool (admission webhooks'
@@ -267,6 +286,24 @@ mod tests {
         assert!(a.uses_variable("self"));
         assert!(!a.uses_variable("oldSelf"));
         assert!(matches!(compile("self.x =="), Err(Error::Compile(_))));
+    }
+
+    #[test]
+    fn integers_of_objects_are_ints() {
+        let object = json!({"spec": {"replicas": 3, "ratio": 0.5, "offset": -2}});
+        let mut budget = Budget::new(PER_CALL_LIMIT);
+        for rule in [
+            "object.spec.replicas * 2 == 6",
+            "object.spec.replicas + object.spec.offset == 1",
+            "type(object.spec.replicas) == int",
+            "object.spec.ratio < 1.0",
+        ] {
+            assert_eq!(
+                evaluate_bool(rule, &[("object", &object)], &mut budget),
+                Ok(true),
+                "{rule}"
+            );
+        }
     }
 
     #[test]
