@@ -244,6 +244,23 @@ fn the_live_view_follows_a_scaled_deployment_in_chromium() {
     cdp.screenshot(&shot);
     println!("screenshot: {}", shot.display());
 
+    // A click on a pod shows its why chain, rendered by the server as `kubectl why` prints it.
+    cdp.eval("document.querySelector('[data-deployment=\"default/web\"] .pods li').click()");
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let why = cdp.eval("document.getElementById('why').textContent");
+        let why = why.as_str().unwrap_or_default();
+        if why.contains("created by the replicaset controller") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the page did not show the pod's why chain within {DEADLINE:?}; it shows {why:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    cdp.screenshot(&artifacts.join("why.png"));
+
     s.ok(&["scale", "deployment", "web", "--replicas=2"]);
     wait_for_counts(&mut cdp, "desired 2 · pods 2 · ready 2");
     s.stop();

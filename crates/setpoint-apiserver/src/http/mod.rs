@@ -230,7 +230,21 @@ async fn dispatch(
         };
         let user = attributes.user.username.clone();
         let query = parts.uri.query();
-        return match crate::trail::serve(server, &parts.method, &path, query, &user, body).await {
+        let answer = crate::trail::serve(server, &parts.method, &path, query, &user, body).await;
+        // The live view asks for the chain as `kubectl why` prints it (one rendering, in
+        // setpoint_api::trail), with `Accept: text/plain`.
+        let wants_text = parts
+            .headers
+            .get(http::header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|a| a.starts_with("text/plain"));
+        return match answer {
+            Some(Ok((code, v))) if wants_text && path == setpoint_api::trail::WHY_PATH => {
+                match serde_json::from_value::<setpoint_api::trail::Explanation>(v) {
+                    Ok(e) => text_response(code, setpoint_api::trail::render(&e)),
+                    Err(e) => error_response(&ApiError::internal(e.to_string())),
+                }
+            }
             Some(Ok((code, v))) => value_response(code, &v),
             Some(Err(e)) => error_response(&e),
             None => error_response(&ApiError::not_found_path()),

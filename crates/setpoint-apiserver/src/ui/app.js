@@ -411,9 +411,21 @@ async function why(type, namespace, name) {
   out.textContent = `asking why ${type} ${namespace}/${name}…`;
   const q = new URLSearchParams({ type, namespace: namespace || "", name });
   try {
-    const chain = await getJSON(`/debug/setpoint/why?${q}`);
+    // The server renders the chain as `kubectl why` prints it.
+    const r = await fetch(`/debug/setpoint/why?${q}`, {
+      headers: { ...headers(), Accept: "text/plain" },
+      cache: "no-store",
+    });
+    const text = await r.text();
+    if (!r.ok) {
+      let message = `${r.status} ${r.statusText}`;
+      try {
+        message = JSON.parse(text).message || message;
+      } catch (_) { /* not a Status */ }
+      throw new HttpError(r.status, message);
+    }
     out.className = "";
-    out.textContent = `${type} ${namespace}/${name}\n${JSON.stringify(chain, null, 2)}`;
+    out.textContent = text;
   } catch (e) {
     out.className = "error";
     out.textContent =
