@@ -181,6 +181,9 @@ where
                     continue;
                 }
             };
+            // Answers go out in more than one write (TLS records, headers then body): with
+            // Nagle's algorithm the last one waits for the caller's delayed ACK, ~40 ms.
+            let _ = tcp.set_nodelay(true);
             let acceptor = acceptor.clone();
             let make_service = make_service.clone();
             tokio::spawn(async move {
