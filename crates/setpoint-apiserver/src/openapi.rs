@@ -33,7 +33,8 @@ use serde_json::{json, Map, Value};
 use setpoint_api::ApiError;
 use setpoint_protobuf::types::{self, FieldRef, Form, TypeRef};
 
-use crate::registry::ResourceDef;
+use crate::cel::schema::Node;
+use crate::registry::{Registry, ResourceDef};
 use crate::state::ApiServer;
 
 pub mod v2proto;
@@ -91,13 +92,59 @@ fn fingerprint<'a>(defs: impl Iterator<Item = &'a Arc<ResourceDef>>) -> String {
 }
 
 fn gv_built(server: &ApiServer, group: &str, version: &str) -> Option<Arc<Built>> {
-    let owned = server.registry().of_group_version(group, version);
+    gv_built_in(&server.registry(), group, version)
+}
+
+fn gv_built_in(registry: &Registry, group: &str, version: &str) -> Option<Arc<Built>> {
+    let owned = registry.of_group_version(group, version);
     let defs: Vec<&Arc<ResourceDef>> = owned.iter().collect();
     if defs.is_empty() {
         return None;
     }
     let key = format!("v3:{}", fingerprint(defs.iter().copied()));
     Some(cached(key, || group_version_doc(&defs)))
+}
+
+/// One served kind's schema as its group/version's OpenAPI v3 document publishes it, with the
+/// document's named schemas its `$ref`s resolve against.
+pub struct KindSchema {
+    /// The kind, as upstream prints a `GroupVersionKind` (`apps/v1, Kind=Deployment`).
+    pub gvk: String,
+    built: Arc<Built>,
+    name: String,
+}
+
+impl KindSchema {
+    /// The kind's schema node; `None` if the document does not hold it.
+    pub fn node(&self) -> Option<Node<'_>> {
+        let defs = self.built.doc.pointer("/components/schemas")?;
+        Some(Node::with_definitions(defs.get(&self.name)?, defs))
+    }
+}
+
+/// The schema of `resource` (looked up by plural, or by kind when `by_kind`) of
+/// `group`/`version`, from the same cached document `/openapi/v3` serves.
+pub fn kind_schema(
+    registry: &Registry,
+    group: &str,
+    version: &str,
+    resource: &str,
+    by_kind: bool,
+) -> Option<KindSchema> {
+    let def = if by_kind {
+        registry.by_kind(group, version, resource)
+    } else {
+        registry.get(group, version, resource)
+    }?;
+    let name = match types::for_kind(&def.group, &def.version, &def.kind) {
+        Some(t) => schema_name(t.name()),
+        None => custom_schema_name(&def.group, &def.version, &def.kind),
+    };
+    Some(KindSchema {
+        gvk: format!("{}/{}, Kind={}", def.group, def.version, def.kind),
+        built: gv_built_in(registry, group, version)?,
+        name,
+    })
 }
 
 /// Serves `/openapi/v3` (the index) and `/openapi/v3/<api/v1 | apis/g/v>`.

@@ -7,6 +7,8 @@ use std::sync::{Arc, LazyLock};
 
 use serde_json::Value;
 
+use crate::cel::schema::Node;
+
 /// A CEL program, or why its expression does not compile.
 pub(super) type Program = Result<Arc<crate::cel::Program>, String>;
 
@@ -133,15 +135,80 @@ impl Policy {
         out
     }
 
-    /// `status.typeChecking.expressionWarnings`: the expressions that do not compile.
-    pub fn expression_warnings(&self) -> Vec<Value> {
+    /// The kinds `spec.matchConstraints.resourceRules` name exactly (no `*`, no subresource),
+    /// as (group, version, resource), in rule order without repeats: upstream type-checks
+    /// against exact matches only.
+    pub fn matched_resources(&self) -> Vec<(String, String, String)> {
+        let strings = |v: &Value, key: &str| -> Vec<String> {
+            v.get(key)
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(Value::as_str)
+                        .filter(|s| !s.contains('*') && !s.contains('/'))
+                        .map(str::to_string)
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let mut out = Vec::new();
+        let rules = self
+            .constraints
+            .get("resourceRules")
+            .and_then(Value::as_array);
+        for rule in rules.into_iter().flatten() {
+            for g in strings(rule, "apiGroups") {
+                for v in strings(rule, "apiVersions") {
+                    for r in strings(rule, "resources") {
+                        let gvr = (g.clone(), v.clone(), r);
+                        if !out.contains(&gvr) {
+                            out.push(gvr);
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// `status.typeChecking.expressionWarnings`: the expressions that do not compile, and
+    /// the type errors of those that do, checked against each of `kinds` (the matched kinds'
+    /// labels and schemas) with `params` as the `paramKind`'s schema. Like upstream, each
+    /// kind's errors are prefixed by the kind; without a known kind, `object` is checked as a
+    /// value of unknown type (only operand types of literals can be wrong then).
+    pub fn expression_warnings(&self, kinds: &[(&str, Node<'_>)], params: Node<'_>) -> Vec<Value> {
+        let unknown = serde_json::json!({});
+        let any = [("", Node::new(&unknown))];
+        let targets: &[(&str, Node<'_>)] = if kinds.is_empty() { &any } else { kinds };
         self.expressions()
             .into_iter()
             .filter_map(|(field, e)| {
-                e.program
-                    .as_ref()
-                    .err()
-                    .map(|err| serde_json::json!({"fieldRef": field, "warning": err}))
+                let warning = match &e.program {
+                    Err(err) => err.clone(),
+                    Ok(_) => {
+                        let mut parts = Vec::new();
+                        for (gvk, node) in targets {
+                            let vars =
+                                [("object", *node), ("oldObject", *node), ("params", params)];
+                            let errors =
+                                crate::cel::typecheck::check(&e.text, &vars).unwrap_or_default();
+                            if errors.is_empty() {
+                                continue;
+                            }
+                            let errors = errors.join("\n");
+                            parts.push(if gvk.is_empty() {
+                                errors
+                            } else {
+                                format!("{gvk}: {errors}")
+                            });
+                        }
+                        if parts.is_empty() {
+                            return None;
+                        }
+                        parts.join("\n")
+                    }
+                };
+                Some(serde_json::json!({"fieldRef": field, "warning": warning}))
             })
             .collect()
     }

@@ -1,7 +1,8 @@
 //! The API server's loop over ValidatingAdmissionPolicies: each policy's `status` says which
 //! generation was last looked at (`observedGeneration`) and, in
-//! `typeChecking.expressionWarnings`, which of its expressions do not compile (upstream's
-//! type-checking controller puts type errors there; here it is what the compiler reports).
+//! `typeChecking.expressionWarnings`, which of its expressions do not compile or do not
+//! type-check against the schemas of the kinds it matches (as upstream's type-checking
+//! controller reports them).
 //!
 //! Level-triggered like the CRD loop: every pass looks at all policies in the watch cache
 //! and writes a status only when it differs from what the pass computes.
@@ -12,7 +13,10 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::{compiled, GROUP, POLICIES};
+use crate::cel::schema::Node;
 use crate::objects::WriteOptions;
+use crate::openapi::{self, KindSchema};
+use crate::registry::Registry;
 use crate::state::ApiServer;
 use crate::strategy::View;
 use crate::watchcache::{Filter, WatchStart};
@@ -23,7 +27,9 @@ const MANAGER: &str = "validatingadmissionpolicy-status-controller";
 const RETRY: Duration = Duration::from_millis(500);
 
 /// The status the server keeps for `policy`: what it reports now, with its conditions kept.
-pub fn desired_status(policy: &Value) -> Value {
+/// Expressions are type-checked against the schemas `registry`'s OpenAPI documents publish for
+/// the kinds the policy matches and for its `paramKind`.
+pub fn desired_status(policy: &Value, registry: &Registry) -> Value {
     let mut status = policy.get("status").cloned().unwrap_or_else(|| json!({}));
     if !status.is_object() {
         status = json!({});
@@ -33,7 +39,29 @@ pub fn desired_status(policy: &Value) -> Value {
         .and_then(Value::as_i64)
         .unwrap_or(0);
     status["observedGeneration"] = json!(generation);
-    let warnings = compiled::compiled(policy).expression_warnings();
+    let compiled = compiled::compiled(policy);
+    let kinds: Vec<KindSchema> = compiled
+        .matched_resources()
+        .iter()
+        .filter_map(|(g, v, r)| openapi::kind_schema(registry, g, v, r, false))
+        .collect();
+    let nodes: Vec<(&str, Node<'_>)> = kinds
+        .iter()
+        .filter_map(|k| Some((k.gvk.as_str(), k.node()?)))
+        .collect();
+    let param_kind = compiled
+        .param_kind
+        .as_ref()
+        .and_then(|(api_version, kind)| {
+            let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+            openapi::kind_schema(registry, group, version, kind, true)
+        });
+    let unknown = json!({});
+    let params = param_kind
+        .as_ref()
+        .and_then(KindSchema::node)
+        .unwrap_or(Node::new(&unknown));
+    let warnings = compiled.expression_warnings(&nodes, params);
     status["typeChecking"] = if warnings.is_empty() {
         json!({})
     } else {
@@ -56,9 +84,10 @@ impl ApiServer {
             field_manager: Some(MANAGER.into()),
             ..WriteOptions::default()
         };
+        let registry = self.registry();
         for o in cached {
             let policy = o.object();
-            let desired = desired_status(&policy);
+            let desired = desired_status(&policy, &registry);
             if policy.get("status") == Some(&desired) {
                 continue;
             }
@@ -124,7 +153,7 @@ mod tests {
                 {"expression": "object.spec.replicas <=", "messageExpression": "'x' +"}
             ]}
         });
-        let s = desired_status(&policy);
+        let s = desired_status(&policy, &Registry::builtin());
         assert_eq!(s["observedGeneration"], 3);
         let warnings = s["typeChecking"]["expressionWarnings"].as_array().unwrap();
         assert_eq!(warnings.len(), 2, "{s}");
@@ -137,5 +166,43 @@ mod tests {
             .as_str()
             .unwrap()
             .starts_with("compilation failed: "));
+    }
+
+    #[test]
+    fn status_reports_type_errors_against_the_matched_kinds_schema() {
+        let policy = |uid: &str, expression: &str| {
+            json!({
+                "metadata": {"name": "p", "uid": uid, "generation": 1},
+                "spec": {
+                    "matchConstraints": {"resourceRules": [{
+                        "apiGroups": ["apps"], "apiVersions": ["v1"],
+                        "operations": ["CREATE"], "resources": ["deployments"]
+                    }]},
+                    "validations": [{"expression": expression}]
+                }
+            })
+        };
+        let registry = Registry::builtin();
+        let wrong = desired_status(
+            &policy("typecheck-wrong", "object.spec.replicsa <= 5"),
+            &registry,
+        );
+        let warnings = wrong["typeChecking"]["expressionWarnings"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no warnings: {wrong}"));
+        assert_eq!(warnings.len(), 1, "{wrong}");
+        assert_eq!(warnings[0]["fieldRef"], "spec.validations[0].expression");
+        let text = warnings[0]["warning"].as_str().unwrap();
+        assert!(
+            text.starts_with(
+                "apps/v1, Kind=Deployment: ERROR: <input>:1:12: undefined field 'replicsa'"
+            ),
+            "{text}"
+        );
+        let right = desired_status(
+            &policy("typecheck-right", "object.spec.replicas <= 5"),
+            &registry,
+        );
+        assert_eq!(right["typeChecking"], json!({}), "{right}");
     }
 }
