@@ -114,19 +114,22 @@ enum Called {
 }
 
 impl ApiServer {
-    /// The webhooks of every configuration of `plural`, from the watch cache.
-    fn configured_webhooks(&self, plural: &str) -> Vec<Hook> {
+    /// The objects of a built-in admissionregistration resource, from the watch cache, by
+    /// name (the order upstream calls configurations and evaluates policies in).
+    pub(crate) fn registration_objects(&self, plural: &str) -> Vec<Value> {
         let Some(def) = self.registry().get(GROUP, "v1", plural).cloned() else {
             return vec![];
         };
         let cache = self.caches.get(&def.storage_prefix());
         let (cached, _) = cache.list(&def.namespace_prefix(None), &Filter::all());
-        if cached.is_empty() {
-            return vec![];
-        }
-        let mut configs: Vec<Value> = cached.iter().map(|o| o.object()).collect();
-        configs.sort_by(|a, b| setpoint_api::meta::name(a).cmp(setpoint_api::meta::name(b)));
-        configs
+        let mut objs: Vec<Value> = cached.iter().map(|o| o.object()).collect();
+        objs.sort_by(|a, b| setpoint_api::meta::name(a).cmp(setpoint_api::meta::name(b)));
+        objs
+    }
+
+    /// The webhooks of every configuration of `plural`, from the watch cache.
+    fn configured_webhooks(&self, plural: &str) -> Vec<Hook> {
+        self.registration_objects(plural)
             .into_iter()
             .flat_map(|mut c| match c.get_mut("webhooks").map(Value::take) {
                 Some(Value::Array(hooks)) => hooks,

@@ -194,18 +194,6 @@ fn param_kind_text(api_version: &str, kind: &str) -> String {
 }
 
 impl ApiServer {
-    /// The objects of a built-in admissionregistration resource, from the watch cache.
-    fn registration_objects(&self, plural: &str) -> Vec<Value> {
-        let Some(def) = self.registry().get(GROUP, "v1", plural).cloned() else {
-            return vec![];
-        };
-        let cache = self.caches.get(&def.storage_prefix());
-        let (cached, _) = cache.list(&def.namespace_prefix(None), &Filter::all());
-        let mut objs: Vec<Value> = cached.iter().map(|o| o.object()).collect();
-        objs.sort_by(|a, b| setpoint_api::meta::name(a).cmp(setpoint_api::meta::name(b)));
-        objs
-    }
-
     /// The parameter objects a binding's `paramRef` selects, for a request in `namespace`;
     /// `Err` is a configuration error (upstream's `CollectParams`).
     fn collect_params(
