@@ -61,7 +61,7 @@ impl WebhookServer {
     pub async fn start(
         handler: impl Fn(&str, &Value) -> Value + Send + Sync + 'static,
     ) -> WebhookServer {
-        let (ca_pem, cert_pem, key_pem) = certificates();
+        let (ca_pem, cert_pem, key_pem) = certificates("127.0.0.1");
         let tls = server_tls(&cert_pem, &key_pem);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -207,8 +207,10 @@ async fn answer(
     reply(200, serde_json::to_vec(&out).expect("JSON"))
 }
 
-/// A CA and a certificate for 127.0.0.1 it signed: (CA PEM, certificate PEM, key PEM).
-fn certificates() -> (String, String, String) {
+/// A fresh CA and a serving certificate it signed for `name` (a DNS name or an IP address):
+/// (CA PEM, certificate PEM, key PEM). What a test's HTTPS servers present, with the CA as the
+/// `caBundle` the API server verifies them by.
+pub fn certificates(name: &str) -> (String, String, String) {
     use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
     let ca_key = KeyPair::generate().expect("CA key");
     let mut ca_params = CertificateParams::new(vec![]).expect("CA parameters");
@@ -216,7 +218,7 @@ fn certificates() -> (String, String, String) {
     let ca = ca_params.self_signed(&ca_key).expect("CA certificate");
     let issuer = Issuer::from_params(&ca_params, &ca_key);
     let key = KeyPair::generate().expect("server key");
-    let cert = CertificateParams::new(vec!["127.0.0.1".to_string()])
+    let cert = CertificateParams::new(vec![name.to_string()])
         .expect("server parameters")
         .signed_by(&key, &issuer)
         .expect("server certificate");

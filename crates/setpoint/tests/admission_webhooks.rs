@@ -35,22 +35,6 @@ struct Seen {
     dry_run: bool,
 }
 
-/// A CA and a certificate for 127.0.0.1 it signed: (CA PEM, leaf PEM, leaf key PEM).
-fn certificates() -> (String, String, String) {
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(vec![]).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::from_params(&ca_params, &ca_key);
-    let key = KeyPair::generate().unwrap();
-    let leaf = CertificateParams::new(vec!["127.0.0.1".to_string()])
-        .unwrap()
-        .signed_by(&key, &issuer)
-        .unwrap();
-    (ca.pem(), leaf.pem(), key.serialize_pem())
-}
-
 /// What the test's webhooks answer to one review on `path`.
 fn answer(path: &str, request: &Value) -> Value {
     let uid = request["uid"].clone();
@@ -274,7 +258,7 @@ fn admission_webhooks_validate_mutate_and_fail_as_configured() {
     if !support::kubectl_available() {
         return;
     }
-    let (ca, cert, key) = certificates();
+    let (ca, cert, key) = setpoint_testing::webhook::certificates("127.0.0.1");
     let seen = Arc::new(Mutex::new(Vec::new()));
     let port = start_webhooks(&cert, &key, seen.clone());
     let down = closed_port();

@@ -46,22 +46,6 @@ struct Seen {
     client: String,
 }
 
-/// A CA and a serving certificate for `wardle-api.wardle.svc`: (CA PEM, leaf PEM, key PEM).
-fn certificates() -> (String, String, String) {
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(vec![]).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::from_params(&ca_params, &ca_key);
-    let key = KeyPair::generate().unwrap();
-    let leaf = CertificateParams::new(vec!["wardle-api.wardle.svc".to_string()])
-        .unwrap()
-        .signed_by(&key, &issuer)
-        .unwrap();
-    (ca.pem(), leaf.pem(), key.serialize_pem())
-}
-
 fn resource_list() -> Value {
     json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": format!("{GROUP}/{VERSION}"),
         "resources": [
@@ -341,7 +325,7 @@ fn an_api_service_proxies_its_group_to_an_extension_server() {
         .contains("BEGIN CERTIFICATE"));
     let front_proxy_ca = data["requestheader-client-ca-file"].as_str().unwrap();
 
-    let (ca, cert, key) = certificates();
+    let (ca, cert, key) = setpoint_testing::webhook::certificates("wardle-api.wardle.svc");
     let seen = Arc::new(Mutex::new(vec![]));
     let stop = Arc::new(AtomicBool::new(false));
     let port = start_extension_server(&cert, &key, front_proxy_ca, seen.clone(), stop.clone());
