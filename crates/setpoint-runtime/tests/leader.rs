@@ -194,6 +194,12 @@ async fn leader_and_standby(
     within(Duration::from_secs(5), "a leading", a.handle.acquired())
         .await
         .expect("a leads");
+    // The work runs on its own task, so it starts a moment after the term begins; a term
+    // that ended before then would never have polled (nor logged) it.
+    until(Duration::from_secs(5), "a's work starting", || async {
+        first(log, "a", Source::Work, true).is_some()
+    })
+    .await;
     let b = candidate(b_client, "b", log);
     (a, b)
 }
