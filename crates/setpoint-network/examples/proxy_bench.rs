@@ -129,6 +129,7 @@ async fn main() {
         node_name: "bench".into(),
         cluster_cidr: Some("10.200.0.0/14".into()),
         bridge_netfilter: true,
+        route_localnet: true,
     };
     let mut map = ServiceMap::new();
     for i in 0..services {

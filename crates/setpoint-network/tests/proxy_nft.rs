@@ -100,10 +100,13 @@ async fn virtual_addresses_reach_loopback_endpoints() {
     let node_port = 32000 + (pid % 700) as u16;
     let a = answering("a").await;
     let b = answering("b").await;
+    // As the proxy runs once route_localnet is on: node ports on 127.0.0.0/8 too, and the
+    // guard against packets to loopback from elsewhere in the input hook.
     let node = NodeInfo {
         node_name: "n1".into(),
         cluster_cidr: None,
         bridge_netfilter: true,
+        route_localnet: true,
     };
     let key = PortKey {
         namespace: "ns".into(),
@@ -135,6 +138,8 @@ async fn virtual_addresses_reach_loopback_endpoints() {
     if let Some(host) = host_address() {
         assert_eq!(ask(SocketAddr::from((host, node_port))).await.unwrap(), "a");
     }
+    let localhost = SocketAddr::from((Ipv4Addr::LOCALHOST, node_port));
+    assert_eq!(ask(localhost).await.unwrap(), "a");
 
     // Partial sync: both endpoints; connections spread over them.
     let second = state(&sp, vec![endpoint(a, true), endpoint(b, true)]);
@@ -232,6 +237,7 @@ async fn established_connections_survive_a_full_resync() {
         node_name: "n1".into(),
         cluster_cidr: None,
         bridge_netfilter: true,
+        route_localnet: false,
     };
     let key = PortKey {
         namespace: "ns".into(),

@@ -8,6 +8,7 @@
 //! failure, and every `full_sync_interval`).
 
 pub mod bridge;
+pub mod localnet;
 pub mod model;
 pub mod nft;
 pub mod rules;
@@ -56,8 +57,9 @@ impl ProxyConfig {
             node: NodeInfo {
                 node_name: node_name.into(),
                 cluster_cidr: None,
-                // Until the proxy has made sure of it at start.
+                // Until the proxy has made sure of them at start.
                 bridge_netfilter: false,
+                route_localnet: false,
             },
             table: table_name(identity),
             min_sync_interval: Duration::from_millis(100),
@@ -134,6 +136,16 @@ async fn run_in(
                     "bridged pod traffic does not pass nftables and no --cluster-cidr is known: pods cannot reach a Service's endpoints on their own bridge"
                 ),
             }
+            false
+        }
+    };
+    config.node.route_localnet = match localnet::ensure().await {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!(
+                error = %e,
+                "node ports do not answer on 127.0.0.0/8, and a load balancer there reaches only endpoints on the loopback"
+            );
             false
         }
     };

@@ -44,6 +44,13 @@ pub struct NodeInfo {
     /// DNAT, so traffic from the pod network (`cluster_cidr`) to an endpoint is masqueraded
     /// instead, which sends the reply back through the host.
     pub bridge_netfilter: bool,
+    /// Whether packets with a loopback source may be routed off the loopback
+    /// (`route_localnet`, [`super::localnet`]). Node ports then answer on 127.0.0.0/8 too, as
+    /// kube-proxy's iptables mode does with `--iptables-localhost-nodeports` (the local node
+    /// of `setpoint up` has the address 127.0.0.1), and packets to 127.0.0.0/8 from
+    /// elsewhere that no translation explains are dropped, as the kubelet does once the
+    /// setting lets them in.
+    pub route_localnet: bool,
 }
 
 /// A chain: its base-chain declaration (hook and priority) if it has one, and its rules.
@@ -211,7 +218,15 @@ fn base(kind: &str, hook: &str, priority: i32) -> Option<String> {
 }
 
 /// The chains and maps every ruleset has, whatever the Services.
-fn skeleton(rs: &mut Ruleset) {
+fn skeleton(rs: &mut Ruleset, node: &NodeInfo) {
+    // Node ports answer on the node's addresses; on loopback only when packets from there
+    // can reach endpoints off it (kube-proxy's nftables mode never, its iptables mode by
+    // default).
+    let node_addresses = if node.route_localnet {
+        "fib daddr type local"
+    } else {
+        "fib daddr type local ip daddr != 127.0.0.0/8"
+    };
     let chains = &mut rs.chains;
     // dstnat is -100, srcnat 100; the filter checks run just before DNAT as kube-proxy's do.
     chains.insert(
@@ -240,11 +255,22 @@ fn skeleton(rs: &mut Ruleset) {
         ("filter-forward", "forward"),
         ("filter-output", "output"),
     ] {
+        let mut rules = Vec::new();
+        if node.route_localnet && hook == "input" {
+            // With route_localnet the kernel no longer drops packets addressed to loopback
+            // that arrive from elsewhere: only those a translation of ours (or a connection
+            // already there) explains come in, so nothing off this host reaches what listens
+            // on 127.0.0.1 (CVE-2020-8558).
+            rules.push(
+                "ip daddr 127.0.0.0/8 ip saddr != 127.0.0.0/8 ct state != { established, related } ct status & dnat == 0 drop".into(),
+            );
+        }
+        rules.push("ct state new jump service-endpoints-check".into());
         chains.insert(
             name.into(),
             Chain {
                 base: base("filter", hook, -110),
-                rules: vec!["ct state new jump service-endpoints-check".into()],
+                rules,
             },
         );
     }
@@ -254,9 +280,7 @@ fn skeleton(rs: &mut Ruleset) {
             base: None,
             rules: vec![
                 format!("ip daddr . meta l4proto . th dport vmap @{NO_ENDPOINT_SERVICES}"),
-                format!(
-                    "fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @{NO_ENDPOINT_NODEPORTS}"
-                ),
+                format!("{node_addresses} meta l4proto . th dport vmap @{NO_ENDPOINT_NODEPORTS}"),
             ],
         },
     );
@@ -272,6 +296,12 @@ fn skeleton(rs: &mut Ruleset) {
         Chain {
             base: None,
             rules: vec![
+                // A loopback client translated to an endpoint off the loopback (a node port
+                // or load balancer on 127.0.0.1) must not keep its source, which the endpoint
+                // would answer itself.
+                format!(
+                    "ip saddr 127.0.0.0/8 oifname != \"lo\" ct status & dnat != 0 jump {MARK_FOR_MASQUERADE}"
+                ),
                 format!("meta mark & {MASQUERADE_MARK:#x} == 0 return"),
                 format!("meta mark set meta mark ^ {MASQUERADE_MARK:#x}"),
                 // Loopback has no address to masquerade to: traffic to process pods on 127.x
@@ -294,11 +324,7 @@ fn skeleton(rs: &mut Ruleset) {
             base: None,
             rules: vec![
                 format!("ip daddr . meta l4proto . th dport vmap @{SERVICE_IPS}"),
-                // Node ports answer on the node's addresses, not on loopback (as kube-proxy's
-                // nftables mode).
-                format!(
-                    "fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @{SERVICE_NODEPORTS}"
-                ),
+                format!("{node_addresses} meta l4proto . th dport vmap @{SERVICE_NODEPORTS}"),
             ],
         },
     );
@@ -390,7 +416,7 @@ fn endpoint(rs: &mut Ruleset, node: &NodeInfo, sp: &ServicePort, ep: &Endpoint) 
 /// The desired ruleset for `node` given every Service port and its endpoints.
 pub fn desired(services: &ServiceMap, node: &NodeInfo) -> Ruleset {
     let mut rs = Ruleset::default();
-    skeleton(&mut rs);
+    skeleton(&mut rs, node);
     for (key, (sp, endpoints)) in services {
         let proto = key.protocol.nft();
         let cluster = usable(endpoints.iter());

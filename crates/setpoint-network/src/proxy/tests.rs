@@ -18,6 +18,7 @@ fn node() -> NodeInfo {
         node_name: "n1".into(),
         cluster_cidr: Some("10.244.0.0/16".into()),
         bridge_netfilter: true,
+        route_localnet: false,
     }
 }
 
@@ -259,6 +260,47 @@ fn node_ports_and_external_traffic_policy() {
         Some("drop")
     );
     assert!(element(&rs, "service-ips", "10.96.0.10 . tcp . 80").is_some());
+}
+
+#[test]
+fn node_ports_answer_on_loopback_only_with_route_localnet() {
+    let nodeports = |rs: &Ruleset| -> String {
+        rs.chains["services"]
+            .rules
+            .iter()
+            .find(|r| r.contains("@service-nodeports"))
+            .unwrap()
+            .clone()
+    };
+    let guard = |rs: &Ruleset| {
+        rs.chains["filter-input"].rules.iter().any(|r| {
+            r.starts_with("ip daddr 127.0.0.0/8 ip saddr != 127.0.0.0/8") && r.ends_with(" drop")
+        })
+    };
+    let map = one(port("web", [10, 96, 0, 10]), vec![ep(1, true, "n1")]);
+    // As kube-proxy's nftables mode: never on loopback, and no guard needed.
+    let rs = rules::desired(&map, &node());
+    assert!(nodeports(&rs).contains("ip daddr != 127.0.0.0/8"));
+    assert!(!guard(&rs));
+    // With route_localnet, as its iptables mode: on every local address, guarded.
+    let mut localnet = node();
+    localnet.route_localnet = true;
+    let rs = rules::desired(&map, &localnet);
+    assert!(!nodeports(&rs).contains("127.0.0.0/8"));
+    assert!(rs.chains["service-endpoints-check"]
+        .rules
+        .iter()
+        .all(|r| !r.contains("127.0.0.0/8")));
+    assert!(guard(&rs));
+    assert!(rs.chains["filter-output"]
+        .rules
+        .iter()
+        .all(|r| !r.contains("drop")));
+    // A translated loopback client leaving the loopback is masqueraded, whatever marked it.
+    assert_eq!(
+        rs.chains["masquerading"].rules[0],
+        "ip saddr 127.0.0.0/8 oifname != \"lo\" ct status & dnat != 0 jump mark-for-masquerade"
+    );
 }
 
 #[test]
@@ -615,11 +657,14 @@ fn arb_map() -> impl Strategy<Value = ServiceMap> {
 }
 
 fn arb_node() -> impl Strategy<Value = NodeInfo> {
-    (any::<bool>(), any::<bool>()).prop_map(|(cidr, bridge_netfilter)| NodeInfo {
-        node_name: "n1".into(),
-        cluster_cidr: cidr.then(|| "10.244.0.0/16".into()),
-        bridge_netfilter,
-    })
+    (any::<bool>(), any::<bool>(), any::<bool>()).prop_map(
+        |(cidr, bridge_netfilter, route_localnet)| NodeInfo {
+            node_name: "n1".into(),
+            cluster_cidr: cidr.then(|| "10.244.0.0/16".into()),
+            bridge_netfilter,
+            route_localnet,
+        },
+    )
 }
 
 proptest! {
