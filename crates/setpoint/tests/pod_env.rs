@@ -3,8 +3,10 @@
 //! waits with `CreateContainerConfigError` (in `kubectl get pod` and the container's status,
 //! with the kubelet's message) while the ConfigMap is missing and runs once it is created; a
 //! Secret's key, resource fields and every pod field a variable may read; the variables of a
-//! Service created before the pod, and `KUBERNETES_SERVICE_HOST`/`_PORT` pointing at the API
-//! server itself (which a process pod reaches, unlike the master Service's cluster IP);
+//! Service created before the pod, and `KUBERNETES_SERVICE_HOST`/`_PORT`: for a process pod
+//! on the node's network (`--process-pod-network host`), the API server itself, which such a
+//! pod reaches, unlike the master Service's cluster IP; for one in a network namespace of its
+//! own (`bridge`, the default as root), the master Service, as for containers;
 //! `enableServiceLinks: false` leaving only the latter; and an edit of the ConfigMap leaving
 //! the running container's variable as it was, as upstream.
 //!
@@ -257,13 +259,27 @@ fn process_pods_get_their_environment_from_the_api() {
     let account =
         jsonpath(&s, &["pod", "env-demo"], "{.spec.serviceAccountName}").unwrap_or_default();
     let backend = jsonpath(&s, &["service", "backend-api"], "{.spec.clusterIP}").unwrap();
-    let api_port = s
-        .url
-        .rsplit(':')
-        .next()
-        .unwrap()
-        .trim_end_matches('/')
-        .to_string();
+    // Where the pod reaches the API server depends on how the node networks process pods,
+    // which it says on the Node.
+    let network = jsonpath(
+        &s,
+        &["nodes"],
+        r"{.items[0].metadata.annotations.setpoint\.io/process-pod-network}",
+    )
+    .unwrap();
+    let on_node_network = network == "host";
+    assert_eq!(
+        pod_ip.parse::<std::net::IpAddr>().unwrap().is_loopback(),
+        on_node_network,
+        "pod IP {pod_ip} on a node whose process pod network is {network}"
+    );
+    let (api_host, api_port) = if on_node_network {
+        let port = s.url.rsplit(':').next().unwrap().trim_end_matches('/');
+        ("127.0.0.1".to_string(), port.to_string())
+    } else {
+        let master = jsonpath(&s, &["service", "kubernetes"], "{.spec.clusterIP}").unwrap();
+        (master, "443".to_string())
+    };
     let expected = [
         ("CFG_color", "blue"),
         ("CFG_size", "L"),
@@ -285,7 +301,7 @@ fn process_pods_get_their_environment_from_the_api() {
         ("BACKEND_API_SERVICE_PORT", "8080"),
         ("BACKEND_API_SERVICE_PORT_HTTP", "8080"),
         ("BACKEND_API_PORT_8080_TCP_PROTO", "tcp"),
-        ("KUBERNETES_SERVICE_HOST", "127.0.0.1"),
+        ("KUBERNETES_SERVICE_HOST", &api_host),
         ("KUBERNETES_SERVICE_PORT", &api_port),
         ("KUBERNETES_SERVICE_PORT_HTTPS", &api_port),
     ];
@@ -300,7 +316,7 @@ fn process_pods_get_their_environment_from_the_api() {
     );
     assert_eq!(
         var(&env, "KUBERNETES_PORT"),
-        Some(format!("tcp://127.0.0.1:{api_port}").as_str())
+        Some(format!("tcp://{api_host}:{api_port}").as_str())
     );
     assert_eq!(var(&env, "MAYBE"), None);
 
@@ -309,7 +325,10 @@ fn process_pods_get_their_environment_from_the_api() {
     wait_running(&s, "no-links");
     let env = printed_env(&s, "no-links");
     assert_eq!(var(&env, "BACKEND_API_SERVICE_HOST"), None, "{env:?}");
-    assert_eq!(var(&env, "KUBERNETES_SERVICE_HOST"), Some("127.0.0.1"));
+    assert_eq!(
+        var(&env, "KUBERNETES_SERVICE_HOST"),
+        Some(api_host.as_str())
+    );
     assert_eq!(var(&env, "CFG_color"), Some("blue"));
 
     // An edit of the ConfigMap syncs the pod again (its watch) but changes no running

@@ -271,10 +271,39 @@ impl Drop for Setpoint {
         // Pods' processes outlive their node agent by design; a test leaves none behind.
         if !self.keep_pods {
             kill_processes_under(&self.data_dir);
+            remove_pod_networks(&self.data_dir.join("node"));
             remove_private_bridge(&self.data_dir);
             remove_proxy_table(&self.data_dir.join("node"));
         }
     }
+}
+
+/// Tears down the network namespaces of the process pods of the node whose state is in
+/// `node_dir` (with `--process-pod-network bridge`), as the agent does when it removes a pod:
+/// the CNI plugins release each pod's address, veth and masquerade rules, and the namespace's
+/// mount goes. Pods outlive their agent by design, so a stopped cluster leaves them; a test
+/// leaves none behind. Run on a thread of its own, so a caller inside a runtime can call it.
+pub fn remove_pod_networks(node_dir: &Path) {
+    use setpoint_node::process::netns;
+    let dir = node_dir.join(netns::DIR);
+    let uids = netns::uids(&dir);
+    if uids.is_empty() {
+        return;
+    }
+    let _ = std::thread::spawn(move || {
+        let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        for uid in uids {
+            if let Err(e) = runtime.block_on(netns::teardown(&dir, &uid)) {
+                eprintln!("tearing down the network of pod {uid}: {e}");
+            }
+        }
+    })
+    .join();
 }
 
 /// Deletes the service proxy's nftables table of the node whose state is in `node_dir`, if
