@@ -24,6 +24,7 @@ mod decoding;
 mod discovery;
 pub mod dupfields;
 mod eviction;
+pub mod faults;
 // The aggregation layer: APIServices, the front proxy, merged discovery.
 mod aggregator;
 mod health;

@@ -147,6 +147,7 @@ impl ApiServer {
             resource_metrics: Default::default(),
             audit,
             aggregator: Default::default(),
+            faults: config.fault_injection.then(Default::default),
             authenticators,
             authorizers,
             rbac,

@@ -76,6 +76,9 @@ pub struct ServerConfig {
     pub service_node_port_range: std::ops::RangeInclusive<u16>,
     /// Audit logging (`--audit-policy-file`, `--audit-log-*`); off by default.
     pub audit: crate::audit::AuditOptions,
+    /// Serve [`crate::faults::FAULTS_PATH`], through which tests drop watches, force 410s and
+    /// add latency (`--enable-fault-injection`); never on in normal use.
+    pub fault_injection: bool,
 }
 
 impl Default for ServerConfig {
@@ -96,6 +99,7 @@ impl Default for ServerConfig {
             service_account_admission: false,
             service_node_port_range: 30000..=32767,
             audit: Default::default(),
+            fault_injection: false,
         }
     }
 }
@@ -134,6 +138,8 @@ pub struct ApiServer {
     /// The aggregation layer's state: the front-proxy identity and the extension servers'
     /// resources.
     pub(crate) aggregator: crate::aggregator::Aggregator,
+    /// The fault-injection switch, only when [`ServerConfig::fault_injection`] is on.
+    pub(crate) faults: Option<crate::faults::Faults>,
 }
 
 impl ServerConfig {

@@ -175,6 +175,11 @@ struct ServeArgs {
     api_audiences: Vec<String>,
     #[command(flatten)]
     audit: audit_flags::AuditFlags,
+    /// For tests only, never in normal use: serve /debug/setpoint/faults, through which a
+    /// cluster-admin drops every open watch, answers watches 410 Expired and adds latency to
+    /// every request (`setpoint chaos` starts its server with it).
+    #[arg(long, hide = true)]
+    enable_fault_injection: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -308,6 +313,7 @@ async fn run(args: ServeArgs, up: Option<Up>) -> anyhow::Result<()> {
             api_audiences: args.api_audiences.clone(),
         },
         audit: args.audit.options()?,
+        fault_injection: args.enable_fault_injection,
         ..ServerConfig::default()
     };
     let store = ApiServer::open_store(&config).await?;

@@ -85,6 +85,13 @@ pub async fn handle(State(server): State<Arc<ApiServer>>, req: http::Request<Bod
     if crate::ui::is_ui_path(req.uri().path()) {
         return crate::ui::serve(req.method(), req.uri().path());
     }
+    // Injected latency (tests only): every request but the switch's own, so a harness can
+    // always end it.
+    if let Some(faults) = &server.faults {
+        if req.uri().path() != crate::faults::FAULTS_PATH {
+            faults.delay().await;
+        }
+    }
     let (parts, body) = req.into_parts();
     let identity = parts
         .extensions
@@ -228,6 +235,15 @@ async fn dispatch(
             Ok(b) => b,
             Err(e) => return error_response(&e),
         };
+        // The fault-injection switch, when the server was started with it.
+        if let Some(answer) =
+            crate::faults::serve(server.faults.as_ref(), &parts.method, &path, &body)
+        {
+            return match answer {
+                Ok((code, state)) => value_response(code, &serde_json::json!(state)),
+                Err(e) => error_response(&e),
+            };
+        }
         let user = attributes.user.username.clone();
         let query = parts.uri.query();
         let answer = crate::trail::serve(server, &parts.method, &path, query, &user, body).await;

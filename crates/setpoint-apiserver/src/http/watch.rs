@@ -83,6 +83,15 @@ pub(super) async fn watch(r: Request<'_>, namespace: Option<&str>) -> Result<Res
     if let Err(e) = fresh {
         return Ok(watch_error(&e));
     }
+    // Injected expiry (tests only): the 410 a watch from a revision the cache no longer
+    // reaches gets, as if the window began at the newest revision.
+    if let (RvParam::At(_), Some(faults)) = (rv, &server.faults) {
+        if faults.expire_watch() {
+            let requested = rv.revision().unwrap_or(0);
+            let e = ApiError::too_old_resource_version(requested, server.caches.revision() + 1);
+            return Ok(watch_error(&e));
+        }
+    }
     let start = match (rv, send_initial) {
         (_, Some(true)) | (RvParam::Unset | RvParam::Any, None) => WatchStart::CurrentState,
         // No initial events: changes from the newest revision on.
@@ -162,11 +171,16 @@ pub(super) async fn watch(r: Request<'_>, namespace: Option<&str>) -> Result<Res
             Some((Ok(line), (state, handle, end_bookmark, revision)))
         },
     );
+    let body = match &server.faults {
+        // A dropped watch's response is cut off mid-stream (tests only).
+        Some(faults) => Body::from_stream(faults.droppable(coalesced(stream))),
+        None => Body::from_stream(coalesced(stream)),
+    };
     Ok(Response::builder()
         .status(StatusCode::OK)
         .header(http::header::CONTENT_TYPE, "application/json")
         .header(http::header::CACHE_CONTROL, "no-cache, private")
-        .body(Body::from_stream(coalesced(stream)))
+        .body(body)
         .expect("valid response"))
 }
 
