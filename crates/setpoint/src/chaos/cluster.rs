@@ -2,6 +2,11 @@
 //! on the embedded store, two controller managers and two schedulers (leader-elected on short
 //! leases), and an agent hosting simulated nodes — each in a process group of its own, so a
 //! signal reaches the whole process and nothing outlives the run.
+//!
+//! Where the machine allows it (root, `ip netns`, nftables), the agent and the controller
+//! managers each run in a network namespace of their own ([`super::netns`]) and reach the API
+//! server on the run's bridge, so a partition drops real packets; otherwise everything runs
+//! on loopback and the run says why partitions are not drawn.
 
 use std::fs::OpenOptions;
 use std::os::unix::process::CommandExt;
@@ -11,6 +16,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use setpoint_runtime::client::{Client, Kubeconfig};
+
+use super::netns::{Network, Plan};
 
 /// The components' election timing: short, so a frozen leader's lease lapses within a run.
 pub const LEASE_DURATION: Duration = Duration::from_secs(3);
@@ -30,16 +37,25 @@ pub struct Process {
     /// The working directory: the run's directory, so whatever is left of a run can be found
     /// by it.
     cwd: PathBuf,
+    /// The network namespace it runs in (`None`: the host's).
+    netns: Option<String>,
     child: Option<Child>,
 }
 
 impl Process {
-    fn spawn(exe: &Path, name: &str, args: Vec<String>, dir: &Path) -> anyhow::Result<Process> {
+    fn spawn(
+        exe: &Path,
+        name: &str,
+        args: Vec<String>,
+        dir: &Path,
+        netns: Option<&str>,
+    ) -> anyhow::Result<Process> {
         let mut p = Process {
             name: name.to_string(),
             args,
             log: dir.join("logs").join(format!("{name}.log")),
             cwd: dir.to_path_buf(),
+            netns: netns.map(str::to_string),
             child: None,
         };
         p.start(exe)?;
@@ -52,7 +68,17 @@ impl Process {
             .append(true)
             .open(&self.log)
             .with_context(|| format!("opening {}", self.log.display()))?;
-        let child = Command::new(exe)
+        // `ip netns exec` enters the namespace and execs the program: the process id, and so
+        // the process group, stay the program's.
+        let mut command = match &self.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        };
+        let child = command
             .args(&self.args)
             .env("HOSTNAME", &self.name)
             .env("SETPOINT_LOG", "warn")
@@ -135,12 +161,21 @@ pub struct Cluster {
     pub processes: Vec<Process>,
     /// Where each process logs.
     pub logs: PathBuf,
+    /// The namespaces of the processes a partition can hit; deleted after the processes are
+    /// stopped (fields drop after [`Cluster`]'s `drop`).
+    network: Option<Network>,
+    /// Why partitions are not drawn, when there are no namespaces.
+    pub no_partitions: Option<String>,
 }
 
-/// A loopback port free right now (the API server keeps one address across restarts, so the
+/// The processes that run in namespaces of their own when the machine allows it: those a
+/// partition hits.
+const NAMESPACED: [&str; 3] = ["agent-0", "controller-manager-0", "controller-manager-1"];
+
+/// A port free right now on `ip` (the API server keeps one address across restarts, so the
 /// components' kubeconfig stays valid).
-fn free_port() -> anyhow::Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+fn free_port(ip: std::net::IpAddr) -> anyhow::Result<u16> {
+    let l = std::net::TcpListener::bind((ip, 0))?;
     Ok(l.local_addr()?.port())
 }
 
@@ -150,18 +185,29 @@ impl Cluster {
         let logs = config.dir.join("logs");
         std::fs::create_dir_all(&logs)?;
         let server_dir = config.dir.join("server");
-        let port = free_port()?;
+        let (network, no_partitions) =
+            match Network::create(Plan::new(std::process::id(), &NAMESPACED)) {
+                Ok(n) => (Some(n), None),
+                Err(e) => (None, Some(format!("{e:#}"))),
+            };
+        // On the bridge when there is one: the namespaced processes reach it there, the others
+        // (and this harness) too, as it is an address of this host.
+        let ip = network
+            .as_ref()
+            .map_or(std::net::Ipv4Addr::LOCALHOST, |n| n.plan.host);
+        let port = free_port(ip.into())?;
         let server = Process::spawn(
             &config.exe,
             "api-server",
             vec![
                 "server".into(),
                 "--listen".into(),
-                format!("127.0.0.1:{port}"),
+                format!("{ip}:{port}"),
                 "--data-dir".into(),
                 server_dir.display().to_string(),
             ],
             &config.dir,
+            None,
         )?;
         let kubeconfig = server_dir.join("kubeconfig");
         let deadline = Instant::now() + START_DEADLINE;
@@ -182,6 +228,8 @@ impl Cluster {
             client,
             processes: vec![server],
             logs: logs.clone(),
+            network,
+            no_partitions,
         };
         cluster.wait_for_server().await?;
         let kc = kubeconfig.display().to_string();
@@ -207,19 +255,24 @@ impl Cluster {
             // Nodes of a killed agent are marked unreachable only well after it is back: the
             // run is about the control plane's convergence, not pod eviction.
             args.extend(["--node-monitor-grace-period-seconds".into(), "40".into()]);
+            let name = format!("controller-manager-{i}");
+            let netns = cluster.netns(&name);
             cluster.processes.push(Process::spawn(
                 &config.exe,
-                &format!("controller-manager-{i}"),
+                &name,
                 args,
                 &config.dir,
+                netns.as_deref(),
             )?);
             cluster.processes.push(Process::spawn(
                 &config.exe,
                 &format!("scheduler-{i}"),
                 election("scheduler"),
                 &config.dir,
+                None,
             )?);
         }
+        let netns = cluster.netns("agent-0");
         cluster.processes.push(Process::spawn(
             &config.exe,
             "agent-0",
@@ -241,8 +294,38 @@ impl Cluster {
                 "200".into(),
             ],
             &config.dir,
+            netns.as_deref(),
         )?);
         Ok(cluster)
+    }
+
+    /// The network namespace `process` runs in, if it has one of its own.
+    fn netns(&self, process: &str) -> Option<String> {
+        self.network
+            .as_ref()
+            .and_then(|n| n.netns(process))
+            .map(str::to_string)
+    }
+
+    /// Whether partitions can be injected (the targets run in namespaces of their own).
+    pub fn can_partition(&self) -> bool {
+        self.network.is_some()
+    }
+
+    /// Drops every packet between `process` and the API server.
+    pub fn partition(&self, process: &str) -> anyhow::Result<()> {
+        self.network
+            .as_ref()
+            .context("this run has no network namespaces")?
+            .partition(process)
+    }
+
+    /// Lets `process`'s packets through again.
+    pub fn heal(&self, process: &str) -> anyhow::Result<()> {
+        self.network
+            .as_ref()
+            .context("this run has no network namespaces")?
+            .heal(process)
     }
 
     /// Waits until the API server answers a read.

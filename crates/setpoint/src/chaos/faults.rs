@@ -1,6 +1,7 @@
 //! Injecting a fault: finding the process the target names (a leader by its Lease), then
 //! SIGKILL and a new process in its place, or SIGSTOP for longer than the lease duration and
-//! SIGCONT.
+//! SIGCONT, or its packets to and from the API server dropped for as long and let through
+//! again.
 
 use std::time::{Duration, Instant};
 
@@ -11,15 +12,16 @@ use super::schedule::{Fault, FaultKind, Target};
 /// same component, the standby may not have taken over yet).
 const LEADER_DEADLINE: Duration = Duration::from_secs(30);
 
-/// A frozen process stays stopped this much longer than a lease lasts, so a standby has
-/// surely taken over before it wakes.
+/// A frozen (or partitioned) process stays stopped (cut off) this much longer than a lease
+/// lasts, so a standby has surely taken over before it wakes (is reachable again).
 const FREEZE_MARGIN: Duration = Duration::from_secs(2);
 
 /// What was done.
 pub struct Injected {
     pub process: String,
     pub injected: Instant,
-    /// When the target was back: restarted (for the API server: answering) or thawed.
+    /// When the target was back: restarted (for the API server: answering), thawed or
+    /// reachable again.
     pub recovered: Instant,
 }
 
@@ -51,6 +53,11 @@ pub async fn inject(cluster: &mut Cluster, fault: Fault) -> anyhow::Result<Injec
             p.signal("STOP")?;
             tokio::time::sleep(LEASE_DURATION + FREEZE_MARGIN).await;
             p.signal("CONT")?;
+        }
+        FaultKind::Partition => {
+            cluster.partition(&process)?;
+            tokio::time::sleep(LEASE_DURATION + FREEZE_MARGIN).await;
+            cluster.heal(&process)?;
         }
     }
     Ok(Injected {

@@ -2,7 +2,8 @@
 //! changing on it, injects faults from a seeded schedule, and reports per fault the time the
 //! cluster took to converge again, and every invariant a watch-based checker saw broken.
 //!
-//! `cluster` starts and signals the processes, `workload` drives the objects, `schedule` is
+//! `cluster` starts and signals the processes (`netns` gives some a network namespace of
+//! their own, for partitions), `workload` drives the objects, `schedule` is
 //! the seeded plan, `faults` injects, `converge` measures, `recorder` watches, `invariants`
 //! checks what was recorded, `report` prints.
 
@@ -10,6 +11,7 @@ pub mod cluster;
 pub mod converge;
 pub mod faults;
 pub mod invariants;
+pub mod netns;
 pub mod recorder;
 pub mod report;
 pub mod schedule;
@@ -187,7 +189,11 @@ async fn run_one(
     }
     let mut faults = Vec::new();
     let t0 = Instant::now();
-    for step in schedule::schedule(seed, duration) {
+    if let Some(why) = &cluster.no_partitions {
+        eprintln!("chaos: partitions are not drawn: {why}");
+    }
+    let can_partition = cluster.can_partition();
+    for step in schedule::schedule(seed, duration, |f| can_partition || !f.needs_netns()) {
         tokio::time::sleep_until((t0 + step.at).into()).await;
         workload.apply(&step.change).await?;
         let injected = faults::inject(&mut cluster, step.fault).await?;
@@ -240,6 +246,7 @@ async fn run_one(
         final_time_to_converge_ms: final_converged.map(|d| d.as_millis() as u64),
         violations,
         events_recorded: events.len(),
+        partitions_not_drawn: cluster.no_partitions.clone(),
     })
 }
 

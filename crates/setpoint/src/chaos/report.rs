@@ -39,6 +39,10 @@ pub struct RunReport {
     pub violations: Vec<Violation>,
     /// Watch events recorded (all watchers).
     pub events_recorded: usize,
+    /// Why the schedule drew no partitions (the machine could not make network namespaces);
+    /// `None`: they were drawn.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partitions_not_drawn: Option<String>,
 }
 
 impl RunReport {
@@ -76,6 +80,9 @@ pub fn table(r: &RunReport) -> String {
         "seed {} · {} s · {} watch events recorded",
         r.seed, r.duration_seconds, r.events_recorded
     );
+    if let Some(why) = &r.partitions_not_drawn {
+        let _ = writeln!(out, "partitions not drawn: {why}");
+    }
     let _ = writeln!(
         out,
         "{:>8}  {:<9}  {:<28}  {:<22}  {:>14}  CHANGE BEFORE IT",
@@ -237,6 +244,7 @@ mod tests {
             final_time_to_converge_ms: Some(10),
             violations: Vec::new(),
             events_recorded: 0,
+            partitions_not_drawn: None,
         }
     }
 

@@ -63,6 +63,10 @@ pub enum FaultKind {
     /// SIGSTOP for longer than the lease duration, then SIGCONT: a leader frozen while a
     /// standby takes its Lease over, which then wakes up believing it still leads.
     Freeze,
+    /// Every packet between the target and the API server dropped (in the target's network
+    /// namespace) for longer than the lease duration, then let through again: the process runs
+    /// on, cut off, with its connections open.
+    Partition,
 }
 
 impl FaultKind {
@@ -71,6 +75,7 @@ impl FaultKind {
         match self {
             FaultKind::Kill => "sigkill",
             FaultKind::Freeze => "sigstop",
+            FaultKind::Partition => "partition",
         }
     }
 }
@@ -103,8 +108,9 @@ fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
 }
 
 /// Every fault the harness can inject (freezing the API server is left out: to its clients it
-/// is a slower restart).
-pub const FAULTS: [Fault; 7] = [
+/// is a slower restart). Partitions come last, so a run where they cannot be drawn (see
+/// [`schedule`]) has the schedule a run without them always had.
+pub const FAULTS: [Fault; 9] = [
     Fault {
         kind: FaultKind::Kill,
         target: Target::ApiServer,
@@ -133,7 +139,22 @@ pub const FAULTS: [Fault; 7] = [
         kind: FaultKind::Freeze,
         target: Target::Agent,
     },
+    Fault {
+        kind: FaultKind::Partition,
+        target: Target::Agent,
+    },
+    Fault {
+        kind: FaultKind::Partition,
+        target: Target::LeadingControllerManager,
+    },
 ];
+
+impl Fault {
+    /// Whether the fault needs the target in a network namespace of its own.
+    pub fn needs_netns(&self) -> bool {
+        self.kind == FaultKind::Partition
+    }
+}
 
 /// How far apart steps are on average: room for a fault (a freeze lasts longer than a lease)
 /// and the cluster's return to convergence.
@@ -159,15 +180,15 @@ impl SplitMix64 {
 }
 
 /// The schedule of a run of `duration` from `seed`: one step per [`STEP_SPACING`] (at least
-/// one), each at a jittered offset, every fault kind used before any repeats so that even a
-/// short run covers them all.
-pub fn schedule(seed: u64, duration: Duration) -> Vec<Step> {
+/// one), each at a jittered offset, every fault kind `drawn` accepts used before any repeats so
+/// that even a short run covers them all (a run that cannot partition leaves partitions out).
+pub fn schedule(seed: u64, duration: Duration, drawn: impl Fn(&Fault) -> bool) -> Vec<Step> {
     let mut rng = SplitMix64(seed);
     let steps = (duration.as_millis() / STEP_SPACING.as_millis()).max(1) as usize;
     // A shuffled round of every fault, then another, …
     let mut faults = Vec::with_capacity(steps);
     while faults.len() < steps {
-        let mut round = FAULTS.to_vec();
+        let mut round: Vec<Fault> = FAULTS.into_iter().filter(|f| drawn(f)).collect();
         for i in (1..round.len()).rev() {
             round.swap(i, rng.below(i as u64 + 1) as usize);
         }
@@ -217,26 +238,48 @@ fn change(rng: &mut SplitMix64) -> Change {
 mod tests {
     use super::*;
 
+    fn all(_: &Fault) -> bool {
+        true
+    }
+
     #[test]
     fn a_seed_gives_the_same_schedule() {
         let d = Duration::from_secs(60);
-        assert_eq!(schedule(7, d), schedule(7, d));
-        assert_ne!(schedule(7, d), schedule(8, d));
+        assert_eq!(schedule(7, d, all), schedule(7, d, all));
+        assert_ne!(schedule(7, d, all), schedule(8, d, all));
     }
 
     #[test]
     fn steps_are_ordered_within_the_duration_and_cover_every_fault() {
         let d = Duration::from_secs(60);
         for seed in 0..50 {
-            let s = schedule(seed, d);
+            let s = schedule(seed, d, all);
             assert_eq!(s.len(), 7);
             assert!(s.windows(2).all(|w| w[0].at < w[1].at), "{s:?}");
             assert!(s.iter().all(|step| step.at < d));
+        }
+        let d = STEP_SPACING * FAULTS.len() as u32;
+        for seed in 0..50 {
+            let s = schedule(seed, d, all);
+            assert_eq!(s.len(), FAULTS.len());
             for f in FAULTS {
                 assert!(s.iter().any(|step| step.fault == f), "seed {seed}: {f:?}");
             }
         }
-        assert_eq!(schedule(1, Duration::from_secs(1)).len(), 1);
+        assert_eq!(schedule(1, Duration::from_secs(1), all).len(), 1);
+    }
+
+    #[test]
+    fn faults_left_out_are_never_drawn_and_the_rest_still_all_are() {
+        let kept: Vec<Fault> = FAULTS.into_iter().filter(|f| !f.needs_netns()).collect();
+        let d = STEP_SPACING * kept.len() as u32;
+        for seed in 0..50 {
+            let s = schedule(seed, d, |f| !f.needs_netns());
+            assert_eq!(s.len(), kept.len());
+            for f in &kept {
+                assert!(s.iter().any(|step| step.fault == *f), "seed {seed}: {f:?}");
+            }
+        }
     }
 
     #[test]
