@@ -75,6 +75,10 @@ pub struct WriteOptions {
     pub field_manager: Option<String>,
     /// Who writes (`None` for the server's own writes), for rules that depend on the caller.
     pub user: Option<std::sync::Arc<crate::authentication::UserInfo>>,
+    /// The resource the client named, when the write goes to another's storage (a version
+    /// of a custom resource it is not stored in, `autoscaling/v1` HPAs): admission webhooks
+    /// match the request as made to it.
+    pub requested: Option<std::sync::Arc<ResourceDef>>,
 }
 
 /// A successful write: the object as stored (or as it would be, for dry runs).
@@ -111,6 +115,15 @@ pub struct Deleted {
 }
 
 /// The field manager a write is recorded under.
+/// How many times a write through a converted version is tried again when the object
+/// changed (or appeared, or went) between its read and its write.
+const CONVERTED_ATTEMPTS: usize = 16;
+
+/// The version part of an `apiVersion` (`v1` of `example.com/v1`).
+fn version_of(api_version: &str) -> &str {
+    api_version.rsplit('/').next().unwrap_or(api_version)
+}
+
 fn manager(opts: &WriteOptions) -> &str {
     opts.field_manager
         .as_deref()
@@ -451,7 +464,9 @@ impl ApiServer {
         name: &str,
         config: &Value,
     ) -> Result<(), ApiError> {
-        if res.is_converted() {
+        // A custom resource's every version has its schema; other converted resources are
+        // checked in their storage form.
+        if res.is_converted() && res.custom.is_none() {
             return Ok(());
         }
         let unknown = if res.custom.is_some() {
@@ -696,7 +711,8 @@ impl ApiServer {
             crate::webhook::options("CreateOptions", opts.dry_run, opts.field_manager.as_deref());
         let created_name = meta::name(&obj).to_string();
         let call = crate::webhook::Call {
-            res,
+            res: opts.requested.as_deref().unwrap_or(res),
+            stored: res,
             subresource: "",
             operation: "CREATE",
             namespace,
@@ -901,25 +917,13 @@ impl ApiServer {
         force: bool,
         opts: &WriteOptions,
     ) -> Result<(Written, bool), ApiError> {
-        if !matches!(view, View::Main | View::Status) {
-            return Err(ApiError::method_not_allowed());
-        }
-        self.check_type_and_namespace(res, namespace, &mut config)?;
-        match meta::name(&config) {
-            "" => meta::set_meta(&mut config, "name", json!(name)),
-            n if n != name => {
-                return Err(ApiError::bad_request(format!(
-                    "the name of the object ({n}) does not match the name on the URL ({name})"
-                )))
-            }
-            _ => {}
-        }
-        self.check_apply_fields(res, namespace, name, &config)?;
+        self.check_apply_config(res, namespace, name, view, &mut config)?;
         let request = crate::apply::Apply {
             manager: manager(opts),
             config: &config,
             subresource: crate::apply::subresource(view),
             force,
+            versioned: false,
         };
         // A create that races with another create of the same name is retried as an update.
         let mut attempts = 0;
@@ -949,6 +953,118 @@ impl ApiServer {
                     }
                 }
                 Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// What an apply configuration must be before it is merged: for the main resource or
+    /// `/status`, of the resource's type and namespace, named as the URL is (a configuration
+    /// without a name takes the URL's), with only fields the schema declares.
+    fn check_apply_config(
+        &self,
+        res: &ResourceDef,
+        namespace: &str,
+        name: &str,
+        view: View,
+        config: &mut Value,
+    ) -> Result<(), ApiError> {
+        if !matches!(view, View::Main | View::Status) {
+            return Err(ApiError::method_not_allowed());
+        }
+        self.check_type_and_namespace(res, namespace, config)?;
+        match meta::name(config) {
+            "" => meta::set_meta(config, "name", json!(name)),
+            n if n != name => {
+                return Err(ApiError::bad_request(format!(
+                    "the name of the object ({n}) does not match the name on the URL ({name})"
+                )))
+            }
+            _ => {}
+        }
+        self.check_apply_fields(res, namespace, name, config)
+    }
+
+    /// Server-side apply through `res`, a version of a custom resource other than the one
+    /// `sres` stores it in, or any version of one with a conversion webhook. The
+    /// configuration is merged into the object as `res` shows it (converted by the CRD's
+    /// webhook when it has one) and the applier's `Apply` entry records `res`'s version, as
+    /// upstream records the version a manager used; entries of managers that wrote in
+    /// another version are judged in theirs ([`crate::apply::Apply::settle_version`]), on
+    /// the object before and after converted to it. The result is converted back and
+    /// written if the object has not changed since it was read, else all again, as
+    /// upstream's update loop does. Returns the write and whether it created the object.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn apply_converted(
+        &self,
+        res: &ResourceDef,
+        sres: &ResourceDef,
+        namespace: &str,
+        name: &str,
+        view: View,
+        mut config: Value,
+        force: bool,
+        opts: &WriteOptions,
+    ) -> Result<(Written, bool), ApiError> {
+        self.check_apply_config(res, namespace, name, view, &mut config)?;
+        let request = crate::apply::Apply {
+            manager: manager(opts),
+            config: &config,
+            subresource: crate::apply::subresource(view),
+            force,
+            versioned: true,
+        };
+        // A resourceVersion in the configuration is the client's precondition; without one
+        // the write is conditional on the version the configuration was merged into.
+        let precondition = !meta::resource_version(&config).is_empty();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let now = setpoint_api::time::now_rfc3339();
+            let cur = match self.get_object(sres, namespace, name).await {
+                Ok(cur) => cur,
+                Err(e) if e.code == 404 && view == View::Main && attempt < CONVERTED_ATTEMPTS => {
+                    let obj = request.new_object(res, &now);
+                    let obj = self.custom_to_storage(res, obj).await?;
+                    match self.create_tracked(sres, namespace, obj, opts, false).await {
+                        Ok(w) => return Ok((w, true)),
+                        Err(e) if e.reason == "AlreadyExists" => continue,
+                        Err(e) => return Err(e),
+                    }
+                }
+                Err(e) => return Err(e),
+            };
+            let rv = meta::resource_version(&cur).to_string();
+            let shown = self.custom_from_storage(res, vec![cur.clone()]).await?;
+            let shown = shown.into_iter().next().unwrap_or(Value::Null);
+            let mut merged = request.apply_to(res, &shown, &now)?;
+            for version in request.other_versions(res, &merged) {
+                // A version no longer served cannot be shown: its entries stay as they are.
+                let Some(def) = self
+                    .registry()
+                    .get(&res.group, version_of(&version), &res.plural)
+                    .cloned()
+                else {
+                    continue;
+                };
+                let both = self
+                    .custom_from_storage(&def, vec![cur.clone(), merged.clone()])
+                    .await?;
+                if let [live, applied] = both.as_slice() {
+                    request.settle_version(res, &mut merged, &version, live, applied)?;
+                }
+            }
+            if !precondition {
+                meta::set_meta(&mut merged, "resourceVersion", Value::String(rv));
+            }
+            let stored = self.custom_to_storage(res, merged).await?;
+            let written = self
+                .guaranteed_update(sres, namespace, name, view, opts, false, |_| {
+                    Ok(Cow::Borrowed(&stored))
+                })
+                .await;
+            match written {
+                Err(e) if e.code == 409 && !precondition && attempt < CONVERTED_ATTEMPTS => {}
+                result => return result.map(|w| (w, false)),
             }
         }
     }
@@ -1039,7 +1155,8 @@ impl ApiServer {
                 opts.field_manager.as_deref(),
             );
             let call = crate::webhook::Call {
-                res,
+                res: opts.requested.as_deref().unwrap_or(res),
+                stored: res,
                 subresource: if view == View::Status { "status" } else { "" },
                 operation: "UPDATE",
                 namespace,
@@ -1188,6 +1305,7 @@ impl ApiServer {
             let hook_options = crate::webhook::options("DeleteOptions", opts.dry_run, None);
             let call = crate::webhook::Call {
                 res,
+                stored: res,
                 subresource: "",
                 operation: "DELETE",
                 namespace,

@@ -7,8 +7,15 @@
 //! - a watch in v2 of objects stored as v1 gets converted events;
 //! - switching the storage version to v2 adds it to `status.storedVersions`, and new writes
 //!   are stored as v2 while older objects stay v1 and still read in both versions;
+//! - server-side apply through v2 of objects stored as v1 creates and updates them, recording
+//!   the applier's entry in v2; an apply through v1 that changes a field a v2 manager owns is
+//!   a conflict named in v2, and forcing it takes the field from that manager;
+//! - a mutating admission webhook registered for v1 with `matchPolicy: Equivalent` gets a
+//!   write through v2 as v1 (converted by the conversion webhook), and its patch, made in v1,
+//!   is stored in v2;
 //! - a webhook refusing a conversion is upstream's `conversion webhook for … failed: …`, for
-//!   reads, and it ends a watch with an ERROR event.
+//!   reads, and it ends a watch with an ERROR event; metadata-only reads (GET and a paged
+//!   LIST) call no conversion webhook, so they answer for that object.
 //!
 //! Skipped (with a message) when kubectl is missing, unless `SETPOINT_REQUIRE_KUBECTL` is set.
 
@@ -18,7 +25,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use base64::Engine;
 use serde_json::{json, Value};
+use setpoint_runtime::client::{Api, ApiResource, DynamicObject, ListParams};
 use setpoint_testing::webhook::{conversion_response, WebhookServer};
 use setpoint_testing::TestCluster;
 
@@ -138,6 +147,30 @@ impl Kubectl {
         std::fs::write(&file, obj.to_string()).unwrap();
         self.ok(&["create", "-f", file.to_str().unwrap()]);
     }
+
+    /// `kubectl apply --server-side` of `obj` by `manager`, with `extra` flags.
+    fn apply(&self, obj: &Value, manager: &str, extra: &[&str]) -> Output {
+        let file = self.dir.path().join("applied.json");
+        std::fs::write(&file, obj.to_string()).unwrap();
+        let manager = format!("--field-manager={manager}");
+        let mut args = vec![
+            "apply",
+            "--server-side",
+            &manager,
+            "-f",
+            file.to_str().unwrap(),
+        ];
+        args.extend(extra);
+        self.run(&args)
+    }
+}
+
+/// The `managedFields` entry of `manager` in `obj`.
+fn entry<'a>(obj: &'a Value, manager: &str) -> &'a Value {
+    obj["metadata"]["managedFields"]
+        .as_array()
+        .and_then(|es| es.iter().find(|e| e["manager"] == manager))
+        .unwrap_or_else(|| panic!("no entry of {manager} in {obj}"))
 }
 
 /// `kubectl get <resource> --watch` of the namespace: its lines (JSON events), read in the
@@ -222,8 +255,16 @@ async fn conversion_webhook_serves_both_versions_and_honours_the_storage_version
     let cluster = TestCluster::start_https().await;
     let reviews = Arc::new(AtomicUsize::new(0));
     let largest = Arc::new(AtomicUsize::new(0));
-    let (r, l) = (reviews.clone(), largest.clone());
+    let admitted: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let (r, l, a) = (reviews.clone(), largest.clone(), admitted.clone());
     let hooks = WebhookServer::start(move |path, request| {
+        if path == "/mutate" {
+            // Registered for v1: sets v1's field, which a v2 object does not have.
+            a.lock().unwrap().push(request.clone());
+            let ops = json!([{"op": "replace", "path": "/spec/cronSpec", "value": "9 9 * * *"}]);
+            return json!({"allowed": true, "patchType": "JSONPatch",
+                "patch": base64::engine::general_purpose::STANDARD.encode(ops.to_string())});
+        }
         assert_eq!(path, "/convert");
         r.fetch_add(1, Ordering::SeqCst);
         let n = request["objects"].as_array().map_or(0, Vec::len);
@@ -309,6 +350,51 @@ async fn conversion_webhook_serves_both_versions_and_honours_the_storage_version
     assert_eq!(raw["spec"]["cronSpec"], "7 7 * * *", "{raw}");
     assert!(raw["spec"].get("schedule").is_none(), "{raw}");
 
+    // Server-side apply through v2 creates and updates an object stored as v1; the
+    // applier's entry is in v2.
+    let mut applied = crontab("v2", "s", "5 5 * * *", json!({}));
+    expect_success("apply through v2", &k.apply(&applied, "ssa-v2", &[]));
+    applied["spec"]["schedule"]["expression"] = json!("6 6 * * *");
+    expect_success("apply through v2", &k.apply(&applied, "ssa-v2", &[]));
+    let raw = stored(&cluster, "s").await;
+    assert_eq!(raw["apiVersion"], "stable.example.com/v1");
+    assert_eq!(raw["spec"]["cronSpec"], "6 6 * * *", "{raw}");
+    let s2 = k.get_json(&["get", &v2, "s", "-n", NS, "--show-managed-fields"]);
+    let mine = entry(&s2, "ssa-v2");
+    assert_eq!(mine["operation"], "Apply");
+    assert_eq!(mine["apiVersion"], "stable.example.com/v2");
+    assert!(
+        mine.pointer("/fieldsV1/f:spec/f:schedule/f:expression")
+            .is_some(),
+        "{mine}"
+    );
+    // Through v1, the same field is v1's cronSpec: a conflict with the v2 manager, named in
+    // v2, until forced.
+    let through_v1 = crontab("v1", "s", "7 7 * * *", json!({}));
+    let err = expect_failure(
+        "apply through v1 of a field a v2 manager owns",
+        &k.apply(&through_v1, "ssa-v1", &[]),
+    );
+    assert!(
+        err.contains(
+            r#"conflict with "ssa-v2" using stable.example.com/v2: .spec.schedule.expression"#
+        ),
+        "{err}"
+    );
+    expect_success(
+        "forced apply through v1",
+        &k.apply(&through_v1, "ssa-v1", &["--force-conflicts"]),
+    );
+    assert_eq!(stored(&cluster, "s").await["spec"]["cronSpec"], "7 7 * * *");
+    let s1 = k.get_json(&["get", &v1, "s", "-n", NS, "--show-managed-fields"]);
+    assert_eq!(entry(&s1, "ssa-v1")["apiVersion"], "stable.example.com/v1");
+    let theirs = entry(&s1, "ssa-v2");
+    assert!(
+        theirs.pointer("/fieldsV1/f:spec/f:schedule").is_none()
+            && theirs.pointer("/fieldsV1/f:spec/f:image").is_some(),
+        "{theirs}"
+    );
+
     // Watches in both versions see a v1 object created as each of them shows it.
     let w2 = Watch::start(&k, &v2);
     let w1 = Watch::start(&k, &v1);
@@ -369,6 +455,37 @@ async fn conversion_webhook_serves_both_versions_and_honours_the_storage_version
         .iter()
         .all(|o| o["apiVersion"] == "stable.example.com/v1" && o["spec"]["cronSpec"].is_string()));
 
+    // A mutating webhook registered for v1, matching writes through v2 as equivalent, sees
+    // the object in v1 and patches it in v1; the result is stored in v2.
+    let mutating = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": "crontabs-v1"},
+        "webhooks": [{"name": "crontabs-v1.stable.example.com", "sideEffects": "None",
+            "admissionReviewVersions": ["v1"], "matchPolicy": "Equivalent",
+            "clientConfig": {"url": "https://x/mutate"},
+            "objectSelector": {"matchLabels": {"mutate": "yes"}},
+            "rules": [{"operations": ["CREATE"], "apiGroups": [GROUP],
+                       "apiVersions": ["v1"], "resources": ["crontabs"]}]}]
+    });
+    cluster.install_webhooks(&hooks, &[mutating]).await.unwrap();
+    k.create(&crontab("v2", "m", "3 3 * * *", json!({"mutate": "yes"})));
+    let seen = admitted
+        .lock()
+        .unwrap()
+        .pop()
+        .expect("the mutating webhook was called");
+    assert_eq!(
+        seen["kind"],
+        json!({"group": GROUP, "version": "v1", "kind": "CronTab"})
+    );
+    assert_eq!(seen["requestKind"]["version"], "v2");
+    assert_eq!(seen["object"]["apiVersion"], "stable.example.com/v1");
+    assert_eq!(seen["object"]["spec"]["cronSpec"], "3 3 * * *", "{seen}");
+    let raw = stored(&cluster, "m").await;
+    assert_eq!(raw["apiVersion"], "stable.example.com/v2");
+    assert_eq!(raw["spec"]["schedule"]["expression"], "9 9 * * *", "{raw}");
+
     // A conversion the webhook refuses (of an object created as v2, stored as v2 without
     // one): upstream's message for a read in v1, and the v1 watch ends with an ERROR event.
     k.create(&crontab(
@@ -393,6 +510,35 @@ async fn conversion_webhook_serves_both_versions_and_honours_the_storage_version
         w1.ended().then_some(())
     });
     drop(w1);
+    // With nothing else converting: metadata-only reads in v1 (a GET and a paged LIST, as
+    // metadata informers and the garbage collector make them) call no conversion webhook, so
+    // they answer for the object it refuses.
+    let before = reviews.load(Ordering::SeqCst);
+    let resource = ApiResource::new(GROUP, "v1", "CronTab", "crontabs", true);
+    let metadata: Api<DynamicObject> = Api::metadata(cluster.client(), &resource, Some(NS));
+    let partial = metadata.get("refused").await.unwrap().0;
+    assert_eq!(partial["kind"], "PartialObjectMetadata");
+    assert_eq!(partial["apiVersion"], "meta.k8s.io/v1");
+    assert_eq!(partial["metadata"]["name"], "refused");
+    let mut names = Vec::new();
+    let mut params = ListParams {
+        limit: Some(4),
+        ..ListParams::default()
+    };
+    loop {
+        let page = metadata.list(&params).await.unwrap();
+        names.extend(page.items.iter().map(|o| o.0["metadata"]["name"].clone()));
+        assert!(page
+            .items
+            .iter()
+            .all(|o| o.0["kind"] == "PartialObjectMetadata"));
+        match page.continue_token {
+            Some(c) => params.continue_token = Some(c),
+            None => break,
+        }
+    }
+    assert!(names.contains(&json!("refused")), "{names:?}");
+    assert_eq!(reviews.load(Ordering::SeqCst), before, "no conversion");
     drop(hooks);
     cluster.stop().await;
 }

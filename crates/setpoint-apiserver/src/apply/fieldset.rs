@@ -170,7 +170,6 @@ impl FieldSet {
     }
 
     /// The paths in both sets.
-    #[cfg(test)]
     pub fn intersection(&self, other: &FieldSet) -> FieldSet {
         let children = self
             .children

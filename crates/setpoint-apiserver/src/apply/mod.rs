@@ -459,6 +459,11 @@ pub struct Apply<'a> {
     pub config: &'a Value,
     pub subresource: Option<&'a str>,
     pub force: bool,
+    /// Whether entries recorded in another version than the request's are left to
+    /// [`Apply::settle_version`], which sees the object as their version shows it (a custom
+    /// resource applied through a version it is not stored in); otherwise every entry's paths
+    /// are compared in the request's version.
+    pub versioned: bool,
 }
 
 impl Apply<'_> {
@@ -499,6 +504,8 @@ impl Apply<'_> {
         let applied = merge::fields_of(&config, shape);
         let live_part = ownable(res, live, self.subresource);
         let mine = |e: &Entry| e.is(self.manager, APPLY, self.subresource);
+        let version = res.api_version();
+        let compared_here = |e: &Entry| !self.versioned || self.in_version(e, &version);
 
         let mut conflicts: Vec<(usize, Vec<String>)> = Vec::new();
         for path in applied.leaves() {
@@ -508,7 +515,7 @@ impl Apply<'_> {
                 continue;
             }
             for (i, e) in entries.iter().enumerate() {
-                if !mine(e) && e.fields.contains(&path) {
+                if !mine(e) && compared_here(e) && e.fields.contains(&path) {
                     conflicts.push((i, path.clone()));
                 }
             }
@@ -547,6 +554,75 @@ impl Apply<'_> {
         entries[i].api_version = res.api_version();
         set_entries(&mut merged, entries);
         Ok(merged)
+    }
+
+    /// Whether `e` was recorded in `api_version` (an entry without one is taken to be).
+    fn in_version(&self, e: &Entry, api_version: &str) -> bool {
+        e.api_version.is_empty() || e.api_version == api_version
+    }
+
+    /// The versions, other than `res`'s, that other managers' entries of `merged` (the result
+    /// of [`Apply::apply_to`]) were recorded in: each is settled by [`Apply::settle_version`].
+    pub fn other_versions(&self, res: &ResourceDef, merged: &Value) -> Vec<String> {
+        let version = res.api_version();
+        let mut out: Vec<String> = Vec::new();
+        for e in entries_of(merged).ok().flatten().unwrap_or_default() {
+            let mine = e.is(self.manager, APPLY, self.subresource);
+            if !mine && !self.in_version(&e, &version) && !out.contains(&e.api_version) {
+                out.push(e.api_version);
+            }
+        }
+        out
+    }
+
+    /// Upstream's ownership rule for the managers that recorded their fields in
+    /// `api_version`, with the object before (`live`) and after the apply (`applied`) as that
+    /// version shows them: a field the apply changed that such a manager owns is a conflict
+    /// (a 409 unless forced, when it is taken from them), and a field it removed is nobody's.
+    /// Updates `merged`'s entries.
+    pub fn settle_version(
+        &self,
+        res: &ResourceDef,
+        merged: &mut Value,
+        api_version: &str,
+        live: &Value,
+        applied: &Value,
+    ) -> Result<(), ApiError> {
+        let shape = shape_of(res);
+        let before = ownable_props(res, live, self.subresource);
+        let after = ownable_props(res, applied, self.subresource);
+        let changed = merge::changed_props(&before, &after, shape);
+        let removed = merge::removed_props(&before, &after, shape);
+        drop((before, after));
+        let Ok(Some(mut entries)) = entries_of(merged) else {
+            return Ok(());
+        };
+        let theirs = |e: &Entry| {
+            e.api_version == api_version && !e.is(self.manager, APPLY, self.subresource)
+        };
+        let conflicts: Vec<(usize, Vec<String>)> = entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| theirs(e))
+            .flat_map(|(i, e)| {
+                e.fields
+                    .intersection(&changed)
+                    .leaves()
+                    .into_iter()
+                    .map(move |path| (i, path))
+            })
+            .collect();
+        if !conflicts.is_empty() && !self.force {
+            return Err(conflict_error(res, merged, &entries, &conflicts));
+        }
+        for e in entries.iter_mut().filter(|e| theirs(e)) {
+            e.fields = e.fields.difference(&removed);
+            if self.force {
+                e.fields = e.fields.difference(&changed);
+            }
+        }
+        set_entries(merged, entries);
+        Ok(())
     }
 }
 
@@ -802,6 +878,49 @@ mod tests {
         old["metadata"]["managedFields"][0]["operation"] = json!("Teleport");
         old["metadata"]["managedFields"][0]["fieldsV1"] = json!({"f:data": {}});
         same_either_way(&old, json!({"k": "3"}));
+    }
+
+    #[test]
+    fn managers_of_another_version_are_judged_as_it_shows_the_object() {
+        let res = def("configmaps");
+        let config = json!({"metadata": {"name": "c"}, "data": {"k": "2"}});
+        let apply = |force| Apply {
+            manager: "me",
+            config: &config,
+            subresource: None,
+            force,
+            versioned: true,
+        };
+        // `other` wrote `data.k` in x/v2; the entries' paths in v1 say nothing about it.
+        let merged = json!({"metadata": {"name": "c", "managedFields": [
+            {"manager": "me", "operation": "Apply", "apiVersion": "v1", "fieldsType": "FieldsV1",
+             "fieldsV1": {"f:data": {"f:k": {}}}},
+            {"manager": "other", "operation": "Update", "apiVersion": "x/v2",
+             "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {"f:k": {}, "f:gone": {}}}}]},
+            "data": {"k": "2"}});
+        assert_eq!(apply(false).other_versions(&res, &merged), ["x/v2"]);
+        let live = json!({"data": {"k": "1", "gone": "x"}});
+        let applied = json!({"data": {"k": "2"}});
+        let err = apply(false)
+            .settle_version(&res, &mut merged.clone(), "x/v2", &live, &applied)
+            .unwrap_err();
+        assert_eq!(
+            err.message,
+            r#"Apply failed with 1 conflict: conflict with "other" using x/v2: .data.k"#
+        );
+        let mut forced = merged.clone();
+        apply(true)
+            .settle_version(&res, &mut forced, "x/v2", &live, &applied)
+            .unwrap();
+        // Forced: the changed field is taken from them, the removed one is nobody's, and
+        // the entry, left empty, goes.
+        let managers: Vec<&Value> = forced["metadata"]["managedFields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| &e["manager"])
+            .collect();
+        assert_eq!(managers, [&json!("me")], "{forced}");
     }
 
     fn data_map() -> impl Strategy<Value = Value> {

@@ -248,7 +248,8 @@ pub(super) async fn list(r: Request<'_>, namespace: Option<&str>) -> Result<Resp
             }
         }
     };
-    let items: Vec<Arc<Value>> = if res.transformed_on_read() {
+    // Metadata is the same in every version (upstream converts no object for it).
+    let items: Vec<Arc<Value>> = if res.transformed_on_read() && metadata_as.is_none() {
         let objs = items.into_iter().map(|o| (*o).clone()).collect();
         to_api_all(server, res, objs)
             .await?

@@ -541,6 +541,9 @@ async fn write_request(
 ) -> Result<(crate::objects::WriteOptions, Bytes), ApiError> {
     let mut opts = options::with_default_manager(options::write_options(r.q, kind)?, r.headers);
     opts.user = Some(r.user.clone());
+    if r.res.is_converted() {
+        opts.requested = Some(r.res.clone());
+    }
     let bytes = read_body(r.server, body).await?;
     Ok((opts, bytes))
 }

@@ -45,6 +45,7 @@ pub(super) fn write_options(q: &Query, kind: &str) -> Result<WriteOptions, ApiEr
         field_validation,
         field_manager: manager,
         user: None,
+        requested: None,
     })
 }
 

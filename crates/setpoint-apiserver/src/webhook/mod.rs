@@ -39,6 +39,9 @@ const GROUP: &str = "admissionregistration.k8s.io";
 pub(crate) struct Call<'a> {
     /// The resource the client named (objects are passed in its storage form).
     pub res: &'a ResourceDef,
+    /// The resource the objects are stored as, in whose form they are passed (`res` itself
+    /// unless the client named a version or group served from another's storage).
+    pub stored: &'a ResourceDef,
     /// `""`, or the subresource written (`status`).
     pub subresource: &'a str,
     /// `CREATE`, `UPDATE` or `DELETE`.
@@ -171,6 +174,34 @@ impl ApiServer {
             .map(|o| o.object())
     }
 
+    /// The object and old object of a request (storage form) as `def`, the resource a
+    /// webhook matched, shows them: a custom resource's through its conversion webhook when
+    /// it has one (both in one review), as upstream converts them to the webhook's version.
+    async fn as_matched(
+        &self,
+        def: &ResourceDef,
+        object: Option<&Value>,
+        old: Option<&Value>,
+    ) -> Result<(Option<Value>, Option<Value>), ApiError> {
+        if def.custom.is_none() {
+            let show = |o: &Value| crate::convert::from_storage(def, o.clone());
+            return Ok((object.map(show), old.map(show)));
+        }
+        let given: Vec<Value> = [object, old].into_iter().flatten().cloned().collect();
+        let mut shown = self.custom_from_storage(def, given).await?.into_iter();
+        let view = object.and_then(|_| shown.next());
+        let old_view = old.and_then(|_| shown.next());
+        Ok((view, old_view))
+    }
+
+    /// An object a mutating webhook patched in `def`'s version, back in storage form.
+    async fn as_stored(&self, def: &ResourceDef, patched: Value) -> Result<Value, ApiError> {
+        if def.custom.is_none() {
+            return Ok(crate::convert::to_storage(def, patched));
+        }
+        self.custom_to_storage(def, patched).await
+    }
+
     /// Calls one webhook if it applies to the request on `object` (storage form).
     async fn call_one(
         &self,
@@ -205,10 +236,7 @@ impl ApiServer {
             return Ok(Called::Skipped);
         }
         let def = &candidates[matched];
-        let view = object.map(|o| crate::convert::from_storage(def, o.clone()));
-        let old_view = call
-            .old
-            .map(|o| crate::convert::from_storage(def, o.clone()));
+        let (view, old_view) = self.as_matched(def, object, call.old).await?;
         let uid = uuid::Uuid::new_v4().to_string();
         let request = review::request(
             &uid,
@@ -300,7 +328,7 @@ impl ApiServer {
             (Some(ops), Some(view)) => {
                 let patched = crate::patch::json_patch(&view, &ops)
                     .map_err(|e| ApiError::internal(format!("JSON Patch: {}", e.message)))?;
-                Some(crate::convert::to_storage(def, patched))
+                Some(self.as_stored(def, patched).await?)
             }
             _ => None,
         };

@@ -291,6 +291,12 @@ impl ApiServer {
         call: &Call<'_>,
         obj: Option<&Value>,
     ) -> Result<Vec<String>, ApiError> {
+        // Policies match the resource the objects are stored as: the objects are shown to
+        // them in its form or converted without a webhook.
+        let call = &Call {
+            res: call.stored,
+            ..*call
+        };
         // Policies never judge policies and bindings, so a bad one can always be fixed.
         if call.res.group == GROUP && matches!(call.res.plural.as_str(), POLICIES | BINDINGS) {
             return Ok(vec![]);
@@ -836,6 +842,7 @@ mod tests {
         let options = json!({});
         let call = Call {
             res: &def,
+            stored: &def,
             subresource: "",
             operation: "CREATE",
             namespace: "ns",
