@@ -134,6 +134,7 @@ impl ApiServer {
             rbac.clone(),
         )));
         authorizers.push(Box::new(rbac.clone()));
+        let authorizers = Arc::new(authorizers);
         let audit = crate::audit::Auditor::start(&config.audit, &metrics)
             .map_err(|e| start_error::Error(e.to_string()))?;
         let server = Arc::new(ApiServer {

@@ -122,8 +122,8 @@ pub struct ApiServer {
     pub(crate) stopping: watch::Sender<bool>,
     /// Who is calling: the token authenticators and whether anonymous requests are allowed.
     pub(crate) authenticators: crate::authentication::Authenticators,
-    /// What callers may do.
-    pub(crate) authorizers: crate::authorization::Authorizers,
+    /// What callers may do; shared with the admission policies' `authorizer` variable.
+    pub(crate) authorizers: Arc<crate::authorization::Authorizers>,
     /// The RBAC authorizer (also on `authorizers`), for what asks which rules a user holds:
     /// escalation checks and rules reviews.
     pub(crate) rbac: crate::authorization::rbac::Rbac,

@@ -9,7 +9,10 @@
 //!   `validation.policy.admission.k8s.io/validation_failure` annotation;
 //! - a binding whose parameter is missing with `parameterNotFoundAction: Deny` refuses;
 //! - `kubectl get` shows the policies' and bindings' columns, and the policy's status its
-//!   observed generation and the expression that does not compile.
+//!   observed generation and the expression that does not compile;
+//! - a policy whose validations ask the `authorizer` (may the user update `deployments/scale`;
+//!   may the user `set-tier` the request's own resource, a custom verb) lets a user whose
+//!   Role grants it through and refuses one whose Role does not (both through `--as`).
 //!
 //! Skipped (with a message) when kubectl is missing, unless `SETPOINT_REQUIRE_KUBECTL` is set.
 
@@ -62,6 +65,99 @@ spec:
   - expression: object.spec.replicas <=
 ";
 
+/// A policy whose validations ask what the request's user may do, its binding (namespace
+/// `authz` only), and the RBAC of two users there: both may write deployments, only bob may
+/// scale them and use the custom verb `set-tier`.
+const AUTHZ_POLICY: &str = "apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: scale-guard
+spec:
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [apps]
+      apiVersions: [v1]
+      operations: [CREATE, UPDATE]
+      resources: [deployments]
+  validations:
+  - expression: >-
+      object.spec.replicas <= 3 ||
+      authorizer.group('apps').resource('deployments').subresource('scale')
+      .namespace(request.namespace).name(object.metadata.name).check('update').allowed()
+    messageExpression: \"'user ' + request.userInfo.username + ' may not scale deployments past 3 replicas'\"
+    reason: Forbidden
+  - expression: >-
+      !has(object.metadata.labels) || !('tier' in object.metadata.labels) ||
+      authorizer.requestResource.check('set-tier').allowed()
+    message: only who may set-tier deployments may label a tier
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: scale-guard
+spec:
+  policyName: scale-guard
+  validationActions: [Deny]
+  matchResources:
+    namespaceSelector:
+      matchLabels:
+        kubernetes.io/metadata.name: authz
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: deployer
+  namespace: authz
+rules:
+- apiGroups: [apps]
+  resources: [deployments]
+  verbs: [create, get, list]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: scaler
+  namespace: authz
+rules:
+- apiGroups: [apps]
+  resources: [deployments/scale]
+  verbs: [update]
+- apiGroups: [apps]
+  resources: [deployments]
+  verbs: [set-tier]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: deployers
+  namespace: authz
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: deployer
+subjects:
+- apiGroup: rbac.authorization.k8s.io
+  kind: User
+  name: alice
+- apiGroup: rbac.authorization.k8s.io
+  kind: User
+  name: bob
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: scalers
+  namespace: authz
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: scaler
+subjects:
+- apiGroup: rbac.authorization.k8s.io
+  kind: User
+  name: bob
+";
+
 fn binding(name: &str, namespace: &str, action: &str, param: &str, not_found: &str) -> String {
     format!(
         "apiVersion: admissionregistration.k8s.io/v1
@@ -108,6 +204,11 @@ spec:
 
 /// `kubectl create -f` of `manifest`: (success, stdout, stderr).
 fn create(s: &Setpoint, manifest: &str) -> (bool, String, String) {
+    create_as(s, None, manifest)
+}
+
+/// `kubectl create -f` of `manifest`, as `user` (impersonated) when given.
+fn create_as(s: &Setpoint, user: Option<&str>, manifest: &str) -> (bool, String, String) {
     let file = s.home().join(format!(
         "obj-{}.yaml",
         std::time::SystemTime::now()
@@ -116,7 +217,10 @@ fn create(s: &Setpoint, manifest: &str) -> (bool, String, String) {
             .as_nanos()
     ));
     std::fs::write(&file, manifest).unwrap();
-    let out = s.kubectl(&["create", "-f", file.to_str().unwrap()]);
+    let as_user = user.map(|u| format!("--as={u}"));
+    let mut args = vec!["create", "-f", file.to_str().unwrap()];
+    args.extend(as_user.as_deref());
+    let out = s.kubectl(&args);
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -277,5 +381,57 @@ fn admission_policies_deny_warn_and_audit_with_params() {
         warnings[0]["fieldRef"], "spec.validations[0].expression",
         "{status}"
     );
+
+    // The authorizer: what the user may do decides.
+    s.ok(&["create", "namespace", "authz"]);
+    s.apply(AUTHZ_POLICY);
+    let mut probes = 0;
+    let stderr = eventually(
+        "the authorizer policy refuses alice a deployment of 5 replicas",
+        Duration::from_secs(20),
+        || {
+            probes += 1;
+            let manifest = deployment(&format!("alice-{probes}"), "authz", 5);
+            let (ok, _, stderr) = create_as(&s, Some("alice"), &manifest);
+            // Until alice's RoleBinding is seen, RBAC refuses her before admission.
+            (!ok && stderr.contains("scale-guard")).then_some(stderr)
+        },
+    );
+    assert!(
+        stderr.contains("is forbidden: ValidatingAdmissionPolicy 'scale-guard' with binding 'scale-guard' denied request: user alice may not scale deployments past 3 replicas"),
+        "{stderr}"
+    );
+    let (ok, _, stderr) = create_as(&s, Some("alice"), &deployment("alice-small", "authz", 2));
+    assert!(ok, "alice within 3 replicas: {stderr}");
+    // bob's RoleBindings may reach the cache after alice's.
+    let mut probes = 0;
+    eventually(
+        "bob, who may update deployments/scale, creates 5 replicas",
+        Duration::from_secs(10),
+        || {
+            probes += 1;
+            let manifest = deployment(&format!("bob-{probes}"), "authz", 5);
+            let (ok, _, stderr) = create_as(&s, Some("bob"), &manifest);
+            if !ok {
+                eprintln!("bob's create refused (retrying): {stderr}");
+            }
+            ok.then_some(())
+        },
+    );
+    let tiered = |name: &str| {
+        deployment(name, "authz", 1).replacen(
+            "  namespace: authz\n",
+            "  namespace: authz\n  labels:\n    tier: gold\n",
+            1,
+        )
+    };
+    let (ok, _, stderr) = create_as(&s, Some("alice"), &tiered("alice-tier"));
+    assert!(!ok, "alice may not set-tier");
+    assert!(
+        stderr.contains("denied request: only who may set-tier deployments may label a tier"),
+        "{stderr}"
+    );
+    let (ok, _, stderr) = create_as(&s, Some("bob"), &tiered("bob-tier"));
+    assert!(ok, "bob may set-tier: {stderr}");
     s.stop();
 }

@@ -3,8 +3,9 @@
 //! The `cel` crate has no cost model, so this is one of our own, shaped like cel-go's:
 //! reading a variable or a field costs 1, a function call 1, creating a list 10 and a map
 //! 30, functions over strings `ceil(length / 10)` more, functions over a whole list its
-//! length more (the sets functions the product of both), and a comprehension (`all`,
-//! `exists`, `map`, `filter`, ...) its range plus the cost of its body for every element.
+//! length more (the sets functions the product of both), an authorization check (`check`)
+//! upstream's 350000, and a comprehension (`all`, `exists`, `map`, `filter`, ...) its range
+//! plus the cost of its body for every element.
 //!
 //! The same walk gives both numbers upstream uses:
 //! - [`estimate`]: the worst case over a schema, when a CRD is written. A list, map or
@@ -342,6 +343,12 @@ impl<'a, 'e> Walk<'a, 'e> {
             "indexOf" | "lastIndexOf" => {
                 self.charge(receiver_size.max(string_traversal(receiver_size)));
             }
+            // An authorization check asks the authorizers: upstream prices it far above
+            // anything else, so that only two fit in one expression.
+            "check" => {
+                self.charge(super::authz::CHECK_COST);
+                return Shape::Sized(1);
+            }
             "sets.contains" | "sets.equivalent" | "sets.intersects" => {
                 let a = shapes.first().map_or(0, Shape::size);
                 let b = shapes.get(1).map_or(0, Shape::size);
@@ -371,10 +378,14 @@ fn run<'a, 'e>(program: &'e Program, vars: Vec<(&'e str, Shape<'a>)>, limit: u64
     walk.spent
 }
 
-/// The cost of evaluating `program` over `vars`, or a number above `limit` once it is
-/// known to exceed it.
-pub fn actual(program: &Program, vars: &[(&str, &Value)], limit: u64) -> u64 {
-    let vars = vars.iter().map(|(n, v)| (*n, Shape::Data(v))).collect();
+/// The cost of evaluating `program` over `vars` and the library values named `opaque`
+/// (the `authorizer`, of no size), or a number above `limit` once it is known to exceed it.
+pub fn actual(program: &Program, vars: &[(&str, &Value)], opaque: &[&str], limit: u64) -> u64 {
+    let vars = opaque
+        .iter()
+        .map(|n| (*n, Shape::Sized(1)))
+        .chain(vars.iter().map(|(n, v)| (*n, Shape::Data(v))))
+        .collect();
     run(program, vars, limit)
 }
 
@@ -456,10 +467,10 @@ mod tests {
         let p = compile("self.items.all(i, i > 0)").unwrap();
         let short = json!({"items": [1, 2]});
         let long = json!({"items": (0..1000).collect::<Vec<_>>()});
-        let a = actual(&p, &[("self", &short)], u64::MAX);
-        let b = actual(&p, &[("self", &long)], u64::MAX);
+        let a = actual(&p, &[("self", &short)], &[], u64::MAX);
+        let b = actual(&p, &[("self", &long)], &[], u64::MAX);
         assert!(a < b && b > 1000, "{a} {b}");
-        let capped = actual(&p, &[("self", &long)], 100);
+        let capped = actual(&p, &[("self", &long)], &[], 100);
         assert!((101..200).contains(&capped), "{capped}");
     }
 

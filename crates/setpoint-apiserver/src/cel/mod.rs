@@ -5,8 +5,9 @@
 //! The environment is CEL's standard library (the `cel` crate), the crate's `strings`,
 //! `lists`, `math` and `base64` extensions, and Kubernetes' own libraries in [`libs`]:
 //! lists (`isSorted`, `sum`, `min`, `max`, `indexOf`, `lastIndexOf`), sets, regex (`find`,
-//! `findAll`), URLs, IP addresses and CIDRs, quantities and named formats. Programs are
-//! compiled once and cached by their source text.
+//! `findAll`), URLs, IP addresses and CIDRs, quantities, named formats and the authorizer
+//! checks of admission policies ([`authz`], whose variables only [`evaluate_with`] binds).
+//! Programs are compiled once and cached by their source text.
 //!
 //! Every evaluation is costed first ([`cost`]): the cost of an expression over the actual
 //! values bound is bounded before it runs, and an expression over the per-call limit is
@@ -17,6 +18,8 @@ pub mod cost;
 mod libs;
 pub mod schema;
 pub mod typecheck;
+
+pub use libs::authz;
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
@@ -173,8 +176,22 @@ pub fn evaluate(
     vars: &[(&str, &Value)],
     budget: &mut Budget,
 ) -> Result<cel::Value, Error> {
+    evaluate_with(program, vars, None, budget)
+}
+
+/// [`evaluate`], with the `authorizer` variables of `authorizer` bound too when given.
+pub fn evaluate_with(
+    program: &Program,
+    vars: &[(&str, &Value)],
+    authorizer: Option<&authz::Bindings>,
+    budget: &mut Budget,
+) -> Result<cel::Value, Error> {
     let limit = PER_CALL_LIMIT.min(budget.remaining);
-    let cost = cost::actual(program, vars, limit);
+    let opaque: &[&str] = match authorizer {
+        Some(_) => &[authz::VARIABLE],
+        None => &[],
+    };
+    let cost = cost::actual(program, vars, opaque, limit);
     if cost > budget.remaining {
         budget.remaining = 0;
         return Err(Error::BudgetExhausted);
@@ -187,6 +204,9 @@ pub fn evaluate(
     let mut ctx = cel::Context::with_env(ENV.clone());
     for (name, v) in vars {
         ctx.add_variable_from_value(*name, json_value(v));
+    }
+    if let Some(a) = authorizer {
+        a.bind(&mut ctx);
     }
     program
         .program

@@ -272,6 +272,9 @@ impl<'a> Checker<'_, 'a> {
             }
             ("_[_]", [Ty::Schema(node), _]) => node.element().map_or(Ty::Dyn, Ty::Schema),
             ("size", _) => Ty::Int,
+            // The authorizer library's decisions (its only functions of these names).
+            ("allowed" | "errored", []) if target.is_some() => Ty::Bool,
+            ("reason" | "error", []) if target.is_some() => Ty::String,
             ("startsWith" | "endsWith" | "contains" | "matches", _) => {
                 if let Some(t) = target {
                     if let Some(n) = t.name() {
@@ -361,6 +364,8 @@ mod tests {
             "has(object.spec.paused) && object.spec.paused",
             "request.anything > 1",
             "object.spec.replicas < 2.5",
+            "authorizer.group('apps').resource('deployments').check('update').allowed()",
+            "authorizer.requestResource.check('approve').reason() == ''",
         ] {
             assert_eq!(warnings(e), Vec::<String>::new(), "{e}");
         }
@@ -390,6 +395,8 @@ mod tests {
         );
         let w = warnings("object.metadata.name > 1");
         assert!(w[0].contains("'_>_' applied to '(string, int)'"), "{w:?}");
+        let w = warnings("authorizer.path('/healthz').check('get').allowed() == 'yes'");
+        assert!(w[0].contains("'_==_' applied to '(bool, string)'"), "{w:?}");
         let w = warnings("object.spec.replicas.startsWith('a')");
         assert!(
             w[0].contains("'startsWith' applied to 'int.(string)'"),

@@ -7,7 +7,10 @@
 //! it and whose `matchResources` also match, and once per parameter object the binding's
 //! `paramRef` selects (or once without `params`). The order inside is upstream's:
 //! `matchConditions`, then `variables`, then `validations` and `auditAnnotations`, with
-//! `object`, `oldObject`, `request`, `params`, `namespaceObject` and `variables` bound.
+//! `object`, `oldObject`, `request`, `params`, `namespaceObject`, `variables` and
+//! `authorizer` bound. `authorizer` checks what the request's user may do (the server's
+//! own writes are `system:apiserver`'s), and `authorizer.requestResource` is the request's
+//! own resource, subresource, namespace and name ([`crate::cel::authz`]).
 //! A failed validation does what the binding's `validationActions` say: `Deny` refuses the
 //! request (the first denial wins, with upstream's message, code and reason), `Warn` adds a
 //! `Warning` header, `Audit` records the `validation.policy.admission.k8s.io/validation_failure`
@@ -16,8 +19,7 @@
 //! `paramKind`) follow the policy's `failurePolicy`.
 //!
 //! Policies, bindings and parameters are read from the watch cache; a policy is compiled
-//! once per generation ([`compiled`]). The `authorizer` variable is not bound: an
-//! expression that reads it fails to evaluate, which `failurePolicy` then decides.
+//! once per generation ([`compiled`]).
 //! [`status`] keeps each policy's `status` (`observedGeneration`, and the expressions that
 //! do not compile in `typeChecking.expressionWarnings`).
 
@@ -77,12 +79,15 @@ struct Activation {
     old_object: Value,
     request: Value,
     namespace_object: Value,
+    /// The `authorizer` variables: the request's user and resource.
+    authorizer: crate::cel::authz::Bindings,
 }
 
 /// Evaluates one expression with `vars` bound, drawing on `budget`.
 fn run(
     expr: &Expr,
     vars: &[(&str, &Value)],
+    authorizer: &crate::cel::authz::Bindings,
     budget: &mut crate::cel::Budget,
 ) -> Result<cel::Value, String> {
     let program = expr.program.as_ref().map_err(Clone::clone)?;
@@ -93,7 +98,10 @@ fn run(
         .filter(|(name, _)| program.uses_variable(name))
         .copied()
         .collect();
-    crate::cel::evaluate(program, &used, budget).map_err(|e| e.to_string())
+    let authorizer = program
+        .uses_variable(crate::cel::authz::VARIABLE)
+        .then_some(authorizer);
+    crate::cel::evaluate_with(program, &used, authorizer, budget).map_err(|e| e.to_string())
 }
 
 /// A variable's value as JSON, to bind for the expressions after it; `None` for values
@@ -431,11 +439,28 @@ impl ApiServer {
             r.remove("object");
             r.remove("oldObject");
         }
+        let user = Arc::new(
+            call.user
+                .cloned()
+                .unwrap_or_else(crate::authentication::UserInfo::internal),
+        );
+        let request_resource = crate::cel::authz::ResourceAttributes {
+            group: call.res.group.clone(),
+            resource: call.res.plural.clone(),
+            subresource: call.subresource.to_string(),
+            namespace: call.namespace.to_string(),
+            name: call.name.to_string(),
+        };
         Activation {
             object: view.unwrap_or(Value::Null),
             old_object: old_view.unwrap_or(Value::Null),
             request,
             namespace_object: namespace.clone().unwrap_or(Value::Null),
+            authorizer: crate::cel::authz::Bindings::new(
+                self.authorizers.clone(),
+                user,
+                request_resource,
+            ),
         }
     }
 
@@ -559,7 +584,7 @@ fn evaluate(
             ("params", params),
             ("variables", variables),
         ];
-        run(expr, &vars, budget)
+        run(expr, &vars, &activation.authorizer, budget)
     };
     let error = |message: String| {
         (
@@ -716,6 +741,16 @@ mod tests {
             old_object: Value::Null,
             request: json!({"operation": "CREATE"}),
             namespace_object: json!({"metadata": {"name": "ns", "labels": {"env": "prod"}}}),
+            authorizer: crate::cel::authz::Bindings::new(
+                Arc::new(crate::authorization::Authorizers::default()),
+                Arc::new(crate::authentication::UserInfo::authenticated("u", vec![])),
+                crate::cel::authz::ResourceAttributes {
+                    group: "apps".into(),
+                    resource: "deployments".into(),
+                    name: "d".into(),
+                    ..Default::default()
+                },
+            ),
         }
     }
 
@@ -783,6 +818,34 @@ mod tests {
             .0
             .is_empty());
         assert_eq!(evaluate(&skipped, &activation(9), &Value::Null).0.len(), 1);
+    }
+
+    #[test]
+    fn validations_ask_the_authorizer_about_the_request_user() {
+        let p = policy(json!({"validations": [
+            {"expression": "authorizer.requestResource.check('update').allowed()",
+             "messageExpression": "authorizer.requestResource.check('update').reason()"},
+            {"expression": "!authorizer.path('/healthz').check('get').allowed()"}]}));
+        // `u` holds no rules: no opinion is no allow, and carries no reason.
+        let (failures, _) = evaluate(&p, &activation(1), &Value::Null);
+        assert_eq!(
+            messages(&failures),
+            [(
+                0,
+                "failed expression: authorizer.requestResource.check('update').allowed()",
+                "Invalid"
+            )]
+        );
+        // The server's own writes may do anything.
+        let mut internal = activation(1);
+        internal.authorizer = crate::cel::authz::Bindings::new(
+            Arc::new(crate::authorization::Authorizers::default()),
+            Arc::new(crate::authentication::UserInfo::internal()),
+            Default::default(),
+        );
+        let (failures, _) = evaluate(&p, &internal, &Value::Null);
+        assert_eq!(messages(&failures)[0].0, 1);
+        assert_eq!(failures.len(), 1);
     }
 
     #[test]

@@ -48,6 +48,15 @@ pub fn username(namespace: &str, name: &str) -> String {
     format!("system:serviceaccount:{namespace}:{name}")
 }
 
+/// The groups of a service account in `namespace`: `system:serviceaccounts` and
+/// `system:serviceaccounts:<namespace>`.
+pub fn groups(namespace: &str) -> Vec<String> {
+    vec![
+        SERVICE_ACCOUNTS_GROUP.to_string(),
+        format!("{SERVICE_ACCOUNTS_GROUP}:{namespace}"),
+    ]
+}
+
 /// An object a token names: its name and uid.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct ObjectRef {
@@ -366,13 +375,7 @@ impl Issuer {
         if let (None, Some(node)) = (&binding.pod, &binding.node) {
             check(Kind::Node, node)?;
         }
-        let mut user = UserInfo::authenticated(
-            sub,
-            vec![
-                SERVICE_ACCOUNTS_GROUP.to_string(),
-                format!("{SERVICE_ACCOUNTS_GROUP}:{}", binding.namespace),
-            ],
-        );
+        let mut user = UserInfo::authenticated(sub, groups(&binding.namespace));
         user.uid = binding.service_account.uid.clone();
         if let Some(pod) = &binding.pod {
             user.extra

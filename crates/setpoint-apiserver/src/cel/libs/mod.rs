@@ -2,6 +2,7 @@
 //! Function names, argument types and results are upstream's (`k8s.io/apiserver/pkg/cel/library`
 //! and cel-go's `ext.Sets`); errors are worded as upstream's where it words them.
 
+pub mod authz;
 mod format;
 mod lists;
 mod net;
@@ -23,6 +24,7 @@ pub(super) fn register(env: &mut Env) -> Result<(), DeclarationError> {
     net::register(env)?;
     quantity::register(env)?;
     format::register(env)?;
+    authz::register(env)?;
     Ok(())
 }
 
