@@ -39,28 +39,45 @@ fn group_doc(name: &str, versions: &[String]) -> Value {
     json!({"name": name, "versions": gvs.clone(), "preferredVersion": gvs[0].clone()})
 }
 
-/// `GET /apis`.
-pub fn groups(server: &ApiServer) -> Value {
-    let groups: Vec<Value> = server
-        .registry()
-        .groups()
-        .iter()
-        .filter(|(g, _)| !g.is_empty())
-        .map(|(g, vs)| group_doc(g, vs))
-        .chain(metrics_served(server).then(metrics_group))
-        .chain(
-            crate::aggregator::remote_groups(server)
-                .into_iter()
-                .map(|(g, vs)| group_doc(&g, &vs.into_iter().map(|(v, _)| v).collect::<Vec<_>>())),
-        )
-        .collect();
-    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+/// Every group/version `/apis` lists (not the core group), once each: Setpoint's own, the
+/// resource metrics API unless an APIService replaced it, and the service-backed ones.
+fn served(server: &ApiServer, remote: &[RemoteGroup]) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = vec![];
+    let mut add = |g: &str, v: &str| {
+        if !out.iter().any(|(og, ov)| og == g && ov == v) {
+            out.push((g.to_string(), v.to_string()));
+        }
+    };
+    for (g, versions) in server.registry().groups() {
+        if !g.is_empty() {
+            versions.iter().for_each(|v| add(&g, v));
+        }
+    }
+    if metrics_served(server) {
+        add(
+            crate::resourcemetrics::GROUP,
+            crate::resourcemetrics::VERSION,
+        );
+    }
+    for (g, versions) in remote {
+        versions.iter().for_each(|(v, _)| add(g, v));
+    }
+    out
 }
 
-/// The resource metrics API's group, served by [`crate::resourcemetrics`], not stored.
-fn metrics_group() -> Value {
-    use crate::resourcemetrics::{GROUP, VERSION};
-    group_doc(GROUP, &[VERSION.to_string()])
+/// A service-backed group: its versions with their servers' resource lists.
+type RemoteGroup = (String, Vec<(String, Value)>);
+
+/// `GET /apis`: groups in the aggregator's order (by their APIServices' priorities), each
+/// group's preferred version first.
+pub fn groups(server: &ApiServer) -> Value {
+    let remote = crate::aggregator::remote_groups(server);
+    let ranked = crate::aggregator::ranked(server, served(server, &remote));
+    let groups: Vec<Value> = crate::aggregator::order::group_list(ranked)
+        .iter()
+        .map(|(g, vs)| group_doc(g, vs))
+        .collect();
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
 /// Whether Setpoint serves the resource metrics API itself (no APIService replaced it).
@@ -69,25 +86,21 @@ fn metrics_served(server: &ApiServer) -> bool {
     !crate::aggregator::replaced(server, GROUP, VERSION)
 }
 
-/// `GET /apis/<group>`.
+/// `GET /apis/<group>`: its versions in the order `/apis` lists them.
 pub fn group(server: &ApiServer, name: &str) -> Option<Value> {
+    if name.is_empty() {
+        return None;
+    }
     let remote = crate::aggregator::remote_groups(server);
-    if let Some((g, vs)) = remote.iter().find(|(g, _)| g == name) {
-        let versions: Vec<String> = vs.iter().map(|(v, _)| v.clone()).collect();
-        let mut doc = group_doc(g, &versions);
-        doc["kind"] = json!("APIGroup");
-        doc["apiVersion"] = json!("v1");
-        return Some(doc);
-    }
-    if name == crate::resourcemetrics::GROUP {
-        let mut doc = metrics_group();
-        doc["kind"] = json!("APIGroup");
-        doc["apiVersion"] = json!("v1");
-        return Some(doc);
-    }
-    let groups = server.registry().groups();
-    let (g, vs) = groups.iter().find(|(g, _)| g == name && !g.is_empty())?;
-    let mut doc = group_doc(g, vs);
+    let served: Vec<(String, String)> = served(server, &remote)
+        .into_iter()
+        .filter(|(g, _)| g == name)
+        .collect();
+    let ranked = crate::aggregator::ranked(server, served);
+    let (g, vs) = crate::aggregator::order::group_list(ranked)
+        .into_iter()
+        .next()?;
+    let mut doc = group_doc(&g, &vs);
     doc["kind"] = json!("APIGroup");
     doc["apiVersion"] = json!("v1");
     Some(doc)
@@ -149,80 +162,102 @@ fn storage_version_hash(r: &ResourceDef) -> String {
     base64::engine::general_purpose::STANDARD.encode(h.to_be_bytes())[..11].to_string()
 }
 
-/// The aggregated discovery document for `/api` (core) or `/apis` (everything else).
-pub fn aggregated(server: &ApiServer, core: bool) -> Value {
-    let mut items = Vec::new();
-    for (g, versions) in server.registry().groups() {
-        if g.is_empty() != core {
-            continue;
-        }
-        let vs: Vec<Value> = versions
-            .iter()
-            .map(|v| {
-                let resources: Vec<Value> = server
-                    .registry()
-                    .of_group_version(&g, v)
-                    .iter()
-                    .map(|r| {
-                        let subs: Vec<Value> = r
-                            .subresources()
-                            .iter()
-                            .map(|s| {
-                                json!({"subresource": s.name,
-                                       "responseKind": {"group": s.group, "version": s.version, "kind": s.kind},
-                                       "verbs": s.verbs})
-                            })
-                            .collect();
-                        let mut e = json!({
-                            "resource": r.plural, "singularResource": r.singular,
-                            "scope": if r.namespaced { "Namespaced" } else { "Cluster" },
-                            "responseKind": {"group": r.group, "version": r.version, "kind": r.kind},
-                            "verbs": r.verbs(),
-                        });
-                        if !r.short_names.is_empty() {
-                            e["shortNames"] = json!(r.short_names);
-                        }
-                        if !r.categories.is_empty() {
-                            e["categories"] = json!(r.categories);
-                        }
-                        if !subs.is_empty() {
-                            e["subresources"] = Value::Array(subs);
-                        }
-                        e
-                    })
-                    .collect();
-                json!({"version": v, "resources": resources, "freshness": "Current"})
-            })
-            .collect();
-        items.push(json!({"metadata": {"name": g}, "versions": vs}));
-    }
-    if !core {
-        for (group, versions) in crate::aggregator::remote_groups(server) {
-            let vs: Vec<Value> = versions
+/// A group/version's resources as aggregated discovery lists them.
+fn local_resources(server: &ApiServer, group: &str, version: &str) -> Vec<Value> {
+    server
+        .registry()
+        .of_group_version(group, version)
+        .iter()
+        .map(|r| {
+            let subs: Vec<Value> = r
+                .subresources()
                 .iter()
-                .map(|(v, list)| {
-                    json!({"version": v, "freshness": "Current",
-                    "resources": crate::aggregator::v2_resources(&group, v, list)})
+                .map(|s| {
+                    json!({"subresource": s.name,
+                           "responseKind": {"group": s.group, "version": s.version, "kind": s.kind},
+                           "verbs": s.verbs})
                 })
                 .collect();
-            items.push(json!({"metadata": {"name": group}, "versions": vs}));
-        }
-    }
-    if !core && metrics_served(server) {
-        use crate::resourcemetrics::{GROUP, RESOURCES, VERSION};
-        let resources: Vec<Value> = RESOURCES
-            .iter()
-            .map(|(plural, kind, namespaced)| {
-                json!({
-                    "resource": plural, "singularResource": "",
-                    "scope": if *namespaced { "Namespaced" } else { "Cluster" },
-                    "responseKind": {"group": GROUP, "version": VERSION, "kind": kind},
-                    "verbs": ["get", "list"],
-                })
+            let mut e = json!({
+                "resource": r.plural, "singularResource": r.singular,
+                "scope": if r.namespaced { "Namespaced" } else { "Cluster" },
+                "responseKind": {"group": r.group, "version": r.version, "kind": r.kind},
+                "verbs": r.verbs(),
+            });
+            if !r.short_names.is_empty() {
+                e["shortNames"] = json!(r.short_names);
+            }
+            if !r.categories.is_empty() {
+                e["categories"] = json!(r.categories);
+            }
+            if !subs.is_empty() {
+                e["subresources"] = Value::Array(subs);
+            }
+            e
+        })
+        .collect()
+}
+
+/// The resource metrics API's resources as aggregated discovery lists them.
+fn metrics_resources() -> Vec<Value> {
+    use crate::resourcemetrics::{GROUP, RESOURCES, VERSION};
+    RESOURCES
+        .iter()
+        .map(|(plural, kind, namespaced)| {
+            json!({
+                "resource": plural, "singularResource": "",
+                "scope": if *namespaced { "Namespaced" } else { "Cluster" },
+                "responseKind": {"group": GROUP, "version": VERSION, "kind": kind},
+                "verbs": ["get", "list"],
             })
-            .collect();
-        items.push(json!({"metadata": {"name": GROUP},
-            "versions": [{"version": VERSION, "resources": resources, "freshness": "Current"}]}));
+        })
+        .collect()
+}
+
+/// The aggregated discovery document for `/api` (core) or `/apis` (everything else, in the
+/// aggregator's order of groups and versions).
+pub fn aggregated(server: &ApiServer, core: bool) -> Value {
+    let item =
+        |g: &str, versions: Vec<Value>| json!({"metadata": {"name": g}, "versions": versions});
+    let version_doc = |v: &str, resources: Vec<Value>| json!({"version": v, "resources": resources, "freshness": "Current"});
+    let mut items = Vec::new();
+    if core {
+        for (g, versions) in server.registry().groups() {
+            if g.is_empty() {
+                let vs = versions
+                    .iter()
+                    .map(|v| version_doc(v, local_resources(server, &g, v)))
+                    .collect();
+                items.push(item(&g, vs));
+            }
+        }
+    } else {
+        let remote = crate::aggregator::remote_groups(server);
+        let ranked = crate::aggregator::ranked(server, served(server, &remote));
+        let metrics = (
+            crate::resourcemetrics::GROUP,
+            crate::resourcemetrics::VERSION,
+        );
+        for (g, versions) in crate::aggregator::order::aggregated(ranked) {
+            let vs = versions
+                .iter()
+                .map(|v| {
+                    let list = remote
+                        .iter()
+                        .filter(|(rg, _)| *rg == g)
+                        .flat_map(|(_, vs)| vs)
+                        .find(|(rv, _)| rv == v)
+                        .map(|(_, list)| list);
+                    let resources = match list {
+                        Some(list) => crate::aggregator::v2_resources(&g, v, list),
+                        None if (g.as_str(), v.as_str()) == metrics => metrics_resources(),
+                        None => local_resources(server, &g, v),
+                    };
+                    version_doc(v, resources)
+                })
+                .collect();
+            items.push(item(&g, vs));
+        }
     }
     json!({"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {}, "items": items})
 }

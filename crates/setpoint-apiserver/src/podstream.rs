@@ -323,22 +323,7 @@ pub async fn connect(
             response = response.header(*h, v);
         }
     }
-    let agent_upgrade = hyper::upgrade::on(&mut answer);
-    tokio::spawn(async move {
-        let (client, agent) = match tokio::join!(client_upgrade, agent_upgrade) {
-            (Ok(c), Ok(a)) => (c, a),
-            (c, a) => {
-                tracing::debug!(client = ?c.err(), agent = ?a.err(), "streaming upgrade failed");
-                return;
-            }
-        };
-        let mut client = TokioIo::new(client);
-        let mut agent = TokioIo::new(agent);
-        // Byte for byte until either side closes; each direction's end is passed on.
-        if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut agent).await {
-            tracing::debug!(error = %e, "streaming connection ended");
-        }
-    });
+    crate::proxy::splice(client_upgrade, hyper::upgrade::on(&mut answer));
     response
         .body(Body::empty())
         .map_err(|e| ApiError::internal(e.to_string()))

@@ -329,15 +329,68 @@ pub(crate) async fn forward(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, ForwardError> {
-    let address = format!("{}:{}", to.host, to.port);
-    let tcp = tokio::time::timeout(
-        CONNECT_TIMEOUT,
-        tokio::net::TcpStream::connect((to.host, to.port)),
-    )
-    .await
-    .map_err(|_| ForwardError::Timeout)?
-    .map_err(ForwardError::Connect)?;
-    let _ = tcp.set_nodelay(true);
+    let request = outgoing(&to, rest, raw_query, method, headers, false, body)?;
+    let response = exchange(to, request).await?;
+    Ok(relayed(response, base))
+}
+
+/// Relays a request that asks to switch protocols (`Connection: Upgrade`, a WebSocket or
+/// SPDY handshake) to `to`, as upstream's upgrade-aware proxy does: the upgrade headers go
+/// along, and when the backend answers 101 Switching Protocols the caller gets that answer,
+/// its headers included, and the two connections are spliced byte for byte until either side
+/// closes. Any other answer is relayed as [`forward`] relays it. `client` is the caller's
+/// connection once the server has switched it.
+pub(crate) async fn forward_upgrade(
+    to: Destination<'_>,
+    rest: &str,
+    raw_query: Option<&str>,
+    method: &Method,
+    headers: &HeaderMap,
+    body: Body,
+    client: hyper::upgrade::OnUpgrade,
+) -> Result<Response, ForwardError> {
+    let request = outgoing(&to, rest, raw_query, method, headers, true, body)?;
+    let mut response = exchange(to, request).await?;
+    if response.status() != http::StatusCode::SWITCHING_PROTOCOLS {
+        return Ok(relayed(response, ""));
+    }
+    let backend = hyper::upgrade::on(&mut response);
+    splice(client, backend);
+    let (parts, _) = response.into_parts();
+    Ok(Response::from_parts(parts, Body::empty()))
+}
+
+/// Once both sides have switched protocols, copies bytes between the caller's and the
+/// backend's connections until either side closes (each direction's end is passed on).
+pub(crate) fn splice(client: hyper::upgrade::OnUpgrade, backend: hyper::upgrade::OnUpgrade) {
+    tokio::spawn(async move {
+        let (client, backend) = match tokio::join!(client, backend) {
+            (Ok(c), Ok(b)) => (c, b),
+            (c, b) => {
+                tracing::debug!(client = ?c.err(), backend = ?b.err(), "upgrade failed");
+                return;
+            }
+        };
+        let mut client = hyper_util::rt::TokioIo::new(client);
+        let mut backend = hyper_util::rt::TokioIo::new(backend);
+        if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut backend).await {
+            tracing::debug!(error = %e, "upgraded connection ended");
+        }
+    });
+}
+
+/// The request sent to `to`: the method, `rest` and the query, the headers but the
+/// hop-by-hop ones (except, for an upgrade, `Connection` and `Upgrade`) and the caller's
+/// credentials, and the body.
+fn outgoing(
+    to: &Destination<'_>,
+    rest: &str,
+    raw_query: Option<&str>,
+    method: &Method,
+    headers: &HeaderMap,
+    upgrade: bool,
+    body: Body,
+) -> Result<http::Request<Body>, ForwardError> {
     let mut path = rest.to_string();
     if let Some(q) = raw_query.filter(|q| !q.is_empty()) {
         path.push('?');
@@ -346,17 +399,35 @@ pub(crate) async fn forward(
     let mut request = http::Request::builder().method(method.clone()).uri(&path);
     for (name, value) in headers {
         let lower = name.as_str();
-        if DROPPED.contains(&lower) || lower.starts_with("impersonate-") || lower == "host" {
+        let kept = upgrade && (lower == "connection" || lower == "upgrade");
+        if !kept
+            && (DROPPED.contains(&lower) || lower.starts_with("impersonate-") || lower == "host")
+        {
             continue;
         }
         request = request.header(name, value);
     }
-    request = request.header(http::header::HOST, &address);
-    let request = request
+    request = request.header(http::header::HOST, format!("{}:{}", to.host, to.port));
+    request
         .body(body)
-        .map_err(|e| ForwardError::Exchange(e.to_string()))?;
+        .map_err(|e| ForwardError::Exchange(e.to_string()))
+}
+
+/// Connects to `to` (TLS when it says so) and sends `request`.
+async fn exchange(
+    to: Destination<'_>,
+    request: http::Request<Body>,
+) -> Result<http::Response<hyper::body::Incoming>, ForwardError> {
+    let tcp = tokio::time::timeout(
+        CONNECT_TIMEOUT,
+        tokio::net::TcpStream::connect((to.host, to.port)),
+    )
+    .await
+    .map_err(|_| ForwardError::Timeout)?
+    .map_err(ForwardError::Connect)?;
+    let _ = tcp.set_nodelay(true);
     let exchange = |e: &dyn std::fmt::Display| ForwardError::Exchange(e.to_string());
-    let response = match to.tls {
+    match to.tls {
         Some((config, server_name)) => {
             let name = ServerName::try_from(server_name).map_err(|e| exchange(&e))?;
             let stream = tokio_rustls::TlsConnector::from(config)
@@ -367,7 +438,12 @@ pub(crate) async fn forward(
         }
         None => send(tcp, request).await,
     }
-    .map_err(|e| exchange(&e))?;
+    .map_err(|e| exchange(&e))
+}
+
+/// A backend's answer as the caller gets it: without the hop-by-hop headers, a redirect to
+/// one of the backend's absolute paths kept under `base`, the body streamed.
+fn relayed(response: http::Response<hyper::body::Incoming>, base: &str) -> Response {
     let (mut parts, body) = response.into_parts();
     for name in DROPPED {
         parts.headers.remove(*name);
@@ -380,7 +456,7 @@ pub(crate) async fn forward(
         }
     }
     let body = body.map_err(|e| std::io::Error::other(e.to_string()));
-    Ok(Response::from_parts(parts, Body::new(body)))
+    Response::from_parts(parts, Body::new(body))
 }
 
 async fn send<S>(
@@ -393,8 +469,9 @@ where
     let (mut sender, conn) =
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
     tokio::spawn(async move {
-        // Ends when the response body is finished or dropped (the caller went away).
-        let _ = conn.await;
+        // Ends when the response body is finished or dropped (the caller went away), or once
+        // an upgraded connection has been handed over.
+        let _ = conn.with_upgrades().await;
     });
     sender.send_request(request).await
 }

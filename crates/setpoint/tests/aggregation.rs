@@ -10,6 +10,9 @@
 //!   and deeper paths reach the test server, which sees the caller in `X-Remote-User` and
 //!   `X-Remote-Group` from the `front-proxy-client` certificate;
 //! - `kubectl api-resources` lists the extension server's resources;
+//! - an upgrade request is relayed: once the extension server answers 101 the connections are
+//!   spliced both ways (the test server echoes), and a refusal comes back as it was;
+//! - `/apis` lists the group where its `groupPriorityMinimum` puts it;
 //! - an invalid APIService is refused with upstream's message;
 //! - pointing `v1beta1.metrics.k8s.io` at the Service replaces the built-in metrics API;
 //! - with the test server down, the APIService turns `Available=False`
@@ -17,7 +20,7 @@
 //!
 //! Skipped (with a message) when kubectl is missing, unless `SETPOINT_REQUIRE_KUBECTL` is set.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -44,6 +47,8 @@ struct Seen {
     groups: Vec<String>,
     /// The common name of the verified client certificate.
     client: String,
+    /// The protocol the request asked to upgrade to.
+    upgrade: String,
 }
 
 fn resource_list() -> Value {
@@ -77,7 +82,7 @@ fn serve_one(
         .next()
         .unwrap_or("")
         .to_string();
-    let (mut user, mut groups) = (String::new(), vec![]);
+    let (mut user, mut groups, mut upgrade) = (String::new(), vec![], String::new());
     loop {
         let mut line = String::new();
         reader.read_line(&mut line)?;
@@ -92,9 +97,13 @@ fn serve_one(
             if k.eq_ignore_ascii_case("x-remote-group") {
                 groups.push(v.trim().to_string());
             }
+            if k.eq_ignore_ascii_case("upgrade") {
+                upgrade = v.trim().to_string();
+            }
         }
     }
-    let client = tls
+    let client = reader
+        .get_ref()
         .conn
         .peer_certificates()
         .and_then(|certs| certs.first())
@@ -109,8 +118,12 @@ fn serve_one(
         user,
         groups,
         client,
+        upgrade: upgrade.clone(),
     });
     let base = format!("/apis/{GROUP}/{VERSION}");
+    if upgrade == ECHO_PROTOCOL && path.ends_with("/echo") {
+        return echo(&mut reader);
+    }
     let (status, body) = if path == base {
         ("200 OK", resource_list())
     } else if path == "/apis/metrics.k8s.io/v1beta1" {
@@ -258,6 +271,99 @@ spec:
     )
 }
 
+/// The most bytes the test server echoes on an upgraded connection.
+const MAX_ECHO: usize = 64 * 1024;
+/// The protocol the test server switches to.
+const ECHO_PROTOCOL: &str = "setpoint-echo";
+
+/// Answers an upgrade to [`ECHO_PROTOCOL`] with 101 and echoes what comes until the client
+/// closes (at most [`MAX_ECHO`] bytes).
+fn echo<S: Read + Write>(reader: &mut BufReader<S>) -> std::io::Result<()> {
+    write!(
+        reader.get_mut(),
+        "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: {ECHO_PROTOCOL}\r\n\r\n"
+    )?;
+    reader.get_mut().flush()?;
+    let (mut buf, mut total) = ([0u8; 1024], 0);
+    while total < MAX_ECHO {
+        let n = reader.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        total += n;
+        reader.get_mut().write_all(&buf[..n])?;
+        reader.get_mut().flush()?;
+    }
+    Ok(())
+}
+
+/// Sends `GET path` asking to upgrade to [`ECHO_PROTOCOL`] to the cluster as its admin (the
+/// kubeconfig's client certificate), and once switched, `payload`: the response head, and what
+/// came back of the payload.
+fn upgrade(s: &Setpoint, path: &str, payload: &[u8]) -> (String, Vec<u8>) {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    let pem = |field: &str| {
+        let b64 = s.ok(&[
+            "config",
+            "view",
+            "--raw",
+            "-o",
+            &format!("jsonpath={{{field}}}"),
+        ]);
+        base64::engine::general_purpose::STANDARD
+            .decode(b64.trim())
+            .unwrap()
+    };
+    let ca = pem(".clusters[0].cluster.certificate-authority-data");
+    let cert = pem(".users[0].user.client-certificate-data");
+    let key = pem(".users[0].user.client-key-data");
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(&ca) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert)
+        .map(Result::unwrap)
+        .collect();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(certs, PrivateKeyDer::from_pem_slice(&key).unwrap())
+        .unwrap();
+    let address = s.url.trim_start_matches("https://").to_string();
+    let (host, _) = address.rsplit_once(':').unwrap();
+    let name = ServerName::try_from(host.to_string()).unwrap();
+    let conn = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+    let tcp = std::net::TcpStream::connect(&address).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    write!(
+        tls,
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: Upgrade\r\nUpgrade: {ECHO_PROTOCOL}\r\n\r\n"
+    )
+    .unwrap();
+    tls.flush().unwrap();
+    // The head, byte by byte so that nothing after it is consumed.
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") && head.len() < 16 * 1024 {
+        tls.read_exact(&mut byte).unwrap();
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).into_owned();
+    let mut echoed = vec![0u8; payload.len()];
+    if head.starts_with("HTTP/1.1 101") && !payload.is_empty() {
+        tls.write_all(payload).unwrap();
+        tls.flush().unwrap();
+        tls.read_exact(&mut echoed).unwrap();
+    }
+    tls.conn.send_close_notify();
+    let _ = tls.flush();
+    (head, echoed)
+}
+
 /// The `Available` condition's status and reason.
 fn available(s: &Setpoint, name: &str) -> (String, String) {
     let out = s.ok(&[
@@ -390,6 +496,47 @@ fn an_api_service_proxies_its_group_to_an_extension_server() {
             "true",
             "Flunder"
         ]
+    );
+
+    // An upgrade is relayed with the caller's identity, and once the extension server
+    // switches protocols, bytes flow both ways through the API server.
+    let echo_path = format!("/apis/{GROUP}/{VERSION}/namespaces/default/flunders/first/echo");
+    let (head, echoed) = upgrade(&s, &echo_path, b"ping through the aggregator");
+    assert!(head.starts_with("HTTP/1.1 101 "), "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains(&format!("upgrade: {ECHO_PROTOCOL}")),
+        "{head}"
+    );
+    assert_eq!(echoed, b"ping through the aggregator");
+    let relayed = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|r| r.path == echo_path)
+        .cloned()
+        .expect("the extension server saw the upgrade");
+    assert_eq!(
+        (relayed.upgrade.as_str(), relayed.user.as_str()),
+        (ECHO_PROTOCOL, "admin")
+    );
+    // An extension server that does not switch is answered as it answered.
+    let (head, _) = upgrade(&s, &format!("/apis/{GROUP}/{VERSION}/nowhere"), b"");
+    assert!(head.starts_with("HTTP/1.1 404 "), "{head}");
+
+    // /apis lists the group by its groupPriorityMinimum (1000): after the built-in groups
+    // (16200 and up), before metrics.k8s.io (100).
+    let names: Vec<String> = serde_json::from_str::<Value>(&groups).unwrap()["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["name"].as_str().unwrap().to_string())
+        .collect();
+    let at = |name: &str| names.iter().position(|n| n == name).unwrap();
+    assert_eq!(names[0], "apiregistration.k8s.io", "{names:?}");
+    assert!(
+        at("discovery.k8s.io") < at(GROUP) && at(GROUP) < at("metrics.k8s.io"),
+        "{names:?}"
     );
 
     // Validation speaks upstream's words.

@@ -16,7 +16,7 @@ pub(crate) const AUTOMANAGED: &str = "kube-aggregator.kubernetes.io/automanaged"
 
 /// `groupPriorityMinimum` and `versionPriority` of a built-in group/version, upstream's table;
 /// others (custom resources) get what upstream gives CRD groups.
-fn priority(group: &str, version: &str) -> (i64, i64) {
+pub(crate) fn priority(group: &str, version: &str) -> (i64, i64) {
     match (group, version) {
         ("", _) => (18000, 1),
         ("apiregistration.k8s.io", _) => (18000, 15),

@@ -8,13 +8,16 @@
 //! keeps its `Available` condition, and keeps each extension server's resource list, which
 //! discovery merges into `/apis` and the aggregated discovery document.
 //!
-//! A request is authenticated and authorized by Setpoint before it is relayed. What is not
-//! relayed: upgraded connections (`exec`-like streams of an extension server) and the core
-//! group (`v1.` is always local).
+//! A request is authenticated and authorized by Setpoint before it is relayed. A request that
+//! asks to switch protocols (an extension server's `exec`-like stream, a WebSocket) is relayed
+//! with its upgrade headers, and once the extension server answers 101 the two connections are
+//! spliced ([`crate::proxy::forward_upgrade`]). The core group is never relayed (`v1.` is
+//! always local).
 
 pub(crate) mod autoregister;
 pub(crate) mod available;
 pub(crate) mod frontproxy;
+pub(crate) mod order;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -187,8 +190,9 @@ pub(crate) async fn backend(server: &ApiServer, api_service: &Value) -> Result<B
 }
 
 /// Relays a request for a service-backed APIService's group/version to its server, as
-/// `user`. Unavailable APIServices and unresolvable Services answer 503 `service unavailable`,
-/// as kube-aggregator's proxy does.
+/// `user`; an upgrade request (`client_upgrade`, the caller's connection once switched) is
+/// spliced to the server's once it agrees. Unavailable APIServices and unresolvable Services
+/// answer 503 `service unavailable`, as kube-aggregator's proxy does.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn proxy(
     server: &ApiServer,
@@ -199,6 +203,7 @@ pub(crate) async fn proxy(
     raw_query: Option<&str>,
     headers: &HeaderMap,
     body: Body,
+    client_upgrade: Option<hyper::upgrade::OnUpgrade>,
 ) -> Response {
     let unavailable = || text_response(StatusCode::SERVICE_UNAVAILABLE, "service unavailable\n");
     if available_status(api_service) != "True" {
@@ -218,7 +223,13 @@ pub(crate) async fn proxy(
         port: backend.port,
         tls: Some((backend.tls, backend.server_name)),
     };
-    match crate::proxy::forward(to, "", path, raw_query, method, &headers, body).await {
+    let relayed = match client_upgrade.filter(|_| crate::podstream::is_upgrade(&headers)) {
+        Some(client) => {
+            crate::proxy::forward_upgrade(to, path, raw_query, method, &headers, body, client).await
+        }
+        None => crate::proxy::forward(to, "", path, raw_query, method, &headers, body).await,
+    };
+    match relayed {
         Ok(response) => response,
         Err(e) => {
             tracing::warn!(apiservice = setpoint_api::meta::name(api_service), error = %e, "relaying to the extension server");
@@ -252,6 +263,43 @@ pub(crate) fn remote_groups(server: &ApiServer) -> Vec<(String, Vec<(String, Val
         }
     }
     out
+}
+
+/// `served` (group/versions) with the priorities of their APIServices, which order discovery
+/// ([`order`]); a group/version without an APIService yet (before the first registration)
+/// has the priorities its local APIService will get.
+pub(crate) fn ranked(server: &ApiServer, served: Vec<(String, String)>) -> Vec<order::Ranked> {
+    // Parsed once per change of the APIServices: every discovery request reads them.
+    let api_services = api_services_def(server)
+        .map(|def| {
+            let cache = server.caches.get(&def.storage_prefix());
+            cache.parsed(&def.namespace_prefix(None))
+        })
+        .unwrap_or_default();
+    let by_name: BTreeMap<&str, &Value> = api_services
+        .iter()
+        .map(|a| (setpoint_api::meta::name(a), a))
+        .collect();
+    served
+        .into_iter()
+        .map(|(group, version)| {
+            let (default_group, default_version) = autoregister::priority(&group, &version);
+            let spec = by_name
+                .get(format!("{version}.{group}").as_str())
+                .and_then(|a| a.get("spec"));
+            let number = |key: &str, default: i64| {
+                spec.and_then(|s| s.get(key))
+                    .and_then(Value::as_i64)
+                    .unwrap_or(default)
+            };
+            order::Ranked {
+                group_priority: number("groupPriorityMinimum", default_group),
+                version_priority: number("versionPriority", default_version),
+                group,
+                version,
+            }
+        })
+        .collect()
 }
 
 /// An extension server's `APIResourceList` entries as aggregated discovery (v2) resources:

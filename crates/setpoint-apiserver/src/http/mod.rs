@@ -327,6 +327,8 @@ async fn dispatch(
     let resource = resource_label(&target);
     // A group/version an APIService delegates to an extension server is relayed there.
     if let Some(api_service) = crate::aggregator::proxied(server, &path) {
+        // An upgrade request's connection, which the relay splices once switched.
+        let client_upgrade = parts.extensions.remove::<hyper::upgrade::OnUpgrade>();
         let response = crate::aggregator::proxy(
             server,
             &api_service,
@@ -336,6 +338,7 @@ async fn dispatch(
             parts.uri.query(),
             &parts.headers,
             body,
+            client_upgrade,
         )
         .await;
         let status = response.status().as_u16();
