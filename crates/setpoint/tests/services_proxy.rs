@@ -4,8 +4,8 @@
 //! the cluster IP in a loop while pods are deleted one by one and the Deployment rolls to a
 //! new version; the client sees no failed request beyond the in-flight ones of a killed pod.
 //! A deleted pod's endpoint leaves the node's rules, timed; a NodePort Service answers on the
-//! node's address; a LoadBalancer Service gets the node's address as its ingress, which
-//! answers; the table is gone when the cluster is cleaned up.
+//! host's address and on 127.0.0.1; a LoadBalancer Service gets the node's address as its
+//! ingress, which answers; the table is gone when the cluster is cleaned up.
 //!
 //! Needs root and `nft` (skipped without them, unless `SETPOINT_REQUIRE_NFT` is set) and
 //! kubectl (unless `SETPOINT_REQUIRE_KUBECTL` is set).
@@ -311,6 +311,11 @@ fn services_repoint_with_real_packets() {
         });
         assert_eq!(answer, "1");
     }
+    // And on loopback, the local node's own address (pods on a bridge included).
+    let answer = eventually("the node port answers on 127.0.0.1", WAIT, || {
+        get(SocketAddr::from((Ipv4Addr::LOCALHOST, node_port))).ok()
+    });
+    assert_eq!(answer, "1");
 
     load_balancer(&s);
 
