@@ -5,7 +5,10 @@
 //! probability [`SimulatedConfig::failure_rate`] a run ends with exit code 1 after
 //! [`SimulatedConfig::fail_after`]; the container is then restarted as `restartPolicy` says,
 //! waiting out a CrashLoopBackOff-style back-off (base doubling to a cap), or stays terminated
-//! under `Never` (the pod then fails). Simulated containers never finish on their own.
+//! under `Never` (the pod then fails). Simulated containers never finish on their own,
+//! unless the pod's [`SIMULATED_SUCCEED_AFTER_ANNOTATION`] gives each run a length: a run then
+//! exits with code 0 after it (unless it fails first), and is restarted only under `Always`;
+//! a pod whose containers all exited 0 succeeds (a Job's pods complete).
 //!
 //! Nothing pretends to be real: image IDs and container IDs use the `simulated://` scheme, the
 //! pod's status message says it is simulated, and logs are a one-line note.
@@ -53,7 +56,7 @@ use crate::stats::{
     ContainerStats, NodeUsage, PodStats, RuntimeStats, Usage, SIMULATED_CPU_ANNOTATION,
     SIMULATED_CPU_TOTAL_ANNOTATION, SIMULATED_MEMORY_ANNOTATION, SIMULATED_MEMORY_TOTAL_ANNOTATION,
 };
-use crate::status::{now as now_truncated, truncate, wall_now};
+use crate::status::{now as now_truncated, pod_phase, truncate, wall_now, Disposition};
 
 /// The CPU a simulated node uses for itself, beside its pods (millicores).
 pub const NODE_BASE_CPU_MILLIS: u64 = 100;
@@ -65,6 +68,24 @@ pub const RUNTIME_VERSION: &str = "setpoint-simulated://0.1";
 
 /// The pod status message of every simulated pod.
 pub const SIMULATED_MESSAGE: &str = "containers are simulated by setpoint: no processes run";
+
+/// The annotation giving the length of each run of a simulated pod's containers, in
+/// milliseconds (`"2000"`): a run exits with code 0 after it. Without it a run never ends.
+pub const SIMULATED_SUCCEED_AFTER_ANNOTATION: &str = "setpoint.dev/simulated-succeed-after-ms";
+
+/// How long each run of `pod`'s containers lasts before exiting 0: none without the
+/// annotation, or why its value is invalid.
+fn run_length(pod: &Pod) -> Result<Option<Duration>, String> {
+    let annotations = pod.metadata.annotations.as_ref();
+    let Some(v) = annotations.and_then(|a| a.get(SIMULATED_SUCCEED_AFTER_ANNOTATION)) else {
+        return Ok(None);
+    };
+    v.parse::<u64>()
+        .map(|ms| Some(Duration::from_millis(ms)))
+        .map_err(|_| {
+            format!("{SIMULATED_SUCCEED_AFTER_ANNOTATION}: {v:?} is not a number of milliseconds")
+        })
+}
 
 /// How simulated containers behave.
 #[derive(Clone, Debug, PartialEq)]
@@ -113,10 +134,11 @@ fn next_pod_ip() -> String {
 enum State {
     /// Not running; becomes Running at `until`. `crashed` marks a back-off after a failure.
     Waiting { until: Instant, crashed: bool },
-    /// Running since `since`; fails at `fails_at` if this run is one that fails.
+    /// Running since `since`; `ends` at a time with an exit code if this run is one that
+    /// fails, or one of a pod whose runs have a length.
     Running {
         since: Instant,
-        fails_at: Option<Instant>,
+        ends: Option<(Instant, i32)>,
     },
     /// Exited and not restarted (`restartPolicy: Never`).
     Terminated,
@@ -141,7 +163,7 @@ struct SimContainer {
 impl SimContainer {
     /// The core-nanoseconds the current run has used by `now` at `millis` since the last fold.
     fn cpu_used(&mut self, millis: u64, now: Instant) -> Option<(Instant, u64)> {
-        let State::Running { since, fails_at } = self.state else {
+        let State::Running { since, ends } = self.state else {
             return None;
         };
         let meter = match self.meter {
@@ -150,7 +172,7 @@ impl SimContainer {
             _ => (since, 0, since),
         };
         self.meter = Some(meter);
-        let end = fails_at.map_or(now, |f| f.min(now));
+        let end = ends.map_or(now, |(f, _)| f.min(now));
         let ran = end.saturating_duration_since(meter.2).as_nanos() as u64;
         Some((since, meter.1 + ran.saturating_mul(millis) / 1000))
     }
@@ -170,6 +192,9 @@ struct SimPod {
     pod_ip: String,
     start_time: Timestamp,
     restart_policy: String,
+    /// How long each run lasts before exiting 0 ([`SIMULATED_SUCCEED_AFTER_ANNOTATION`]), or
+    /// why the annotation is invalid (the pod's status message says so).
+    run_length: Result<Option<Duration>, String>,
     containers: Vec<SimContainer>,
     /// The wake-up already scheduled, so one is not scheduled twice.
     wake_at: Option<Instant>,
@@ -462,7 +487,7 @@ impl SimulatedRuntime {
 
     /// Moves every container of `pod` through the transitions due by `now`.
     fn advance(&self, pod: &mut SimPod, now: Instant) {
-        let restart = pod.restart_policy != "Never";
+        let run_length = pod.run_length.clone().ok().flatten();
         for c in &mut pod.containers {
             loop {
                 match c.state.clone() {
@@ -470,20 +495,31 @@ impl SimulatedRuntime {
                         if crashed {
                             c.restart_count += 1;
                         }
-                        let fails_at = self.run_fails().then(|| until + self.config.fail_after);
-                        c.state = State::Running {
-                            since: until,
-                            fails_at,
+                        let fails = self
+                            .run_fails()
+                            .then(|| (until + self.config.fail_after, 1));
+                        let succeeds = run_length.map(|l| (until + l, 0));
+                        // Whichever comes first; a failure on a tie.
+                        let ends = match (fails, succeeds) {
+                            (Some(f), Some(s)) => Some(if s.0 < f.0 { s } else { f }),
+                            (f, s) => f.or(s),
                         };
+                        c.state = State::Running { since: until, ends };
                     }
                     State::Running {
                         since,
-                        fails_at: Some(t),
+                        ends: Some((t, code)),
                     } if t <= now => {
+                        // As the kubelet: `Always` restarts any exit, `OnFailure` a failed one.
+                        let restart = match pod.restart_policy.as_str() {
+                            "Never" => false,
+                            "OnFailure" => code != 0,
+                            _ => true,
+                        };
                         c.last_terminated = Some(ContainerStateTerminated {
-                            exit_code: 1,
-                            reason: Some("Error".into()),
-                            message: Some("simulated failure".into()),
+                            exit_code: code,
+                            reason: Some(if code == 0 { "Completed" } else { "Error" }.into()),
+                            message: (code != 0).then(|| "simulated failure".into()),
                             started_at: Some(Time(wall(since, now))),
                             finished_at: Some(Time(wall(t, now))),
                             container_id: Some(container_id(&pod.pod_ip, &c.name, c.restart_count)),
@@ -510,9 +546,9 @@ impl SimulatedRuntime {
             .iter()
             .filter_map(|c| match c.state {
                 State::Waiting { until, .. } => Some(until),
-                State::Running { since, fails_at } => {
+                State::Running { since, ends } => {
                     let ready_at = since + self.config.ready_delay;
-                    match fails_at {
+                    match ends.map(|(t, _)| t) {
                         Some(f) if ready_at <= now => Some(f),
                         Some(f) => Some(f.min(ready_at)),
                         None => (ready_at > now).then_some(ready_at),
@@ -540,7 +576,13 @@ impl SimulatedRuntime {
             )
         });
         let phase = if all_terminated && !pod.containers.is_empty() {
-            "Failed"
+            // Every container finished: Succeeded when all exited 0, else Failed.
+            let done: Vec<Disposition> = pod
+                .containers
+                .iter()
+                .map(|c| Disposition::Done(c.last_terminated.as_ref().map_or(1, |t| t.exit_code)))
+                .collect();
+            pod_phase(&done)
         } else if active {
             "Running"
         } else {
@@ -552,7 +594,10 @@ impl SimulatedRuntime {
             container_statuses: statuses,
             init_container_statuses: Vec::new(),
             start_time: Some(pod.start_time),
-            message: Some(SIMULATED_MESSAGE.into()),
+            message: Some(match &pod.run_length {
+                Err(e) => format!("{SIMULATED_MESSAGE}; {e}"),
+                Ok(_) => SIMULATED_MESSAGE.into(),
+            }),
             reason: None,
         }
     }
@@ -687,6 +732,7 @@ impl PodRuntime for SimulatedRuntime {
                 pod_ip: next_pod_ip(),
                 start_time: now_truncated(),
                 restart_policy: spec.restart_policy.unwrap_or_else(|| "Always".into()),
+                run_length: run_length(pod),
                 containers: spec
                     .containers
                     .iter()
@@ -1135,6 +1181,61 @@ mod tests {
         let s = rt.sync_pod(&p, &node()).await.unwrap();
         assert_eq!(s.phase, "Running");
         assert!(s.container_statuses[0].ready);
+    }
+
+    /// The run-length annotation makes a run exit 0: a `Never` or `OnFailure` pod succeeds
+    /// (a Job's pod completes), an `Always` one restarts; a bad value is reported.
+    #[tokio::test(start_paused = true)]
+    async fn runs_of_a_given_length_complete_the_pod() {
+        let annotated = |policy: &str, value: &str| {
+            let mut p = pod(policy);
+            p.metadata.annotations = Some(
+                [(
+                    SIMULATED_SUCCEED_AFTER_ANNOTATION.to_string(),
+                    value.to_string(),
+                )]
+                .into(),
+            );
+            p
+        };
+        for (policy, phase, restarts) in [
+            ("Never", "Succeeded", 0),
+            ("OnFailure", "Succeeded", 0),
+            ("Always", "Running", 1),
+        ] {
+            let rt = SimulatedRuntime::new(config(0.0));
+            let p = annotated(policy, "4000");
+            rt.sync_pod(&p, &node()).await.unwrap();
+            tokio::time::advance(Duration::from_secs(5)).await;
+            let s = rt.sync_pod(&p, &node()).await.unwrap();
+            assert_eq!(
+                s.phase, "Running",
+                "{policy}: the run lasts 4 s from its start at 2 s"
+            );
+            tokio::time::advance(Duration::from_secs(1)).await;
+            let s = rt.sync_pod(&p, &node()).await.unwrap();
+            assert_eq!(s.phase, phase, "{policy}");
+            assert_eq!(s.container_statuses[0].restart_count, 0, "{policy}");
+            let ended = match &s.container_statuses[0].last_state {
+                Some(last) => last.terminated.clone(),
+                None => s.container_statuses[0].state.clone().unwrap().terminated,
+            };
+            let ended = ended.unwrap();
+            assert_eq!(ended.exit_code, 0);
+            assert_eq!(ended.reason.as_deref(), Some("Completed"));
+            tokio::time::advance(Duration::from_secs(11)).await;
+            let s = rt.sync_pod(&p, &node()).await.unwrap();
+            assert_eq!(s.container_statuses[0].restart_count, restarts, "{policy}");
+        }
+        let rt = SimulatedRuntime::new(config(0.0));
+        let s = rt
+            .sync_pod(&annotated("Never", "2s"), &node())
+            .await
+            .unwrap();
+        assert!(s
+            .message
+            .unwrap()
+            .contains("is not a number of milliseconds"));
     }
 
     #[tokio::test(start_paused = true)]
