@@ -30,7 +30,6 @@ use self::matching::{Operation, Resource};
 use crate::authentication::UserInfo;
 use crate::registry::ResourceDef;
 use crate::state::ApiServer;
-use crate::watchcache::Filter;
 
 const GROUP: &str = "admissionregistration.k8s.io";
 
@@ -118,24 +117,23 @@ enum Called {
 
 impl ApiServer {
     /// The objects of a built-in admissionregistration resource, from the watch cache, by
-    /// name (the order upstream calls configurations and evaluates policies in).
-    pub(crate) fn registration_objects(&self, plural: &str) -> Vec<Value> {
+    /// name (the order upstream calls configurations and evaluates policies in: they are
+    /// cluster-scoped, so key order is name order). Parsed once per change of the cache, as
+    /// every write reads them.
+    pub(crate) fn registration_objects(&self, plural: &str) -> crate::watchcache::Parsed {
         let Some(def) = self.registry().get(GROUP, "v1", plural).cloned() else {
-            return vec![];
+            return Default::default();
         };
         let cache = self.caches.get(&def.storage_prefix());
-        let (cached, _) = cache.list(&def.namespace_prefix(None), &Filter::all());
-        let mut objs: Vec<Value> = cached.iter().map(|o| o.object()).collect();
-        objs.sort_by(|a, b| setpoint_api::meta::name(a).cmp(setpoint_api::meta::name(b)));
-        objs
+        cache.parsed(&def.namespace_prefix(None))
     }
 
     /// The webhooks of every configuration of `plural`, from the watch cache.
     fn configured_webhooks(&self, plural: &str) -> Vec<Hook> {
         self.registration_objects(plural)
-            .into_iter()
-            .flat_map(|mut c| match c.get_mut("webhooks").map(Value::take) {
-                Some(Value::Array(hooks)) => hooks,
+            .iter()
+            .flat_map(|c| match c.get("webhooks") {
+                Some(Value::Array(hooks)) => hooks.clone(),
                 _ => vec![],
             })
             .map(|spec| Hook { spec })
