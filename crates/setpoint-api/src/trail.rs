@@ -21,6 +21,14 @@ pub const DECISIONS_PATH: &str = "/debug/setpoint/decisions";
 /// `GET ?type=<kind, plural or short name>&namespace=<ns>&name=<name>` answers with an
 /// [`Explanation`] of that object.
 pub const WHY_PATH: &str = "/debug/setpoint/why";
+/// Decision records pushed to [`DECISIONS_PATH`] by a component in the API server's own
+/// process, carried as a request extension in place of the JSON body: the in-process
+/// transport hands the request itself to the server, so encoding the records to JSON and
+/// decoding them again would be pure cost (it was most of what records cost on the density
+/// benchmark). Over HTTPS, extensions do not travel: the records go as JSON.
+#[derive(Clone, Debug, Default)]
+pub struct LocalPush(pub Vec<std::sync::Arc<DecisionRecord>>);
+
 /// Set to `off` (or `0`, `false`) to turn decision records and the write trail off, in every
 /// component of the process (for measuring what they cost).
 pub const ENABLE_ENV: &str = "SETPOINT_DECISION_RECORDS";

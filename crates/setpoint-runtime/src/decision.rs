@@ -11,8 +11,9 @@
 //!
 //! Finished records go into a bounded per-process ring ([`RING_CAPACITY`]); a publisher task
 //! ([`publish`], started by every controller's `run`) pushes new ones to the API server's
-//! [`DECISIONS_PATH`] every [`PUBLISH_INTERVAL`]. `SETPOINT_DECISION_RECORDS=off` turns it
-//! all off ([`setpoint_api::trail::enabled`]).
+//! [`DECISIONS_PATH`] every [`PUBLISH_INTERVAL`]: as JSON over HTTPS, as the records
+//! themselves ([`LocalPush`]) to an API server in the same process.
+//! `SETPOINT_DECISION_RECORDS=off` turns it all off ([`setpoint_api::trail::enabled`]).
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -24,7 +25,7 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 
 pub use setpoint_api::trail::{
-    ActionRecord, DecisionRecord, ObjectRef, Trigger, CONTROLLER_HEADER, DECISIONS_PATH,
+    ActionRecord, DecisionRecord, LocalPush, ObjectRef, Trigger, CONTROLLER_HEADER, DECISIONS_PATH,
     DECISION_ID_HEADER,
 };
 
@@ -264,21 +265,29 @@ pub fn publish(client: &Client) {
                 tokio::time::sleep(PUBLISH_INTERVAL).await;
                 continue;
             }
-            let body = match serde_json::to_vec(&batch) {
-                Ok(b) => Bytes::from(b),
-                Err(e) => {
-                    tracing::warn!(error = %e, "decision records: encoding failed");
-                    next = after;
-                    continue;
+            let mut extensions = http::Extensions::new();
+            let body = if client.in_process() {
+                // The server in this process takes the records as they are (no JSON).
+                extensions.insert(LocalPush(batch.clone()));
+                Bytes::new()
+            } else {
+                match serde_json::to_vec(&batch) {
+                    Ok(b) => Bytes::from(b),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "decision records: encoding failed");
+                        next = after;
+                        continue;
+                    }
                 }
             };
             let sent = client
-                .request_bytes(
+                .request_bytes_with(
                     http::Method::POST,
                     DECISIONS_PATH,
                     "application/json",
                     Some("application/json"),
                     body,
+                    extensions,
                 )
                 .await;
             match sent {

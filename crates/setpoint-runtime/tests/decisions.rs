@@ -108,6 +108,26 @@ async fn a_runtime_controllers_writes_lead_to_its_decision_and_what_woke_it() {
     assert_eq!(source.writes.len(), 1);
     assert!(source.writes[0].write.controller.is_none());
 
+    // The records are listed in order with a cursor: the decision is there, stamped with the
+    // user that pushed it (the in-process push hands the records over without JSON).
+    let page = client
+        .request(
+            http::Method::GET,
+            "/debug/setpoint/decisions?since=0&namespace=default",
+            None,
+            Bytes::new(),
+        )
+        .await
+        .unwrap();
+    let listed = page["records"].as_array().unwrap();
+    let mine = listed
+        .iter()
+        .find(|r| r["id"] == serde_json::json!(d.id))
+        .expect("the decision is listed");
+    assert_eq!(mine["controller"], "mirror");
+    assert!(!mine["reporter"].as_str().unwrap().is_empty());
+    assert!(page["next"].as_u64().unwrap() >= listed.len() as u64);
+
     let _ = stop.send(());
     run.await.unwrap();
     cluster.stop().await;

@@ -221,6 +221,16 @@ async fn dispatch(
     if let Err(e) = decision.into_result(&attributes) {
         return error_response(&e);
     }
+    // Decision records pushed by a component of this process, as they are (no JSON body).
+    if path == setpoint_api::trail::DECISIONS_PATH {
+        if let Some(local) = parts.extensions.remove::<setpoint_api::trail::LocalPush>() {
+            let user = &attributes.user.username;
+            return match crate::trail::push_local(server, &parts.method, user, local) {
+                Ok((code, v)) => value_response(code, &v),
+                Err(e) => error_response(&e),
+            };
+        }
+    }
     if let Some((code, text)) =
         crate::health::answer(server, &path, parts.uri.query().unwrap_or("")).await
     {

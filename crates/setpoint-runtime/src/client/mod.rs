@@ -310,6 +310,12 @@ impl Client {
             .await
     }
 
+    /// Whether requests reach an API server in this process as they are, extensions
+    /// included ([`Transport::in_process`]).
+    pub fn in_process(&self) -> bool {
+        self.transport.in_process()
+    }
+
     /// [`Client::send`] with an `Accept` header of the caller's choosing.
     pub(crate) async fn send_accepting(
         &self,
@@ -318,6 +324,28 @@ impl Client {
         accept: &str,
         content_type: Option<&str>,
         body: Bytes,
+    ) -> Result<http::Response<Body>, ClientError> {
+        self.send_with(
+            method,
+            path,
+            accept,
+            content_type,
+            body,
+            http::Extensions::new(),
+        )
+        .await
+    }
+
+    /// [`Client::send_accepting`] with request extensions (which only an in-process server
+    /// sees).
+    async fn send_with(
+        &self,
+        method: http::Method,
+        path: &str,
+        accept: &str,
+        content_type: Option<&str>,
+        body: Bytes,
+        extensions: http::Extensions,
     ) -> Result<http::Response<Body>, ClientError> {
         if let Some(l) = &self.limiter {
             l.acquire().await;
@@ -339,9 +367,10 @@ impl Client {
                     .header(crate::decision::CONTROLLER_HEADER, controller);
             }
         }
-        let req = b
+        let mut req = b
             .body(body)
             .map_err(|e| ClientError::Config(format!("request: {e}")))?;
+        *req.extensions_mut() = extensions;
         let start = Instant::now();
         let resp = self.transport.send(req).await;
         if let Some(m) = &self.metrics {
@@ -379,8 +408,30 @@ impl Client {
         content_type: Option<&str>,
         body: Bytes,
     ) -> Result<Bytes, ClientError> {
+        self.request_bytes_with(
+            method,
+            path,
+            accept,
+            content_type,
+            body,
+            http::Extensions::new(),
+        )
+        .await
+    }
+
+    /// [`Client::request_bytes`] with request extensions (which only an in-process server
+    /// sees).
+    pub(crate) async fn request_bytes_with(
+        &self,
+        method: http::Method,
+        path: &str,
+        accept: &str,
+        content_type: Option<&str>,
+        body: Bytes,
+        extensions: http::Extensions,
+    ) -> Result<Bytes, ClientError> {
         let resp = self
-            .send_accepting(method, path, accept, content_type, body)
+            .send_with(method, path, accept, content_type, body, extensions)
             .await?;
         let status = resp.status().as_u16();
         let bytes = resp

@@ -31,6 +31,12 @@ pub trait Transport: Send + Sync + 'static {
     /// `Ok`; an error means the request got no answer ([`ClientError::Transport`]) or could not
     /// be formed ([`ClientError::Config`]).
     async fn send(&self, req: http::Request<Bytes>) -> Result<http::Response<Body>, ClientError>;
+
+    /// Whether the request itself reaches the server, extensions included (an in-process
+    /// server), rather than its bytes over a connection.
+    fn in_process(&self) -> bool {
+        false
+    }
 }
 
 /// A transport over any `tower::Service` that speaks HTTP (the in-process API server).
@@ -67,6 +73,10 @@ where
             .await
             .map_err(|e| ClientError::Transport(e.into().to_string()))?;
         Ok(resp.map(|b| b.map_err(Into::into).boxed_unsync()))
+    }
+
+    fn in_process(&self) -> bool {
+        true
     }
 }
 
