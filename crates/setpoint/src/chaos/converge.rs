@@ -1,16 +1,45 @@
 //! Convergence: every object of the workload at what was last written — generation
-//! observed, every replica updated, ready and available, no pod beyond them — and how long
-//! the cluster takes to get there.
+//! observed, every replica updated, ready and available, no pod beyond them — every Job
+//! complete with none of its pods still running, and how long the cluster takes to get there.
 
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use setpoint_runtime::client::Client;
 
-use super::workload::{Desired, NAMESPACE};
+use super::workload::{jobs_path, Desired, NAMESPACE};
 
 fn int(v: &Value) -> i64 {
     v.as_i64().unwrap_or(0)
+}
+
+/// Whether `pod`'s controller is a Job: its pods stay after they succeed, so they are not
+/// counted against the replicas of the others.
+fn of_job(pod: &Value) -> bool {
+    pod["metadata"]["ownerReferences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|r| r["controller"].as_bool() == Some(true) && r["kind"] == "Job")
+}
+
+/// Why Job `o` is not complete with `completions` succeeded pods, or `None`.
+fn job_not_complete(o: &Value, completions: i64) -> Option<String> {
+    let name = o["metadata"]["name"].as_str().unwrap_or_default();
+    let status = &o["status"];
+    let complete = status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Complete" && c["status"] == "True");
+    let succeeded = int(&status["succeeded"]);
+    if !complete || succeeded < completions {
+        return Some(format!(
+            "jobs/{NAMESPACE}/{name}: {succeeded} of {completions} completions, {}",
+            if complete { "complete" } else { "not complete" }
+        ));
+    }
+    None
 }
 
 /// Why the objects read are not converged on `desired`, or `None` when they are. Pure: the
@@ -19,6 +48,7 @@ pub fn not_converged(
     desired: &Desired,
     deployments: &[Value],
     statefulsets: &[Value],
+    jobs: &[Value],
     pods: &[Value],
 ) -> Option<String> {
     let find = |items: &[Value], name: &str| {
@@ -67,6 +97,25 @@ pub fn not_converged(
             return Some(format!("{object}: the update has not completed"));
         }
     }
+    for (name, completions) in &desired.jobs {
+        let Some(o) = find(jobs, name) else {
+            return Some(format!("jobs/{NAMESPACE}/{name} does not exist"));
+        };
+        if let Some(why) = job_not_complete(&o, *completions) {
+            return Some(why);
+        }
+    }
+    let (job_pods, pods): (Vec<&Value>, Vec<&Value>) = pods.iter().partition(|p| of_job(p));
+    // Every Job is complete: none of its pods may still be running.
+    if let Some(p) = job_pods
+        .iter()
+        .find(|p| !matches!(p["status"]["phase"].as_str(), Some("Succeeded" | "Failed")))
+    {
+        return Some(format!(
+            "pod {} of a complete Job is not finished",
+            p["metadata"]["name"].as_str().unwrap_or_default()
+        ));
+    }
     let live = pods
         .iter()
         .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
@@ -91,14 +140,15 @@ async fn list(client: &Client, path: &str) -> Option<Vec<Value>> {
 /// Why the cluster is not converged now (`Some("…")`, also when it cannot be read).
 pub async fn check(client: &Client, desired: &Desired) -> Option<String> {
     let apps = format!("/apis/apps/v1/namespaces/{NAMESPACE}");
-    let (Some(d), Some(s), Some(p)) = (
+    let (Some(d), Some(s), Some(j), Some(p)) = (
         list(client, &format!("{apps}/deployments")).await,
         list(client, &format!("{apps}/statefulsets")).await,
+        list(client, &jobs_path()).await,
         list(client, &format!("/api/v1/namespaces/{NAMESPACE}/pods")).await,
     ) else {
         return Some("the API server does not answer".into());
     };
-    not_converged(desired, &d, &s, &p)
+    not_converged(desired, &d, &s, &j, &p)
 }
 
 /// Polls until converged: the time it took from `since`, or `Err` with the last reason after
@@ -149,25 +199,60 @@ mod tests {
     fn converged_means_observed_ready_and_no_extra_pods() {
         let d = desired();
         assert_eq!(
-            not_converged(&d, &[deployment(3, 3, 2)], &[], &pods(2)),
+            not_converged(&d, &[deployment(3, 3, 2)], &[], &[], &pods(2)),
             None
         );
-        assert!(not_converged(&d, &[deployment(3, 2, 2)], &[], &pods(2))
-            .unwrap()
-            .contains("generation not observed"));
-        assert!(not_converged(&d, &[deployment(3, 3, 1)], &[], &pods(2))
-            .unwrap()
-            .contains("status.readyReplicas is 1"));
-        assert!(not_converged(&d, &[deployment(3, 3, 2)], &[], &pods(3))
-            .unwrap()
-            .contains("3 pods"));
-        assert!(not_converged(&d, &[], &[], &pods(2))
+        assert!(
+            not_converged(&d, &[deployment(3, 2, 2)], &[], &[], &pods(2))
+                .unwrap()
+                .contains("generation not observed")
+        );
+        assert!(
+            not_converged(&d, &[deployment(3, 3, 1)], &[], &[], &pods(2))
+                .unwrap()
+                .contains("status.readyReplicas is 1")
+        );
+        assert!(
+            not_converged(&d, &[deployment(3, 3, 2)], &[], &[], &pods(3))
+                .unwrap()
+                .contains("3 pods")
+        );
+        assert!(not_converged(&d, &[], &[], &[], &pods(2))
             .unwrap()
             .contains("does not exist"));
         let mut old = deployment(3, 3, 2);
         old["spec"]["replicas"] = json!(3);
-        assert!(not_converged(&d, &[old], &[], &pods(2))
+        assert!(not_converged(&d, &[old], &[], &[], &pods(2))
             .unwrap()
             .contains("not as last written"));
+    }
+
+    #[test]
+    fn jobs_converge_when_complete_with_no_pod_running() {
+        let mut d = desired();
+        d.jobs.insert("batch-0".into(), 2);
+        let job = |succeeded: i64, complete: bool| {
+            json!({"metadata": {"name": "batch-0"},
+                   "status": {"succeeded": succeeded, "conditions": [
+                       {"type": "Complete", "status": if complete { "True" } else { "False" }}]}})
+        };
+        let job_pod = |phase: &str| {
+            json!({"metadata": {"ownerReferences": [{"kind": "Job", "name": "batch-0", "controller": true}]},
+                   "status": {"phase": phase}})
+        };
+        let mut all = pods(2);
+        all.extend([job_pod("Succeeded"), job_pod("Succeeded")]);
+        let rest = [deployment(3, 3, 2)];
+        assert_eq!(not_converged(&d, &rest, &[], &[job(2, true)], &all), None);
+        assert!(not_converged(&d, &rest, &[], &[], &all)
+            .unwrap()
+            .contains("jobs/chaos/batch-0 does not exist"));
+        assert!(not_converged(&d, &rest, &[], &[job(1, false)], &all)
+            .unwrap()
+            .contains("1 of 2 completions, not complete"));
+        all.push(job_pod("Running"));
+        assert!(not_converged(&d, &rest, &[], &[job(2, true)], &all)
+            .unwrap()
+            .contains("of a complete Job is not finished"));
     }
 }

@@ -46,7 +46,7 @@ pub struct Facts {
     pub terminating: bool,
     /// A pod in phase `Succeeded` or `Failed`.
     pub finished: bool,
-    /// `spec.replicas` (absent means 1).
+    /// `spec.replicas` (absent means 1); a Job's `spec.parallelism` (absent means 1).
     pub replicas: Option<i64>,
     /// A Deployment's `maxSurge` resolved against its replicas (rounded up, as upstream).
     pub max_surge: Option<i64>,
@@ -86,6 +86,7 @@ impl Facts {
             "replicasets" | "deployments" | "statefulsets" => {
                 Some(obj["spec"]["replicas"].as_i64().unwrap_or(1))
             }
+            "jobs" => Some(obj["spec"]["parallelism"].as_i64().unwrap_or(1)),
             _ => None,
         };
         let max_surge = (resource == "deployments").then(|| {
@@ -172,6 +173,7 @@ pub const LOST_WRITE: &str = "no-lost-acknowledged-write";
 pub const LEADER_TERM: &str = "one-leader-per-lease-term";
 pub const RV_ORDER: &str = "resource-versions-increase";
 pub const RV_GAP: &str = "no-watch-gap-without-410";
+pub const JOB_PARALLELISM: &str = "job-pods-within-parallelism";
 
 /// What each LIST of `resource` showed: its resourceVersion and the uids of the objects then.
 /// A LIST after a 410 sends no DELETED events for what went away meanwhile: an object a
@@ -346,6 +348,68 @@ pub fn replica_bounds(events: &[Observed]) -> Vec<Violation> {
                             e.rv,
                             names.len(),
                             names.join(", ")
+                        ),
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// No Job controller runs more pods of a Job at once than its `parallelism`: checked when
+/// each pod of a Job first appears, against the Job's live pods at that revision.
+pub fn job_parallelism(events: &[Observed]) -> Vec<Violation> {
+    let mut out = Vec::new();
+    let mut jobs: HashMap<String, Facts> = HashMap::new();
+    let mut pods: HashMap<String, (Facts, u64)> = HashMap::new();
+    let snaps = snapshots(events, "pods");
+    let mut applied = 0;
+    for e in history(events) {
+        if e.resource == "pods" {
+            apply_snapshots(&snaps, &mut applied, e.rv, &mut pods);
+        }
+        let Some(f) = e.object.as_ref() else { continue };
+        match (e.resource.as_str(), e.kind) {
+            ("jobs", Kind::Deleted) => {
+                jobs.remove(&f.uid);
+            }
+            ("jobs", _) => {
+                jobs.insert(f.uid.clone(), f.clone());
+            }
+            ("pods", Kind::Deleted) => {
+                pods.remove(&f.uid);
+            }
+            ("pods", _) => {
+                let new = pods.insert(f.uid.clone(), (f.clone(), e.rv)).is_none();
+                let Some(owner) = f.controller.as_ref().filter(|o| o.kind == "Job") else {
+                    continue;
+                };
+                let Some(job) = jobs.get(&owner.uid).filter(|_| new && live(f)) else {
+                    continue;
+                };
+                let mut alive: Vec<&str> = pods
+                    .values()
+                    .map(|(p, _)| p)
+                    .filter(|p| {
+                        live(p) && p.controller.as_ref().map(|o| &o.uid) == Some(&owner.uid)
+                    })
+                    .map(|p| p.name.as_str())
+                    .collect();
+                let bound = job.replicas.unwrap_or(1);
+                if alive.len() as i64 > bound {
+                    alive.sort_unstable();
+                    out.push(Violation {
+                        invariant: JOB_PARALLELISM,
+                        object: format!("jobs/{}", job.key()),
+                        at_ms: e.at_ms,
+                        evidence: format!(
+                            "pod {} created at resourceVersion {} made {} live pods for parallelism {bound}: {}",
+                            f.name,
+                            e.rv,
+                            alive.len(),
+                            alive.join(", ")
                         ),
                     });
                 }
@@ -624,6 +688,7 @@ pub fn watch_order_and_gaps(events: &[Observed]) -> Vec<Violation> {
 pub fn check_events(events: &[Observed]) -> Vec<Violation> {
     let mut out = replica_bounds(events);
     out.extend(statefulset_ordinals(events));
+    out.extend(job_parallelism(events));
     out.extend(leader_terms(events));
     out.extend(watch_order_and_gaps(events));
     out
@@ -730,6 +795,36 @@ mod tests {
         assert_eq!(v[0].object, "replicasets/chaos/web-a");
         assert!(
             v[0].evidence.contains("web-a-4") && v[0].evidence.contains("3 live pods for 2"),
+            "{}",
+            v[0].evidence
+        );
+    }
+
+    #[test]
+    fn job_pods_beyond_parallelism_are_reported() {
+        let mut s = Stream::default();
+        s.start(&["jobs", "pods"]);
+        let job = json!({"metadata": {"namespace": "chaos", "name": "batch", "uid": "j1"},
+                         "spec": {"parallelism": 2, "completions": 4}});
+        s.event("jobs", Kind::Added, job);
+        let o = owned("Job", "batch", "j1");
+        s.event("pods", Kind::Added, pod("batch-a", "p1", o.clone()));
+        s.event("pods", Kind::Added, pod("batch-b", "p2", o.clone()));
+        // A pod that succeeded no longer runs: its successor is within the bound …
+        let mut done = pod("batch-a", "p1", o.clone());
+        done["status"]["phase"] = json!("Succeeded");
+        s.event("pods", Kind::Modified, done);
+        s.event("pods", Kind::Added, pod("batch-c", "p3", o.clone()));
+        assert_eq!(job_parallelism(&s.events), vec![]);
+        // … a third running at once is not.
+        s.event("pods", Kind::Added, pod("batch-d", "p4", o));
+        let v = job_parallelism(&s.events);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].invariant, JOB_PARALLELISM);
+        assert_eq!(v[0].object, "jobs/chaos/batch");
+        assert!(
+            v[0].evidence.contains("batch-d")
+                && v[0].evidence.contains("3 live pods for parallelism 2"),
             "{}",
             v[0].evidence
         );

@@ -22,6 +22,7 @@ pub fn watched() -> Vec<(&'static str, String)> {
         ("replicasets", format!("{apps}/replicasets")),
         ("deployments", format!("{apps}/deployments")),
         ("statefulsets", format!("{apps}/statefulsets")),
+        ("jobs", super::workload::jobs_path()),
         (
             "leases",
             "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases".to_string(),

@@ -69,6 +69,11 @@ fn change_text(c: &Change) -> String {
             format!("scale statefulset/{name} to {replicas}")
         }
         Change::StatefulSetImage { name, image } => format!("statefulset/{name} image {image}"),
+        Change::CreateJob {
+            name,
+            completions,
+            parallelism,
+        } => format!("create job/{name} ({completions} completions, {parallelism} at a time)"),
     }
 }
 

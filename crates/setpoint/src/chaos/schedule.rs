@@ -18,6 +18,12 @@ pub const IMAGES: [&str; 3] = ["nginx:1.25", "nginx:1.26", "nginx:1.27"];
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "change", rename_all = "camelCase")]
 pub enum Change {
+    /// A new Job of simulated pods that each run a moment and succeed.
+    CreateJob {
+        name: String,
+        completions: i64,
+        parallelism: i64,
+    },
     /// `spec.replicas` of a Deployment.
     ScaleDeployment { name: String, replicas: i64 },
     /// The container image of a Deployment (a rollout).
@@ -205,16 +211,23 @@ pub fn schedule(seed: u64, duration: Duration, drawn: impl Fn(&Fault) -> bool) -
             let at = spacing * i as u32 + Duration::from_millis(jitter);
             Step {
                 at,
-                change: change(&mut rng),
+                change: change(&mut rng, i),
                 fault,
             }
         })
         .collect()
 }
 
-fn change(rng: &mut SplitMix64) -> Change {
+/// The change of step `step`.
+fn change(rng: &mut SplitMix64, step: usize) -> Change {
     let image = IMAGES[rng.below(IMAGES.len() as u64) as usize].to_string();
-    match rng.below(4) {
+    match rng.below(5) {
+        // Named by its step, so each is new.
+        4 => Change::CreateJob {
+            name: format!("batch-step-{step}"),
+            completions: 1 + rng.below(3) as i64,
+            parallelism: 1 + rng.below(2) as i64,
+        },
         0 => Change::ScaleDeployment {
             name: format!("web-{}", rng.below(DEPLOYMENTS as u64)),
             replicas: 1 + rng.below(6) as i64,

@@ -1,6 +1,8 @@
 //! The workload a run keeps the cluster busy with: Deployments and StatefulSets in the
-//! `chaos` namespace, scaled and rolled to new images during the run. Every write the server
-//! acknowledges is recorded, so the end of the run can check none was lost.
+//! `chaos` namespace, scaled and rolled to new images during the run, and Jobs, one from the
+//! start and more created during the run, whose simulated pods each run a moment and succeed.
+//! Every write the server acknowledges is recorded, so the end of the run can check none was
+//! lost.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -18,11 +20,18 @@ pub const NAMESPACE: &str = "chaos";
 /// How long a write may keep failing (the API server being restarted) before the run gives up.
 const WRITE_DEADLINE: Duration = Duration::from_secs(60);
 
+/// How long each simulated pod of a Job runs before it succeeds.
+const JOB_POD_RUN: Duration = Duration::from_millis(1000);
+
+/// The Job the workload starts with: 3 completions, 2 at a time.
+const FIRST_JOB: (&str, i64, i64) = ("batch-0", 3, 2);
+
 /// What the workload wants: per object (`deployments/chaos/web-0`) its replicas and image, as
-/// last acknowledged.
+/// last acknowledged; and the Jobs, by name, with their completions, each to complete.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Desired {
     pub objects: BTreeMap<String, (i64, String)>,
+    pub jobs: BTreeMap<String, i64>,
 }
 
 /// The driver: a client, the time the run started, and what it wrote.
@@ -35,6 +44,36 @@ pub struct Workload {
 
 fn collection(resource: &str) -> String {
     format!("/apis/apps/v1/namespaces/{NAMESPACE}/{resource}")
+}
+
+/// Where the workload's Jobs are.
+pub fn jobs_path() -> String {
+    format!("/apis/batch/v1/namespaces/{NAMESPACE}/jobs")
+}
+
+/// A Job of `completions` pods, `parallelism` at a time, each running [`JOB_POD_RUN`] on a
+/// simulated node and exiting 0.
+fn job(name: &str, completions: i64, parallelism: i64) -> Value {
+    use setpoint_node::simulated::SIMULATED_SUCCEED_AFTER_ANNOTATION as RUN;
+    json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "completions": completions,
+            "parallelism": parallelism,
+            "template": {
+                "metadata": {
+                    "labels": {"job": name},
+                    "annotations": {RUN: JOB_POD_RUN.as_millis().to_string()},
+                },
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [container(IMAGES[0])],
+                    "terminationGracePeriodSeconds": 0,
+                },
+            },
+        }
+    })
 }
 
 fn container(image: &str) -> Value {
@@ -105,8 +144,9 @@ impl Workload {
         }
     }
 
-    /// Creates the namespace, the Deployments (3 replicas, maxSurge 1, maxUnavailable 0) and
-    /// the StatefulSets (3 replicas), and with `background_pods` > 0 the Deployment `filler`
+    /// Creates the namespace, the Deployments (3 replicas, maxSurge 1, maxUnavailable 0),
+    /// the StatefulSets (3 replicas) and the first Job, and with `background_pods` > 0 the
+    /// Deployment `filler`
     /// of that many replicas, which the schedule never changes: a cluster of that size for
     /// the others' changes and the faults to happen in.
     pub async fn create(&mut self, background_pods: i64) -> anyhow::Result<()> {
@@ -174,6 +214,25 @@ impl Workload {
                 image,
             );
         }
+        let (name, completions, parallelism) = FIRST_JOB;
+        self.create_job(name, completions, parallelism).await
+    }
+
+    /// Creates a Job and wants it complete.
+    async fn create_job(
+        &mut self,
+        name: &str,
+        completions: i64,
+        parallelism: i64,
+    ) -> anyhow::Result<()> {
+        self.send(
+            http::Method::POST,
+            &jobs_path(),
+            Some("application/json"),
+            &job(name, completions, parallelism),
+        )
+        .await?;
+        self.desired.jobs.insert(name.to_string(), completions);
         Ok(())
     }
 
@@ -203,9 +262,14 @@ impl Workload {
         }
     }
 
-    /// Makes `change` with a merge patch and records the acknowledged value.
+    /// Makes `change`: a new Job, or a merge patch whose acknowledged value is recorded.
     pub async fn apply(&mut self, change: &Change) -> anyhow::Result<()> {
         let (resource, name, field, value, patch) = match change {
+            Change::CreateJob {
+                name,
+                completions,
+                parallelism,
+            } => return self.create_job(name, *completions, *parallelism).await,
             Change::ScaleDeployment { name, replicas } => (
                 "deployments",
                 name,
