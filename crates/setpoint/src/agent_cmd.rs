@@ -159,8 +159,10 @@ pub struct ProxyFlags {
     proxy_mode: ProxyMode,
     /// The pod network (kube-proxy's `--cluster-cidr`, IPv4 CIDR): traffic to a cluster IP
     /// from outside it (the host itself, other machines) is masqueraded so its replies come
-    /// back through this node. By default the node's pod subnet, when the node has one of its
-    /// own (a private containerd's).
+    /// back through this node, and pods' traffic leaving it is masqueraded while traffic to
+    /// other pods keeps the pod's address. By default the node's pod subnet, when the node has
+    /// one of its own (a private containerd's); the join command `setpoint up
+    /// --allocate-node-cidrs` prints gives the cluster's.
     #[arg(long, value_parser = parse_cidr)]
     cluster_cidr: Option<String>,
 }
@@ -200,6 +202,12 @@ impl ProxyFlags {
                 .or_else(|| pod_subnet.map(String::from));
             config
         })
+    }
+
+    /// `--cluster-cidr`, if given.
+    pub fn cluster_cidr(&self) -> Option<Cidr> {
+        // Parsed once already by the flag's own parser.
+        self.cluster_cidr.as_deref().and_then(|c| c.parse().ok())
     }
 
     /// Whether this node runs a service proxy.
@@ -488,6 +496,8 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let mut runtime_flags = args.container_runtime.clone();
     runtime_flags.pod_cidr =
         pod_cidr_for_network(&client, &config, runtime_flags.needs_pod_subnet(), wait).await?;
+    // Pod traffic within the cluster CIDR keeps the pods' addresses.
+    runtime_flags.cluster_cidr = args.proxy.cluster_cidr();
     let runtime = runtime_flags
         .open(&data_dir, &data_dir.join("containerd"))
         .await?;

@@ -87,6 +87,11 @@ pub struct ContainerRuntimeFlags {
     /// instead of a `10.223.<x>.0/24` of this machine's own.
     #[arg(skip)]
     pub pod_cidr: Option<Cidr>,
+    /// The cluster CIDR (the range node ranges come from, `--cluster-cidr`), when known:
+    /// pod traffic to it keeps the pod's address, traffic leaving it is masqueraded. Unknown,
+    /// only traffic within the node's own pod range keeps it.
+    #[arg(skip)]
+    pub cluster_cidr: Option<Cidr>,
     /// The CRI runtime's socket, `unix:///path/to/socket` (with `cri` or `auto`),
     /// as kubelet's flag of the same name. Its own CNI network and sandbox image apply.
     #[arg(long)]
@@ -189,15 +194,19 @@ pub struct NodeRuntime {
     pub pod_subnet: Option<String>,
     /// The Node annotations saying how process pods are networked here.
     pub annotations: std::collections::BTreeMap<String, String>,
+    /// The nftables table masquerading the node's pod traffic that leaves the cluster, when
+    /// the node has a pod network of its own; deleted at [`NodeRuntime::stop`].
+    masquerade: Option<String>,
 }
 
 impl NodeRuntime {
     /// Stops the private containerd, if any (its containers keep running in their shims,
-    /// and the next start adopts them).
+    /// and the next start adopts them), and removes the node's masquerade rule.
     pub async fn stop(self) {
         let NodeRuntime {
             runtime,
             containerd,
+            masquerade,
             ..
         } = self;
         // The CRI runtime's monitor goes first: it would only see containerd gone.
@@ -205,6 +214,11 @@ impl NodeRuntime {
         if let Some(c) = containerd {
             if let Err(e) = c.stop().await {
                 tracing::warn!(error = %e, "stopping the private containerd");
+            }
+        }
+        if let Some(table) = masquerade {
+            if let Err(e) = setpoint_network::masquerade::remove(&table).await {
+                tracing::warn!(error = %e, table = %table, "removing the pod masquerade rule");
             }
         }
     }
@@ -250,6 +264,10 @@ impl ContainerRuntimeFlags {
                 options.cluster_dns = cluster_dns;
                 let runtime = ProcessRuntime::with_options(node_dir, options)
                     .with_context(|| format!("process runtime in {}", node_dir.display()))?;
+                let masquerade = match &subnet {
+                    Some(subnet) => self.masquerade(subnet, containerd_dir).await,
+                    None => None,
+                };
                 Ok(NodeRuntime {
                     runtime: Arc::new(runtime),
                     version: setpoint_node::agent::PROCESS_RUNTIME_VERSION.to_string(),
@@ -259,6 +277,7 @@ impl ContainerRuntimeFlags {
                     dns,
                     pod_subnet: None,
                     annotations,
+                    masquerade,
                 })
             }
             RuntimeKind::Cri => {
@@ -329,6 +348,34 @@ impl ContainerRuntimeFlags {
         let network =
             PodNetwork::new(bin_dir, &text).with_context(|| file.display().to_string())?;
         Ok((network, subnet, lock))
+    }
+
+    /// Installs the masquerade rule of the node's pod network on `subnet` (whose files are
+    /// under `containerd_dir`, which names the rule's table); its table, or `None` with a
+    /// warning when nftables cannot be programmed here (pods then reach only the cluster).
+    async fn masquerade(&self, subnet: &str, containerd_dir: &Path) -> Option<String> {
+        let pod_range = match subnet.parse::<Cidr>() {
+            Ok(range) => range,
+            Err(e) => {
+                tracing::warn!(error = %e, subnet, "pod traffic leaving the cluster is not masqueraded");
+                return None;
+            }
+        };
+        let config = setpoint_network::masquerade::MasqueradeConfig {
+            table: setpoint_network::masquerade::table_name(&containerd_dir.display().to_string()),
+            pod_range,
+            cluster_cidr: self.cluster_cidr,
+        };
+        match setpoint_network::masquerade::install(&config).await {
+            Ok(()) => Some(config.table),
+            Err(e) => {
+                tracing::warn!(
+                    error = %e,
+                    "cannot program nftables: pod traffic leaving the cluster CIDR is not masqueraded, so pods reach only the cluster and this node's own addresses"
+                );
+                None
+            }
+        }
     }
 
     /// The runtime to open, `auto` resolved, and why.
@@ -540,6 +587,11 @@ impl ContainerRuntimeFlags {
                 return Err(e);
             }
         };
+        // A private containerd's network is the node's own, and so is masquerading it.
+        let masquerade = match &subnet {
+            Some(subnet) => self.masquerade(subnet, containerd_dir).await,
+            None => None,
+        };
         let which = match &containerd {
             Some(LocalContainerd::Private(_)) => "private ",
             Some(LocalContainerd::System(_)) => "system ",
@@ -565,6 +617,7 @@ impl ContainerRuntimeFlags {
             dns,
             pod_subnet: subnet,
             annotations,
+            masquerade,
         })
     }
 }
@@ -813,6 +866,7 @@ mod tests {
             dns: DnsFlags::default(),
             process_pod_network: mode,
             pod_cidr: None,
+            cluster_cidr: None,
         };
         let (mode, annotations) = flags(ProcessPodNetwork::Host).process_network(true);
         assert_eq!(mode, ProcessPodNetwork::Host);
@@ -900,6 +954,7 @@ mod tests {
             dns: DnsFlags::default(),
             process_pod_network: ProcessPodNetwork::Host,
             pod_cidr: None,
+            cluster_cidr: None,
         };
         let err = flags
             .open(&dir.path().join("node"), &dir.path().join("containerd"))
@@ -918,6 +973,7 @@ mod tests {
             dns: DnsFlags::default(),
             process_pod_network: ProcessPodNetwork::Host,
             pod_cidr: None,
+            cluster_cidr: None,
         };
         let (kind, why) = auto.choose();
         assert_eq!(kind, RuntimeKind::Cri);
@@ -929,6 +985,7 @@ mod tests {
             dns: DnsFlags::default(),
             process_pod_network: ProcessPodNetwork::Host,
             pod_cidr: None,
+            cluster_cidr: None,
         };
         assert_eq!(process.choose().0, RuntimeKind::Process);
         // Without an endpoint, auto follows what this machine has.
@@ -939,6 +996,7 @@ mod tests {
             dns: DnsFlags::default(),
             process_pod_network: ProcessPodNetwork::Host,
             pod_cidr: None,
+            cluster_cidr: None,
         };
         let usable = containerd::find_system_endpoint().is_some()
             || containerd::testing::missing_prerequisites().is_none();
@@ -975,6 +1033,7 @@ mod tests {
             dns: DnsFlags::default(),
             process_pod_network: ProcessPodNetwork::Host,
             pod_cidr: None,
+            cluster_cidr: None,
         };
         let err = flags
             .open(&dir.path().join("node"), &dir.path().join("containerd"))

@@ -443,6 +443,8 @@ async fn run(args: ServeArgs, up: Option<Up>) -> anyhow::Result<()> {
                 )
                 .await?;
             }
+            // Pod traffic within the cluster CIDR keeps the pods' addresses.
+            runtime_flags.cluster_cidr = up.proxy.cluster_cidr().or(cluster_cidr);
             let runtime = runtime_flags
                 .open(&data_dir.join("node"), &data_dir.join("containerd"))
                 .await?;
@@ -515,8 +517,13 @@ async fn run(args: ServeArgs, up: Option<Up>) -> anyhow::Result<()> {
                 Ok(token) => {
                     let hash = join::ca_cert_hash(&pki.ca_cert)?;
                     println!("Join another machine (token valid 24 h) with:\n");
+                    // Joined nodes keep pod traffic within the cluster CIDR unmasqueraded
+                    // and tell their proxy which traffic is the pods'.
+                    let cidr_flag = cluster_cidr
+                        .map(|c| format!(" --cluster-cidr {c}"))
+                        .unwrap_or_default();
                     println!(
-                        "    setpoint agent --server {join_url} --token {token} --ca-cert-hash {hash}\n"
+                        "    setpoint agent --server {join_url} --token {token} --ca-cert-hash {hash}{cidr_flag}\n"
                     );
                     // The server's certificate names the listen address: a machine
                     // elsewhere must use exactly that one.

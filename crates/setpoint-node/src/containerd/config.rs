@@ -111,9 +111,12 @@ pub struct CniNetwork {
     pub ipam_data_dir: PathBuf,
 }
 
-/// Renders `network` as a CNI network list: `bridge` (the node's gateway, masquerading
-/// traffic leaving the subnet) with `host-local` IPAM, then `portmap` for `hostPort`s.
-/// The CRI plugin sets up each sandbox's loopback itself with the `loopback` plugin.
+/// Renders `network` as a CNI network list: `bridge` (the node's gateway) with `host-local`
+/// IPAM, then `portmap` for `hostPort`s. The CRI plugin sets up each sandbox's loopback
+/// itself with the `loopback` plugin. The bridge does not masquerade: its `ipMasq` would
+/// rewrite everything leaving the subnet, pod-to-pod traffic to other nodes included, so the
+/// node masquerades only what leaves the cluster CIDR itself
+/// (`setpoint_network::masquerade`).
 pub fn cni_conflist(network: &CniNetwork) -> String {
     let list = serde_json::json!({
         "cniVersion": "1.0.0",
@@ -123,7 +126,7 @@ pub fn cni_conflist(network: &CniNetwork) -> String {
                 "type": "bridge",
                 "bridge": network.bridge,
                 "isGateway": true,
-                "ipMasq": true,
+                "ipMasq": false,
                 // A pod reaching a service that lands back on itself goes out and in the bridge.
                 "hairpinMode": true,
                 "ipam": {
@@ -286,7 +289,7 @@ mod tests {
         assert_eq!(bridge["type"], "bridge");
         assert_eq!(bridge["bridge"], "sp-t3");
         assert_eq!(bridge["isGateway"], true);
-        assert_eq!(bridge["ipMasq"], true);
+        assert_eq!(bridge["ipMasq"], false);
         assert_eq!(bridge["ipam"]["type"], "host-local");
         assert_eq!(bridge["ipam"]["ranges"][0][0]["subnet"], "10.222.3.0/24");
         assert_eq!(bridge["ipam"]["dataDir"], "/var/lib/sp/ipam");

@@ -274,6 +274,7 @@ impl Drop for Setpoint {
             remove_pod_networks(&self.data_dir.join("node"));
             remove_private_bridge(&self.data_dir);
             remove_proxy_table(&self.data_dir.join("node"));
+            remove_masquerade_table(&self.data_dir.join("containerd"));
         }
     }
 }
@@ -313,6 +314,19 @@ pub fn remove_proxy_table(node_dir: &Path) {
         return;
     };
     let table = setpoint_network::proxy::table_name(&dir.display().to_string());
+    let _ = Command::new("nft")
+        .args(["delete", "table", "ip", &table])
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// Deletes the pod masquerade table of the node whose pod network's files are in
+/// `containerd_dir`, if it has one (a node killed without a clean stop leaves it).
+pub fn remove_masquerade_table(containerd_dir: &Path) {
+    let Ok(dir) = containerd_dir.canonicalize() else {
+        return;
+    };
+    let table = setpoint_network::masquerade::table_name(&dir.display().to_string());
     let _ = Command::new("nft")
         .args(["delete", "table", "ip", &table])
         .stderr(Stdio::null())
