@@ -8,14 +8,18 @@
 //! veth and an address per pod on the node's pod bridge, which is on the node's
 //! `spec.podCIDR`) and the service proxy in nftables mode. A pod on host A reaches, over HTTP,
 //! a pod on host B by its pod IP and through the cluster IP of a Service whose only endpoint
-//! is on B: real packets, routed by the host-gw routes. After host A's agent restarts, its new
-//! pods are on the same range and reach across again. Container pods through a private
-//! containerd per host are not part of this test.
+//! is on B: real packets, routed by the host-gw routes, and not masqueraded (the server on B
+//! answers with the peer address it saw, the client pod's own). Then both agents restart
+//! running containers, each through a private containerd of its own in its namespace, and the
+//! same holds for container pods, on the same ranges; where containerd cannot run, host A's
+//! agent restarts with process pods instead and they reach across again.
 //!
 //! It needs root and `ip netns`, and says so and passes when they are missing; the packets
 //! also need the CNI plugins and `nft`, and are skipped without them unless
-//! `SETPOINT_REQUIRE_NFT` or `SETPOINT_REQUIRE_CONTAINERD` is set. Everything it makes lives
-//! in its namespaces (pod bridges, veths, routes, nftables tables) and goes with them.
+//! `SETPOINT_REQUIRE_NFT` or `SETPOINT_REQUIRE_CONTAINERD` is set (containers: unless
+//! `SETPOINT_REQUIRE_CONTAINERD=1`). Everything it makes lives in its namespaces (pod
+//! bridges, veths, routes, nftables tables) and goes with them; containerd's processes and
+//! mounts under the agents' data dirs are killed and unmounted when an agent is dropped.
 
 mod support;
 
@@ -159,7 +163,10 @@ impl Drop for Proc {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // A private containerd dies with its agent; its shims and containers (whose working
+        // directories are under the data dir) and its mounts would stay.
         kill_processes_under(&self.dir);
+        setpoint_node::containerd::testing::unmount_under(&self.dir);
     }
 }
 
@@ -170,6 +177,42 @@ fn in_ns(ns: &str) -> Command {
         .env(support::RUNTIME_ENV, "process")
         .env(support::PROXY_MODE_ENV, "none");
     c
+}
+
+/// What the agents run pods as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pods {
+    /// Processes, each in a network namespace on the node's pod bridge.
+    Processes,
+    /// Containers, through a private containerd of each agent's own.
+    Containers,
+}
+
+/// Whether each host's agent can run a private containerd of its own here; panics when
+/// `SETPOINT_REQUIRE_CONTAINERD=1` requires it.
+fn containers_possible() -> bool {
+    if !containerd_available() {
+        return false;
+    }
+    if let Some(socket) = setpoint_node::containerd::find_system_endpoint() {
+        eprintln!(
+            "not running container pods across hosts: a system containerd at {} would serve both agents",
+            socket.display()
+        );
+        return false;
+    }
+    let nsenter = Command::new("nsenter")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !nsenter {
+        assert!(
+            std::env::var(setpoint_node::containerd::testing::REQUIRE_ENV).as_deref() != Ok("1"),
+            "containers across hosts need nsenter (util-linux)"
+        );
+        eprintln!("not running container pods across hosts: no nsenter");
+    }
+    nsenter
 }
 
 /// Whether pods can get networks of their own and Services be proxied here (the CNI plugins
@@ -196,8 +239,12 @@ fn packets_possible() -> bool {
     false
 }
 
-/// A web server pod on host-b behind a Service, and a client pod on host-a to curl from.
-const PODS: &str = r#"apiVersion: v1
+/// The path the web pods answer with `peer <address>`, the address the request came from.
+const PEER_PATH: &str = "/cgi-bin/peer";
+
+/// As process pods: a web server on host-b that answers every GET with the peer address it
+/// saw (a few lines of Python, which the host has), and a client on host-a to curl from.
+const PROCESS_PODS: &str = r#"apiVersion: v1
 kind: Pod
 metadata:
   name: web-b
@@ -208,11 +255,23 @@ spec:
   containers:
   - name: web
     image: python:3
-    command: ["python3", "-m", "http.server", "8080"]
+    command:
+    - python3
+    - -c
+    - |
+      import http.server
+      class Peer(http.server.BaseHTTPRequestHandler):
+          def do_GET(self):
+              body = ("peer %s\n" % self.client_address[0]).encode()
+              self.send_response(200)
+              self.send_header("Content-Length", str(len(body)))
+              self.end_headers()
+              self.wfile.write(body)
+      http.server.ThreadingHTTPServer(("", 8080), Peer).serve_forever()
     ports:
     - {name: http, containerPort: 8080}
     readinessProbe:
-      httpGet: {path: /, port: 8080}
+      httpGet: {path: /cgi-bin/peer, port: 8080}
       periodSeconds: 1
 ---
 apiVersion: v1
@@ -226,8 +285,51 @@ spec:
   - name: client
     image: busybox
     command: ["sleep", "3600"]
+"#;
+
+/// As container pods of the local busybox image: busybox `httpd` with a CGI script that
+/// answers with `REMOTE_ADDR`, and a client that requests with busybox `nc`.
+const CONTAINER_PODS: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: web-b
+  labels: {app: web-b}
+spec:
+  nodeName: host-b
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: web
+    image: setpoint.local/busybox:1
+    command:
+    - sh
+    - -c
+    - |
+      mkdir -p /tmp/www/cgi-bin
+      echo '#!/bin/sh' > /tmp/www/cgi-bin/peer
+      echo 'echo "Content-Type: text/plain"; echo; echo "peer $REMOTE_ADDR"' >> /tmp/www/cgi-bin/peer
+      chmod +x /tmp/www/cgi-bin/peer
+      exec httpd -f -p 8080 -h /tmp/www
+    ports:
+    - {name: http, containerPort: 8080}
+    readinessProbe:
+      httpGet: {path: /cgi-bin/peer, port: 8080}
+      periodSeconds: 1
 ---
 apiVersion: v1
+kind: Pod
+metadata:
+  name: client-a
+spec:
+  nodeName: host-a
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: client
+    image: setpoint.local/busybox:1
+    command: ["sleep", "3600"]
+"#;
+
+/// The Service whose only endpoint is the web pod on host-b.
+const SERVICE: &str = r#"apiVersion: v1
 kind: Service
 metadata:
   name: web-b
@@ -236,6 +338,46 @@ spec:
   ports:
   - {name: http, port: 80, targetPort: http}
 "#;
+
+impl Pods {
+    /// The web and client pods, and the Service.
+    fn manifest(self) -> String {
+        let pods = match self {
+            Pods::Processes => PROCESS_PODS,
+            Pods::Containers => CONTAINER_PODS,
+        };
+        format!("{pods}---\n{SERVICE}")
+    }
+
+    /// The command the client pod runs to GET [`PEER_PATH`] from `host:port`.
+    fn request(self, host: &str, port: u16) -> Vec<String> {
+        match self {
+            Pods::Processes => vec![
+                "curl".into(),
+                "-sS".into(),
+                "-m".into(),
+                "2".into(),
+                format!("http://{host}:{port}{PEER_PATH}"),
+            ],
+            // The static busybox's `wget` crashes before it sends anything; `nc` works.
+            Pods::Containers => vec![
+                "sh".into(),
+                "-c".into(),
+                format!("printf 'GET {PEER_PATH} HTTP/1.0\\r\\n\\r\\n' | nc -w 2 {host} {port}"),
+            ],
+        }
+    }
+}
+
+/// The address in a `peer <address>` answer, an IPv4-mapped IPv6 one (busybox `httpd`
+/// listens on IPv6 and writes `[::ffff:a.b.c.d]`) as IPv4.
+fn peer_of(answer: &str) -> Option<String> {
+    let peer = answer
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("peer "))?;
+    let peer = peer.trim().trim_start_matches('[').trim_end_matches(']');
+    Some(peer.trim_start_matches("::ffff:").to_string())
+}
 
 /// `setpoint up --allocate-node-cidrs` in the server's namespace: its kubeconfig and the
 /// words of its join command.
@@ -286,7 +428,9 @@ fn start_server(lan: &Lan, dir: &Path) -> (Proc, PathBuf, Vec<String>) {
 }
 
 /// An agent in `ns`; with `packets`, its process pods get network namespaces on its pod
-/// bridge and it runs the service proxy.
+/// bridge and it runs the service proxy. With `Pods::Containers` it runs containers through
+/// a private containerd, which it starts in `ns` (entered with `nsenter`: `ip netns exec`
+/// mounts a `/sys` of its own, without the cgroup filesystems runc needs).
 fn start_agent(
     ns: &str,
     join: &[String],
@@ -294,8 +438,19 @@ fn start_agent(
     address: &str,
     dir: &Path,
     packets: bool,
+    pods: Pods,
 ) -> Proc {
-    let mut command = in_ns(ns);
+    let mut command = match pods {
+        Pods::Processes => in_ns(ns),
+        Pods::Containers => {
+            let mut c = Command::new("nsenter");
+            c.arg(format!("--net=/run/netns/{ns}"))
+                .arg(env!("CARGO_BIN_EXE_setpoint"))
+                .env("SETPOINT_LOG", "warn")
+                .env(support::RUNTIME_ENV, "cri");
+            c
+        }
+    };
     if packets {
         command
             .env("SETPOINT_PROCESS_POD_NETWORK", "bridge")
@@ -353,6 +508,7 @@ fn nodes_get_pod_ranges_route_each_other_s_and_pods_reach_across() {
             &lan.host_ips[i],
             &dir,
             packets,
+            Pods::Processes,
         ));
     }
     let cidr_of = |node: &str| {
@@ -397,15 +553,33 @@ fn nodes_get_pod_ranges_route_each_other_s_and_pods_reach_across() {
     assert_eq!(cidr_of("host-a"), a);
 
     if packets {
-        pods_reach_across(&kubectl_output, tmp.path(), [&a, &b]);
-        // A restarted agent finds its range on its Node and puts new pods on it again.
-        let mut old = agents.remove(0);
-        old.stop();
-        drop(old);
-        let dir = tmp.path().join("host-a");
-        let again = start_agent(&lan.hosts[0], &join, "host-a", &lan.host_ips[0], &dir, true);
-        agents.insert(0, again);
-        pods_reach_across(&kubectl_output, tmp.path(), [&a, &b]);
+        pods_reach_across(&kubectl_output, tmp.path(), [&a, &b], Pods::Processes);
+        // A restarted agent finds its range on its Node and puts new pods on it again: as a
+        // container node (both hosts) where containerd can run, else with processes (host A).
+        let (pods, restarted) = if containers_possible() {
+            (Pods::Containers, 0..2)
+        } else {
+            (Pods::Processes, 0..1)
+        };
+        for i in restarted {
+            // Gone, with whatever it left under its data dir, before the next one starts there.
+            let mut old = agents.remove(i);
+            old.stop();
+            drop(old);
+            let node = ["host-a", "host-b"][i];
+            let dir = tmp.path().join(node);
+            let again = start_agent(
+                &lan.hosts[i],
+                &join,
+                node,
+                &lan.host_ips[i],
+                &dir,
+                true,
+                pods,
+            );
+            agents.insert(i, again);
+        }
+        pods_reach_across(&kubectl_output, tmp.path(), [&a, &b], pods);
     }
 
     // A clean stop takes the node's routes with it.
@@ -425,16 +599,18 @@ fn nodes_get_pod_ranges_route_each_other_s_and_pods_reach_across() {
 }
 
 /// A pod on host-a reaches the web pod on host-b by its pod IP and through its Service's
-/// cluster IP; each pod's address is from its node's range (`cidrs`: host-a's, host-b's).
-/// The pods are deleted at the end, so their agents tear their networks down.
+/// cluster IP, and the web pod sees the client pod's own address; each pod's address is from
+/// its node's range (`cidrs`: host-a's, host-b's). The pods are deleted at the end, so their
+/// agents tear their networks down.
 fn pods_reach_across(
     kubectl: &dyn Fn(&[&str]) -> std::process::Output,
     dir: &Path,
     cidrs: [&str; 2],
+    pods: Pods,
 ) {
     let run = |args: &[&str]| support::expect_success(&args.join(" "), &kubectl(args));
     let manifest = dir.join("pods.yaml");
-    std::fs::write(&manifest, PODS).unwrap();
+    std::fs::write(&manifest, pods.manifest()).unwrap();
     run(&["apply", "-f", manifest.to_str().unwrap()]);
     let ip_of = |pod: &str, condition: &str| {
         eventually(
@@ -464,24 +640,26 @@ fn pods_reach_across(
         );
     }
     let cluster_ip = run(&["get", "svc", "web-b", "-o", "jsonpath={.spec.clusterIP}"]);
-    for (what, url) in [
-        ("the pod IP on host-b", format!("http://{web}:8080/")),
-        (
-            "the Service's cluster IP",
-            format!("http://{cluster_ip}:80/"),
-        ),
+    for (what, host, port) in [
+        ("the pod IP on host-b", web.as_str(), 8080),
+        ("the Service's cluster IP", cluster_ip.as_str(), 80),
     ] {
-        eventually(
-            &format!("a pod on host-a reaches {what} ({url})"),
+        let request = pods.request(host, port);
+        let peer = eventually(
+            &format!("a pod on host-a reaches {what} ({host}:{port})"),
             Duration::from_secs(30),
             || {
-                let out = kubectl(&["exec", "client-a", "--", "curl", "-sS", "-m", "2", &url]);
-                String::from_utf8_lossy(&out.stdout)
-                    .contains("Directory listing")
-                    .then_some(())
+                let mut args = vec!["exec", "client-a", "--"];
+                args.extend(request.iter().map(String::as_str));
+                peer_of(&String::from_utf8_lossy(&kubectl(&args).stdout))
             },
         );
+        // Not masqueraded on the way: the server saw the client pod, not node A.
+        assert_eq!(
+            peer, client,
+            "the web pod on host-b saw {peer} as the client through {what}, not the client pod's {client}"
+        );
     }
-    eprintln!("pod {client} on host-a reached pod {web} on host-b and its Service at {cluster_ip}");
+    eprintln!("{pods:?}: pod {client} on host-a reached pod {web} on host-b and its Service at {cluster_ip}, unmasqueraded");
     run(&["delete", "pod", "web-b", "client-a", "--timeout=30s"]);
 }

@@ -502,8 +502,9 @@ fn split_quoted(line: &str) -> Vec<String> {
     args
 }
 
-/// Detaches every mount at or below `dir`, deepest first.
-fn unmount_under(dir: &Path) {
+/// Detaches every mount at or below `dir`, deepest first: what a containerd that was killed
+/// left mounted under its directories (snapshots, sandboxes' network namespaces and shm).
+pub fn unmount_under(dir: &Path) {
     let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
         return;
     };
