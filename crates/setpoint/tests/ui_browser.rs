@@ -1,7 +1,9 @@
 //! End to end in a real browser: `setpoint up` with simulated nodes prints a login URL for the
 //! live view; headless Chromium, driven over the DevTools protocol, opens it, the page lists
 //! and watches the cluster with the printed token, and after `kubectl scale` its DOM shows the
-//! new counts. A screenshot of the page is kept under the target dir.
+//! new counts, its timeline shows a controller's decision record, and its namespace filter
+//! hides another namespace's Deployment. A screenshot of the page is kept under the target
+//! dir.
 //!
 //! Needs `chromium` (skipped with a message when absent, unless `SETPOINT_REQUIRE_CHROMIUM`
 //! is set, as CI does) and kubectl.
@@ -177,6 +179,18 @@ impl Cdp {
     }
 }
 
+/// Waits until the JavaScript expression `expression` is true in the page.
+fn wait_until(cdp: &mut Cdp, what: &str, expression: &str) {
+    let deadline = Instant::now() + DEADLINE;
+    while cdp.eval(expression) != json!(true) {
+        assert!(
+            Instant::now() < deadline,
+            "the page did not show {what} within {DEADLINE:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// The counts the page shows for Deployment `default/web`, once they are `want`.
 fn wait_for_counts(cdp: &mut Cdp, want: &str) -> String {
     let expression = "(() => { const e = document.querySelector('[data-deployment=\"default/web\"] > .head > .counts'); return e ? e.textContent : document.getElementById('status').textContent; })()";
@@ -231,6 +245,25 @@ fn the_live_view_follows_a_scaled_deployment_in_chromium() {
 
     s.ok(&["scale", "deployment", "web", "--replicas=4"]);
     wait_for_counts(&mut cdp, "desired 4 · pods 4 · ready 4");
+    // The timeline interleaves decision records with Events: the ReplicaSet controller's
+    // reconciles of default/web's ReplicaSet are there.
+    wait_until(
+        &mut cdp,
+        "a decision of the replicaset controller in the timeline",
+        "[...document.querySelectorAll('#timeline li.decision')].some((li) => li.textContent.includes(' decision replicaset replicaset/web-'))",
+    );
+    // Another namespace's Deployment, for the namespace filter to hide (created
+    // now, so that its Events and decisions are among the timeline's newest).
+    s.ok(&["create", "namespace", "team"]);
+    s.ok(&[
+        "-n",
+        "team",
+        "create",
+        "deployment",
+        "other",
+        "--image=nginx:1.25",
+        "--replicas=1",
+    ]);
     let nodes = cdp.eval("document.querySelectorAll('#nodes tbody tr').length");
     assert_eq!(
         nodes,
@@ -260,6 +293,20 @@ fn the_live_view_follows_a_scaled_deployment_in_chromium() {
         std::thread::sleep(Duration::from_millis(100));
     }
     cdp.screenshot(&artifacts.join("why.png"));
+
+    // Both namespaces are shown, then the filter keeps only `default` on the whole page.
+    wait_until(
+        &mut cdp,
+        "team/other and the namespace filter's choices",
+        "!!document.querySelector('[data-deployment=\"team/other\"]') && [...document.getElementById('namespace').options].some((o) => o.value === 'default') && [...document.querySelectorAll('#timeline li')].some((li) => li.dataset.namespace === 'team')",
+    );
+    cdp.eval("(() => { const s = document.getElementById('namespace'); s.value = 'default'; s.dispatchEvent(new Event('change')); })()");
+    wait_until(
+        &mut cdp,
+        "only namespace default",
+        "!document.querySelector('[data-deployment=\"team/other\"]') && !!document.querySelector('[data-deployment=\"default/web\"]') && [...document.querySelectorAll('#timeline li')].every((li) => li.dataset.namespace === 'default') && document.getElementById('totals').textContent.endsWith('pods in default')",
+    );
+    cdp.screenshot(&artifacts.join("namespace-default.png"));
 
     s.ok(&["scale", "deployment", "web", "--replicas=2"]);
     wait_for_counts(&mut cdp, "desired 2 · pods 2 · ready 2");

@@ -1,12 +1,21 @@
 // The live view: reads the Kubernetes API with the user's bearer token (LIST, then WATCH from
 // the list's resourceVersion, LIST again on 410 Gone) and renders Deployments → ReplicaSets →
-// Pods, nodes, events and an object's `why` chain. Rendering is batched into one animation
-// frame and touches only the DOM nodes whose text changed; each ReplicaSet shows its counts
-// and its first PODS_SHOWN pods, so 10,000 pods are not 10,000 DOM rows.
+// Pods, nodes, a timeline of Events and decision records, and an object's `why` chain, all
+// narrowed by an optional namespace filter. Rendering is batched into one animation frame,
+// redraws only the sections whose data changed since the last frame, and touches only the DOM
+// nodes whose text changed; each ReplicaSet shows its counts and its first PODS_SHOWN pods, so
+// 10,000 pods are not 10,000 DOM rows.
 
 const PODS_SHOWN = 5;
-const EVENTS_SHOWN = 50;
+const TIMELINE_SHOWN = 50;
+// Decision records the page keeps (the newest); the timeline shows at most TIMELINE_SHOWN.
+const DECISIONS_KEPT = 500;
+// Records asked for per request, and how long the server may hold a request open waiting for
+// new ones (it caps both).
+const DECISIONS_PAGE = 500;
+const DECISIONS_WAIT_SECONDS = 25;
 const TOKEN_KEY = "setpoint.ui.token";
+const NAMESPACE_KEY = "setpoint.ui.namespace";
 
 // --- the token --------------------------------------------------------------------------
 
@@ -50,7 +59,8 @@ async function getJSON(path) {
 
 const uidOf = (o) => o.metadata.uid;
 
-// Keeps `objects` (uid → object) in step with the collection at `path`.
+// Keeps `objects` (uid → object) in step with the collection at `path`; `onChange` is called
+// after every change.
 class Informer {
   constructor(path, onChange) {
     this.path = path;
@@ -137,10 +147,61 @@ class Informer {
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
+// Keeps the newest DECISIONS_KEPT decision records, following the server's
+// `/debug/setpoint/decisions` cursor (docs/why.md): the newest page first, then every record
+// after the cursor, each request held open by the server until there is one.
+class DecisionFeed {
+  constructor(onChange) {
+    this.onChange = onChange;
+    this.records = [];
+    this.next = null;
+    this.synced = false;
+    this.error = null;
+    // The server has no decision records (another distribution, or records turned off).
+    this.unavailable = null;
+  }
+
+  async run() {
+    for (;;) {
+      try {
+        const q = this.next === null
+          ? `limit=${DECISIONS_PAGE}`
+          : `since=${this.next}&limit=${DECISIONS_PAGE}&timeoutSeconds=${DECISIONS_WAIT_SECONDS}`;
+        const page = await getJSON(`/debug/setpoint/decisions?${q}`);
+        this.next = page.next;
+        this.synced = true;
+        this.error = null;
+        if (page.records.length) {
+          this.records.push(...page.records);
+          if (this.records.length > DECISIONS_KEPT) {
+            this.records.splice(0, this.records.length - DECISIONS_KEPT);
+          }
+        }
+        this.onChange();
+      } catch (e) {
+        if (e.status === 401) return needLogin(e.message);
+        if (e.status === 404 || e.status === 400) {
+          // Not served here, or turned off: the timeline shows Events only.
+          this.unavailable = e.message;
+          this.synced = true;
+          this.onChange();
+          return;
+        }
+        this.error = e;
+        this.onChange();
+        await sleep(e.status === 403 ? 10000 : 1000);
+      }
+    }
+  }
+}
+
 // --- rendering --------------------------------------------------------------------------
 
+// The sections whose data changed since the last frame: only they are drawn again.
+const dirty = new Set();
 let scheduled = false;
-function schedule() {
+function schedule(...sections) {
+  for (const s of sections) dirty.add(s);
   if (scheduled) return;
   scheduled = true;
   requestAnimationFrame(() => {
@@ -150,12 +211,18 @@ function schedule() {
 }
 
 const informers = {
-  deployments: new Informer("/apis/apps/v1/deployments", schedule),
-  replicasets: new Informer("/apis/apps/v1/replicasets", schedule),
-  pods: new Informer("/api/v1/pods", schedule),
-  nodes: new Informer("/api/v1/nodes", schedule),
-  events: new Informer("/api/v1/events", schedule),
+  deployments: new Informer("/apis/apps/v1/deployments", () => schedule("deployments")),
+  replicasets: new Informer("/apis/apps/v1/replicasets", () => schedule("deployments")),
+  pods: new Informer("/api/v1/pods", () => schedule("deployments", "nodes")),
+  nodes: new Informer("/api/v1/nodes", () => schedule("nodes")),
+  events: new Informer("/api/v1/events", () => schedule("timeline")),
+  namespaces: new Informer("/api/v1/namespaces", () => schedule("namespaces")),
 };
+const decisions = new DecisionFeed(() => schedule("timeline"));
+
+// The namespace filter: "" shows every namespace.
+let namespace = sessionStorage.getItem(NAMESPACE_KEY) || "";
+const shown = (ns) => !namespace || ns === namespace;
 
 function el(tag, cls, text) {
   const e = document.createElement(tag);
@@ -281,10 +348,21 @@ function renderPods(list, pods) {
   }
 }
 
+// The objects of `informer` in the namespace the filter shows.
+function* inNamespace(informer) {
+  for (const o of informer.objects.values()) if (shown(o.metadata.namespace)) yield o;
+}
+
 function renderDeployments() {
-  const rsByDeployment = byOwner(informers.replicasets.objects.values());
-  const podsByRs = byOwner(informers.pods.objects.values());
-  const deployments = [...informers.deployments.objects.values()].sort(byName);
+  const rsByDeployment = byOwner(inNamespace(informers.replicasets));
+  let podsShown = 0;
+  const podsByRs = byOwner((function* () {
+    for (const p of inNamespace(informers.pods)) {
+      podsShown += 1;
+      yield p;
+    }
+  })());
+  const deployments = [...inNamespace(informers.deployments)].sort(byName);
   const container = document.getElementById("deployments");
   const roots = [];
   const live = new Set();
@@ -325,13 +403,13 @@ function renderDeployments() {
   document.getElementById("no-deployments").hidden = deployments.length > 0;
   setText(
     document.getElementById("totals"),
-    `${deployments.length} Deployments · ${readyTotal}/${desiredTotal} ready · ${informers.pods.objects.size} pods in all`,
+    `${deployments.length} Deployments · ${readyTotal}/${desiredTotal} ready · ${podsShown} pods ${namespace ? `in ${namespace}` : "in all"}`,
   );
 }
 
 function renderNodes() {
   const perNode = new Map();
-  for (const p of informers.pods.objects.values()) {
+  for (const p of inNamespace(informers.pods)) {
     const n = p.spec?.nodeName;
     if (!n) continue;
     let c = perNode.get(n);
@@ -364,26 +442,109 @@ function renderNodes() {
 const eventTime = (e) =>
   e.lastTimestamp || e.eventTime || e.firstTimestamp || e.metadata.creationTimestamp || "";
 
-function renderEvents() {
-  const events = [...informers.events.objects.values()]
-    .sort((a, b) => eventTime(b).localeCompare(eventTime(a)))
-    .slice(0, EVENTS_SHOWN);
-  const list = document.getElementById("events");
-  while (list.children.length > events.length) list.lastChild.remove();
-  events.forEach((e, i) => {
-    let li = list.children[i];
-    if (!li) list.append((li = el("li")));
+// An Event as a timeline entry. Parsed once per version of the Event (a watch event brings a
+// new object), not once per frame.
+const eventEntries = new WeakMap();
+function eventEntry(e) {
+  let entry = eventEntries.get(e);
+  if (!entry) {
     const o = e.involvedObject || {};
     const count = e.count > 1 ? ` (×${e.count})` : "";
-    setText(li, `${eventTime(e)} ${e.type} ${e.reason} ${(o.kind || "").toLowerCase()}/${o.name}: ${e.message}${count}`);
-    setClass(li, e.type || "");
+    const time = eventTime(e);
+    entry = {
+      ms: Date.parse(time) || 0,
+      namespace: o.namespace || e.metadata.namespace || "",
+      cls: `event ${e.type || ""}`,
+      text: `${time} ${e.type} ${e.reason} ${(o.kind || "").toLowerCase()}/${o.name}: ${e.message}${count}`,
+    };
+    eventEntries.set(e, entry);
+  }
+  return entry;
+}
+
+// A decision record as a timeline entry: who decided about what, what it did (or saw, when it
+// did nothing) and how the reconcile ended.
+const decisionEntries = new WeakMap();
+function decisionEntry(d) {
+  let entry = decisionEntries.get(d);
+  if (!entry) {
+    const ms = Math.floor((d.endMicros || d.startMicros || 0) / 1000);
+    const o = d.object || {};
+    const what = (d.actions || []).length
+      ? d.actions.map((a) => `${a.action} (rule: ${a.rule})`).join("; ")
+      : (d.observed || []).join("; ") || "no action";
+    const object = `${(o.kind || "").toLowerCase()}/${o.name}`;
+    entry = {
+      ms,
+      namespace: o.namespace || "",
+      cls: "decision",
+      text: `${new Date(ms).toISOString()} decision ${d.controller} ${object}: ${what} → ${d.result}`,
+    };
+    decisionEntries.set(d, entry);
+  }
+  return entry;
+}
+
+// The newest `n` of `entries` in the namespace shown, newest first: one pass that keeps a
+// small sorted window, not a sort of every Event.
+function newest(entries, n) {
+  const top = [];
+  for (const e of entries) {
+    if (!shown(e.namespace)) continue;
+    if (top.length === n && e.ms <= top[n - 1].ms) continue;
+    let i = top.length;
+    while (i > 0 && top[i - 1].ms < e.ms) i -= 1;
+    top.splice(i, 0, e);
+    if (top.length > n) top.pop();
+  }
+  return top;
+}
+
+function renderTimeline() {
+  const entries = newest(
+    (function* () {
+      for (const e of informers.events.objects.values()) yield eventEntry(e);
+      for (const d of decisions.records) yield decisionEntry(d);
+    })(),
+    TIMELINE_SHOWN,
+  );
+  const list = document.getElementById("timeline");
+  while (list.children.length > entries.length) list.lastChild.remove();
+  entries.forEach((e, i) => {
+    let li = list.children[i];
+    if (!li) list.append((li = el("li")));
+    setText(li, e.text);
+    setClass(li, e.cls);
+    if (li.dataset.namespace !== e.namespace) li.dataset.namespace = e.namespace;
   });
+  setText(
+    document.getElementById("timeline-note"),
+    decisions.unavailable ? `decision records are not available: ${decisions.unavailable}` : "",
+  );
+}
+
+// The filter's choices: every namespace listed, and the one chosen even before it is listed.
+function renderNamespaces() {
+  const select = document.getElementById("namespace");
+  const names = [...informers.namespaces.objects.values()].map((n) => n.metadata.name);
+  if (namespace && !names.includes(namespace)) names.push(namespace);
+  names.sort();
+  const want = ["", ...names];
+  while (select.options.length > want.length) select.lastChild.remove();
+  want.forEach((name, i) => {
+    let option = select.options[i];
+    if (!option) select.append((option = el("option")));
+    option.value = name;
+    setText(option, name || "all namespaces");
+  });
+  select.value = namespace;
 }
 
 function renderStatus() {
   const status = document.getElementById("status");
-  const failing = Object.entries(informers).filter(([, i]) => i.error);
-  const syncing = Object.entries(informers).filter(([, i]) => !i.synced);
+  const sources = [...Object.entries(informers), ["decisions", decisions]];
+  const failing = sources.filter(([, i]) => i.error);
+  const syncing = sources.filter(([, i]) => !i.synced);
   if (failing.length) {
     status.dataset.state = "error";
     setText(status, failing.map(([n, i]) => `${n}: ${i.error.message}`).join("; "));
@@ -401,9 +562,11 @@ let firstSync = true;
 function render() {
   const begun = performance.now();
   renderStatus();
-  renderDeployments();
-  renderNodes();
-  renderEvents();
+  if (dirty.has("namespaces")) renderNamespaces();
+  if (dirty.has("deployments")) renderDeployments();
+  if (dirty.has("nodes")) renderNodes();
+  if (dirty.has("timeline")) renderTimeline();
+  dirty.clear();
   // The time to the first complete picture, and what its render cost, for the browser's
   // performance tools (docs/ui.md quotes them for 10,000 pods).
   if (firstSync && Object.values(informers).every((i) => i.synced)) {
@@ -466,12 +629,18 @@ function start() {
     sessionStorage.removeItem(TOKEN_KEY);
     location.reload();
   });
+  document.getElementById("namespace").addEventListener("change", (ev) => {
+    namespace = ev.target.value;
+    sessionStorage.setItem(NAMESPACE_KEY, namespace);
+    schedule("namespaces", "deployments", "nodes", "timeline");
+  });
   token = takeTokenFromFragment();
   if (!token) return needLogin("");
   document.getElementById("main").hidden = false;
   document.getElementById("logout").hidden = false;
-  render();
+  schedule("namespaces", "deployments", "nodes", "timeline");
   for (const informer of Object.values(informers)) informer.run();
+  decisions.run();
 }
 
 start();
