@@ -5,7 +5,9 @@
 //! - a validating webhook refuses a ConfigMap with a forbidden key, and kubectl prints its
 //!   message; its warnings reach kubectl as `Warning:` lines;
 //! - a mutating webhook adds a label, seen in `kubectl get -o yaml`;
-//! - `matchConditions` and `objectSelector` skip what they should;
+//! - `matchConditions` and `objectSelector` skip what they should; the `skip-validation`
+//!   label is honoured only for users the `authorizer` says may `skip-validation`
+//!   ConfigMaps (alice, through `--as`), not for others (bob);
 //! - with the webhook down, `failurePolicy: Fail` refuses with upstream's message and
 //!   `Ignore` lets the write through;
 //! - `--dry-run=server` calls the webhooks (all v1 webhooks declare `sideEffects` `None` or
@@ -179,7 +181,7 @@ webhooks:
     caBundle: {bundle}
   matchConditions:
   - name: not-skipped
-    expression: \"!has(object.metadata.labels) || !('skip-validation' in object.metadata.labels)\"
+    expression: \"!has(object.metadata.labels) || !('skip-validation' in object.metadata.labels) || !authorizer.requestResource.check('skip-validation').allowed()\"
 {common}- name: fail.down.example.com
   sideEffects: None
   failurePolicy: Fail
@@ -216,6 +218,60 @@ webhooks:
 {common}"
     )
 }
+
+/// Two users who may create ConfigMaps in the test's namespace, of whom only alice may also
+/// `skip-validation` them.
+const WRITERS: &str = "apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: writer
+  namespace: hooked
+rules:
+- apiGroups: [\"\"]
+  resources: [configmaps]
+  verbs: [create]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: skipper
+  namespace: hooked
+rules:
+- apiGroups: [\"\"]
+  resources: [configmaps]
+  verbs: [skip-validation]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: writers
+  namespace: hooked
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: writer
+subjects:
+- apiGroup: rbac.authorization.k8s.io
+  kind: User
+  name: alice
+- apiGroup: rbac.authorization.k8s.io
+  kind: User
+  name: bob
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: skippers
+  namespace: hooked
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: skipper
+subjects:
+- apiGroup: rbac.authorization.k8s.io
+  kind: User
+  name: alice
+";
 
 fn configmap(name: &str, labels: &[(&str, &str)], data: &[(&str, &str)]) -> String {
     let mut m =
@@ -326,6 +382,33 @@ fn admission_webhooks_validate_mutate_and_fail_as_configured() {
         &[],
     );
     assert!(ok, "matchConditions skip the webhook: {err}");
+    // The label is honoured for whoever the authorizer says may skip-validation: alice, once
+    // her RoleBindings are seen (until then RBAC or the webhook refuses her); bob, bound by
+    // the same writers binding, is still validated.
+    s.apply(WRITERS);
+    let mut tries = 0;
+    eventually(
+        "alice, who may skip-validation, skips the webhook",
+        Duration::from_secs(10),
+        || {
+            tries += 1;
+            let manifest = configmap(
+                &format!("alice-{tries}"),
+                &[("skip-validation", "1")],
+                &[("forbidden", "x")],
+            );
+            create(&s, &manifest, &["--as=alice"]).0.then_some(())
+        },
+    );
+    let (ok, _, err) = create(
+        &s,
+        &configmap("bob", &[("skip-validation", "1")], &[("forbidden", "x")]),
+        &["--as=bob"],
+    );
+    assert!(
+        !ok && err.contains("admission webhook \"keys.validate.example.com\" denied the request"),
+        "bob may not skip-validation: {err}"
+    );
     // objectSelector: no mutation for objects labelled no-mutate.
     let (ok, _, err) = create(&s, &configmap("unmutated", &[("no-mutate", "1")], &[]), &[]);
     assert!(ok, "{err}");

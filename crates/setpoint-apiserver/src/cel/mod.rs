@@ -6,7 +6,8 @@
 //! `lists`, `math` and `base64` extensions, and Kubernetes' own libraries in [`libs`]:
 //! lists (`isSorted`, `sum`, `min`, `max`, `indexOf`, `lastIndexOf`), sets, regex (`find`,
 //! `findAll`), URLs, IP addresses and CIDRs, quantities, named formats and the authorizer
-//! checks of admission policies ([`authz`], whose variables only [`evaluate_with`] binds).
+//! checks of admission policies and webhooks' `matchConditions` ([`authz`], whose variables
+//! only [`evaluate_with`] and [`evaluate_bool`] bind, when given them).
 //! Programs are compiled once and cached by their source text.
 //!
 //! Every evaluation is costed first ([`cost`]): the cost of an expression over the actual
@@ -238,15 +239,18 @@ pub fn json_value(v: &Value) -> cel::Value {
     }
 }
 
-/// Evaluates `expression` with `vars` bound and requires a bool (admission webhooks'
+/// Evaluates `expression` with `vars` (and, when given and the expression reads it, the
+/// `authorizer` of `authorizer`) bound and requires a bool (admission webhooks'
 /// `matchConditions`); the error says why it could not (compilation, evaluation, cost, type).
 pub fn evaluate_bool(
     expression: &str,
     vars: &[(&str, &Value)],
+    authorizer: Option<&authz::Bindings>,
     budget: &mut Budget,
 ) -> Result<bool, Error> {
     let program = compile(expression)?;
-    match evaluate(&program, vars, budget)? {
+    let authorizer = authorizer.filter(|_| program.uses_variable(authz::VARIABLE));
+    match evaluate_with(&program, vars, authorizer, budget)? {
         cel::Value::Bool(b) => Ok(b),
         other => Err(Error::Execution(format!(
             "expected a bool, got a {}",
@@ -319,7 +323,7 @@ mod tests {
             "object.spec.ratio < 1.0",
         ] {
             assert_eq!(
-                evaluate_bool(rule, &[("object", &object)], &mut budget),
+                evaluate_bool(rule, &[("object", &object)], None, &mut budget),
                 Ok(true),
                 "{rule}"
             );
@@ -330,12 +334,17 @@ mod tests {
     fn evaluation_draws_from_the_budget() {
         let v = json!({"items": [1, 2, 3]});
         let mut budget = Budget::new(1000);
-        let ok = evaluate_bool("self.items.all(i, i > 0)", &[("self", &v)], &mut budget);
+        let ok = evaluate_bool(
+            "self.items.all(i, i > 0)",
+            &[("self", &v)],
+            None,
+            &mut budget,
+        );
         assert_eq!(ok, Ok(true));
         assert!(budget.remaining() < 1000, "{budget:?}");
         let mut tiny = Budget::new(1);
         assert_eq!(
-            evaluate_bool("self.items.all(i, i > 0)", &[("self", &v)], &mut tiny),
+            evaluate_bool("self.items.all(i, i > 0)", &[("self", &v)], None, &mut tiny),
             Err(Error::BudgetExhausted)
         );
         assert!(tiny.exhausted());
@@ -348,7 +357,7 @@ mod tests {
         let mut budget = Budget::per_request();
         let nested = "self.items.all(a, self.items.all(b, a + b >= 0))";
         assert_eq!(
-            evaluate_bool(nested, &[("self", &v)], &mut budget),
+            evaluate_bool(nested, &[("self", &v)], None, &mut budget),
             Err(Error::CallCostExceeded)
         );
         assert_eq!(
@@ -359,7 +368,7 @@ mod tests {
         let small = json!({"items": [1, 2, 3]});
         let mut budget = Budget::per_request();
         assert_eq!(
-            evaluate_bool(nested, &[("self", &small)], &mut budget),
+            evaluate_bool(nested, &[("self", &small)], None, &mut budget),
             Ok(true)
         );
     }

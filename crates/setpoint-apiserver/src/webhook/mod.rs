@@ -56,6 +56,27 @@ pub(crate) struct Call<'a> {
     pub options: &'a Value,
 }
 
+impl Call<'_> {
+    /// The CEL `authorizer` and `authorizer.requestResource` of this request, for admission
+    /// policies and webhooks' `matchConditions` alike: checks are asked of `authorizers` as
+    /// the request's user (the server's own writes are `system:apiserver`'s), and the request
+    /// resource is the one the client named, with its subresource, namespace and name.
+    pub(crate) fn authorizer(
+        &self,
+        authorizers: Arc<crate::authorization::Authorizers>,
+    ) -> crate::cel::authz::Bindings {
+        let user = Arc::new(self.user.cloned().unwrap_or_else(UserInfo::internal));
+        let request_resource = crate::cel::authz::ResourceAttributes {
+            group: self.res.group.clone(),
+            resource: self.res.plural.clone(),
+            subresource: self.subresource.to_string(),
+            namespace: self.namespace.to_string(),
+            name: self.name.to_string(),
+        };
+        crate::cel::authz::Bindings::new(authorizers, user, request_resource)
+    }
+}
+
 /// The `options` of a request: the options kind with the fields webhooks read.
 pub(crate) fn options(kind: &str, dry_run: bool, field_manager: Option<&str>) -> Value {
     let mut o = json!({"apiVersion": "meta.k8s.io/v1", "kind": kind});
@@ -276,6 +297,7 @@ impl ApiServer {
                 view.as_ref().unwrap_or(&null),
                 old_view.as_ref().unwrap_or(&null),
                 &request,
+                &call.authorizer(self.authorizers.clone()),
             ) {
                 conditions::Outcome::Call => {}
                 conditions::Outcome::Skip => return Ok(Called::Skipped),

@@ -10,7 +10,8 @@
 //! `object`, `oldObject`, `request`, `params`, `namespaceObject`, `variables` and
 //! `authorizer` bound. `authorizer` checks what the request's user may do (the server's
 //! own writes are `system:apiserver`'s), and `authorizer.requestResource` is the request's
-//! own resource, subresource, namespace and name ([`crate::cel::authz`]).
+//! own resource, subresource, namespace and name ([`crate::cel::authz`]); webhooks'
+//! `matchConditions` bind the same variables, built for both by `webhook::Call::authorizer`.
 //! A failed validation does what the binding's `validationActions` say: `Deny` refuses the
 //! request (the first denial wins, with upstream's message, code and reason), `Warn` adds a
 //! `Warning` header, `Audit` records the `validation.policy.admission.k8s.io/validation_failure`
@@ -439,28 +440,12 @@ impl ApiServer {
             r.remove("object");
             r.remove("oldObject");
         }
-        let user = Arc::new(
-            call.user
-                .cloned()
-                .unwrap_or_else(crate::authentication::UserInfo::internal),
-        );
-        let request_resource = crate::cel::authz::ResourceAttributes {
-            group: call.res.group.clone(),
-            resource: call.res.plural.clone(),
-            subresource: call.subresource.to_string(),
-            namespace: call.namespace.to_string(),
-            name: call.name.to_string(),
-        };
         Activation {
             object: view.unwrap_or(Value::Null),
             old_object: old_view.unwrap_or(Value::Null),
             request,
             namespace_object: namespace.clone().unwrap_or(Value::Null),
-            authorizer: crate::cel::authz::Bindings::new(
-                self.authorizers.clone(),
-                user,
-                request_resource,
-            ),
+            authorizer: call.authorizer(self.authorizers.clone()),
         }
     }
 

@@ -1,5 +1,6 @@
 //! Kubernetes' authorizer library (`k8s.io/apiserver/pkg/cel/library/authz.go`): the
-//! `authorizer` variable of admission policies and the checks built from it.
+//! `authorizer` variable of admission policies and webhooks' `matchConditions`, and the
+//! checks built from it.
 //!
 //! ```text
 //! authorizer.group('apps').resource('deployments').subresource('scale')
@@ -27,7 +28,7 @@ use super::opaque_val;
 use crate::authentication::UserInfo;
 use crate::authorization::{Attributes, Authorizers, Decision};
 
-/// The name of the variable admission policies bind.
+/// The name of the variable admission policies and webhooks' `matchConditions` bind.
 pub const VARIABLE: &str = "authorizer";
 /// The name of the request's own resource check (`authorizer.requestResource`), a variable of
 /// its own as upstream declares it.
