@@ -26,6 +26,9 @@ impl Drop for Agent {
         let _ = self.child.kill();
         let _ = self.child.wait();
         kill_processes_under(&self.dir);
+        // The agent's data dir is its node's: pods' networks and its bridge, if it has them.
+        remove_pod_networks(&self.dir);
+        remove_private_bridge(&self.dir);
     }
 }
 
@@ -275,6 +278,8 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
         kill_processes_under(&self.dir);
+        remove_pod_networks(&self.dir.join("node"));
+        remove_private_bridge(&self.dir);
     }
 }
 
