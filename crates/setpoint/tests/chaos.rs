@@ -136,3 +136,52 @@ fn a_rogue_extra_pod_is_reported() {
         "{stdout}"
     );
 }
+
+/// Whether the `etcd` binary runs here; panics if it is required (`SETPOINT_REQUIRE_ETCD`, as
+/// CI sets) but missing.
+fn etcd_available() -> bool {
+    let found = Command::new("etcd")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        found || std::env::var_os("SETPOINT_REQUIRE_ETCD").is_none(),
+        "SETPOINT_REQUIRE_ETCD is set but etcd cannot be run"
+    );
+    found
+}
+
+#[test]
+fn on_etcd_a_killed_member_is_restarted_and_the_cluster_converges() {
+    if !etcd_available() {
+        eprintln!("etcd is not installed; skipping (apt-get install etcd-server to run this)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let _reap = Reap(dir.path().to_path_buf());
+    // One step: a short run on three API servers and a three-member etcd cluster, whose one
+    // fault is an etcd member's kill.
+    let (ok, report, stdout) = chaos(
+        dir.path(),
+        &[
+            "--store",
+            "etcd",
+            "--only",
+            "sigkill etcd member",
+            "--seed",
+            "1",
+            "--duration",
+            "8",
+        ],
+    );
+    assert!(ok, "setpoint chaos --store etcd failed:\n{stdout}");
+    let run = &report["runs"][0];
+    let faults = run["faults"].as_array().expect("faults");
+    assert_eq!(faults.len(), 1, "{stdout}");
+    assert_eq!(faults[0]["fault"]["target"], "etcd-member", "{stdout}");
+    assert_eq!(faults[0]["process"], "etcd-0", "{stdout}");
+    assert!(faults[0]["timeToConvergeMs"].is_u64(), "{stdout}");
+    assert_eq!(run["violations"].as_array().map(Vec::len), Some(0));
+}

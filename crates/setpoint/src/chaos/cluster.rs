@@ -1,7 +1,8 @@
 //! The cluster a run attacks: separate `setpoint` processes it starts itself — one API server
-//! on the embedded store, two controller managers and two schedulers (leader-elected on short
-//! leases), and an agent hosting simulated nodes — each in a process group of its own, so a
-//! signal reaches the whole process and nothing outlives the run.
+//! on the embedded store (or three on a three-member etcd cluster it starts too), two
+//! controller managers and two schedulers (leader-elected on short leases), and an agent
+//! hosting simulated nodes — each in a process group of its own, so a signal reaches the
+//! whole process and nothing outlives the run.
 //!
 //! Where the machine allows it (root, `ip netns`, nftables), the agent and the controller
 //! managers each run in a network namespace of their own ([`super::netns`]) and reach the API
@@ -17,6 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use setpoint_runtime::client::{Client, Kubeconfig};
 
+use super::etcd;
 use super::netns::{Network, Plan};
 
 /// The components' election timing: short, so a frozen leader's lease lapses within a run.
@@ -32,6 +34,8 @@ pub struct Process {
     /// `controller-manager-1`; also the `HOSTNAME` it runs with, so its leader-election
     /// identity (`<hostname>_<uuid>`) names it.
     pub name: String,
+    /// The binary: `setpoint`, or `etcd` for an etcd member.
+    program: PathBuf,
     args: Vec<String>,
     log: PathBuf,
     /// The working directory: the run's directory, so whatever is left of a run can be found
@@ -52,17 +56,19 @@ impl Process {
     ) -> anyhow::Result<Process> {
         let mut p = Process {
             name: name.to_string(),
+            program: exe.to_path_buf(),
             args,
             log: dir.join("logs").join(format!("{name}.log")),
             cwd: dir.to_path_buf(),
             netns: netns.map(str::to_string),
             child: None,
         };
-        p.start(exe)?;
+        p.start()?;
         Ok(p)
     }
 
-    fn start(&mut self, exe: &Path) -> anyhow::Result<()> {
+    fn start(&mut self) -> anyhow::Result<()> {
+        let exe = &self.program;
         let log = OpenOptions::new()
             .create(true)
             .append(true)
@@ -131,9 +137,9 @@ impl Process {
     }
 
     /// Kills the process and starts it again with the same arguments.
-    pub fn restart(&mut self, exe: &Path) -> anyhow::Result<()> {
+    pub fn restart(&mut self) -> anyhow::Result<()> {
         self.kill();
-        self.start(exe)
+        self.start()
     }
 }
 
@@ -141,6 +147,16 @@ impl Drop for Process {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// What the API servers store their objects in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum StoreKind {
+    /// One API server on the embedded store in its data dir.
+    #[default]
+    Embedded,
+    /// A three-member etcd cluster and three API servers on it.
+    Etcd,
 }
 
 /// What to start.
@@ -152,15 +168,29 @@ pub struct ClusterConfig {
     pub dir: PathBuf,
     /// Simulated nodes the agent hosts.
     pub nodes: usize,
+    pub store: StoreKind,
+}
+
+/// An API server of the cluster and a client of its own (to tell when that one answers).
+struct Server {
+    name: String,
+    client: Client,
 }
 
 /// The running cluster.
 pub struct Cluster {
-    exe: PathBuf,
+    /// A client of the first API server: the workload, the watchers and the checks use it.
     pub client: Client,
     pub processes: Vec<Process>,
     /// Where each process logs.
     pub logs: PathBuf,
+    servers: Vec<Server>,
+    /// The etcd members (process name and client port), on `--store etcd`.
+    etcd: Vec<(String, u16)>,
+    /// How many API server and etcd member kills so far: a kill hits the next one round,
+    /// so a seed replays the same processes.
+    api_server_kills: usize,
+    etcd_kills: usize,
     /// The namespaces of the processes a partition can hit; deleted after the processes are
     /// stopped (fields drop after [`Cluster`]'s `drop`).
     network: Option<Network>,
@@ -172,6 +202,9 @@ pub struct Cluster {
 /// partition hits.
 const NAMESPACED: [&str; 3] = ["agent-0", "controller-manager-0", "controller-manager-1"];
 
+/// The API servers on `--store etcd`.
+const ETCD_API_SERVERS: usize = 3;
+
 /// A port free right now on `ip` (the API server keeps one address across restarts, so the
 /// components' kubeconfig stays valid).
 fn free_port(ip: std::net::IpAddr) -> anyhow::Result<u16> {
@@ -179,12 +212,41 @@ fn free_port(ip: std::net::IpAddr) -> anyhow::Result<u16> {
     Ok(l.local_addr()?.port())
 }
 
+/// Waits up to [`START_DEADLINE`] for `path` to exist (a kubeconfig the API server writes).
+async fn wait_for_file(path: &Path, log: &Path) -> anyhow::Result<()> {
+    let deadline = Instant::now() + START_DEADLINE;
+    while !path.exists() {
+        if Instant::now() > deadline {
+            bail!(
+                "the API server wrote no {} within {START_DEADLINE:?} (see {})",
+                path.display(),
+                log.display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+/// Copies the CA and admin certificate of one API server's data dir into another's, so all
+/// of them serve certificates of one CA and accept one admin (a server reuses what it finds
+/// in `<data-dir>/pki`).
+fn share_pki(from: &Path, to: &Path) -> anyhow::Result<()> {
+    let pki = to.join("pki");
+    std::fs::create_dir_all(&pki)?;
+    for f in ["ca.crt", "ca.key", "admin.crt", "admin.key"] {
+        std::fs::copy(from.join("pki").join(f), pki.join(f))
+            .with_context(|| format!("copying {f} to {}", pki.display()))?;
+    }
+    Ok(())
+}
+
 impl Cluster {
-    /// Starts the API server, waits until it answers, then the other components.
+    /// Starts the store (on etcd: its members, until healthy), the API servers, waits until
+    /// they answer, then the other components.
     pub async fn start(config: &ClusterConfig) -> anyhow::Result<Cluster> {
         let logs = config.dir.join("logs");
         std::fs::create_dir_all(&logs)?;
-        let server_dir = config.dir.join("server");
         let (network, no_partitions) =
             match Network::create(Plan::new(std::process::id(), &NAMESPACED)) {
                 Ok(n) => (Some(n), None),
@@ -195,49 +257,102 @@ impl Cluster {
         let ip = network
             .as_ref()
             .map_or(std::net::Ipv4Addr::LOCALHOST, |n| n.plan.host);
-        let port = free_port(ip.into())?;
-        let server = Process::spawn(
-            &config.exe,
-            "api-server",
-            vec![
+        let mut processes = Vec::new();
+        let mut etcd_members = Vec::new();
+        let mut store_args: Vec<String> = Vec::new();
+        if config.store == StoreKind::Etcd {
+            let mut ports = Vec::new();
+            for _ in 0..etcd::MEMBERS {
+                ports.push(etcd::Ports {
+                    client: free_port(std::net::Ipv4Addr::LOCALHOST.into())?,
+                    peer: free_port(std::net::Ipv4Addr::LOCALHOST.into())?,
+                });
+            }
+            let token = format!("setpoint-chaos-{}", std::process::id());
+            for i in 0..etcd::MEMBERS {
+                let name = format!("etcd-{i}");
+                let data = config.dir.join(&name);
+                processes.push(Process::spawn(
+                    Path::new(&etcd::binary()),
+                    &name,
+                    etcd::member_args(i, &ports, &data, &token),
+                    &config.dir,
+                    None,
+                )?);
+                etcd_members.push((name, ports[i].client));
+            }
+            for (name, port) in &etcd_members {
+                wait_for_etcd(name, *port, &logs).await?;
+            }
+            let urls: Vec<String> = ports.iter().map(|p| etcd::client_url(*p)).collect();
+            store_args = vec![
+                "--store".into(),
+                "etcd".into(),
+                "--etcd-endpoints".into(),
+                urls.join(","),
+            ];
+        }
+        let names: Vec<String> = match config.store {
+            StoreKind::Embedded => vec!["api-server".into()],
+            StoreKind::Etcd => (0..ETCD_API_SERVERS)
+                .map(|i| format!("api-server-{i}"))
+                .collect(),
+        };
+        let mut servers = Vec::new();
+        let mut kubeconfigs = Vec::new();
+        for (i, name) in names.iter().enumerate() {
+            let dir = config.dir.join(if i == 0 && names.len() == 1 {
+                "server".to_string()
+            } else {
+                format!("server-{i}")
+            });
+            if i > 0 {
+                share_pki(&config.dir.join("server-0"), &dir)?;
+            }
+            let port = free_port(ip.into())?;
+            let mut args = vec![
                 "server".into(),
                 "--listen".into(),
                 format!("{ip}:{port}"),
                 "--data-dir".into(),
-                server_dir.display().to_string(),
-            ],
-            &config.dir,
-            None,
-        )?;
-        let kubeconfig = server_dir.join("kubeconfig");
-        let deadline = Instant::now() + START_DEADLINE;
-        while !kubeconfig.exists() {
-            if Instant::now() > deadline {
-                bail!(
-                    "the API server wrote no kubeconfig within {START_DEADLINE:?} (see {})",
-                    logs.join("api-server.log").display()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+                dir.display().to_string(),
+            ];
+            args.extend(store_args.iter().cloned());
+            processes.push(Process::spawn(&config.exe, name, args, &config.dir, None)?);
+            let kubeconfig = dir.join("kubeconfig");
+            // The next server copies this one's certificates: wait for them to be written.
+            wait_for_file(&kubeconfig, &logs.join(format!("{name}.log"))).await?;
+            let client = Client::from_kubeconfig(&Kubeconfig::read(&kubeconfig)?)?
+                .without_rate_limit()
+                .with_user_agent("setpoint-chaos");
+            servers.push(Server {
+                name: name.clone(),
+                client,
+            });
+            kubeconfigs.push(kubeconfig.display().to_string());
         }
-        let client = Client::from_kubeconfig(&Kubeconfig::read(&kubeconfig)?)?
-            .without_rate_limit()
-            .with_user_agent("setpoint-chaos");
         let mut cluster = Cluster {
-            exe: config.exe.clone(),
-            client,
-            processes: vec![server],
+            client: servers[0].client.clone(),
+            processes,
             logs: logs.clone(),
+            servers,
+            etcd: etcd_members,
+            api_server_kills: 0,
+            etcd_kills: 0,
             network,
             no_partitions,
         };
-        cluster.wait_for_server().await?;
-        let kc = kubeconfig.display().to_string();
-        let election = |component: &str| {
+        for name in names {
+            cluster.wait_for_server(&name).await?;
+        }
+        // The components are spread over the API servers (on etcd, each of three reaches its
+        // own), so a server's kill cuts off some and not others.
+        let mut next = kubeconfigs.iter().cycle();
+        let election = |component: &str, kc: &str| {
             vec![
                 component.to_string(),
                 "--kubeconfig".into(),
-                kc.clone(),
+                kc.to_string(),
                 "--secure-port".into(),
                 "0".into(),
                 "--bind-address".into(),
@@ -251,7 +366,8 @@ impl Cluster {
             ]
         };
         for i in 0..2 {
-            let mut args = election("controller-manager");
+            let kc = next.next().expect("a kubeconfig");
+            let mut args = election("controller-manager", kc);
             // Nodes of a killed agent are marked unreachable only well after it is back: the
             // run is about the control plane's convergence, not pod eviction.
             args.extend(["--node-monitor-grace-period-seconds".into(), "40".into()]);
@@ -264,14 +380,16 @@ impl Cluster {
                 &config.dir,
                 netns.as_deref(),
             )?);
+            let kc = next.next().expect("a kubeconfig");
             cluster.processes.push(Process::spawn(
                 &config.exe,
                 &format!("scheduler-{i}"),
-                election("scheduler"),
+                election("scheduler", kc),
                 &config.dir,
                 None,
             )?);
         }
+        let kc = next.next().expect("a kubeconfig").clone();
         let netns = cluster.netns("agent-0");
         cluster.processes.push(Process::spawn(
             &config.exe,
@@ -297,6 +415,40 @@ impl Cluster {
             netns.as_deref(),
         )?);
         Ok(cluster)
+    }
+
+    /// Whether the API servers are on etcd (etcd member kills can be drawn).
+    pub fn on_etcd(&self) -> bool {
+        !self.etcd.is_empty()
+    }
+
+    /// The API server the next kill hits: the next in turn.
+    pub fn next_api_server(&mut self) -> String {
+        let name = self.servers[self.api_server_kills % self.servers.len()]
+            .name
+            .clone();
+        self.api_server_kills += 1;
+        name
+    }
+
+    /// The etcd member the next kill hits: the next in turn.
+    pub fn next_etcd_member(&mut self) -> anyhow::Result<String> {
+        if self.etcd.is_empty() {
+            bail!("this run's API servers are not on etcd");
+        }
+        let name = self.etcd[self.etcd_kills % self.etcd.len()].0.clone();
+        self.etcd_kills += 1;
+        Ok(name)
+    }
+
+    /// Waits until the etcd member `name` (started again) answers healthy.
+    pub async fn wait_for_etcd(&self, name: &str) -> anyhow::Result<()> {
+        let (_, port) = self
+            .etcd
+            .iter()
+            .find(|(n, _)| n == name)
+            .with_context(|| format!("no etcd member {name}"))?;
+        wait_for_etcd(name, *port, &self.logs).await
     }
 
     /// The network namespace `process` runs in, if it has one of its own.
@@ -328,11 +480,16 @@ impl Cluster {
             .heal(process)
     }
 
-    /// Waits until the API server answers a read.
-    pub async fn wait_for_server(&self) -> anyhow::Result<()> {
+    /// Waits until the API server `name` answers a read.
+    pub async fn wait_for_server(&self, name: &str) -> anyhow::Result<()> {
+        let server = self
+            .servers
+            .iter()
+            .find(|s| s.name == name)
+            .with_context(|| format!("no API server {name}"))?;
         let deadline = Instant::now() + START_DEADLINE;
         loop {
-            let answer = self
+            let answer = server
                 .client
                 .request(
                     http::Method::GET,
@@ -344,7 +501,7 @@ impl Cluster {
             match answer {
                 Ok(_) => return Ok(()),
                 Err(e) if Instant::now() > deadline => {
-                    bail!("the API server did not answer within {START_DEADLINE:?}: {e}")
+                    bail!("{name} did not answer within {START_DEADLINE:?}: {e}")
                 }
                 Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
             }
@@ -358,11 +515,10 @@ impl Cluster {
 
     /// Kills `name` and starts it again in place.
     pub fn restart(&mut self, name: &str) -> anyhow::Result<()> {
-        let exe = self.exe.clone();
         let p = self
             .process_mut(name)
             .with_context(|| format!("no process {name}"))?;
-        p.restart(&exe)
+        p.restart()
     }
 
     /// The name of the process holding the Lease `kube-system/<lease>` (its identity is
@@ -403,6 +559,21 @@ impl Cluster {
             p.kill();
         }
     }
+}
+
+/// Waits up to [`START_DEADLINE`] for the etcd member `name` on `port` to answer healthy.
+async fn wait_for_etcd(name: &str, port: u16, logs: &Path) -> anyhow::Result<()> {
+    let deadline = Instant::now() + START_DEADLINE;
+    while !etcd::healthy(port).await {
+        if Instant::now() > deadline {
+            bail!(
+                "{name} was not healthy within {START_DEADLINE:?} (see {})",
+                logs.join(format!("{name}.log")).display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
 }
 
 impl Drop for Cluster {

@@ -28,7 +28,8 @@ pub struct Injected {
 /// Injects `fault` into `cluster`.
 pub async fn inject(cluster: &mut Cluster, fault: Fault) -> anyhow::Result<Injected> {
     let process = match fault.target {
-        Target::ApiServer => "api-server".to_string(),
+        Target::ApiServer => cluster.next_api_server(),
+        Target::EtcdMember => cluster.next_etcd_member()?,
         Target::Agent => "agent-0".to_string(),
         Target::LeadingControllerManager => {
             cluster
@@ -42,8 +43,10 @@ pub async fn inject(cluster: &mut Cluster, fault: Fault) -> anyhow::Result<Injec
     match fault.kind {
         FaultKind::Kill => {
             cluster.restart(&process)?;
-            if fault.target == Target::ApiServer {
-                cluster.wait_for_server().await?;
+            match fault.target {
+                Target::ApiServer => cluster.wait_for_server(&process).await?,
+                Target::EtcdMember => cluster.wait_for_etcd(&process).await?,
+                _ => {}
             }
         }
         FaultKind::Freeze => {

@@ -9,6 +9,7 @@
 
 pub mod cluster;
 pub mod converge;
+pub mod etcd;
 pub mod faults;
 pub mod invariants;
 pub mod netns;
@@ -24,7 +25,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 
-use cluster::{Cluster, ClusterConfig};
+use cluster::{Cluster, ClusterConfig, StoreKind};
 use invariants::{Facts, Remaining};
 use report::{FaultResult, RunReport};
 use workload::{Workload, NAMESPACE};
@@ -58,6 +59,15 @@ pub struct ChaosArgs {
     /// faults hit a cluster of that size (give it `--nodes` enough for them).
     #[arg(long, default_value_t = 0)]
     background_pods: u32,
+    /// What the API servers store in: `embedded` (one API server on its embedded store) or
+    /// `etcd` (a three-member etcd cluster, from the `etcd` binary, and three API servers on
+    /// it; etcd member kills join the faults).
+    #[arg(long, value_enum, default_value_t = StoreKind::Embedded)]
+    store: StoreKind,
+    /// Draw only faults of these types, as the report names them (`--only "sigkill etcd
+    /// member"`; repeat the flag for more); default: every type the cluster allows.
+    #[arg(long)]
+    only: Vec<String>,
     /// Print the report as JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -114,6 +124,7 @@ async fn run_schedules(args: ChaosArgs) -> anyhow::Result<()> {
             exe: exe.clone(),
             dir: dir.clone(),
             nodes: args.nodes.max(1),
+            store: args.store,
         };
         let report = run_one(
             &config,
@@ -121,6 +132,7 @@ async fn run_schedules(args: ChaosArgs) -> anyhow::Result<()> {
             Duration::from_secs(args.duration),
             args.background_pods.into(),
             args.rogue_extra_pod,
+            &args.only,
         )
         .await?;
         if !args.json {
@@ -167,6 +179,7 @@ async fn run_one(
     duration: Duration,
     background_pods: i64,
     rogue_extra_pod: bool,
+    only: &[String],
 ) -> anyhow::Result<RunReport> {
     let started = Instant::now();
     let ms = |t: Instant| t.duration_since(started).as_millis() as u64;
@@ -193,7 +206,19 @@ async fn run_one(
         eprintln!("chaos: partitions are not drawn: {why}");
     }
     let can_partition = cluster.can_partition();
-    for step in schedule::schedule(seed, duration, |f| can_partition || !f.needs_netns()) {
+    let on_etcd = cluster.on_etcd();
+    let drawn = |f: &schedule::Fault| {
+        (can_partition || !f.needs_netns())
+            && (on_etcd || !f.needs_etcd())
+            && (only.is_empty() || only.contains(&f.label()))
+    };
+    if !schedule::FAULTS.iter().any(drawn) {
+        bail!(
+            "no fault type of --only {only:?} can be drawn on this cluster (types: {})",
+            schedule::FAULTS.map(|f| f.label()).join(", ")
+        );
+    }
+    for step in schedule::schedule(seed, duration, drawn) {
         tokio::time::sleep_until((t0 + step.at).into()).await;
         workload.apply(&step.change).await?;
         let injected = faults::inject(&mut cluster, step.fault).await?;

@@ -38,7 +38,7 @@ pub enum Change {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Target {
-    /// The API server (one, on the embedded store).
+    /// The API server (the one on the embedded store; on etcd, each of the three in turn).
     ApiServer,
     /// The controller manager holding the `kube-controller-manager` Lease.
     LeadingControllerManager,
@@ -46,6 +46,8 @@ pub enum Target {
     LeadingScheduler,
     /// The agent hosting the simulated nodes.
     Agent,
+    /// A member of the etcd cluster (each of the three in turn), on `--store etcd`.
+    EtcdMember,
 }
 
 impl Target {
@@ -56,6 +58,7 @@ impl Target {
             Target::LeadingControllerManager => "leading controller-manager",
             Target::LeadingScheduler => "leading scheduler",
             Target::Agent => "agent",
+            Target::EtcdMember => "etcd member",
         }
     }
 }
@@ -114,9 +117,9 @@ fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
 }
 
 /// Every fault the harness can inject (freezing the API server is left out: to its clients it
-/// is a slower restart). Partitions come last, so a run where they cannot be drawn (see
-/// [`schedule`]) has the schedule a run without them always had.
-pub const FAULTS: [Fault; 9] = [
+/// is a slower restart). Partitions and etcd member kills come last, so a run where they
+/// cannot be drawn (see [`schedule`]) has the schedule a run without them always had.
+pub const FAULTS: [Fault; 10] = [
     Fault {
         kind: FaultKind::Kill,
         target: Target::ApiServer,
@@ -153,12 +156,21 @@ pub const FAULTS: [Fault; 9] = [
         kind: FaultKind::Partition,
         target: Target::LeadingControllerManager,
     },
+    Fault {
+        kind: FaultKind::Kill,
+        target: Target::EtcdMember,
+    },
 ];
 
 impl Fault {
     /// Whether the fault needs the target in a network namespace of its own.
     pub fn needs_netns(&self) -> bool {
         self.kind == FaultKind::Partition
+    }
+
+    /// Whether the fault needs the API servers on etcd.
+    pub fn needs_etcd(&self) -> bool {
+        self.target == Target::EtcdMember
     }
 }
 
@@ -193,7 +205,9 @@ pub fn schedule(seed: u64, duration: Duration, drawn: impl Fn(&Fault) -> bool) -
     let steps = (duration.as_millis() / STEP_SPACING.as_millis()).max(1) as usize;
     // A shuffled round of every fault, then another, …
     let mut faults = Vec::with_capacity(steps);
-    while faults.len() < steps {
+    // Nothing to draw: no steps (rather than rounds without end).
+    let any = FAULTS.iter().any(&drawn);
+    while any && faults.len() < steps {
         let mut round: Vec<Fault> = FAULTS.into_iter().filter(|f| drawn(f)).collect();
         for i in (1..round.len()).rev() {
             round.swap(i, rng.below(i as u64 + 1) as usize);
@@ -293,6 +307,14 @@ mod tests {
                 assert!(s.iter().any(|step| step.fault == *f), "seed {seed}: {f:?}");
             }
         }
+    }
+
+    #[test]
+    fn nothing_drawable_is_no_step() {
+        assert!(schedule(1, Duration::from_secs(60), |_| false).is_empty());
+        let only = schedule(1, Duration::from_secs(24), |f| f.needs_etcd());
+        assert_eq!(only.len(), 3);
+        assert!(only.iter().all(|s| s.fault.target == Target::EtcdMember));
     }
 
     #[test]
