@@ -106,6 +106,12 @@ class Informer {
     const url = `${this.path}${sep}watch=1&allowWatchBookmarks=true&resourceVersion=${encodeURIComponent(this.rv)}`;
     const r = await fetch(url, { headers: headers(), cache: "no-store" });
     if (!r.ok) throw new HttpError(r.status, `${r.status} ${r.statusText}`);
+    // Watching again after a failure: the header stops reporting it now, not at the next
+    // event (which, for nodes, may be many seconds away).
+    if (this.error) {
+      this.error = null;
+      this.onChange();
+    }
     const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
     let buffered = "";
     for (;;) {
