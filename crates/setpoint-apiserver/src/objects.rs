@@ -103,6 +103,10 @@ pub struct DeleteOptions {
     /// Who deletes (NodeRestriction limits nodes to their own pods); `None` for the
     /// server's own deletes.
     pub user: Option<std::sync::Arc<crate::authentication::UserInfo>>,
+    /// The resource the client named, when it is not the one deleted from (a version of a
+    /// custom resource it is not stored in): admission webhooks match the request as made
+    /// to it, as for other writes.
+    pub requested: Option<std::sync::Arc<ResourceDef>>,
 }
 
 /// What a delete did.
@@ -724,7 +728,8 @@ impl ApiServer {
         };
         warnings.extend(self.mutating_webhooks(&call, Some(&mut obj)).await?);
         if track {
-            crate::apply::record_update(res, None, &mut obj, manager(opts), None, &now);
+            self.record_write(res, None, &mut obj, opts, None, &now)
+                .await;
         }
         // A generated name that collides is retried with a fresh suffix, as Kubernetes does.
         let attempts = if generate.is_empty() { 1 } else { 8 };
@@ -1069,6 +1074,99 @@ impl ApiServer {
         }
     }
 
+    /// Records the `Update` by `opts`' manager, through `subresource`, that turns `old`
+    /// (`None` for a create) into `new`, both stored objects of `res`. A custom resource's is
+    /// recorded as upstream records it: in the version the client wrote through, with the
+    /// fields of the object as that version shows it, and the managers that wrote in other
+    /// versions lose what the write changed as their versions show it (converted by the CRD's
+    /// webhook when it has one). Nothing is converted when every entry is in the version
+    /// written through and that is the stored one. A conversion that fails here leaves the
+    /// entries it concerns to the stored version's paths (the write itself is not failed for
+    /// its bookkeeping, as upstream's field manager does not fail it).
+    async fn record_write(
+        &self,
+        res: &ResourceDef,
+        old: Option<&Value>,
+        new: &mut Value,
+        opts: &WriteOptions,
+        subresource: Option<&str>,
+        now: &str,
+    ) {
+        let manager = manager(opts);
+        let requested = opts
+            .requested
+            .as_deref()
+            .filter(|r| r.custom.is_some() && r.group == res.group && r.plural == res.plural)
+            .unwrap_or(res);
+        let version = requested.api_version();
+        let others = old
+            .map(|o| crate::apply::versions_besides(o, &version))
+            .unwrap_or_default();
+        if res.custom.is_none() || (!requested.is_converted() && others.is_empty()) {
+            crate::apply::record_update(res, old, new, manager, subresource, now);
+            return;
+        }
+        let mut objects = vec![new.clone()];
+        objects.extend(old.cloned());
+        let shown = match self.custom_from_storage(requested, objects).await {
+            Ok(shown) => shown,
+            Err(e) => {
+                tracing::warn!(error = %e.message, "managedFields recorded in the stored version");
+                crate::apply::record_update(res, old, new, manager, subresource, now);
+                return;
+            }
+        };
+        let mut shown = shown.into_iter();
+        let (Some(mut new_shown), old_shown) = (shown.next(), shown.next()) else {
+            return;
+        };
+        crate::apply::record_update_in_version(
+            requested,
+            old_shown.as_ref(),
+            &mut new_shown,
+            manager,
+            subresource,
+            now,
+        );
+        match new_shown.pointer("/metadata/managedFields") {
+            Some(m) => meta::set_meta(new, "managedFields", m.clone()),
+            None => meta::remove_meta(new, "managedFields"),
+        }
+        let Some(old) = old else {
+            return;
+        };
+        let registry = self.registry();
+        for version in others {
+            // A version no longer served cannot be shown: its entries stay as they are.
+            let Some(def) = registry
+                .get(&res.group, version_of(&version), &res.plural)
+                .cloned()
+            else {
+                continue;
+            };
+            match self
+                .custom_from_storage(&def, vec![old.clone(), new.clone()])
+                .await
+            {
+                Ok(both) => {
+                    if let [live, updated] = both.as_slice() {
+                        crate::apply::settle_update(
+                            &def,
+                            new,
+                            &version,
+                            live,
+                            updated,
+                            subresource,
+                        );
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e.message, %version, "managedFields of another version kept");
+                }
+            }
+        }
+    }
+
     /// The read-modify-write loop shared by PUT, PATCH and apply. `mutate` gets the current view
     /// (the object, or its Scale) and returns the desired view (borrowed when it is a request
     /// body, which a retry needs again: only what is kept of it is copied). With `track`, the
@@ -1141,7 +1239,8 @@ impl ApiServer {
             let now = setpoint_api::time::now_rfc3339();
             let sub = crate::apply::subresource(view);
             if track {
-                crate::apply::record_update(res, Some(&cur), &mut new, manager(opts), sub, &now);
+                self.record_write(res, Some(&cur), &mut new, opts, sub, &now)
+                    .await;
             } else if let Some(mf) = desired_managed {
                 meta::set_meta(&mut new, "managedFields", mf);
             }
@@ -1304,7 +1403,7 @@ impl ApiServer {
             }
             let hook_options = crate::webhook::options("DeleteOptions", opts.dry_run, None);
             let call = crate::webhook::Call {
-                res,
+                res: opts.requested.as_deref().unwrap_or(res),
                 stored: res,
                 subresource: "",
                 operation: "DELETE",

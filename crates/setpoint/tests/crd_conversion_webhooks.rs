@@ -258,6 +258,10 @@ async fn conversion_webhook_serves_both_versions_and_honours_the_storage_version
     let admitted: Arc<Mutex<Vec<Value>>> = Arc::default();
     let (r, l, a) = (reviews.clone(), largest.clone(), admitted.clone());
     let hooks = WebhookServer::start(move |path, request| {
+        if path == "/delete" {
+            a.lock().unwrap().push(request.clone());
+            return json!({"allowed": true});
+        }
         if path == "/mutate" {
             // Registered for v1: sets v1's field, which a v2 object does not have.
             a.lock().unwrap().push(request.clone());
@@ -306,8 +310,17 @@ async fn conversion_webhook_serves_both_versions_and_honours_the_storage_version
     assert_eq!(raw["spec"]["cronSpec"], "30 2 * * *");
     let c1 = k.get_json(&["get", &v1, "c", "-n", NS]);
     assert_eq!(c1["spec"]["cronSpec"], "30 2 * * *");
-    let c2 = k.get_json(&["get", &v2, "c", "-n", NS]);
+    let c2 = k.get_json(&["get", &v2, "c", "-n", NS, "--show-managed-fields"]);
     assert_eq!(c2["spec"]["schedule"]["expression"], "30 2 * * *");
+    // The creator's entry is in the version it wrote in, with that version's paths.
+    let creator = entry(&c2, "kubectl-create");
+    assert_eq!(creator["apiVersion"], "stable.example.com/v2", "{c2}");
+    assert!(
+        creator
+            .pointer("/fieldsV1/f:spec/f:schedule/f:expression")
+            .is_some(),
+        "{creator}"
+    );
     assert_eq!(c2["metadata"]["uid"], c1["metadata"]["uid"]);
 
     // Lists: v2 converts the whole page in one review, v1 needs none.
@@ -349,6 +362,22 @@ async fn conversion_webhook_serves_both_versions_and_honours_the_storage_version
     assert_eq!(raw["apiVersion"], "stable.example.com/v1");
     assert_eq!(raw["spec"]["cronSpec"], "7 7 * * *", "{raw}");
     assert!(raw["spec"].get("schedule").is_none(), "{raw}");
+    // The patcher's Update entry is in v2 with v2's paths; the creator's, in v1, lost the
+    // field the patch changed as v1 shows it.
+    let b2 = k.get_json(&["get", &v2, "b", "-n", NS, "--show-managed-fields"]);
+    let patcher = entry(&b2, "kubectl-patch");
+    assert_eq!(patcher["apiVersion"], "stable.example.com/v2", "{b2}");
+    assert_eq!(
+        patcher["fieldsV1"],
+        json!({"f:spec": {"f:schedule": {"f:expression": {}}}})
+    );
+    let creator = entry(&b2, "kubectl-create");
+    assert_eq!(creator["apiVersion"], "stable.example.com/v1", "{b2}");
+    assert!(
+        creator.pointer("/fieldsV1/f:spec/f:cronSpec").is_none()
+            && creator.pointer("/fieldsV1/f:spec/f:image").is_some(),
+        "{creator}"
+    );
 
     // Server-side apply through v2 creates and updates an object stored as v1; the
     // applier's entry is in v2.
@@ -466,6 +495,12 @@ async fn conversion_webhook_serves_both_versions_and_honours_the_storage_version
             "clientConfig": {"url": "https://x/mutate"},
             "objectSelector": {"matchLabels": {"mutate": "yes"}},
             "rules": [{"operations": ["CREATE"], "apiGroups": [GROUP],
+                       "apiVersions": ["v1"], "resources": ["crontabs"]}]},
+            {"name": "crontabs-delete-v1.stable.example.com", "sideEffects": "None",
+            "admissionReviewVersions": ["v1"], "matchPolicy": "Exact",
+            "clientConfig": {"url": "https://x/delete"},
+            "objectSelector": {"matchLabels": {"mutate": "yes"}},
+            "rules": [{"operations": ["DELETE"], "apiGroups": [GROUP],
                        "apiVersions": ["v1"], "resources": ["crontabs"]}]}]
     });
     cluster.install_webhooks(&hooks, &[mutating]).await.unwrap();
@@ -485,6 +520,18 @@ async fn conversion_webhook_serves_both_versions_and_honours_the_storage_version
     let raw = stored(&cluster, "m").await;
     assert_eq!(raw["apiVersion"], "stable.example.com/v2");
     assert_eq!(raw["spec"]["schedule"]["expression"], "9 9 * * *", "{raw}");
+    // A DELETE through v1 of that v2 object is admitted as made through v1: the webhook
+    // registered for v1 only (Exact) matches it and sees the old object in v1.
+    k.ok(&["delete", &v1, "m", "-n", NS, "--wait=false"]);
+    let seen = admitted
+        .lock()
+        .unwrap()
+        .pop()
+        .expect("the DELETE webhook was called");
+    assert_eq!(seen["operation"], "DELETE");
+    assert_eq!(seen["resource"]["version"], "v1");
+    assert_eq!(seen["requestKind"]["version"], "v1");
+    assert_eq!(seen["oldObject"]["spec"]["cronSpec"], "9 9 * * *", "{seen}");
 
     // A conversion the webhook refuses (of an object created as v2, stored as v2 without
     // one): upstream's message for a read in v1, and the v1 watch ends with an ERROR event.

@@ -588,18 +588,47 @@ impl Apply<'_> {
         live: &Value,
         applied: &Value,
     ) -> Result<(), ApiError> {
+        let mine = |e: &Entry| e.is(self.manager, APPLY, self.subresource);
+        let written = SeenIn {
+            live,
+            new: applied,
+            subresource: self.subresource,
+        };
+        written.settle(res, merged, api_version, self.force, mine)
+    }
+}
+
+/// A write as the managers of one version see it: the object before (`live`) and after
+/// (`new`), both as that version shows them, through `subresource`.
+struct SeenIn<'v> {
+    live: &'v Value,
+    new: &'v Value,
+    subresource: Option<&'v str>,
+}
+
+impl SeenIn<'_> {
+    /// Upstream's ownership rule for the entries of `merged` recorded in `api_version` (but
+    /// those `skip` says are the writer's own): a field the write changed that one owns is a
+    /// conflict (a 409 unless `force`, when it is taken from it), and a field it removed is
+    /// nobody's.
+    fn settle(
+        &self,
+        res: &ResourceDef,
+        merged: &mut Value,
+        api_version: &str,
+        force: bool,
+        skip: impl Fn(&Entry) -> bool,
+    ) -> Result<(), ApiError> {
         let shape = shape_of(res);
-        let before = ownable_props(res, live, self.subresource);
-        let after = ownable_props(res, applied, self.subresource);
+        let before = ownable_props(res, self.live, self.subresource);
+        let after = ownable_props(res, self.new, self.subresource);
         let changed = merge::changed_props(&before, &after, shape);
         let removed = merge::removed_props(&before, &after, shape);
         drop((before, after));
         let Ok(Some(mut entries)) = entries_of(merged) else {
             return Ok(());
         };
-        let theirs = |e: &Entry| {
-            e.api_version == api_version && !e.is(self.manager, APPLY, self.subresource)
-        };
+        let theirs = |e: &Entry| e.api_version == api_version && !skip(e);
         let conflicts: Vec<(usize, Vec<String>)> = entries
             .iter()
             .enumerate()
@@ -612,18 +641,122 @@ impl Apply<'_> {
                     .map(move |path| (i, path))
             })
             .collect();
-        if !conflicts.is_empty() && !self.force {
+        if !conflicts.is_empty() && !force {
             return Err(conflict_error(res, merged, &entries, &conflicts));
         }
         for e in entries.iter_mut().filter(|e| theirs(e)) {
             e.fields = e.fields.difference(&removed);
-            if self.force {
+            if force {
                 e.fields = e.fields.difference(&changed);
             }
         }
         set_entries(merged, entries);
         Ok(())
     }
+}
+
+/// Whether the `managedFields` item `item` was recorded in `api_version` (one without an
+/// `apiVersion` is taken to be).
+fn item_in_version(item: &Value, api_version: &str) -> bool {
+    match item.get("apiVersion").and_then(Value::as_str) {
+        None | Some("") => true,
+        Some(v) => v == api_version,
+    }
+}
+
+/// The versions other than `api_version` that `obj`'s `managedFields` were recorded in.
+pub fn versions_besides(obj: &Value, api_version: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let items = obj
+        .pointer("/metadata/managedFields")
+        .and_then(Value::as_array);
+    for item in items.into_iter().flatten() {
+        if item_in_version(item, api_version) {
+            continue;
+        }
+        if let Some(v) = item.get("apiVersion").and_then(Value::as_str) {
+            if !out.iter().any(|o| o == v) {
+                out.push(v.to_string());
+            }
+        }
+    }
+    out
+}
+
+/// [`record_update`] of a write through `res`'s version, `old` and `new` as that version shows
+/// the object: as upstream keys an `Update` entry by its version too, only the entries
+/// recorded in it are judged and the writer's is the one of that version; entries of other
+/// versions are kept as they are, for [`settle_update`] to judge in theirs. A body whose
+/// `managedFields` differ from those read replaces them all, as in [`record_update`].
+pub fn record_update_in_version(
+    res: &ResourceDef,
+    old: Option<&Value>,
+    new: &mut Value,
+    manager: &str,
+    subresource: Option<&str>,
+    now: &str,
+) {
+    let version = res.api_version();
+    let read = old
+        .and_then(|o| o.pointer("/metadata/managedFields"))
+        .cloned();
+    // Only a valid list that differs from the one read is the client's (a null or invalid
+    // one is ignored, as in `record_update`).
+    let supplied = matches!(entries_of(new), Ok(Some(_)))
+        && new.pointer("/metadata/managedFields") != read.as_ref();
+    let (here, others): (Vec<Value>, Vec<Value>) = match &read {
+        Some(Value::Array(items)) => items
+            .iter()
+            .cloned()
+            .partition(|i| item_in_version(i, &version)),
+        _ => (Vec::new(), Vec::new()),
+    };
+    let set_items = |obj: &mut Value, items: Vec<Value>| {
+        if items.is_empty() {
+            meta::remove_meta(obj, "managedFields");
+        } else {
+            meta::set_meta(obj, "managedFields", Value::Array(items));
+        }
+    };
+    let old = old.map(|o| {
+        let mut o = o.clone();
+        set_items(&mut o, here.clone());
+        o
+    });
+    if !supplied {
+        set_items(new, here);
+    }
+    record_update(res, old.as_ref(), new, manager, subresource, now);
+    if !supplied && !others.is_empty() {
+        let mut items = match new.pointer("/metadata/managedFields") {
+            Some(Value::Array(items)) => items.clone(),
+            _ => Vec::new(),
+        };
+        items.extend(others);
+        set_items(new, items);
+    }
+}
+
+/// Upstream's rule for an `Update` and the managers that recorded their fields in
+/// `api_version`, with the object before (`live`) and after (`new`) as that version shows
+/// them: the fields the write changed are taken from them and those it removed are nobody's.
+/// Updates `merged`'s entries.
+pub fn settle_update(
+    res: &ResourceDef,
+    merged: &mut Value,
+    api_version: &str,
+    live: &Value,
+    new: &Value,
+    subresource: Option<&str>,
+) {
+    let written = SeenIn {
+        live,
+        new,
+        subresource,
+    };
+    // Forced, an update meets no conflict; an Update is keyed by its version too, so no
+    // entry of another version is the writer's own.
+    let _ = written.settle(res, merged, api_version, true, |_| false);
 }
 
 /// The 409 for apply conflicts, worded as Kubernetes words it.
@@ -878,6 +1011,81 @@ mod tests {
         old["metadata"]["managedFields"][0]["operation"] = json!("Teleport");
         old["metadata"]["managedFields"][0]["fieldsV1"] = json!({"f:data": {}});
         same_either_way(&old, json!({"k": "3"}));
+    }
+
+    #[test]
+    fn an_update_is_recorded_in_its_version_and_settled_in_the_others() {
+        let res = def("configmaps");
+        let entries = json!([
+            {"manager": "me", "operation": "Update", "apiVersion": "x/v2",
+             "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {"f:k": {}}}},
+            {"manager": "other", "operation": "Update", "apiVersion": "x/v2",
+             "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {"f:a": {}, "f:j": {}}}}]);
+        let old = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "managedFields": entries},
+            "data": {"k": "1", "a": "1"}});
+        // The body carries the entries read: they are the server's to keep.
+        let mut new = old.clone();
+        new["data"]["a"] = json!("2");
+        assert_eq!(super::versions_besides(&old, "v1"), ["x/v2"]);
+        super::record_update_in_version(&res, Some(&old), &mut new, "me", None, "t");
+        let items = new["metadata"]["managedFields"].as_array().unwrap().clone();
+        let summary: Vec<(&Value, &Value, &Value)> = items
+            .iter()
+            .map(|e| (&e["manager"], &e["apiVersion"], &e["fieldsV1"]))
+            .collect();
+        // A manager's Update in another version is another entry, and `data.a` as v1 shows
+        // it says nothing of x/v2's paths: the x/v2 entries are left for that version.
+        assert_eq!(
+            summary,
+            [
+                (&json!("me"), &json!("v1"), &json!({"f:data": {"f:a": {}}})),
+                (
+                    &json!("me"),
+                    &json!("x/v2"),
+                    &json!({"f:data": {"f:k": {}}})
+                ),
+                (
+                    &json!("other"),
+                    &json!("x/v2"),
+                    &json!({"f:data": {"f:a": {}, "f:j": {}}})
+                ),
+            ],
+            "{new}"
+        );
+        // As x/v2 shows it, the write changed `k` and removed `j`: taken from every x/v2
+        // entry, the writer's own of that version included; an entry left empty goes.
+        let live = json!({"data": {"k": "1", "a": "1", "j": "1"}});
+        let updated = json!({"data": {"k": "2", "a": "1"}});
+        super::settle_update(&res, &mut new, "x/v2", &live, &updated, None);
+        let left: Vec<(&Value, &Value)> = new["metadata"]["managedFields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| (&e["manager"], &e["fieldsV1"]))
+            .collect();
+        assert_eq!(
+            left,
+            [
+                (&json!("me"), &json!({"f:data": {"f:a": {}}})),
+                (&json!("other"), &json!({"f:data": {"f:a": {}}})),
+            ],
+            "{new}"
+        );
+        // A client's own list replaces them all, as for any update.
+        let mut rewritten = old.clone();
+        rewritten["metadata"]["managedFields"] = json!([
+            {"manager": "x", "operation": "Update", "apiVersion": "v1",
+             "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {"f:k": {}}}}]);
+        super::record_update_in_version(&res, Some(&old), &mut rewritten, "me", None, "t");
+        assert_eq!(
+            rewritten["metadata"]["managedFields"]
+                .as_array()
+                .unwrap()
+                .len(),
+            1,
+            "{rewritten}"
+        );
     }
 
     #[test]

@@ -321,7 +321,10 @@ pub(super) async fn delete_collection(
     body: Body,
 ) -> Result<Response, ApiError> {
     let bytes = read_body(server, body).await?;
-    let opts = delete_options(q, &bytes)?;
+    let mut opts = delete_options(q, &bytes)?;
+    if res.is_converted() {
+        opts.requested = Some(res.clone());
+    }
     let filter = filter_for(server, res, namespace, q)?;
     let sres = storage_def(server, res);
     wait_fresh(server, None).await?;

@@ -306,6 +306,9 @@ async fn delete(r: Request<'_>, ns: &str, name: &str, body: Body) -> Result<Resp
     let bytes = read_body(server, body).await?;
     let mut opts = delete_options(q, &bytes)?;
     opts.user = Some(user.clone());
+    if res.is_converted() {
+        opts.requested = Some(res.clone());
+    }
     let sres = storage_def(server, res);
     let d = server.delete(&sres, ns, name, &opts).await?;
     let code = if d.removed {

@@ -100,6 +100,7 @@ pub(super) fn delete_options_from(v: &Value) -> DeleteOptions {
             .and_then(Value::as_array)
             .is_some_and(|a| a.iter().any(|x| x == "All")),
         user: None,
+        requested: None,
     }
 }
 
