@@ -47,6 +47,9 @@ impl Drop for Component {
         let _ = self.child.wait();
         if let Some(d) = &self.dir {
             support::kill_processes_under(d);
+            // An agent's data dir is its node's: its pods' networks and bridge, if any.
+            support::remove_pod_networks(d);
+            support::remove_private_bridge(d);
         }
     }
 }
