@@ -316,6 +316,8 @@ impl Cluster {
                 format!("{ip}:{port}"),
                 "--data-dir".into(),
                 dir.display().to_string(),
+                // The switch the `watch-drop`, `expire-watches` and `latency` faults use.
+                "--enable-fault-injection".into(),
             ];
             args.extend(store_args.iter().cloned());
             processes.push(Process::spawn(&config.exe, name, args, &config.dir, None)?);
@@ -429,6 +431,15 @@ impl Cluster {
             .clone();
         self.api_server_kills += 1;
         name
+    }
+
+    /// A client of the API server `name` only (a fault for its switch reaches that one).
+    pub fn server_client(&self, name: &str) -> anyhow::Result<&Client> {
+        self.servers
+            .iter()
+            .find(|s| s.name == name)
+            .map(|s| &s.client)
+            .with_context(|| format!("no API server {name}"))
     }
 
     /// The etcd member the next kill hits: the next in turn.

@@ -5,6 +5,9 @@
 
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
+use setpoint_apiserver::faults::{Expiry, FaultRequest, Latency, FAULTS_PATH};
+
 use super::cluster::{Cluster, LEASE_DURATION};
 use super::schedule::{Fault, FaultKind, Target};
 
@@ -15,6 +18,29 @@ const LEADER_DEADLINE: Duration = Duration::from_secs(30);
 /// A frozen (or partitioned) process stays stopped (cut off) this much longer than a lease
 /// lasts, so a standby has surely taken over before it wakes (is reachable again).
 const FREEZE_MARGIN: Duration = Duration::from_secs(2);
+
+/// How long every watch that names a resourceVersion is answered 410 (`expire-watches`).
+const EXPIRY: Duration = Duration::from_secs(2);
+
+/// The latency added to every request (`latency`), and for how long: as long as a freeze.
+const LATENCY: Duration = Duration::from_millis(250);
+const LATENCY_FOR: Duration = Duration::from_secs(5);
+
+/// Asks the fault-injection switch of the API server `server` (the run starts each with
+/// `--enable-fault-injection`) for `request`.
+async fn api_fault(cluster: &Cluster, server: &str, request: &FaultRequest) -> anyhow::Result<()> {
+    cluster
+        .server_client(server)?
+        .request(
+            http::Method::POST,
+            FAULTS_PATH,
+            Some("application/json"),
+            bytes::Bytes::from(serde_json::to_vec(request)?),
+        )
+        .await
+        .with_context(|| format!("the API server's fault-injection switch ({FAULTS_PATH})"))?;
+    Ok(())
+}
 
 /// What was done.
 pub struct Injected {
@@ -56,6 +82,48 @@ pub async fn inject(cluster: &mut Cluster, fault: Fault) -> anyhow::Result<Injec
             p.signal("STOP")?;
             tokio::time::sleep(LEASE_DURATION + FREEZE_MARGIN).await;
             p.signal("CONT")?;
+        }
+        FaultKind::WatchDrop => {
+            api_fault(
+                cluster,
+                &process,
+                &FaultRequest {
+                    drop_watches: true,
+                    ..Default::default()
+                },
+            )
+            .await?;
+        }
+        FaultKind::ExpireWatches => {
+            api_fault(
+                cluster,
+                &process,
+                &FaultRequest {
+                    drop_watches: true,
+                    expire_watches: Some(Expiry {
+                        count: None,
+                        seconds: Some(EXPIRY.as_secs()),
+                    }),
+                    ..Default::default()
+                },
+            )
+            .await?;
+            tokio::time::sleep(EXPIRY).await;
+        }
+        FaultKind::Latency => {
+            api_fault(
+                cluster,
+                &process,
+                &FaultRequest {
+                    latency: Some(Latency {
+                        milliseconds: LATENCY.as_millis() as u64,
+                        seconds: LATENCY_FOR.as_secs(),
+                    }),
+                    ..Default::default()
+                },
+            )
+            .await?;
+            tokio::time::sleep(LATENCY_FOR).await;
         }
         FaultKind::Partition => {
             cluster.partition(&process)?;

@@ -123,6 +123,9 @@ impl Watcher {
             }
             self.watch_from(&mut rv).await;
             self.record(Kind::Gone, rv, None);
+            // A server answering every watch 410 for a while (`expire-watches`) is not
+            // relisted from in a busy loop, as client-go's reflector backs off too.
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 

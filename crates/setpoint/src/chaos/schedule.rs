@@ -76,6 +76,14 @@ pub enum FaultKind {
     /// namespace) for longer than the lease duration, then let through again: the process runs
     /// on, cut off, with its connections open.
     Partition,
+    /// Every open watch of the API server cut off at once through its fault-injection switch,
+    /// as a restart would, while the server runs on: watchers resume from where they were.
+    WatchDrop,
+    /// Every open watch of the API server cut off, and every watch that names a
+    /// resourceVersion answered 410 Expired for a while: watchers relist.
+    ExpireWatches,
+    /// Latency added to every request of the API server for a while.
+    Latency,
 }
 
 impl FaultKind {
@@ -85,6 +93,9 @@ impl FaultKind {
             FaultKind::Kill => "sigkill",
             FaultKind::Freeze => "sigstop",
             FaultKind::Partition => "partition",
+            FaultKind::WatchDrop => "watch-drop",
+            FaultKind::ExpireWatches => "expire-watches",
+            FaultKind::Latency => "latency",
         }
     }
 }
@@ -119,7 +130,7 @@ fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
 /// Every fault the harness can inject (freezing the API server is left out: to its clients it
 /// is a slower restart). Partitions and etcd member kills come last, so a run where they
 /// cannot be drawn (see [`schedule`]) has the schedule a run without them always had.
-pub const FAULTS: [Fault; 10] = [
+pub const FAULTS: [Fault; 13] = [
     Fault {
         kind: FaultKind::Kill,
         target: Target::ApiServer,
@@ -147,6 +158,18 @@ pub const FAULTS: [Fault; 10] = [
     Fault {
         kind: FaultKind::Freeze,
         target: Target::Agent,
+    },
+    Fault {
+        kind: FaultKind::WatchDrop,
+        target: Target::ApiServer,
+    },
+    Fault {
+        kind: FaultKind::ExpireWatches,
+        target: Target::ApiServer,
+    },
+    Fault {
+        kind: FaultKind::Latency,
+        target: Target::ApiServer,
     },
     Fault {
         kind: FaultKind::Partition,
