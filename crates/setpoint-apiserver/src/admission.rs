@@ -3,6 +3,7 @@
 
 use serde_json::Value;
 
+pub mod expressions;
 pub mod limitrange;
 pub mod noderestriction;
 mod podsecurity;

@@ -578,6 +578,7 @@ impl ApiServer {
             type_errors,
         );
         causes.extend(crate::crd::validate(res, obj, old));
+        causes.extend(crate::admission::expressions::validate(res, obj));
         self.invalid_if_any(res, obj, causes)
     }
 
@@ -747,6 +748,7 @@ impl ApiServer {
                 types.type_errors.clone(),
             );
             causes.extend(crate::crd::validate(res, &obj, None));
+            causes.extend(crate::admission::expressions::validate(res, &obj));
             self.invalid_if_any(res, &obj, causes)?;
             self.check_escalation(res, namespace, &obj, opts)?;
             crate::admission::noderestriction::admit(

@@ -62,7 +62,23 @@ spec:
       operations: [CREATE]
       resources: [deployments]
   validations:
-  - expression: object.spec.replicas <=
+  - expression: object.spec.replica <= 3
+";
+
+/// A policy whose validation does not parse: refused when written.
+const SYNTAX_ERROR_POLICY: &str = "apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: syntax-error
+spec:
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [apps]
+      apiVersions: [v1]
+      operations: [CREATE]
+      resources: [deployments]
+  validations:
+  - expression: object.spec.replicas >
 ";
 
 /// A policy whose validations ask what the request's user may do, its binding (namespace
@@ -280,6 +296,16 @@ fn admission_policies_deny_warn_and_audit_with_params() {
         ]);
     }
     s.apply(POLICY);
+    // An expression that does not compile refuses the policy when it is written.
+    let (ok, _, stderr) = create(&s, SYNTAX_ERROR_POLICY);
+    assert!(
+        !ok && stderr.contains(
+            "The ValidatingAdmissionPolicy \"syntax-error\" is invalid: \
+             spec.validations[0].expression: Invalid value: \"object.spec.replicas >\": \
+             compilation failed: "
+        ),
+        "{stderr}"
+    );
     s.apply(&binding("deny-over", "denied", "Deny", "limits", "Deny"));
     s.apply(&binding("warn-over", "warned", "Warn", "limits", "Deny"));
     s.apply(&binding(
@@ -365,7 +391,7 @@ fn admission_policies_deny_warn_and_audit_with_params() {
         "{stderr}"
     );
 
-    // Status: the generation looked at, and the expression that does not compile.
+    // Status: the generation looked at, and the expression that does not type-check.
     let status = eventually(
         "the policy status is written",
         Duration::from_secs(20),

@@ -16,10 +16,12 @@
 //! [`Budget`]. [`typecheck`] reports field references a schema does not have.
 
 pub mod cost;
+mod declared;
 mod libs;
 pub mod schema;
 pub mod typecheck;
 
+pub use declared::compile_declared;
 pub use libs::authz;
 
 use std::collections::HashMap;
@@ -94,6 +96,18 @@ impl Program {
         let line = before.matches('\n').count() + 1;
         let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count());
         Some((line, column))
+    }
+
+    /// `message` about expression node `id`, located as cel-go's checker reports it: the
+    /// position, then the source line with a caret under the node.
+    pub fn error_at(&self, id: u64, message: &str) -> String {
+        let (line, column) = self.location(id).unwrap_or((1, 0));
+        let text = self.source.lines().nth(line - 1).unwrap_or("");
+        format!(
+            "ERROR: <input>:{line}:{}: {message}\n | {text}\n | {}^",
+            column + 1,
+            ".".repeat(column)
+        )
     }
 }
 

@@ -94,14 +94,7 @@ struct Checker<'p, 'a> {
 
 impl<'a> Checker<'_, 'a> {
     fn report(&mut self, id: u64, message: String) {
-        let source = self.program.source();
-        let (line, column) = self.program.location(id).unwrap_or((1, 0));
-        let text = source.lines().nth(line - 1).unwrap_or("");
-        self.errors.push(format!(
-            "ERROR: <input>:{line}:{}: {message}\n | {text}\n | {}^",
-            column + 1,
-            ".".repeat(column)
-        ));
+        self.errors.push(self.program.error_at(id, &message));
     }
 
     fn lookup(&self, name: &str) -> Ty<'a> {

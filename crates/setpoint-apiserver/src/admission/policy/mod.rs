@@ -49,6 +49,18 @@ const VALIDATION_FAILURE: &str = "validation.policy.admission.k8s.io/validation_
 /// Audit annotation values are cut to this many bytes, as upstream's.
 const MAX_ANNOTATION_VALUE: usize = 10 * 1024;
 
+/// Every expression of ValidatingAdmissionPolicy `obj` with its field path
+/// (`spec.validations[0].expression`), in the order of the spec: what is compiled when the
+/// policy is written.
+pub(crate) fn expressions_of(obj: &Value) -> Vec<(String, String)> {
+    let policy = Policy::compile(obj);
+    policy
+        .expressions()
+        .into_iter()
+        .map(|(path, e)| (path, e.text.clone()))
+        .collect()
+}
+
 /// A refusal, before it becomes the request's error.
 struct Denial {
     policy: String,
