@@ -581,6 +581,11 @@ impl<K: Replicated> Reconciler for ReplicaSetController<K> {
             None => Action::Done,
         })
     }
+
+    /// A cancelled or failed reconcile's creations and deletions may never be observed.
+    fn interrupted(&self, key: &ObjectKey) {
+        self.owned.expectations.forget(key);
+    }
 }
 
 /// The ReplicaSet controller, reconciling every ReplicaSet when it or one of its pods changes.

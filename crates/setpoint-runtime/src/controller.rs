@@ -179,6 +179,16 @@ fn trigger_of<K: Object>(kind: &str, ev: &Event<K>) -> Trigger {
 pub trait Reconciler: Send + Sync + 'static {
     /// Brings the object named by `key` to its desired state. Must be idempotent.
     async fn reconcile(&self, ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError>;
+
+    /// Called when a reconcile of `key` did not run to its end: cancelled because leadership
+    /// was lost, timed out, or panicked. Writes it had started may or may not have happened.
+    /// A controller that keeps in-memory expectations of its writes forgets them for `key`
+    /// here, as upstream lowers them when a write fails; otherwise the next reconcile of
+    /// `key` (in this replica's next term, say) would wait for writes that were never sent
+    /// until the expectations time out.
+    fn interrupted(&self, key: &ObjectKey) {
+        let _ = key;
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -465,6 +475,12 @@ impl Worker {
             let Some(item) = self.queue.get().await else {
                 return;
             };
+            if self.leader.as_ref().is_some_and(|l| !*l.borrow()) {
+                // Leadership was lost while this worker waited for work: a replica that is
+                // not the leader must not start a reconcile. The key waits for whoever leads.
+                item.requeue_after(Duration::ZERO);
+                continue;
+            }
             self.process(item).await;
         }
     }
@@ -508,13 +524,14 @@ impl Worker {
             }
         };
         let outcome = tokio::select! {
+            biased;
+            _ = lost => None,
             r = async {
                 match self.timeout {
                     Some(t) => tokio::time::timeout(t, fut).await.map_err(|_| ()),
                     None => Ok(fut.await),
                 }
             }.instrument(span) => Some(r),
-            _ = lost => None,
         };
         let elapsed = start.elapsed();
         decision.finish(match &outcome {
@@ -528,6 +545,7 @@ impl Worker {
         match outcome {
             None => {
                 // Not leader any more: put the key back for whoever leads next.
+                self.reconciler.interrupted(&key);
                 item.requeue_after(Duration::ZERO);
             }
             Some(Ok(Ok(Ok(Action::Done)))) => {
@@ -559,11 +577,13 @@ impl Worker {
                     .or_else(|| panic.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "unknown panic".into());
                 tracing::error!(controller = %self.name, key = %key, panic = %msg, "reconcile panicked; retrying with backoff");
+                self.reconciler.interrupted(&key);
                 item.retry();
             }
             Some(Err(())) => {
                 self.metrics.record(&self.name, "error", elapsed);
                 tracing::warn!(controller = %self.name, key = %key, "reconcile timed out; retrying with backoff");
+                self.reconciler.interrupted(&key);
                 item.retry();
             }
         }

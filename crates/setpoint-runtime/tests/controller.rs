@@ -26,12 +26,23 @@ struct Recorder {
     calls: Mutex<Vec<(String, u32)>>,
     fail: Mutex<HashMap<String, usize>>,
     panic: Mutex<HashMap<String, usize>>,
+    /// Names whose reconciles never finish (until cancelled).
+    hang: Mutex<Vec<String>>,
+    /// The keys `interrupted` was called with.
+    interrupted: Mutex<Vec<String>>,
     changed: Notify,
 }
 
 impl Recorder {
     fn count(&self, name: &str) -> usize {
         self.calls.lock().iter().filter(|(n, _)| n == name).count()
+    }
+    fn interruptions(&self, name: &str) -> usize {
+        self.interrupted
+            .lock()
+            .iter()
+            .filter(|n| *n == name)
+            .count()
     }
     async fn wait_until(&self, what: &str, cond: impl Fn(&Recorder) -> bool) {
         let r = tokio::time::timeout(Duration::from_secs(10), async {
@@ -46,8 +57,9 @@ impl Recorder {
         .await;
         assert!(
             r.is_ok(),
-            "timed out waiting for {what}; calls: {:?}",
-            self.calls.lock()
+            "timed out waiting for {what}; calls: {:?}; interrupted: {:?}",
+            self.calls.lock(),
+            self.interrupted.lock()
         );
     }
 }
@@ -70,6 +82,9 @@ impl Reconciler for Recorder {
         if should_panic {
             panic!("boom for {key}");
         }
+        if self.hang.lock().contains(&key.name) {
+            std::future::pending::<()>().await;
+        }
         let mut f = self.fail.lock();
         if let Some(n) = f.get_mut(&key.name) {
             if *n > 0 {
@@ -78,6 +93,11 @@ impl Reconciler for Recorder {
             }
         }
         Ok(Action::Done)
+    }
+
+    fn interrupted(&self, key: &ObjectKey) {
+        self.interrupted.lock().push(key.name.clone());
+        self.changed.notify_waiters();
     }
 }
 
@@ -121,6 +141,10 @@ async fn errors_and_panics_are_retried_while_other_keys_flow(cluster: TestCluste
         .map(|(_, r)| *r)
         .collect();
     assert_eq!(&flaky[..4], &[0, 1, 2, 3], "{flaky:?}");
+    // A panicking reconcile was interrupted (its writes may or may not have happened); one
+    // that returned an error was not.
+    assert_eq!(rec.interruptions("bomb"), 2);
+    assert_eq!(rec.interruptions("flaky"), 0);
     // The controller still serves new keys after the panics.
     api.create(&PostParams::default(), &cm("later"))
         .await
@@ -194,6 +218,19 @@ async fn without_leadership_nothing_is_reconciled(cluster: TestCluster) {
     lead_tx.send(true).unwrap();
     rec.wait_until("reconcile after leadership", |r| r.count("waiting") >= 1)
         .await;
+    assert_eq!(rec.interruptions("waiting"), 0);
+    // Losing leadership cancels a reconcile in flight, and the reconciler hears of it.
+    rec.hang.lock().push("stuck".into());
+    api.create(&PostParams::default(), &cm("stuck"))
+        .await
+        .unwrap();
+    rec.wait_until("a reconcile that never ends", |r| r.count("stuck") >= 1)
+        .await;
+    lead_tx.send(false).unwrap();
+    rec.wait_until("the cancelled reconcile interrupted", |r| {
+        r.interruptions("stuck") == 1
+    })
+    .await;
     run.abort();
 }
 

@@ -495,6 +495,11 @@ impl Reconciler for DaemonSetController {
             },
         )
     }
+
+    /// A cancelled or failed reconcile's creations and deletions may never be observed.
+    fn interrupted(&self, key: &ObjectKey) {
+        self.expectations().forget(key);
+    }
 }
 
 /// What about a node can change where daemon pods go: its labels, taints and spec.

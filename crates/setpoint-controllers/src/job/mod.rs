@@ -1019,6 +1019,11 @@ impl Reconciler for JobController {
             None => Action::Done,
         })
     }
+
+    /// A cancelled or failed reconcile's creations and deletions may never be observed.
+    fn interrupted(&self, key: &ObjectKey) {
+        self.owned.expectations.forget(key);
+    }
 }
 
 /// Removes the tracking finalizer from `pod` (gone already: nothing to do).
