@@ -12,7 +12,7 @@ use std::io::ErrorKind;
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use base64::Engine;
 use serde_json::{json, Value};
@@ -181,32 +181,19 @@ impl Cdp {
 
 /// Waits until the JavaScript expression `expression` is true in the page.
 fn wait_until(cdp: &mut Cdp, what: &str, expression: &str) {
-    let deadline = Instant::now() + DEADLINE;
-    while cdp.eval(expression) != json!(true) {
-        assert!(
-            Instant::now() < deadline,
-            "the page did not show {what} within {DEADLINE:?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    support::eventually(&format!("the page showing {what}"), DEADLINE, || {
+        (cdp.eval(expression) == json!(true)).then_some(())
+    });
 }
 
 /// The counts the page shows for Deployment `default/web`, once they are `want`.
 fn wait_for_counts(cdp: &mut Cdp, want: &str) -> String {
     let expression = "(() => { const e = document.querySelector('[data-deployment=\"default/web\"] > .head > .counts'); return e ? e.textContent : document.getElementById('status').textContent; })()";
-    let deadline = Instant::now() + DEADLINE;
-    loop {
+    support::eventually(&format!("the page showing {want:?}"), DEADLINE, || {
         let shown = cdp.eval(expression);
-        let shown = shown.as_str().unwrap_or_default().to_string();
-        if shown == want {
-            return shown;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the page did not show {want:?} within {DEADLINE:?}; it shows {shown:?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        let shown = shown.as_str().unwrap_or_default();
+        (shown == want).then(|| shown.to_string())
+    })
 }
 
 #[test]
@@ -279,19 +266,11 @@ fn the_live_view_follows_a_scaled_deployment_in_chromium() {
 
     // A click on a pod shows its why chain, rendered by the server as `kubectl why` prints it.
     cdp.eval("document.querySelector('[data-deployment=\"default/web\"] .pods li').click()");
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        let why = cdp.eval("document.getElementById('why').textContent");
-        let why = why.as_str().unwrap_or_default();
-        if why.contains("created by the replicaset controller") {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the page did not show the pod's why chain within {DEADLINE:?}; it shows {why:?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_until(
+        &mut cdp,
+        "the pod's why chain",
+        "document.getElementById('why').textContent.includes('created by the replicaset controller')",
+    );
     cdp.screenshot(&artifacts.join("why.png"));
 
     // Both namespaces are shown, then the filter keeps only `default` on the whole page.
