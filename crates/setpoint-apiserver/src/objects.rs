@@ -717,7 +717,6 @@ impl ApiServer {
         let created_name = meta::name(&obj).to_string();
         let call = crate::webhook::Call {
             res: opts.requested.as_deref().unwrap_or(res),
-            stored: res,
             subresource: "",
             operation: "CREATE",
             namespace,
@@ -1257,7 +1256,6 @@ impl ApiServer {
             );
             let call = crate::webhook::Call {
                 res: opts.requested.as_deref().unwrap_or(res),
-                stored: res,
                 subresource: if view == View::Status { "status" } else { "" },
                 operation: "UPDATE",
                 namespace,
@@ -1406,7 +1404,6 @@ impl ApiServer {
             let hook_options = crate::webhook::options("DeleteOptions", opts.dry_run, None);
             let call = crate::webhook::Call {
                 res: opts.requested.as_deref().unwrap_or(res),
-                stored: res,
                 subresource: "",
                 operation: "DELETE",
                 namespace,

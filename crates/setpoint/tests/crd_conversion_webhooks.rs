@@ -10,6 +10,9 @@
 //! - server-side apply through v2 of objects stored as v1 creates and updates them, recording
 //!   the applier's entry in v2; an apply through v1 that changes a field a v2 manager owns is
 //!   a conflict named in v2, and forcing it takes the field from that manager;
+//! - ValidatingAdmissionPolicies for v1 once v2 is stored: one matching writes through v2
+//!   (`matchPolicy: Equivalent`) sees the object converted to v1 and denies on its v1 field,
+//!   one for v1 only (`Exact`) judges a write through v1 stored as v2 but not one through v2;
 //! - a mutating admission webhook registered for v1 with `matchPolicy: Equivalent` gets a
 //!   write through v2 as v1 (converted by the conversion webhook), and its patch, made in v1,
 //!   is stored in v2;
@@ -483,6 +486,76 @@ async fn conversion_webhook_serves_both_versions_and_honours_the_storage_version
         .unwrap()
         .iter()
         .all(|o| o["apiVersion"] == "stable.example.com/v1" && o["spec"]["cronSpec"].is_string()));
+
+    // ValidatingAdmissionPolicies written against v1, no longer the storage version. One
+    // matching writes through v2 as equivalent sees them in v1 (converted by the webhook);
+    // one for v1 only (Exact) judges writes through v1, stored as v2, and not those through
+    // v2. Server-side dry runs, so nothing is left behind.
+    let policy = |name: &str, match_policy: &str, reserved: &str| {
+        json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name},
+            "spec": {
+                "matchConstraints": {"matchPolicy": match_policy,
+                    "objectSelector": {"matchLabels": {"policy": "yes"}},
+                    "resourceRules": [{"operations": ["CREATE"], "apiGroups": [GROUP],
+                                       "apiVersions": ["v1"], "resources": ["crontabs"]}]},
+                "validations": [{
+                    "expression": format!("object.spec.cronSpec != '{reserved}'"),
+                    "messageExpression": format!(
+                        "'{reserved} is reserved (' + request.resource.version + ' through ' \
+                         + request.requestResource.version + ', ' + object.apiVersion + ')'"
+                    )}]}
+        })
+    };
+    let binding = |name: &str| {
+        json!({"apiVersion": "admissionregistration.k8s.io/v1",
+               "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": name},
+               "spec": {"policyName": name, "validationActions": ["Deny"]}})
+    };
+    k.create(
+        &json!({"apiVersion": "v1", "kind": "List", "metadata": {"name": "policies"},
+        "items": [policy("midnight-v1", "Equivalent", "0 0 * * *"),
+                  policy("four-v1-only", "Exact", "4 4 * * *"),
+                  binding("midnight-v1"), binding("four-v1-only")]}),
+    );
+    let dry_run = |version: &str, schedule: &str| {
+        let file = k.dir.path().join("judged.json");
+        let obj = crontab(version, "judged", schedule, json!({"policy": "yes"}));
+        std::fs::write(&file, obj.to_string()).unwrap();
+        k.run(&["create", "--dry-run=server", "-f", file.to_str().unwrap()])
+    };
+    // The policies and bindings are read from the watch cache a moment after the write;
+    // once the last binding is seen, the others are too.
+    let err = eventually(
+        "the v1-only policy in force",
+        Duration::from_secs(20),
+        || {
+            let out = dry_run("v1", "4 4 * * *");
+            (!out.status.success()).then(|| String::from_utf8_lossy(&out.stderr).into_owned())
+        },
+    );
+    assert!(
+        err.contains(
+            "ValidatingAdmissionPolicy 'four-v1-only' with binding 'four-v1-only' denied request: \
+             4 4 * * * is reserved (v1 through v1, stable.example.com/v1)"
+        ),
+        "{err}"
+    );
+    let err = expect_failure(
+        "a reserved schedule through v2",
+        &dry_run("v2", "0 0 * * *"),
+    );
+    assert!(
+        err.contains(
+            "ValidatingAdmissionPolicy 'midnight-v1' with binding 'midnight-v1' denied request: \
+             0 0 * * * is reserved (v1 through v2, stable.example.com/v1)"
+        ),
+        "{err}"
+    );
+    // Through v2 the v1-only policy does not apply, and the equivalent one sees cronSpec.
+    expect_success("a v1-only schedule through v2", &dry_run("v2", "4 4 * * *"));
 
     // A mutating webhook registered for v1, matching writes through v2 as equivalent, sees
     // the object in v1 and patches it in v1; the result is stored in v2.

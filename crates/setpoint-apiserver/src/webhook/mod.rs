@@ -36,11 +36,9 @@ const GROUP: &str = "admissionregistration.k8s.io";
 /// The request a write puts to the webhooks.
 #[derive(Clone, Copy)]
 pub(crate) struct Call<'a> {
-    /// The resource the client named (objects are passed in its storage form).
+    /// The resource the client named (objects are passed in the storage form of its
+    /// resource).
     pub res: &'a ResourceDef,
-    /// The resource the objects are stored as, in whose form they are passed (`res` itself
-    /// unless the client named a version or group served from another's storage).
-    pub stored: &'a ResourceDef,
     /// `""`, or the subresource written (`status`).
     pub subresource: &'a str,
     /// `CREATE`, `UPDATE` or `DELETE`.
@@ -196,7 +194,8 @@ impl ApiServer {
     /// The object and old object of a request (storage form) as `def`, the resource a
     /// webhook matched, shows them: a custom resource's through its conversion webhook when
     /// it has one (both in one review), as upstream converts them to the webhook's version.
-    async fn as_matched(
+    /// ValidatingAdmissionPolicies see the version they matched through it too.
+    pub(crate) async fn as_matched(
         &self,
         def: &ResourceDef,
         object: Option<&Value>,
@@ -436,7 +435,7 @@ impl ApiServer {
         call: &Call<'_>,
         obj: Option<&Value>,
     ) -> Result<Vec<String>, ApiError> {
-        let mut warnings = self.validating_policies(call, obj)?;
+        let mut warnings = self.validating_policies(call, obj).await?;
         let hooks = self.configured_webhooks("validatingwebhookconfigurations");
         if hooks.is_empty() {
             return Ok(warnings);

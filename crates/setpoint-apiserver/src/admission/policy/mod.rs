@@ -8,7 +8,10 @@
 //! `paramRef` selects (or once without `params`). The order inside is upstream's:
 //! `matchConditions`, then `variables`, then `validations` and `auditAnnotations`, with
 //! `object`, `oldObject`, `request`, `params`, `namespaceObject`, `variables` and
-//! `authorizer` bound. `authorizer` checks what the request's user may do (the server's
+//! `authorizer` bound; `object` and `oldObject` are shown as the version the policy matched
+//! (the one the client named, or with `matchPolicy: Equivalent` another serving the same
+//! objects), converted by the admission webhooks' helper (a custom resource's through its
+//! CRD's conversion webhook). `authorizer` checks what the request's user may do (the server's
 //! own writes are `system:apiserver`'s), and `authorizer.requestResource` is the request's
 //! own resource, subresource, namespace and name ([`crate::cel::authz`]); webhooks'
 //! `matchConditions` bind the same variables, built for both by `webhook::Call::authorizer`.
@@ -27,6 +30,7 @@
 mod compiled;
 pub(crate) mod status;
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -307,17 +311,17 @@ impl ApiServer {
     /// Runs the ValidatingAdmissionPolicies on a request whose object (storage form; `None`
     /// for deletes) has passed validation and mutation: the first denial as the request's
     /// error, else the warnings `Warn` bindings give.
-    pub(crate) fn validating_policies(
+    ///
+    /// A policy matches the resource the client named, or with `matchPolicy: Equivalent`
+    /// one serving the same objects under another version or group, and sees the object and
+    /// old object as the version it matched shows them (a custom resource's converted by its
+    /// CRD's conversion webhook when it has one), as upstream converts them to the matched
+    /// kind.
+    pub(crate) async fn validating_policies(
         &self,
         call: &Call<'_>,
         obj: Option<&Value>,
     ) -> Result<Vec<String>, ApiError> {
-        // Policies match the resource the objects are stored as: the objects are shown to
-        // them in its form or converted without a webhook.
-        let call = &Call {
-            res: call.stored,
-            ..*call
-        };
         // Policies never judge policies and bindings, so a bad one can always be fixed.
         if call.res.group == GROUP && matches!(call.res.plural.as_str(), POLICIES | BINDINGS) {
             return Ok(vec![]);
@@ -359,8 +363,9 @@ impl ApiServer {
             namespace: namespace.as_ref(),
         };
         let mut outcome = Outcome::default();
-        // Activations by the matched resource's index (objects converted to its version).
-        let mut activations: HashMap<usize, Arc<Activation>> = HashMap::new();
+        // Activations by the matched resource's index (objects converted to its version),
+        // made when a binding first needs one; `Err` is a conversion that failed.
+        let mut activations: HashMap<usize, Result<Arc<Activation>, String>> = HashMap::new();
         for policy_obj in &policies {
             let Some(policy_bindings) = by_policy.get(setpoint_api::meta::name(policy_obj)) else {
                 continue;
@@ -369,29 +374,43 @@ impl ApiServer {
             let Some(matched) = match_resources(&policy.constraints, &request, true) else {
                 continue;
             };
-            let activation = activations
-                .entry(matched)
-                .or_insert_with(|| {
-                    Arc::new(self.activation(
-                        call,
-                        obj,
-                        &candidates[matched],
-                        &resources,
-                        matched,
-                        &namespace,
-                    ))
-                })
-                .clone();
             let mut annotations: BTreeMap<String, Vec<String>> = BTreeMap::new();
             for binding in policy_bindings {
-                self.evaluate_binding(
-                    &policy,
-                    binding,
-                    &request,
-                    &activation,
-                    &mut outcome,
-                    &mut annotations,
-                );
+                let Some(params) = self.binding_params(&policy, binding, &request, &mut outcome)
+                else {
+                    continue;
+                };
+                if let Entry::Vacant(slot) = activations.entry(matched) {
+                    let made = self
+                        .activation(
+                            call,
+                            obj,
+                            &candidates[matched],
+                            &resources,
+                            matched,
+                            &namespace,
+                        )
+                        .await;
+                    slot.insert(made.map(Arc::new));
+                }
+                match &activations[&matched] {
+                    Ok(activation) => run_binding(
+                        &policy,
+                        binding,
+                        params,
+                        activation,
+                        &mut outcome,
+                        &mut annotations,
+                    ),
+                    // Upstream reports a failed conversion as the binding's configuration
+                    // error, so `failurePolicy` decides.
+                    Err(e) => config_error(
+                        &policy,
+                        binding,
+                        &mut outcome,
+                        format!("failed to convert object version: {e}"),
+                    ),
+                }
             }
             for (key, values) in annotations {
                 outcome
@@ -418,8 +437,10 @@ impl ApiServer {
         Ok(outcome.warnings)
     }
 
-    /// The variables every evaluation of a request against `def`'s version binds.
-    fn activation(
+    /// The variables every evaluation of a request against `def`'s version binds, with the
+    /// objects as that version shows them (through the webhooks' conversion); `Err` is the
+    /// conversion's error.
+    async fn activation(
         &self,
         call: &Call<'_>,
         obj: Option<&Value>,
@@ -427,11 +448,11 @@ impl ApiServer {
         resources: &[Resource],
         matched: usize,
         namespace: &Option<Value>,
-    ) -> Activation {
-        let view = obj.map(|o| crate::convert::from_storage(def, o.clone()));
-        let old_view = call
-            .old
-            .map(|o| crate::convert::from_storage(def, o.clone()));
+    ) -> Result<Activation, String> {
+        let (view, old_view) = self
+            .as_matched(def, obj, call.old)
+            .await
+            .map_err(|e| e.message)?;
         let mut request = crate::webhook::review::request(
             "",
             &resources[matched],
@@ -452,110 +473,128 @@ impl ApiServer {
             r.remove("object");
             r.remove("oldObject");
         }
-        Activation {
+        Ok(Activation {
             object: view.unwrap_or(Value::Null),
             old_object: old_view.unwrap_or(Value::Null),
             request,
             namespace_object: namespace.clone().unwrap_or(Value::Null),
             authorizer: call.authorizer(self.authorizers.clone()),
-        }
+        })
     }
 
-    /// One binding of a matching policy: its `matchResources`, parameters, and each
-    /// parameter's evaluation, with the decisions sent where its actions say.
-    fn evaluate_binding(
+    /// The parameters a binding of a matching policy is evaluated with, once each: the
+    /// objects its `paramRef` selects, or one `None` (`params` null) without a `paramRef`.
+    /// `None` when its `matchResources` do not match or its parameters cannot be had (a
+    /// configuration error, recorded in `outcome` as the policy's `failurePolicy` says).
+    fn binding_params(
         &self,
         policy: &Policy,
         binding: &Value,
         request: &Request<'_>,
-        activation: &Activation,
         outcome: &mut Outcome,
-        annotations: &mut BTreeMap<String, Vec<String>>,
-    ) {
-        let binding_name = setpoint_api::meta::name(binding).to_string();
+    ) -> Option<Vec<Option<Value>>> {
         let spec = binding.get("spec").unwrap_or(&Value::Null);
-        let config_error = |outcome: &mut Outcome, e: String| {
-            if policy.fails_closed {
-                outcome.denials.push(Denial {
-                    policy: policy.name.clone(),
-                    binding: Some(binding_name.clone()),
-                    message: format!("failed to configure binding: {e}"),
-                    reason: String::new(),
-                });
-            } else {
-                tracing::warn!(policy = %policy.name, binding = %binding_name, error = %e, "admission policy binding misconfigured; ignored");
-            }
-        };
         if let Some(m) = spec.get("matchResources").filter(|m| !m.is_null()) {
-            if match_resources(m, request, false).is_none() {
-                return;
-            }
+            match_resources(m, request, false)?;
         }
-        let params: Vec<Option<Value>> = match (
+        match (
             &policy.param_kind,
             spec.get("paramRef").filter(|r| !r.is_null()),
         ) {
             (Some(kind), Some(param_ref)) => {
                 match self.collect_params(kind, param_ref, request.call.namespace) {
-                    Ok(found) => found.into_iter().map(Some).collect(),
-                    Err(e) => return config_error(outcome, e),
-                }
-            }
-            _ => vec![None],
-        };
-        let actions: Vec<&str> = spec
-            .get("validationActions")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect();
-        for param in params {
-            let null = Value::Null;
-            let (failures, notes) = evaluate(policy, activation, param.as_ref().unwrap_or(&null));
-            for (index, Failure { message, reason }) in failures {
-                for action in &actions {
-                    match *action {
-                        "Deny" => outcome.denials.push(Denial {
-                            policy: policy.name.clone(),
-                            binding: Some(binding_name.clone()),
-                            message: message.clone(),
-                            reason: reason.clone(),
-                        }),
-                        "Warn" => outcome.warnings.push(format!(
-                            "Validation failed for ValidatingAdmissionPolicy '{}' with binding '{}': {message}",
-                            policy.name, binding_name
-                        )),
-                        "Audit" => {
-                            let value = json!([{
-                                "message": message,
-                                "policy": policy.name,
-                                "binding": binding_name,
-                                "expressionIndex": index,
-                                "validationActions": actions,
-                            }]);
-                            crate::audit::annotate(VALIDATION_FAILURE, &value.to_string());
-                        }
-                        _ => {}
+                    Ok(found) => Some(found.into_iter().map(Some).collect()),
+                    Err(e) => {
+                        config_error(policy, binding, outcome, e);
+                        None
                     }
                 }
             }
-            for note in notes {
-                match note {
-                    Ok((key, value)) => {
-                        let values = annotations.entry(key).or_default();
-                        if !values.contains(&value) {
-                            values.push(value);
-                        }
-                    }
-                    Err(message) if policy.fails_closed => outcome.denials.push(Denial {
+            _ => Some(vec![None]),
+        }
+    }
+}
+
+/// A binding that cannot be evaluated (`e`): a denial under `failurePolicy: Fail`, else
+/// logged and ignored.
+fn config_error(policy: &Policy, binding: &Value, outcome: &mut Outcome, e: String) {
+    let binding_name = setpoint_api::meta::name(binding);
+    if policy.fails_closed {
+        outcome.denials.push(Denial {
+            policy: policy.name.clone(),
+            binding: Some(binding_name.to_string()),
+            message: format!("failed to configure binding: {e}"),
+            reason: String::new(),
+        });
+    } else {
+        tracing::warn!(policy = %policy.name, binding = %binding_name, error = %e, "admission policy binding misconfigured; ignored");
+    }
+}
+
+/// One binding of a matching policy, evaluated once per parameter, with the decisions sent
+/// where its actions say.
+fn run_binding(
+    policy: &Policy,
+    binding: &Value,
+    params: Vec<Option<Value>>,
+    activation: &Activation,
+    outcome: &mut Outcome,
+    annotations: &mut BTreeMap<String, Vec<String>>,
+) {
+    let binding_name = setpoint_api::meta::name(binding).to_string();
+    let spec = binding.get("spec").unwrap_or(&Value::Null);
+    let actions: Vec<&str> = spec
+        .get("validationActions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    for param in params {
+        let null = Value::Null;
+        let (failures, notes) = evaluate(policy, activation, param.as_ref().unwrap_or(&null));
+        for (index, Failure { message, reason }) in failures {
+            for action in &actions {
+                match *action {
+                    "Deny" => outcome.denials.push(Denial {
                         policy: policy.name.clone(),
                         binding: Some(binding_name.clone()),
-                        message,
-                        reason: String::new(),
+                        message: message.clone(),
+                        reason: reason.clone(),
                     }),
-                    Err(_) => {}
+                    "Warn" => outcome.warnings.push(format!(
+                        "Validation failed for ValidatingAdmissionPolicy '{}' with binding '{}': {message}",
+                        policy.name, binding_name
+                    )),
+                    "Audit" => {
+                        let value = json!([{
+                            "message": message,
+                            "policy": policy.name,
+                            "binding": binding_name,
+                            "expressionIndex": index,
+                            "validationActions": actions,
+                        }]);
+                        crate::audit::annotate(VALIDATION_FAILURE, &value.to_string());
+                    }
+                    _ => {}
                 }
+            }
+        }
+        for note in notes {
+            match note {
+                Ok((key, value)) => {
+                    let values = annotations.entry(key).or_default();
+                    if !values.contains(&value) {
+                        values.push(value);
+                    }
+                }
+                Err(message) if policy.fails_closed => outcome.denials.push(Denial {
+                    policy: policy.name.clone(),
+                    binding: Some(binding_name.clone()),
+                    message,
+                    reason: String::new(),
+                }),
+                Err(_) => {}
             }
         }
     }
@@ -894,6 +933,54 @@ mod tests {
     }
 
     #[test]
+    fn exact_matches_only_the_requested_version_and_equivalent_names_the_one_matched() {
+        let crontabs = |version: &str| Resource {
+            group: "stable.example.com".into(),
+            version: version.into(),
+            resource: "crontabs".into(),
+            kind: "CronTab".into(),
+            namespaced: true,
+        };
+        let rules = json!([{"operations": ["CREATE"], "apiGroups": ["stable.example.com"],
+                            "apiVersions": ["v1"], "resources": ["crontabs"]}]);
+        let exact = json!({"matchPolicy": "Exact", "resourceRules": rules});
+        let equivalent = json!({"matchPolicy": "Equivalent", "resourceRules": rules});
+        let defaulted = json!({"resourceRules": rules});
+        let create = Operation {
+            operation: "CREATE",
+            subresource: "",
+        };
+        // Written through v2 (the request's resource comes first, then its equivalents).
+        let through_v2 = [crontabs("v2"), crontabs("v1")];
+        assert_eq!(
+            rules_match(&exact, "resourceRules", create, "a", &through_v2),
+            None
+        );
+        assert_eq!(
+            rules_match(&equivalent, "resourceRules", create, "a", &through_v2),
+            Some(1)
+        );
+        assert_eq!(
+            rules_match(&defaulted, "resourceRules", create, "a", &through_v2),
+            Some(1)
+        );
+        // Written through v1, whatever version it is stored in.
+        let through_v1 = [crontabs("v1"), crontabs("v2")];
+        for m in [&exact, &equivalent] {
+            assert_eq!(
+                rules_match(m, "resourceRules", create, "a", &through_v1),
+                Some(0)
+            );
+        }
+        // An exclusion for v1 only leaves a write through v2 to an Exact policy.
+        let excluded = json!({"matchPolicy": "Exact", "excludeResourceRules": rules});
+        assert_eq!(
+            rules_match(&excluded, "excludeResourceRules", create, "a", &through_v2),
+            None
+        );
+    }
+
+    #[test]
     fn denials_carry_upstream_wording_and_the_code_of_their_reason() {
         let def = crate::registry::Registry::builtin()
             .get("apps", "v1", "deployments")
@@ -902,7 +989,6 @@ mod tests {
         let options = json!({});
         let call = Call {
             res: &def,
-            stored: &def,
             subresource: "",
             operation: "CREATE",
             namespace: "ns",
