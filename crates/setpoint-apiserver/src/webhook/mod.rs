@@ -319,7 +319,8 @@ impl ApiServer {
                 quote(name)
             )));
         }
-        let body = serde_json::to_vec(&review::review(request))
+        let version = review::version_for(&hook.spec);
+        let body = serde_json::to_vec(&review::review(request, version))
             .map_err(|e| ApiError::internal(e.to_string()))?;
         let answer = match self
             .call_webhook(
@@ -332,7 +333,7 @@ impl ApiServer {
             Ok(answer) => answer,
             Err(e) => return failed(e.to_string()),
         };
-        let verdict = match review::verdict(&answer, &uid, mutating) {
+        let verdict = match review::verdict(&answer, &uid, mutating, version) {
             Ok(v) => v,
             Err(e) => return failed(client::CallError::InvalidResponse(e).to_string()),
         };

@@ -1,5 +1,6 @@
-//! `admission.k8s.io/v1` `AdmissionReview`: the request a webhook receives and what its
-//! answer may say, checked as upstream's `VerifyAdmissionResponse` does. Pure.
+//! `AdmissionReview` (`admission.k8s.io/v1`, or `v1beta1` for a webhook that lists only
+//! that): the request a webhook receives and what its answer may say, checked as upstream's
+//! `VerifyAdmissionResponse` does. Pure.
 
 use base64::Engine;
 use serde_json::{json, Value};
@@ -75,19 +76,53 @@ pub(crate) fn request(
     req
 }
 
-/// The whole review sent to a webhook.
-pub(crate) fn review(request: Value) -> Value {
+/// The `AdmissionReview` versions this server sends, in the order it prefers them.
+const REVIEW_VERSIONS: &[&str] = &["v1", "v1beta1"];
+
+/// The `AdmissionReview` version webhook `spec` is sent: the first of its
+/// `admissionReviewVersions` this server sends, as upstream picks it (validation makes sure
+/// one is listed; `v1` otherwise).
+pub(crate) fn version_for(spec: &Value) -> &'static str {
+    spec.get("admissionReviewVersions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .find_map(|v| REVIEW_VERSIONS.iter().copied().find(|known| *known == v))
+        .unwrap_or(REVIEW_VERSIONS[0])
+}
+
+/// The whole review sent to a webhook, in `version` (`v1` or `v1beta1`).
+pub(crate) fn review(request: Value, version: &str) -> Value {
     json!({
-        "apiVersion": "admission.k8s.io/v1",
+        "apiVersion": format!("admission.k8s.io/{version}"),
         "kind": "AdmissionReview",
         "request": request,
     })
 }
 
-/// Reads a webhook's answer to the request `uid`; the error is the reason upstream gives
-/// after `received invalid webhook response: `.
-pub(crate) fn verdict(body: &[u8], uid: &str, mutating: bool) -> Result<Verdict, String> {
+/// Reads a webhook's answer to the request `uid`, sent as a `version` review; the error is
+/// the reason upstream gives after `received invalid webhook response: `. A `v1beta1` answer
+/// is checked as loosely as upstream checks one: its kind, version and `response.uid` are not
+/// looked at, a mutating webhook's patch is taken as a JSON Patch whatever its `patchType`,
+/// and a validating webhook's is ignored.
+pub(crate) fn verdict(
+    body: &[u8],
+    uid: &str,
+    mutating: bool,
+    version: &str,
+) -> Result<Verdict, String> {
     let review: Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+    if version == "v1beta1" {
+        let Some(response) = review.get("response").filter(|r| r.is_object()) else {
+            return Err("webhook response was absent".into());
+        };
+        let patch = match response.get("patch").and_then(Value::as_str) {
+            Some(b64) if mutating && !b64.is_empty() => Some(json_patch(b64)?),
+            _ => None,
+        };
+        return Ok(answer_of(response, patch));
+    }
     let (api_version, kind) = (
         review
             .get("apiVersion")
@@ -107,10 +142,6 @@ pub(crate) fn verdict(body: &[u8], uid: &str, mutating: bool) -> Result<Verdict,
     if got != uid {
         return Err(format!("expected response.uid=\"{uid}\", got \"{got}\""));
     }
-    let allowed = response
-        .get("allowed")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
     let patch_type = response.get("patchType").and_then(Value::as_str);
     let patch = match response.get("patch").and_then(Value::as_str) {
         None | Some("") => {
@@ -134,14 +165,26 @@ pub(crate) fn verdict(body: &[u8], uid: &str, mutating: bool) -> Result<Verdict,
                     ))
                 }
             }
-            let raw = base64::engine::general_purpose::STANDARD
-                .decode(b64)
-                .map_err(|e| format!("response.patch is not base64: {e}"))?;
-            let ops: Vec<Value> = serde_json::from_slice(&raw)
-                .map_err(|e| format!("response.patch is not a JSON patch: {e}"))?;
-            Some(ops)
+            Some(json_patch(b64)?)
         }
     };
+    Ok(answer_of(response, patch))
+}
+
+/// A `response.patch`: base64 of a JSON Patch.
+fn json_patch(b64: &str) -> Result<Vec<Value>, String> {
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .map_err(|e| format!("response.patch is not base64: {e}"))?;
+    serde_json::from_slice(&raw).map_err(|e| format!("response.patch is not a JSON patch: {e}"))
+}
+
+/// The verdict a checked `response` gives, with its `patch`.
+fn answer_of(response: &Value, patch: Option<Vec<Value>>) -> Verdict {
+    let allowed = response
+        .get("allowed")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
     let warnings = response
         .get("warnings")
         .and_then(Value::as_array)
@@ -157,13 +200,13 @@ pub(crate) fn verdict(body: &[u8], uid: &str, mutating: bool) -> Result<Verdict,
         .flatten()
         .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
         .collect();
-    Ok(Verdict {
+    Verdict {
         allowed,
         status: response.get("status").cloned().unwrap_or(Value::Null),
         patch,
         warnings,
         audit_annotations,
-    })
+    }
 }
 
 /// Upstream's `ToStatusErr`: a webhook's refusal, with its code (at least 400) and reason,
@@ -201,10 +244,16 @@ mod tests {
     fn an_answer_must_name_the_request() {
         let body = answer(json!({"uid": "other", "allowed": true}));
         assert_eq!(
-            verdict(&body, "u1", false).unwrap_err(),
+            verdict(&body, "u1", false, "v1").unwrap_err(),
             "expected response.uid=\"u1\", got \"other\""
         );
-        let ok = verdict(&answer(json!({"uid": "u1", "allowed": true})), "u1", false).unwrap();
+        let ok = verdict(
+            &answer(json!({"uid": "u1", "allowed": true})),
+            "u1",
+            false,
+            "v1",
+        )
+        .unwrap();
         assert!(ok.allowed);
     }
 
@@ -215,7 +264,7 @@ mod tests {
         let body = answer(json!({"uid": "u", "allowed": true, "patch": b64,
                                  "patchType": "JSONPatch", "warnings": ["w1"],
                                  "auditAnnotations": {"k": "v"}}));
-        let v = verdict(&body, "u", true).unwrap();
+        let v = verdict(&body, "u", true, "v1").unwrap();
         assert_eq!(v.patch, Some(ops.as_array().unwrap().clone()));
         assert_eq!(v.warnings, vec!["w1".to_string()]);
         assert_eq!(
@@ -223,8 +272,40 @@ mod tests {
             vec![("k".to_string(), "v".to_string())]
         );
         assert!(
-            verdict(&body, "u", false).is_err(),
+            verdict(&body, "u", false, "v1").is_err(),
             "validating webhooks may not patch"
+        );
+    }
+
+    #[test]
+    fn v1beta1_is_sent_only_to_webhooks_without_v1_and_answered_loosely() {
+        let spec = |versions: Value| json!({"admissionReviewVersions": versions});
+        assert_eq!(version_for(&spec(json!(["v1beta1"]))), "v1beta1");
+        assert_eq!(
+            version_for(&spec(json!(["v2", "v1beta1", "v1"]))),
+            "v1beta1"
+        );
+        assert_eq!(version_for(&spec(json!(["v1", "v1beta1"]))), "v1");
+        assert_eq!(
+            review(json!({"uid": "u"}), "v1beta1")["apiVersion"],
+            "admission.k8s.io/v1beta1"
+        );
+        let ops = json!([{"op": "add", "path": "/metadata/labels", "value": {"a": "b"}}]);
+        let b64 = base64::engine::general_purpose::STANDARD.encode(ops.to_string());
+        // No kind, version, uid or patchType: all fine in v1beta1, not in v1.
+        let body = serde_json::to_vec(
+            &json!({"response": {"allowed": true, "patch": b64, "warnings": ["w"]}}),
+        )
+        .unwrap();
+        let v = verdict(&body, "u", true, "v1beta1").unwrap();
+        assert!(v.allowed);
+        assert_eq!(v.patch, Some(ops.as_array().unwrap().clone()));
+        assert_eq!(v.warnings, vec!["w".to_string()]);
+        assert_eq!(verdict(&body, "u", false, "v1beta1").unwrap().patch, None);
+        assert!(verdict(&body, "u", true, "v1").is_err());
+        assert_eq!(
+            verdict(b"{}", "u", true, "v1beta1").unwrap_err(),
+            "webhook response was absent"
         );
     }
 
