@@ -16,11 +16,17 @@ use setpoint_runtime::{Object, ObjectKey};
 /// How long unobserved expectations are trusted before the cache is believed instead.
 pub const EXPECTATIONS_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 
+/// How long the expectations of an interrupted reconcile are still trusted: long enough for
+/// a write it did send to show up in the cache, after which the cache is believed (the
+/// writes it never sent never will show up).
+pub const INTERRUPTED_GRACE: Duration = Duration::from_secs(15);
+
 #[derive(Debug)]
 struct Expected {
     creates: i64,
     deletes: HashSet<String>,
-    at: Instant,
+    /// When the cache is believed instead, observed or not.
+    until: Instant,
 }
 
 /// In-flight creates and deletes per ReplicaSet key, lowered as the informer observes them.
@@ -38,10 +44,16 @@ impl Expectations {
     pub fn satisfied(&self, key: &ObjectKey) -> bool {
         match self.lock().get(key) {
             None => true,
-            Some(e) => {
-                (e.creates <= 0 && e.deletes.is_empty()) || e.at.elapsed() > EXPECTATIONS_TIMEOUT
-            }
+            Some(e) => (e.creates <= 0 && e.deletes.is_empty()) || Instant::now() >= e.until,
         }
+    }
+
+    /// How long until `key`'s unobserved expectations expire, if it has any.
+    pub fn expires_in(&self, key: &ObjectKey) -> Option<Duration> {
+        let map = self.lock();
+        let e = map.get(key)?;
+        (e.creates > 0 || !e.deletes.is_empty())
+            .then(|| e.until.saturating_duration_since(Instant::now()))
     }
 
     /// Expects `creates` pods and the deletion of the pods `deletes` (by uid).
@@ -51,7 +63,7 @@ impl Expectations {
             Expected {
                 creates: creates as i64,
                 deletes,
-                at: Instant::now(),
+                until: Instant::now() + EXPECTATIONS_TIMEOUT,
             },
         );
     }
@@ -73,6 +85,17 @@ impl Expectations {
     /// Forgets a ReplicaSet that is gone.
     pub fn forget(&self, key: &ObjectKey) {
         self.lock().remove(key);
+    }
+
+    /// A reconcile of `key` was interrupted (cancelled when leadership was lost, timed out,
+    /// panicked) with writes in flight: those it sent will be observed, those it never sent
+    /// will not. Its expectations are trusted for [`INTERRUPTED_GRACE`] more at most, rather
+    /// than forgotten at once (a stale cache would create again what is in flight) or kept
+    /// for [`EXPECTATIONS_TIMEOUT`] (the owner would wait minutes for writes never sent).
+    pub fn interrupted(&self, key: &ObjectKey) {
+        if let Some(e) = self.lock().get_mut(key) {
+            e.until = e.until.min(Instant::now() + INTERRUPTED_GRACE);
+        }
     }
 }
 

@@ -574,17 +574,24 @@ impl<K: Replicated> Reconciler for ReplicaSetController<K> {
         if let Some((_, e)) = failure {
             return Err(ReconcileError::retry(e));
         }
-        // Observations normally wake the set; the timeout is the fallback if none arrive.
-        let fallback = waiting.then_some(EXPECTATIONS_TIMEOUT);
+        // Observations normally wake the set; the expectations' expiry is the fallback if
+        // none arrive.
+        let fallback = waiting.then(|| {
+            self.owned
+                .expectations
+                .expires_in(key)
+                .unwrap_or(EXPECTATIONS_TIMEOUT)
+        });
         Ok(match plan.requeue.into_iter().chain(fallback).min() {
             Some(d) => Action::RequeueAfter(d + Duration::from_millis(100)),
             None => Action::Done,
         })
     }
 
-    /// A cancelled or failed reconcile's creations and deletions may never be observed.
+    /// A cancelled reconcile's writes may or may not have been sent: see
+    /// [`Expectations::interrupted`](crate::expectations::Expectations::interrupted).
     fn interrupted(&self, key: &ObjectKey) {
-        self.owned.expectations.forget(key);
+        self.owned.expectations.interrupted(key);
     }
 }
 
@@ -834,5 +841,25 @@ mod tests {
         assert!(!e.satisfied(&k));
         e.deletion_observed(&k, "u1");
         assert!(e.satisfied(&k));
+    }
+
+    #[test]
+    fn an_interrupted_reconciles_expectations_expire_after_a_grace() {
+        let e = Expectations::default();
+        let k = ObjectKey::new(Some("default"), "web");
+        e.expect(&k, 3, HashSet::new());
+        assert!(e.expires_in(&k).unwrap() > crate::expectations::INTERRUPTED_GRACE);
+        e.interrupted(&k);
+        // Still trusted for the grace (a create it sent may yet be observed) ...
+        assert!(!e.satisfied(&k));
+        let left = e.expires_in(&k).unwrap();
+        assert!(left <= crate::expectations::INTERRUPTED_GRACE, "{left:?}");
+        // ... and a second interruption does not extend it.
+        e.interrupted(&k);
+        assert!(e.expires_in(&k).unwrap() <= left);
+        // Observed writes still count as before.
+        e.creation_observed(&k, 3);
+        assert!(e.satisfied(&k));
+        assert_eq!(e.expires_in(&k), None);
     }
 }

@@ -482,7 +482,11 @@ impl Reconciler for DaemonSetController {
         if let Some(e) = failure {
             return Err(ReconcileError::retry(e));
         }
-        let fallback = waiting.then_some(EXPECTATIONS_TIMEOUT);
+        let fallback = waiting.then(|| {
+            self.expectations()
+                .expires_in(key)
+                .unwrap_or(EXPECTATIONS_TIMEOUT)
+        });
         Ok(
             match available_in
                 .into_iter()
@@ -496,9 +500,10 @@ impl Reconciler for DaemonSetController {
         )
     }
 
-    /// A cancelled or failed reconcile's creations and deletions may never be observed.
+    /// A cancelled reconcile's writes may or may not have been sent: see
+    /// [`Expectations::interrupted`](crate::expectations::Expectations::interrupted).
     fn interrupted(&self, key: &ObjectKey) {
-        self.expectations().forget(key);
+        self.expectations().interrupted(key);
     }
 }
 

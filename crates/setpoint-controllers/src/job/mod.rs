@@ -1020,9 +1020,10 @@ impl Reconciler for JobController {
         })
     }
 
-    /// A cancelled or failed reconcile's creations and deletions may never be observed.
+    /// A cancelled reconcile's writes may or may not have been sent: see
+    /// [`Expectations::interrupted`](crate::expectations::Expectations::interrupted).
     fn interrupted(&self, key: &ObjectKey) {
-        self.owned.expectations.forget(key);
+        self.owned.expectations.interrupted(key);
     }
 }
 
