@@ -5,11 +5,13 @@
 //! `cluster` starts and signals the processes (`netns` gives some a network namespace of
 //! their own, for partitions), `workload` drives the objects, `schedule` is
 //! the seeded plan, `faults` injects, `converge` measures, `recorder` watches, `invariants`
-//! checks what was recorded, `report` prints.
+//! checks what was recorded, `report` prints, `events` writes each fault and the return to
+//! convergence as Events (which the live view's timeline shows).
 
 pub mod cluster;
 pub mod converge;
 pub mod etcd;
+pub mod events;
 pub mod faults;
 pub mod invariants;
 pub mod netns;
@@ -222,6 +224,16 @@ async fn run_one(
         tokio::time::sleep_until((t0 + step.at).into()).await;
         workload.apply(&step.change).await?;
         let injected = faults::inject(&mut cluster, step.fault).await?;
+        let label = step.fault.label();
+        events::record(
+            &client,
+            events::Happened::Injecting {
+                fault: &label,
+                process: &injected.process,
+            },
+            injected.injected.elapsed(),
+        )
+        .await;
         let converged = converge::wait(
             &client,
             &workload.desired,
@@ -229,6 +241,17 @@ async fn run_one(
             CONVERGE_DEADLINE,
         )
         .await;
+        let happened = match &converged {
+            Ok(after) => events::Happened::Converged {
+                fault: &label,
+                after: *after,
+            },
+            Err(why) => events::Happened::NotConverged {
+                fault: &label,
+                why: why.as_str(),
+            },
+        };
+        events::record(&client, happened, Duration::ZERO).await;
         let result = FaultResult {
             fault: step.fault,
             process: injected.process,
