@@ -923,14 +923,8 @@ impl ApiServer {
         force: bool,
         opts: &WriteOptions,
     ) -> Result<(Written, bool), ApiError> {
-        self.check_apply_config(res, namespace, name, view, &mut config)?;
-        let request = crate::apply::Apply {
-            manager: manager(opts),
-            config: &config,
-            subresource: crate::apply::subresource(view),
-            force,
-            versioned: false,
-        };
+        let request =
+            self.apply_request(res, namespace, name, view, &mut config, force, opts, false)?;
         // A create that races with another create of the same name is retried as an update.
         let mut attempts = 0;
         loop {
@@ -961,6 +955,31 @@ impl ApiServer {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// The apply of `config` by `opts`' manager through `view`, once the configuration is
+    /// checked ([`ApiServer::check_apply_config`]); `versioned` as in
+    /// [`crate::apply::Apply::versioned`].
+    #[allow(clippy::too_many_arguments)]
+    fn apply_request<'a>(
+        &self,
+        res: &ResourceDef,
+        namespace: &str,
+        name: &str,
+        view: View,
+        config: &'a mut Value,
+        force: bool,
+        opts: &'a WriteOptions,
+        versioned: bool,
+    ) -> Result<crate::apply::Apply<'a>, ApiError> {
+        self.check_apply_config(res, namespace, name, view, config)?;
+        Ok(crate::apply::Apply {
+            manager: manager(opts),
+            config,
+            subresource: crate::apply::subresource(view),
+            force,
+            versioned,
+        })
     }
 
     /// What an apply configuration must be before it is merged: for the main resource or
@@ -1011,17 +1030,11 @@ impl ApiServer {
         force: bool,
         opts: &WriteOptions,
     ) -> Result<(Written, bool), ApiError> {
-        self.check_apply_config(res, namespace, name, view, &mut config)?;
-        let request = crate::apply::Apply {
-            manager: manager(opts),
-            config: &config,
-            subresource: crate::apply::subresource(view),
-            force,
-            versioned: true,
-        };
+        let request =
+            self.apply_request(res, namespace, name, view, &mut config, force, opts, true)?;
         // A resourceVersion in the configuration is the client's precondition; without one
         // the write is conditional on the version the configuration was merged into.
-        let precondition = !meta::resource_version(&config).is_empty();
+        let precondition = !meta::resource_version(request.config).is_empty();
         let mut attempt = 0;
         loop {
             attempt += 1;
