@@ -142,10 +142,15 @@ fn set_entries_reusing(obj: &mut Value, entries: Vec<Entry>, stored: &[Option<&V
             None => e.into_json(),
         })
         .collect();
-    if list.is_empty() {
+    set_items(obj, list);
+}
+
+/// Writes `items` as `metadata.managedFields`; an empty list removes the field.
+fn set_items(obj: &mut Value, items: Vec<Value>) {
+    if items.is_empty() {
         meta::remove_meta(obj, "managedFields");
     } else {
-        meta::set_meta(obj, "managedFields", Value::Array(list));
+        meta::set_meta(obj, "managedFields", Value::Array(items));
     }
 }
 
@@ -271,11 +276,7 @@ fn record(
             };
             if let Some(list) = write.touching_only_what_it_affects(items) {
                 drop((before, after));
-                if list.is_empty() {
-                    meta::remove_meta(new, "managedFields");
-                } else {
-                    meta::set_meta(new, "managedFields", Value::Array(list));
-                }
+                set_items(new, list);
                 return;
             }
         }
@@ -710,13 +711,6 @@ pub fn record_update_in_version(
             .cloned()
             .partition(|i| item_in_version(i, &version)),
         _ => (Vec::new(), Vec::new()),
-    };
-    let set_items = |obj: &mut Value, items: Vec<Value>| {
-        if items.is_empty() {
-            meta::remove_meta(obj, "managedFields");
-        } else {
-            meta::set_meta(obj, "managedFields", Value::Array(items));
-        }
     };
     let old = old.map(|o| {
         let mut o = o.clone();
