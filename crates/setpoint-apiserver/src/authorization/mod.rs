@@ -50,9 +50,15 @@ pub struct Attributes {
 impl Attributes {
     /// The attributes of a non-resource request (`/healthz`, `/api`, `/metrics`).
     pub fn non_resource(user: Arc<UserInfo>, method: &Method, path: &str) -> Attributes {
+        Attributes::verb_on_path(user, &method.as_str().to_ascii_lowercase(), path)
+    }
+
+    /// The attributes of `verb` on the non-resource `path`, every other attribute empty: a
+    /// check that names a resource starts from these (with an empty path) and fills it in.
+    pub fn verb_on_path(user: Arc<UserInfo>, verb: &str, path: &str) -> Attributes {
         Attributes {
             user,
-            verb: method.as_str().to_ascii_lowercase(),
+            verb: verb.to_string(),
             resource_request: false,
             api_group: String::new(),
             api_version: String::new(),

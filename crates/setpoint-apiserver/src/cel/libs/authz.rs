@@ -281,31 +281,14 @@ fn name(r: &ResourceCheck, s: &CelString<'_>) -> ResourceCheck {
     with(r, |t| t.name = s.inner().to_string())
 }
 
-/// The attributes of a check: what a request with them would be asked.
-fn attributes(user: &Arc<UserInfo>, verb: &str) -> Attributes {
-    Attributes {
-        user: user.clone(),
-        verb: verb.to_string(),
-        resource_request: false,
-        api_group: String::new(),
-        api_version: String::new(),
-        resource: String::new(),
-        subresource: String::new(),
-        namespace: String::new(),
-        name: String::new(),
-        path: String::new(),
-    }
-}
-
 fn path_check(p: &PathCheck, verb: &CelString<'_>) -> CelDecision {
-    let mut a = attributes(&p.authorizer.user, verb.inner());
-    a.path = p.path.clone();
+    let a = Attributes::verb_on_path(p.authorizer.user.clone(), verb.inner(), &p.path);
     p.authorizer.ask(a)
 }
 
 fn resource_check(r: &ResourceCheck, verb: &CelString<'_>) -> CelDecision {
     let t = &r.target;
-    let mut a = attributes(&r.authorizer.user, verb.inner());
+    let mut a = Attributes::verb_on_path(r.authorizer.user.clone(), verb.inner(), "");
     a.resource_request = true;
     a.api_group = t.group.clone();
     a.api_version = "*".into();
