@@ -11,8 +11,13 @@
 //! What is relayed: the method, the path after `/proxy`, the query, the headers without the
 //! hop-by-hop ones and without the caller's credentials (the API server consumed them), and
 //! the body, streamed both ways. A redirect to an absolute path of the backend is rewritten to
-//! stay under the proxy path. Not relayed: connection upgrades (WebSockets through the proxy),
-//! and links inside HTML bodies are not rewritten.
+//! stay under the proxy path. A request that asks to switch protocols (`Connection: Upgrade`
+//! with an `Upgrade` header: a WebSocket handshake through `kubectl proxy`) is relayed with its
+//! upgrade headers, and once the backend answers 101 Switching Protocols the caller's and the
+//! backend's connections are spliced ([`forward_upgrade`]), as upstream's upgrade-aware proxy
+//! does; it is authorized as any other request through the proxy, with its method's verb (a
+//! WebSocket handshake, a GET, needs `get` on `pods/proxy` or `services/proxy`). Links inside
+//! HTML bodies are not rewritten.
 //!
 //! Which addresses may be reached is upstream's rule, that a pod's or endpoint's address be a
 //! global unicast one, widened for the process runtime: its pod IPs are loopback addresses
@@ -258,7 +263,8 @@ pub(crate) fn split_proxy_path(path: &str, proxy_index: usize) -> Option<(String
     Some((base.to_string(), rest.to_string()))
 }
 
-/// Relays one request to `target` and its answer back.
+/// Relays one request to `target` and its answer back. An upgrade request whose connection
+/// the server can hand over (`client_upgrade`) is spliced to the backend once it switches.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn relay(
     server: &Arc<ApiServer>,
@@ -269,6 +275,7 @@ pub(crate) async fn relay(
     method: &Method,
     headers: &HeaderMap,
     body: Body,
+    client_upgrade: Option<hyper::upgrade::OnUpgrade>,
 ) -> Result<Response, ApiError> {
     let address = format!("{}:{}", target.host, target.port);
     let tls = if target.scheme == "https" {
@@ -290,9 +297,13 @@ pub(crate) async fn relay(
         port: target.port,
         tls,
     };
-    forward(to, base, rest, raw_query, method, headers, body)
-        .await
-        .map_err(|e| ApiError::unavailable(format!("error trying to reach {address}: {e}")))
+    // Without the caller's connection (HTTP/2 has no upgrades) the request goes as a plain
+    // one, its upgrade headers dropped as hop-by-hop.
+    let relayed = match client_upgrade.filter(|_| crate::podstream::is_upgrade(headers)) {
+        Some(client) => forward_upgrade(to, rest, raw_query, method, headers, body, client).await,
+        None => forward(to, base, rest, raw_query, method, headers, body).await,
+    };
+    relayed.map_err(|e| ApiError::unavailable(format!("error trying to reach {address}: {e}")))
 }
 
 /// Where [`forward`] connects: host and port, and for HTTPS the client configuration and the
@@ -504,7 +515,8 @@ fn insecure_tls() -> Arc<rustls::ClientConfig> {
         .clone()
 }
 
-/// Serves `<resource>/<id>/proxy/<rest>` for `pods`, `services` and `nodes`.
+/// Serves `<resource>/<id>/proxy/<rest>` for `pods`, `services` and `nodes`; `client_upgrade`
+/// is the caller's connection once switched, for requests that ask to switch protocols.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn serve(
     server: &Arc<ApiServer>,
@@ -516,6 +528,7 @@ pub(crate) async fn serve(
     method: &Method,
     headers: &HeaderMap,
     body: Body,
+    client_upgrade: Option<hyper::upgrade::OnUpgrade>,
 ) -> Result<Response, ApiError> {
     let kind = match plural {
         "pods" => "pod",
@@ -560,7 +573,15 @@ pub(crate) async fn serve(
     };
     tracing::debug!(target = %format!("{}://{}:{}", target.scheme, target.host, target.port), "proxying");
     relay(
-        server, target, &base, &rest, raw_query, method, headers, body,
+        server,
+        target,
+        &base,
+        &rest,
+        raw_query,
+        method,
+        headers,
+        body,
+        client_upgrade,
     )
     .await
 }

@@ -1,9 +1,10 @@
 //! The API server's proxy subresources end to end, with the real kubectl against `setpoint
 //! up`: `kubectl proxy` plus plain HTTP to `services/web:80/proxy/…` gives the Service's page
-//! (a GET with its query, a POST with its body, a redirect kept under the proxy path);
-//! `pods/<pod>:8080/proxy/…` reaches the pod; `nodes/<node>/proxy/metrics` reaches the node's
-//! agent; a Service without endpoints answers 503 with upstream's message; `kubectl
-//! port-forward svc/web` reaches a pod the Service selects.
+//! (a GET with its query, a POST with its body, a redirect kept under the proxy path, a
+//! WebSocket handshake answered 101 and a frame echoed); `pods/<pod>:8080/proxy/…` reaches the
+//! pod; `nodes/<node>/proxy/metrics` reaches the node's agent; a Service without endpoints
+//! answers 503 with upstream's message; `kubectl port-forward svc/web` reaches a pod the
+//! Service selects.
 //!
 //! Skipped (with a message) when kubectl is missing, unless `SETPOINT_REQUIRE_KUBECTL` is set.
 
@@ -20,7 +21,8 @@ use support::{eventually, ready_pods, Setpoint};
 const WAIT: Duration = Duration::from_secs(90);
 
 /// Two servers that answer with their pod's name and the path they were asked for, echo a
-/// POST's body, and redirect `/go` to `/there`.
+/// POST's body, redirect `/go` to `/there`, and echo the frames of a WebSocket (small
+/// unfragmented ones, enough for the test) until it is closed.
 const WEB: &str = r#"apiVersion: apps/v1
 kind: Deployment
 metadata:
@@ -41,7 +43,7 @@ spec:
         - python3
         - -c
         - |
-          import http.server, os
+          import base64, hashlib, http.server, os
           class H(http.server.BaseHTTPRequestHandler):
               def answer(s, code, body, extra=()):
                   s.send_response(code)
@@ -50,14 +52,29 @@ spec:
                   s.send_header("Content-Length", str(len(body)))
                   s.end_headers()
                   s.wfile.write(body)
+              def websocket(s):
+                  key = s.headers["Sec-WebSocket-Key"] + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+                  accept = base64.b64encode(hashlib.sha1(key.encode()).digest()).decode()
+                  s.wfile.write(("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                      "Connection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n" % accept).encode())
+                  s.close_connection = True
+                  while True:
+                      head = s.rfile.read(2)
+                      if len(head) < 2 or head[0] & 15 == 8:
+                          return
+                      mask = s.rfile.read(4)
+                      data = bytes(b ^ mask[i % 4] for i, b in enumerate(s.rfile.read(head[1] & 127)))
+                      s.wfile.write(bytes([head[0], len(data)]) + data)
               def do_GET(s):
+                  if s.headers.get("Upgrade", "").lower() == "websocket":
+                      return s.websocket()
                   if s.path == "/go":
                       return s.answer(302, b"", [("Location", "/there")])
                   s.answer(200, ("hello from %s at %s" % (os.environ["POD_NAME"], s.path)).encode())
               def do_POST(s):
                   n = int(s.headers.get("Content-Length", "0"))
                   s.answer(200, b"got " + s.rfile.read(n))
-          http.server.HTTPServer((os.environ["POD_IP"], 8080), H).serve_forever()
+          http.server.ThreadingHTTPServer((os.environ["POD_IP"], 8080), H).serve_forever()
         ports:
         - {name: http, containerPort: 8080}
         env:
@@ -142,6 +159,52 @@ fn request(port: u16, method: &str, path: &str, body: &str) -> (String, String, 
     (status.to_string(), headers.to_string(), body.to_string())
 }
 
+/// A WebSocket handshake for `path` to `127.0.0.1:<port>`, then one masked text frame: the
+/// answer's head and the frame that came back.
+fn websocket_echo(port: u16, path: &str, text: &str) -> (String, Vec<u8>) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+         Sec-WebSocket-Key: {WEBSOCKET_KEY}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    .unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") && s.read(&mut byte).unwrap_or(0) == 1 {
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).into_owned();
+    if !head.starts_with("HTTP/1.1 101 ") {
+        return (head, vec![]);
+    }
+    // A client's frames are masked (RFC 6455 §5.3).
+    let mask = [0x5a, 0x17, 0xc3, 0x08];
+    let mut frame = vec![0x81, 0x80 | text.len() as u8];
+    frame.extend_from_slice(&mask);
+    frame.extend(text.bytes().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    s.write_all(&frame).unwrap();
+    let mut echoed = vec![0u8; 2 + text.len()];
+    s.read_exact(&mut echoed).expect("the echoed frame");
+    // A close frame (masked, empty) ends the backend's loop.
+    let _ = s.write_all(&[0x88, 0x80, 0, 0, 0, 0]);
+    (head, echoed)
+}
+
+/// The handshake's key, and the `Sec-WebSocket-Accept` a server derives from it (RFC 6455
+/// §4.2.2: base64 of the SHA-1 of the key and the protocol's GUID).
+const WEBSOCKET_KEY: &str = "dGhlIHNhbXBsZSBub25jZQ==";
+
+fn websocket_accept(key: &str) -> String {
+    use base64::Engine;
+    let digest = ring::digest::digest(
+        &ring::digest::SHA1_FOR_LEGACY_USE_ONLY,
+        format!("{key}258EAFA5-E914-47DA-95CA-C5AB0DC85B11").as_bytes(),
+    );
+    base64::engine::general_purpose::STANDARD.encode(digest.as_ref())
+}
+
 #[test]
 fn services_pods_and_nodes_are_reached_through_the_api_server() {
     if !support::kubectl_available() {
@@ -186,6 +249,25 @@ fn services_pods_and_nodes_are_reached_through_the_api_server() {
             .lines()
             .any(|h| h.eq_ignore_ascii_case(&format!("location: {base}/there"))),
         "{headers}"
+    );
+
+    // A WebSocket through the Service: the API server relays the handshake and splices the
+    // connections once the pod switches protocols.
+    let (head, echoed) = websocket_echo(port, &format!("{base}/ws"), "hello");
+    assert!(
+        head.starts_with("HTTP/1.1 101 Switching Protocols"),
+        "{head}"
+    );
+    let accept = format!("sec-websocket-accept: {}", websocket_accept(WEBSOCKET_KEY));
+    assert!(
+        head.lines().any(|h| h.eq_ignore_ascii_case(&accept)),
+        "{head}"
+    );
+    assert_eq!(
+        echoed,
+        b"\x81\x05hello",
+        "{}",
+        String::from_utf8_lossy(&echoed)
     );
 
     // A pod by name and port.

@@ -373,6 +373,8 @@ async fn dispatch(
             && crate::proxy::PROXIED.contains(&plural.as_str())
             && namespace.is_some() == (plural != "nodes") =>
         {
+            // A WebSocket through the proxy switches protocols: the relay splices it.
+            let upgrade = parts.extensions.remove::<hyper::upgrade::OnUpgrade>();
             crate::proxy::serve(
                 server,
                 &plural,
@@ -383,6 +385,7 @@ async fn dispatch(
                 &parts.method,
                 &parts.headers,
                 body,
+                upgrade,
             )
             .await
             .unwrap_or_else(|e| error_response(&e))
