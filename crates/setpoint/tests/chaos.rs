@@ -4,8 +4,10 @@
 //! own where the machine allows), injects every fault type of its schedule while the
 //! workload changes, converges after each, breaks no invariant, and reports every fault with
 //! its time-to-converge. And the checker on a real cluster, broken on purpose: a pod created
-//! beyond a ReplicaSet's replicas under its controller reference is reported.
+//! beyond a ReplicaSet's replicas under its controller reference is reported. A run killed
+//! with SIGKILL leaves no process behind, and the next run deletes the network it left.
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -109,10 +111,92 @@ fn chaos_run_converges_after_every_fault_without_violations() {
     assert!(!dir.path().join(format!("seed-{SEED}")).exists());
 }
 
+/// The command lines of the processes working in `dir` or under it (a run's processes work
+/// in its directory); zombies have no working directory and are not among them.
+fn processes_under(dir: &Path) -> Vec<String> {
+    let dir = dir.canonicalize().unwrap();
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        if e.file_name().to_string_lossy().parse::<u32>().is_err() {
+            continue;
+        }
+        if std::fs::read_link(e.path().join("cwd")).is_ok_and(|cwd| cwd.starts_with(&dir)) {
+            let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            out.push(String::from_utf8_lossy(&cmdline).replace('\0', " "));
+        }
+    }
+    out
+}
+
+/// A bridge this test adds, deleted when the test ends, passed or failed.
+struct Bridge(String);
+
+impl Bridge {
+    fn add(name: &str) -> Bridge {
+        let ok = Command::new("ip")
+            .args(["link", "add", name, "type", "bridge"])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "ip link add {name} type bridge failed");
+        Bridge(name.to_string())
+    }
+
+    fn exists(&self) -> bool {
+        Path::new("/sys/class/net").join(&self.0).exists()
+    }
+}
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["link", "del", &self.0]).status();
+    }
+}
+
+/// A run killed with SIGKILL once its cluster runs: its processes die with it (they ask the
+/// kernel for that), and as root its network namespaces, veths and bridge stay until the
+/// next run, which deletes them while it leaves a live owner's alone. That next run is the
+/// checker's on a real cluster, broken on purpose.
 #[test]
-fn a_rogue_extra_pod_is_reported() {
+fn a_killed_run_leaves_no_process_the_next_deletes_its_network_and_reports_a_rogue_pod() {
     let dir = tempfile::tempdir().unwrap();
     let _reap = Reap(dir.path().to_path_buf());
+    let killed_dir = dir.path().join("killed");
+    std::fs::create_dir(&killed_dir).unwrap();
+    let mut killed = Command::new(env!("CARGO_BIN_EXE_setpoint"))
+        .args(["chaos", "--seed", "3", "--duration", "8", "--data-dir"])
+        .arg(&killed_dir)
+        .current_dir(&killed_dir)
+        .env("SETPOINT_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start setpoint chaos");
+    // The agent is the last process the run starts.
+    support::eventually("the run's agent to start", Duration::from_secs(60), || {
+        processes_under(&killed_dir)
+            .iter()
+            .any(|cmd| cmd.contains(" agent --kubeconfig "))
+            .then_some(())
+    });
+    let root = support::netns_available();
+    let netns = Path::new("/run/netns").join(format!("setpoint-chaos-{}-agent-0", killed.id()));
+    let bridge = Path::new("/sys/class/net").join(format!("spc{:06x}b", killed.id()));
+    // Its lock, held while it lives (the kernel lets go of it when the process dies).
+    let lock = Path::new("/run/setpoint-chaos").join(format!("{}.lock", killed.id()));
+    if root {
+        assert!(netns.exists() && bridge.exists(), "{netns:?}, {bridge:?}");
+        assert!(lock.exists(), "{lock:?}");
+    }
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    support::eventually(
+        "the killed run's processes to die",
+        Duration::from_secs(5),
+        || processes_under(&killed_dir).is_empty().then_some(()),
+    );
+    // Named like a run's, and owned by a live process (this one) without a lock: kept.
+    let live = root.then(|| Bridge::add(&format!("spc{:06x}b", std::process::id())));
+
     let (ok, report, stdout) = chaos(
         dir.path(),
         &["--seed", "3", "--duration", "8", "--rogue-extra-pod"],
@@ -135,6 +219,16 @@ fn a_rogue_extra_pod_is_reported() {
             .all(|v| v["invariant"] == "replicaset-pods-within-bound"),
         "{stdout}"
     );
+    if let Some(live) = live {
+        // Swept by this run or by another one running meanwhile: nothing else deletes them.
+        assert!(!netns.exists() && !bridge.exists(), "{netns:?}, {bridge:?}");
+        assert!(!lock.exists(), "{lock:?}");
+        assert!(
+            live.exists(),
+            "a live owner's bridge {} was deleted",
+            live.0
+        );
+    }
 }
 
 /// Whether the `etcd` binary runs here; panics if it is required (`SETPOINT_REQUIRE_ETCD`, as

@@ -4,6 +4,9 @@
 //! hosting simulated nodes — each in a process group of its own, so a signal reaches the
 //! whole process and nothing outlives the run.
 //!
+//! Nor a run killed with SIGKILL: each process asks the kernel for SIGKILL when its parent
+//! goes ([`spawn_tied`]).
+//!
 //! Where the machine allows it (root, `ip netns`, nftables), the agent and the controller
 //! managers each run in a network namespace of their own ([`super::netns`]) and reach the API
 //! server on the run's bridge, so a partition drops real packets; otherwise everything runs
@@ -13,6 +16,7 @@ use std::fs::OpenOptions;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{mpsc, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -84,7 +88,7 @@ impl Process {
             }
             None => Command::new(exe),
         };
-        let child = command
+        command
             .args(&self.args)
             .env("HOSTNAME", &self.name)
             .env("SETPOINT_LOG", "warn")
@@ -96,9 +100,8 @@ impl Process {
             .stderr(log)
             // Its own process group: signals reach it and whatever it starts, and a terminal's
             // Ctrl-C reaches only the harness, which then stops everything in order.
-            .process_group(0)
-            .spawn()
-            .with_context(|| format!("starting {}", self.name))?;
+            .process_group(0);
+        let child = spawn_tied(command).with_context(|| format!("starting {}", self.name))?;
         self.child = Some(child);
         Ok(())
     }
@@ -147,6 +150,65 @@ impl Drop for Process {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// A command to spawn and where to send the result.
+type SpawnRequest = (Command, mpsc::Sender<std::io::Result<Child>>);
+
+/// The thread that spawns the run's processes: it lives as long as the harness, since a
+/// child's death signal follows the thread that forked it, not the process. The runtime's
+/// threads are not that: a blocking-pool thread ends after idling, and a worker that ran
+/// `block_in_place` may end too.
+fn spawner() -> &'static mpsc::Sender<SpawnRequest> {
+    static SPAWNER: OnceLock<mpsc::Sender<SpawnRequest>> = OnceLock::new();
+    SPAWNER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<SpawnRequest>();
+        // The sender stays in the static, so the loop (and the thread) never ends.
+        std::thread::Builder::new()
+            .name("chaos-spawner".into())
+            .spawn(move || {
+                for (mut command, reply) in rx {
+                    let _ = reply.send(command.spawn());
+                }
+            })
+            .expect("starting the chaos spawner thread");
+        tx
+    })
+}
+
+/// Spawns `command` so that the kernel SIGKILLs it when the harness dies, however it dies
+/// (`PR_SET_PDEATHSIG`, from [`spawner`]'s long-lived thread). `ip netns exec` execs the
+/// program, which keeps the death signal (only a set-user-ID or privileged binary's exec
+/// clears it).
+#[allow(unsafe_code)]
+fn spawn_tied(mut command: Command) -> std::io::Result<Child> {
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: prctl, getppid and _exit are async-signal-safe and touch no parent memory.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The harness may have died before the signal was armed.
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+    let (tx, rx) = mpsc::channel();
+    spawner()
+        .send((command, tx))
+        .map_err(|_| std::io::Error::other("the chaos spawner thread is gone"))?;
+    rx.recv()
+        .map_err(|_| std::io::Error::other("the chaos spawner thread is gone"))?
 }
 
 /// What the API servers store their objects in.

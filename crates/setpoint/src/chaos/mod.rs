@@ -3,10 +3,11 @@
 //! cluster took to converge again, and every invariant a watch-based checker saw broken.
 //!
 //! `cluster` starts and signals the processes (`netns` gives some a network namespace of
-//! their own, for partitions), `workload` drives the objects, `schedule` is
-//! the seeded plan, `faults` injects, `converge` measures, `recorder` watches, `invariants`
-//! checks what was recorded, `report` prints, `events` writes each fault and the return to
-//! convergence as Events (which the live view's timeline shows).
+//! their own, for partitions; `leftovers` removes what runs killed before left),
+//! `workload` drives the objects, `schedule` is the seeded plan, `faults` injects,
+//! `converge` measures, `recorder` watches, `invariants` checks what was recorded, `report`
+//! prints, `events` writes each fault and the return to convergence as Events (which the
+//! live view's timeline shows).
 
 pub mod cluster;
 pub mod converge;
@@ -14,6 +15,7 @@ pub mod etcd;
 pub mod events;
 pub mod faults;
 pub mod invariants;
+pub mod leftovers;
 pub mod netns;
 pub mod recorder;
 pub mod report;

@@ -6,13 +6,17 @@
 //! deletes the table.
 //!
 //! Names and addresses are a pure function of the run's id ([`Plan::new`]); [`Network`] makes
-//! them, and deletes them when dropped.
+//! them, and deletes them when dropped. While they exist the run holds its lock, and a run
+//! starting removes first what runs killed before it left ([`super::leftovers`]).
 
 use std::io::Write;
 use std::net::Ipv4Addr;
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use anyhow::{anyhow, bail, Context};
+
+use super::leftovers::{self, RunLock};
 
 /// The nftables table a partition adds in a component's namespace.
 const TABLE: &str = "setpoint_chaos";
@@ -34,6 +38,8 @@ pub struct Member {
 /// The names and addresses of a run's network.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Plan {
+    /// The run's id, which every name carries.
+    pub id: u32,
     pub bridge: String,
     /// The bridge's address: where the API server listens.
     pub host: Ipv4Addr,
@@ -68,6 +74,7 @@ impl Plan {
         // Six hex digits hold every Linux process id (at most 2^22).
         let tag = format!("spc{:06x}", id & 0xff_ffff);
         Plan {
+            id,
             bridge: format!("{tag}b"),
             host: base(1),
             prefix: 29,
@@ -111,7 +118,7 @@ pub fn is_root() -> bool {
 }
 
 /// Runs `program args…` (with `input` on its stdin), failing with its stderr.
-fn run(program: &str, args: &[&str], input: Option<&str>) -> anyhow::Result<()> {
+pub(super) fn run(program: &str, args: &[&str], input: Option<&str>) -> anyhow::Result<()> {
     let command = format!("{program} {}", args.join(" "));
     let failed = |detail: String| anyhow!("`{command}` failed: {detail}");
     let mut child = Command::new(program)
@@ -141,19 +148,37 @@ fn run(program: &str, args: &[&str], input: Option<&str>) -> anyhow::Result<()> 
     Ok(())
 }
 
-/// A run's namespaces, veths and bridge, deleted when dropped.
+/// A run's namespaces, veths and bridge, deleted when dropped; and the run's lock, held
+/// until they are.
 pub struct Network {
     pub plan: Plan,
+    /// Dropped after [`Network`]'s `drop` has deleted the names (fields drop last).
+    _lock: RunLock,
 }
 
 impl Network {
-    /// Makes `plan`'s bridge and namespaces. What a harness killed with SIGKILL left under the
-    /// same names (its process id was reused) is deleted first.
+    /// Makes `plan`'s bridge and namespaces. First it takes the run's lock and deletes what
+    /// runs no longer alive left ([`leftovers::sweep`]); what a harness killed with SIGKILL
+    /// left under the same names (its process id was reused) is deleted too.
     pub fn create(plan: Plan) -> anyhow::Result<Network> {
         if !is_root() {
             bail!("partitions need root (network namespaces and nftables)");
         }
-        let network = Network { plan };
+        let lock_dir = Path::new(leftovers::LOCK_DIR);
+        let lock = RunLock::take(lock_dir, plan.id)
+            .with_context(|| format!("taking the run's lock in {}", lock_dir.display()))?;
+        let swept = leftovers::sweep(lock_dir);
+        if !swept.deleted.is_empty() {
+            let names: Vec<&str> = swept.deleted.iter().map(|l| l.name.as_str()).collect();
+            eprintln!(
+                "chaos: deleted what runs no longer alive left: {}",
+                names.join(", ")
+            );
+        }
+        for f in &swept.failed {
+            eprintln!("chaos: could not delete a leftover of a run no longer alive: {f}");
+        }
+        let network = Network { plan, _lock: lock };
         network.delete();
         let p = &network.plan;
         let host = format!("{}/{}", p.host, p.prefix);
