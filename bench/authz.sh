@@ -51,7 +51,8 @@ static_token=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
 printf '%s,bench-user,bench-user-uid\n' "$static_token" >"$work/tokens.csv"
 chmod 600 "$work/tokens.csv"
 
-"$bin" up --container-runtime process --listen 127.0.0.1:0 --data-dir "$work/data" \
+"$bin" up --container-runtime process --process-pod-network host --listen 127.0.0.1:0 \
+  --data-dir "$work/data" \
   --token-auth-file "$work/tokens.csv" >"$work/up.out" 2>"$work/up.err" &
 server_pid=$!
 

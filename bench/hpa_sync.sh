@@ -71,7 +71,8 @@ wait_for() {
 # The sync period in seconds (the flag takes Go durations; this script only whole seconds).
 period_s=${period%s}
 
-"$bin" up --simulate "$nodes" --listen 127.0.0.1:0 --data-dir "$work/data" \
+"$bin" up --simulate "$nodes" --process-pod-network host --listen 127.0.0.1:0 \
+  --data-dir "$work/data" \
   --horizontal-pod-autoscaler-sync-period "$period" >"$work/up.out" 2>"$work/up.err" &
 up_pid=$!
 kubeconfig="$work/data/kubeconfig"

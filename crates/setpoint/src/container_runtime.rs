@@ -66,19 +66,20 @@ pub struct ContainerRuntimeFlags {
         env = "SETPOINT_CONTAINER_RUNTIME"
     )]
     pub container_runtime: RuntimeKind,
-    /// How pods run as local processes are networked. `host`: each gets an address of its
-    /// own from the loopback range 127.0.0.0/8 and shares the node's network (reachable
-    /// from this machine only; two replicas cannot both listen on `0.0.0.0` at one port).
-    /// `bridge` (as root): each gets a network namespace of its own on the node's pod bridge
-    /// and an address from the pod range, as container pods do (the private containerd's
-    /// network, or on a process-only node a `10.223.<x>.0/24` bridge of its own). `auto`:
-    /// `bridge` when it can run here (root, the CNI plugins, and on a CRI node a private
-    /// containerd), else `host`; the Node's `setpoint.io/process-pod-network` annotation says
-    /// which, and `setpoint.io/process-pod-network-reason` why not `bridge`.
+    /// How pods run as local processes are networked. `auto` (the default): `bridge` when it
+    /// can run here (root, the CNI plugins, and on a CRI node a private containerd), else
+    /// `host`; the Node's `setpoint.io/process-pod-network` annotation says which, and
+    /// `setpoint.io/process-pod-network-reason` why not `bridge`. `bridge` (as root): each
+    /// gets a network namespace of its own on the node's pod bridge and an address from the
+    /// pod range, as container pods do (the private containerd's network, or on a
+    /// process-only node a `10.223.<x>.0/24` bridge of its own); refused where it cannot run.
+    /// `host`: each gets an address of its own from the loopback range 127.0.0.0/8 and shares
+    /// the node's network (reachable from this machine only; two replicas cannot both listen
+    /// on `0.0.0.0` at one port).
     #[arg(
         long,
         value_enum,
-        default_value = "host",
+        default_value = "auto",
         env = "SETPOINT_PROCESS_POD_NETWORK"
     )]
     pub process_pod_network: ProcessPodNetwork,
@@ -296,15 +297,17 @@ impl ContainerRuntimeFlags {
     }
 
     /// Whether the runtime these flags open configures a pod network of the node's own (a
-    /// private containerd's bridge, or process pods' with `--process-pod-network bridge`),
-    /// which is then on [`Self::pod_cidr`] when the cluster gives one.
+    /// private containerd's bridge, or process pods' with `--process-pod-network bridge` or
+    /// `auto` resolved to it), which is then on [`Self::pod_cidr`] when the cluster gives one.
     pub fn needs_pod_subnet(&self) -> bool {
-        if self.process_network_mode(true).0 == ProcessPodNetwork::Bridge {
-            return true;
+        if self.choose().0 == RuntimeKind::Cri {
+            // Process pods of a CRI node join its private containerd's network, if any: a
+            // system containerd's or an endpoint's network is not the node's to place.
+            self.container_runtime_endpoint.is_none()
+                && containerd::find_system_endpoint().is_none()
+        } else {
+            self.process_network_mode(true).0 == ProcessPodNetwork::Bridge
         }
-        self.choose().0 == RuntimeKind::Cri
-            && self.container_runtime_endpoint.is_none()
-            && containerd::find_system_endpoint().is_none()
     }
 
     /// The subnet of the node's pod bridge: its range when it has one, else the claimed
@@ -909,7 +912,10 @@ mod tests {
         .unwrap();
         assert_eq!(cli.flags.container_runtime, RuntimeKind::Cri);
         assert!(Cli::try_parse_from(["x", "--container-runtime", "docker"]).is_err());
-        // Process pods share the node's network unless asked for a bridge.
+        // Process pods get a network of their own wherever one can run (`auto`), unless the
+        // flag names a mode.
+        assert_eq!(cli.flags.process_pod_network, ProcessPodNetwork::Auto);
+        let cli = Cli::try_parse_from(["x", "--process-pod-network", "host"]).unwrap();
         assert_eq!(cli.flags.process_pod_network, ProcessPodNetwork::Host);
         let cli = Cli::try_parse_from(["x", "--process-pod-network", "bridge"]).unwrap();
         assert_eq!(cli.flags.process_pod_network, ProcessPodNetwork::Bridge);

@@ -29,6 +29,7 @@ impl Component {
             .arg(kubeconfig)
             .env("SETPOINT_LOG", "warn")
             .env(support::RUNTIME_ENV, "process")
+            .env(support::PROCESS_POD_NETWORK_ENV, "host")
             // No service proxy, whose nftables table would outlive the test.
             .env(support::PROXY_MODE_ENV, "none")
             .stdout(Stdio::null())

@@ -370,6 +370,7 @@ fn agent_runs_pods_on_the_endpoint_given() {
         .arg("--data-dir")
         .arg(&agent_dir)
         .env("SETPOINT_LOG", "warn")
+        .env(support::PROCESS_POD_NETWORK_ENV, "host")
         // No service proxy, whose nftables table would outlive the test.
         .env(support::PROXY_MODE_ENV, "none")
         .stdout(std::process::Stdio::piped())

@@ -519,6 +519,7 @@ fn start_agent(kubeconfig: &std::path::Path, dir: &std::path::Path) -> (KillOnDr
         .arg("--data-dir")
         .arg(dir)
         .env("SETPOINT_LOG", "warn")
+        .env(support::PROCESS_POD_NETWORK_ENV, "host")
         // No service proxy, whose nftables table would outlive the test.
         .env(support::PROXY_MODE_ENV, "none")
         .stdout(Stdio::piped())

@@ -88,6 +88,7 @@ fn start_agent(words: &[String], node: &str, dir: &Path, netns: Option<&str>) ->
         .arg(dir)
         .env("SETPOINT_LOG", "warn")
         .env(support::RUNTIME_ENV, "process")
+        .env(support::PROCESS_POD_NETWORK_ENV, "host")
         // Joining needs no service proxy, whose nftables table would outlive the test.
         .env(support::PROXY_MODE_ENV, "none")
         .stdout(Stdio::null());
@@ -297,6 +298,7 @@ impl Server {
             .arg(dir)
             .env("SETPOINT_LOG", "warn")
             .env(support::RUNTIME_ENV, "process")
+            .env(support::PROCESS_POD_NETWORK_ENV, "host")
             .stdout(Stdio::piped())
             .spawn()
             .expect("start setpoint up");

@@ -175,6 +175,8 @@ fn in_ns(ns: &str) -> Command {
     c.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_setpoint")]);
     c.env("SETPOINT_LOG", "warn")
         .env(support::RUNTIME_ENV, "process")
+        // Process pods on the bridge only where `start_agent` asks for packets.
+        .env(support::PROCESS_POD_NETWORK_ENV, "host")
         .env(support::PROXY_MODE_ENV, "none");
     c
 }
@@ -447,13 +449,14 @@ fn start_agent(
             c.arg(format!("--net=/run/netns/{ns}"))
                 .arg(env!("CARGO_BIN_EXE_setpoint"))
                 .env("SETPOINT_LOG", "warn")
-                .env(support::RUNTIME_ENV, "cri");
+                .env(support::RUNTIME_ENV, "cri")
+                .env(support::PROCESS_POD_NETWORK_ENV, "host");
             c
         }
     };
     if packets {
         command
-            .env("SETPOINT_PROCESS_POD_NETWORK", "bridge")
+            .env(support::PROCESS_POD_NETWORK_ENV, "bridge")
             .env(support::PROXY_MODE_ENV, "nftables");
     }
     let child = command

@@ -112,6 +112,13 @@ pub const PROXY_MODE_ENV: &str = "SETPOINT_PROXY_MODE";
 /// and whatever this machine has installed; a test that wants containers passes the flag.
 pub const RUNTIME_ENV: &str = "SETPOINT_CONTAINER_RUNTIME";
 
+/// The environment variable of `--process-pod-network`: the tests set it to `host` for every
+/// node they start, whatever the default (`auto`, which is `bridge` as root). Their clusters
+/// run side by side without a service proxy and mostly with the API server on `127.0.0.1`
+/// (so that they do not share `10.96.0.1`), which a pod in a network namespace of its own
+/// cannot reach; a test of the bridge passes `--process-pod-network bridge`.
+pub const PROCESS_POD_NETWORK_ENV: &str = "SETPOINT_PROCESS_POD_NETWORK";
+
 impl Setpoint {
     /// Starts `setpoint up` on `data_dir`.
     pub fn up(data_dir: &Path) -> Setpoint {
@@ -135,6 +142,9 @@ impl Setpoint {
             // Pods run as processes unless a test asks for containers with the flag, which
             // wins over the environment.
             .env(RUNTIME_ENV, "process")
+            // Process pods on the node's network unless a test asks for the bridge with the
+            // flag (see `PROCESS_POD_NETWORK_ENV`).
+            .env(PROCESS_POD_NETWORK_ENV, "host")
             // No service proxy unless a test asks for one with `--proxy-mode nftables`: the
             // clusters tests run side by side share the host's network, and their Services'
             // addresses overlap.
