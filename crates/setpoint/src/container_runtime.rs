@@ -198,16 +198,23 @@ pub struct NodeRuntime {
     /// The nftables table masquerading the node's pod traffic that leaves the cluster, when
     /// the node has a pod network of its own; deleted at [`NodeRuntime::stop`].
     masquerade: Option<String>,
+    /// The bridge of a process-only node's own pod network; deleted at [`NodeRuntime::stop`]
+    /// when no pod is attached to it any more.
+    own_bridge: Option<String>,
 }
 
 impl NodeRuntime {
     /// Stops the private containerd, if any (its containers keep running in their shims,
-    /// and the next start adopts them), and removes the node's masquerade rule.
+    /// and the next start adopts them), and removes the node's masquerade rule, and the
+    /// process pods' own bridge when no pod uses it (pods left running keep it, and the next
+    /// start adopts them on it).
     pub async fn stop(self) {
         let NodeRuntime {
             runtime,
             containerd,
             masquerade,
+            own_bridge,
+            _subnet_lock: subnet_lock,
             ..
         } = self;
         // The CRI runtime's monitor goes first: it would only see containerd gone.
@@ -222,6 +229,44 @@ impl NodeRuntime {
                 tracing::warn!(error = %e, table = %table, "removing the pod masquerade rule");
             }
         }
+        // Still holding the subnet's lock: no other node can have taken the bridge over.
+        if let Some(bridge) = own_bridge {
+            remove_unused_bridge(&bridge).await;
+        }
+        drop(subnet_lock);
+    }
+}
+
+/// Whether a bridge whose ports are listed in `brif` (`/sys/class/net/<bridge>/brif`) exists
+/// and has none: a pod left running keeps its veth on the bridge.
+fn bridge_unused(brif: &Path) -> bool {
+    match std::fs::read_dir(brif) {
+        Ok(mut ports) => ports.next().is_none(),
+        Err(_) => false,
+    }
+}
+
+/// Deletes `bridge` if no pod is attached to it; logs why not otherwise.
+async fn remove_unused_bridge(bridge: &str) {
+    let brif = Path::new("/sys/class/net").join(bridge).join("brif");
+    if !bridge_unused(&brif) {
+        if brif.exists() {
+            tracing::info!(bridge, "pods left running keep the pod bridge");
+        }
+        return;
+    }
+    match tokio::process::Command::new("ip")
+        .args(["link", "del", bridge])
+        .output()
+        .await
+    {
+        Ok(out) if out.status.success() => tracing::info!(bridge, "pod bridge removed"),
+        Ok(out) => tracing::warn!(
+            bridge,
+            error = %String::from_utf8_lossy(&out.stderr).trim(),
+            "removing the pod bridge"
+        ),
+        Err(e) => tracing::warn!(bridge, error = %e, "removing the pod bridge"),
     }
 }
 
@@ -247,13 +292,15 @@ impl ContainerRuntimeFlags {
                 }
                 let mut options = ProcessRuntimeOptions::default();
                 let mut subnet_lock = None;
+                let mut own_bridge = None;
                 let mut description =
                     format!("as local processes (state in {})", node_dir.display());
                 let (mode, annotations) = self.process_network(true);
                 if mode == ProcessPodNetwork::Bridge {
-                    let (network, subnet, lock) = self.own_pod_network(containerd_dir)?;
+                    let (network, subnet, bridge, lock) = self.own_pod_network(containerd_dir)?;
                     options.network = Some(network);
                     subnet_lock = Some(lock);
+                    own_bridge = Some(bridge);
                     description.push_str(&format!(
                         ", each in a network namespace on the pod subnet {subnet}"
                     ));
@@ -279,6 +326,7 @@ impl ContainerRuntimeFlags {
                     pod_subnet: None,
                     annotations,
                     masquerade,
+                    own_bridge,
                 })
             }
             RuntimeKind::Cri => {
@@ -323,11 +371,11 @@ impl ContainerRuntimeFlags {
     /// else a claimed `10.223.<x>.0/24` subnet (the bridge is named by the claimed `x` either
     /// way), written where a private containerd of the same data dir would write it (so one
     /// started later shares the bridge, the range and `host-local`'s records). Returns the
-    /// network, its subnet and the subnet's lock.
+    /// network, its subnet, its bridge's name and the subnet's lock.
     fn own_pod_network(
         &self,
         containerd_dir: &Path,
-    ) -> anyhow::Result<(PodNetwork, String, std::fs::File)> {
+    ) -> anyhow::Result<(PodNetwork, String, String, std::fs::File)> {
         let bin_dir = bridge_network_prerequisites()?;
         std::fs::create_dir_all(containerd_dir)
             .with_context(|| format!("creating {}", containerd_dir.display()))?;
@@ -350,7 +398,7 @@ impl ContainerRuntimeFlags {
         std::fs::write(&file, &text).with_context(|| format!("writing {}", file.display()))?;
         let network =
             PodNetwork::new(bin_dir, &text).with_context(|| file.display().to_string())?;
-        Ok((network, subnet, lock))
+        Ok((network, subnet, bridge_name(x), lock))
     }
 
     /// Installs the masquerade rule of the node's pod network on `subnet` (whose files are
@@ -621,6 +669,7 @@ impl ContainerRuntimeFlags {
             pod_subnet: subnet,
             annotations,
             masquerade,
+            own_bridge: None,
         })
     }
 }
@@ -1047,6 +1096,17 @@ mod tests {
             .err()
             .expect("refused");
         assert!(format!("{err:#}").contains("none.sock"), "{err:#}");
+    }
+
+    #[test]
+    fn a_bridge_is_unused_only_when_it_exists_without_ports() {
+        let dir = tempfile::tempdir().unwrap();
+        let brif = dir.path().join("brif");
+        assert!(!bridge_unused(&brif), "no bridge: nothing to delete");
+        std::fs::create_dir(&brif).unwrap();
+        assert!(bridge_unused(&brif));
+        std::fs::write(brif.join("veth1234abcd"), "").unwrap();
+        assert!(!bridge_unused(&brif), "a pod's veth keeps it");
     }
 
     #[test]
