@@ -10,6 +10,12 @@
 //! exits with code 0 after it (unless it fails first), and is restarted only under `Always`;
 //! a pod whose containers all exited 0 succeeds (a Job's pods complete).
 //!
+//! Simulated containers outlive their agent, as a real node's processes do: a runtime that
+//! meets a pod it does not hold, whose status a simulated runtime wrote (container IDs of the
+//! `simulated://` scheme), takes it up where that status left it (address, start times,
+//! restart counts, readiness), so an agent that restarts writes no status that is already
+//! right instead of starting every pod again.
+//!
 //! Nothing pretends to be real: image IDs and container IDs use the `simulated://` scheme, the
 //! pod's status message says it is simulated, and logs are a one-line note.
 //!
@@ -710,6 +716,135 @@ fn container_id(pod_ip: &str, name: &str, run: i32) -> String {
     format!("simulated://{pod_ip}/{name}/{run}")
 }
 
+/// The tokio instant of a wall-clock time in the past, as seen at `now`: half a second past
+/// the (whole-second) time given, so [`wall`] truncates it back to the same second.
+fn instant_of(t: Timestamp, now: Instant) -> Instant {
+    // A time ahead of this clock (another host's) counts as now.
+    let ago = Duration::try_from(wall_now().duration_since(t)).unwrap_or_default();
+    now.checked_sub(ago)
+        .map_or(now, |at| (at + Duration::from_millis(500)).min(now))
+}
+
+/// The address counter value of a pod IP [`next_pod_ip`] hands out, if it is one.
+fn pod_ip_index(ip: &str) -> Option<u32> {
+    let octets: Vec<u32> = ip
+        .split('.')
+        .map(|o| o.parse().ok())
+        .collect::<Option<_>>()?;
+    match octets[..] {
+        [10, a, b, c] if (64..128).contains(&a) && b < 256 && c < 256 => {
+            Some(((a - 64) << 16) | (b << 8) | c)
+        }
+        _ => None,
+    }
+}
+
+impl SimulatedRuntime {
+    /// The pod as the status a simulated runtime wrote for it shows it, when there is one:
+    /// the containers of a simulated node outlive its agent as a real node's processes do, so
+    /// an agent that restarts finds them where the API last saw them (same address, start
+    /// times, restart counts, readiness) instead of starting every pod again. The status
+    /// this runtime then reports is the one the API holds, and nothing is written.
+    fn adopt(&self, pod: &Pod, now: Instant) -> Option<SimPod> {
+        let status = pod.status.as_ref()?;
+        let pod_ip = status.pod_ip.clone()?;
+        let start_time = status.start_time.as_ref()?.0;
+        let statuses = status.container_statuses.as_deref().unwrap_or_default();
+        // Only what a simulated runtime wrote: its container IDs name the `simulated` scheme.
+        if statuses.is_empty()
+            || statuses
+                .iter()
+                .filter_map(|c| c.container_id.as_deref())
+                .any(|id| !id.starts_with("simulated://"))
+        {
+            return None;
+        }
+        // New pods must not be handed the addresses of the pods found again.
+        if let Some(n) = pod_ip_index(&pod_ip) {
+            NEXT_IP.fetch_max(n + 1, Ordering::Relaxed);
+        }
+        let spec = pod.spec.clone().unwrap_or_default();
+        let run_length = run_length(pod);
+        let runs_for = run_length.clone().ok().flatten();
+        let containers = spec
+            .containers
+            .iter()
+            .map(|c| {
+                let found = statuses.iter().find(|s| s.name == c.name);
+                let restart_count = found.map_or(0, |s| s.restart_count);
+                let state = found.and_then(|s| s.state.as_ref());
+                let last = found
+                    .and_then(|s| s.last_state.as_ref())
+                    .and_then(|l| l.terminated.clone());
+                let fresh = State::Waiting {
+                    until: now + self.config.start_delay,
+                    crashed: false,
+                };
+                let (state, last_terminated) = match state {
+                    Some(ContainerState {
+                        running: Some(r), ..
+                    }) => {
+                        let mut since = r.started_at.as_ref().map_or(now, |t| instant_of(t.0, now));
+                        // Ready in the API: ready here too, whatever the second truncated away.
+                        if found.is_some_and(|s| s.ready) {
+                            since = since
+                                .min(now.checked_sub(self.config.ready_delay).unwrap_or(since));
+                        }
+                        // The run's end: its length from its start, or a failure drawn anew.
+                        let fails = self.run_fails().then(|| (now + self.config.fail_after, 1));
+                        let succeeds = runs_for.map(|l| (since + l, 0));
+                        let ends = match (fails, succeeds) {
+                            (Some(f), Some(s)) => Some(if s.0 < f.0 { s } else { f }),
+                            (f, s) => f.or(s),
+                        };
+                        (State::Running { since, ends }, last)
+                    }
+                    Some(ContainerState {
+                        terminated: Some(t),
+                        ..
+                    }) => (State::Terminated, Some(t.clone())),
+                    Some(ContainerState {
+                        waiting: Some(w), ..
+                    }) if w.reason.as_deref() == Some("CrashLoopBackOff") => (
+                        State::Waiting {
+                            until: now + self.backoff(restart_count),
+                            crashed: true,
+                        },
+                        last,
+                    ),
+                    _ => (fresh, last),
+                };
+                SimContainer {
+                    name: c.name.clone(),
+                    // The image it runs: one changed in the spec meanwhile restarts it.
+                    image: found
+                        .map(|s| s.image.clone())
+                        .unwrap_or_else(|| c.image.clone().unwrap_or_default()),
+                    state,
+                    restart_count,
+                    last_terminated,
+                    meter: None,
+                    shared_mark: None,
+                }
+            })
+            .collect();
+        Some(SimPod {
+            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            pod_ip,
+            start_time,
+            restart_policy: spec.restart_policy.unwrap_or_else(|| "Always".into()),
+            run_length,
+            containers,
+            wake_at: None,
+            usage: (0, 0),
+            usage_error: None,
+            share: None,
+            shared_banked_ns: 0,
+        })
+    }
+}
+
 #[async_trait]
 impl PodRuntime for SimulatedRuntime {
     async fn sync_pod(
@@ -724,6 +859,11 @@ impl PodRuntime for SimulatedRuntime {
             .ok_or_else(|| RuntimeError::BadRequest("pod has no uid".into()))?;
         let now = Instant::now();
         let mut pods = self.pods.lock();
+        if !pods.contains_key(&uid) {
+            if let Some(adopted) = self.adopt(pod, now) {
+                pods.insert(uid.clone(), adopted);
+            }
+        }
         let entry = pods.entry(uid.clone()).or_insert_with(|| {
             let spec = pod.spec.clone().unwrap_or_default();
             SimPod {
@@ -1121,6 +1261,92 @@ mod tests {
         let mut all = rt.pods().await;
         all.retain(|p| p.namespace == "default" && p.name == "db");
         assert_eq!(rt.pods_named("default", "db").await, all);
+    }
+
+    /// `p` as its agent last wrote it: the status composed from `observed`.
+    fn as_written(p: &Pod, observed: &RuntimeStatus) -> Pod {
+        let mut p = p.clone();
+        p.status = Some(crate::status::compose(
+            &p,
+            observed,
+            &node().host_ip,
+            now_truncated(),
+        ));
+        p
+    }
+
+    /// What a restarted agent's runtime reports for `written` (the pod as the API holds it),
+    /// and whether the agent would write it: it writes only a status that differs.
+    async fn after_restart(config: SimulatedConfig, written: &Pod) -> (RuntimeStatus, bool) {
+        // A process of its own: a runtime holding nothing.
+        let rt = SimulatedRuntime::new(config);
+        let s = rt.sync_pod(written, &node()).await.unwrap();
+        let composed = crate::status::compose(written, &s, &node().host_ip, now_truncated());
+        let writes = written.status.as_ref() != Some(&composed);
+        (s, writes)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_restarted_agent_finds_its_pods_as_the_api_saw_them_and_writes_nothing() {
+        let before = SimulatedRuntime::new(config(0.0));
+        let p = pod("Always");
+        before.sync_pod(&p, &node()).await.unwrap();
+        // Running from 2 s, ready from 5 s.
+        tokio::time::advance(Duration::from_secs(6)).await;
+        let ready = before.sync_pod(&p, &node()).await.unwrap();
+        assert!(ready.container_statuses[0].ready);
+        let written = as_written(&p, &ready);
+
+        let rt = SimulatedRuntime::new(config(0.0));
+        let s = rt.sync_pod(&written, &node()).await.unwrap();
+        // Same address, start, container ID, readiness: no status write.
+        assert_eq!(s, ready);
+        assert!(!after_restart(config(0.0), &written).await.1);
+        // A pod new to the restarted runtime gets an address of its own.
+        let mut other = pod("Always");
+        other.metadata.name = Some("other".into());
+        other.metadata.uid = Some("uid-2".into());
+        let fresh = rt.sync_pod(&other, &node()).await.unwrap();
+        assert_ne!(fresh.pod_ip, ready.pod_ip);
+        assert_eq!(waiting_reason(&fresh).as_deref(), Some("ContainerCreating"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_restarted_agent_keeps_crash_loops_and_starting_pods_as_they_were() {
+        // In its back-off after the first failure (started at 2 s, failed at 7 s).
+        let before = SimulatedRuntime::new(config(1.0));
+        let p = pod("Always");
+        before.sync_pod(&p, &node()).await.unwrap();
+        tokio::time::advance(Duration::from_secs(8)).await;
+        let crashed = before.sync_pod(&p, &node()).await.unwrap();
+        assert_eq!(
+            waiting_reason(&crashed).as_deref(),
+            Some("CrashLoopBackOff")
+        );
+        let (s, writes) = after_restart(config(1.0), &as_written(&p, &crashed)).await;
+        assert_eq!(s, crashed);
+        assert!(!writes);
+
+        // Still creating its container.
+        let before = SimulatedRuntime::new(config(0.0));
+        let creating = before.sync_pod(&p, &node()).await.unwrap();
+        let (s, writes) = after_restart(config(0.0), &as_written(&p, &creating)).await;
+        assert_eq!(s, creating);
+        assert!(!writes);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_status_another_runtime_wrote_is_not_adopted() {
+        let before = SimulatedRuntime::new(config(0.0));
+        let p = pod("Always");
+        before.sync_pod(&p, &node()).await.unwrap();
+        tokio::time::advance(Duration::from_secs(6)).await;
+        let mut ready = before.sync_pod(&p, &node()).await.unwrap();
+        ready.container_statuses[0].container_id = Some("containerd://0123".into());
+        let (s, writes) = after_restart(config(0.0), &as_written(&p, &ready)).await;
+        // Started afresh: there is nothing of its own to find.
+        assert_eq!(waiting_reason(&s).as_deref(), Some("ContainerCreating"));
+        assert!(writes);
     }
 
     #[tokio::test(start_paused = true)]
