@@ -29,7 +29,7 @@ pub use setpoint_api::trail::{
     DECISION_ID_HEADER,
 };
 
-use crate::client::Client;
+use crate::client::{Client, Outgoing};
 
 /// Finished records kept per process until published (the oldest are dropped first).
 pub const RING_CAPACITY: usize = 10_000;
@@ -281,14 +281,14 @@ pub fn publish(client: &Client) {
                 }
             };
             let sent = client
-                .request_bytes_with(
-                    http::Method::POST,
-                    DECISIONS_PATH,
-                    "application/json",
-                    Some("application/json"),
+                .request_bytes(Outgoing {
+                    method: http::Method::POST,
+                    path: DECISIONS_PATH,
+                    accept: "application/json",
+                    content_type: Some("application/json"),
                     body,
                     extensions,
-                )
+                })
                 .await;
             match sent {
                 Ok(_) => {

@@ -10,8 +10,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{
-    ApiResource, Client, ClientError, DeleteParams, ListParams, Patch, PatchParams, PostParams,
-    Undecodable, WatchEvent, WatchParams, JSON,
+    ApiResource, Client, ClientError, DeleteParams, ListParams, Outgoing, Patch, PatchParams,
+    PostParams, Undecodable, WatchEvent, WatchParams, JSON,
 };
 
 /// An untyped object: any kind, as JSON.
@@ -206,13 +206,7 @@ impl<K: DeserializeOwned + Serialize + Send + 'static> Api<K> {
         decode_bytes(
             &self
                 .client
-                .request_bytes(
-                    http::Method::GET,
-                    &self.object_path(name, None),
-                    self.accept,
-                    None,
-                    Bytes::new(),
-                )
+                .request_bytes(Outgoing::get(&self.object_path(name, None), self.accept))
                 .await?,
         )
     }
@@ -274,7 +268,7 @@ impl<K: DeserializeOwned + Serialize + Send + 'static> Api<K> {
         let mut v: Value = decode_bytes(
             &self
                 .client
-                .request_bytes(http::Method::GET, &path, self.accept, None, Bytes::new())
+                .request_bytes(Outgoing::get(&path, self.accept))
                 .await?,
         )?;
         let resource_version = v
@@ -378,13 +372,13 @@ impl<K: DeserializeOwned + Serialize + Send + 'static> Api<K> {
         obj: &K,
     ) -> Result<Bytes, ClientError> {
         self.client
-            .request_bytes(
+            .request_bytes(Outgoing::new(
                 method,
                 path,
                 JSON,
                 Some("application/json"),
                 self.body(obj)?,
-            )
+            ))
             .await
     }
 
@@ -460,13 +454,13 @@ impl<K: DeserializeOwned + Serialize + Send + 'static> Api<K> {
             serde_json::to_vec(patch.body()).map_err(|e| ClientError::Decode(e.to_string()))?,
         );
         self.client
-            .request_bytes(
+            .request_bytes(Outgoing::new(
                 http::Method::PATCH,
                 &path,
                 JSON,
                 Some(patch.content_type()),
                 body,
-            )
+            ))
             .await
     }
 

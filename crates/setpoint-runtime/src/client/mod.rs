@@ -46,6 +46,43 @@ pub use transport::{Body, BoxError, HttpsTransport, ServiceTransport, Transport}
 /// The media type requests accept unless they ask for another form.
 pub(crate) const JSON: &str = "application/json";
 
+/// A request as the [`Client`] sends it.
+pub(crate) struct Outgoing<'a> {
+    pub(crate) method: http::Method,
+    pub(crate) path: &'a str,
+    /// The `Accept` header.
+    pub(crate) accept: &'a str,
+    pub(crate) content_type: Option<&'a str>,
+    pub(crate) body: Bytes,
+    /// Request extensions, which only an in-process server sees.
+    pub(crate) extensions: http::Extensions,
+}
+
+impl<'a> Outgoing<'a> {
+    /// A request without extensions.
+    pub(crate) fn new(
+        method: http::Method,
+        path: &'a str,
+        accept: &'a str,
+        content_type: Option<&'a str>,
+        body: Bytes,
+    ) -> Self {
+        Outgoing {
+            method,
+            path,
+            accept,
+            content_type,
+            body,
+            extensions: http::Extensions::new(),
+        }
+    }
+
+    /// A GET of `path` accepting `accept`.
+    pub(crate) fn get(path: &'a str, accept: &'a str) -> Self {
+        Outgoing::new(http::Method::GET, path, accept, None, Bytes::new())
+    }
+}
+
 /// What can go wrong talking to the API.
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum ClientError {
@@ -306,7 +343,7 @@ impl Client {
         content_type: Option<&str>,
         body: Bytes,
     ) -> Result<http::Response<Body>, ClientError> {
-        self.send_accepting(method, path, JSON, content_type, body)
+        self.send_outgoing(Outgoing::new(method, path, JSON, content_type, body))
             .await
     }
 
@@ -316,37 +353,16 @@ impl Client {
         self.transport.in_process()
     }
 
-    /// [`Client::send`] with an `Accept` header of the caller's choosing.
-    pub(crate) async fn send_accepting(
-        &self,
-        method: http::Method,
-        path: &str,
-        accept: &str,
-        content_type: Option<&str>,
-        body: Bytes,
-    ) -> Result<http::Response<Body>, ClientError> {
-        self.send_with(
+    /// Sends `req` and returns the raw response (status checked by the caller).
+    async fn send_outgoing(&self, req: Outgoing<'_>) -> Result<http::Response<Body>, ClientError> {
+        let Outgoing {
             method,
             path,
             accept,
             content_type,
             body,
-            http::Extensions::new(),
-        )
-        .await
-    }
-
-    /// [`Client::send_accepting`] with request extensions (which only an in-process server
-    /// sees).
-    async fn send_with(
-        &self,
-        method: http::Method,
-        path: &str,
-        accept: &str,
-        content_type: Option<&str>,
-        body: Bytes,
-        extensions: http::Extensions,
-    ) -> Result<http::Response<Body>, ClientError> {
+            extensions,
+        } = req;
         if let Some(l) = &self.limiter {
             l.acquire().await;
         }
@@ -392,7 +408,7 @@ impl Client {
         body: Bytes,
     ) -> Result<Value, ClientError> {
         let bytes = self
-            .request_bytes(method, path, JSON, content_type, body)
+            .request_bytes(Outgoing::new(method, path, JSON, content_type, body))
             .await?;
         serde_json::from_slice(&bytes).map_err(|e| ClientError::Decode(e.to_string()))
     }
@@ -400,39 +416,8 @@ impl Client {
     /// Sends a request and returns the body of a successful answer undecoded, so that typed
     /// callers decode it once, straight into their type; an error answer becomes
     /// [`ClientError::Api`].
-    pub(crate) async fn request_bytes(
-        &self,
-        method: http::Method,
-        path: &str,
-        accept: &str,
-        content_type: Option<&str>,
-        body: Bytes,
-    ) -> Result<Bytes, ClientError> {
-        self.request_bytes_with(
-            method,
-            path,
-            accept,
-            content_type,
-            body,
-            http::Extensions::new(),
-        )
-        .await
-    }
-
-    /// [`Client::request_bytes`] with request extensions (which only an in-process server
-    /// sees).
-    pub(crate) async fn request_bytes_with(
-        &self,
-        method: http::Method,
-        path: &str,
-        accept: &str,
-        content_type: Option<&str>,
-        body: Bytes,
-        extensions: http::Extensions,
-    ) -> Result<Bytes, ClientError> {
-        let resp = self
-            .send_with(method, path, accept, content_type, body, extensions)
-            .await?;
+    pub(crate) async fn request_bytes(&self, req: Outgoing<'_>) -> Result<Bytes, ClientError> {
+        let resp = self.send_outgoing(req).await?;
         let status = resp.status().as_u16();
         let bytes = resp
             .into_body()
@@ -500,9 +485,7 @@ impl Client {
         parse: fn(&[u8], bool) -> Result<WatchEvent<T>, ClientError>,
     ) -> Result<impl Stream<Item = Result<WatchEvent<T>, ClientError>> + Send + 'static, ClientError>
     {
-        let resp = self
-            .send_accepting(http::Method::GET, path, accept, None, Bytes::new())
-            .await?;
+        let resp = self.send_outgoing(Outgoing::get(path, accept)).await?;
         let status = resp.status().as_u16();
         if status >= 400 {
             let bytes = resp
