@@ -190,8 +190,9 @@ pub struct NodeRuntime {
     _subnet_lock: Option<std::fs::File>,
     /// The cluster DNS server the node runs, if any: on its private containerd's bridge.
     pub dns: Option<NodeDnsConfig>,
-    /// The pod subnet of the node's private containerd (`10.223.<x>.0/24`), if it has one:
-    /// the service proxy's cluster CIDR unless `--cluster-cidr` says otherwise.
+    /// The pod subnet of the node's own pod bridge (its private containerd's, or its process
+    /// pods' with `--process-pod-network bridge`), if it has one: the service proxy's cluster
+    /// CIDR unless `--cluster-cidr` says otherwise.
     pub pod_subnet: Option<String>,
     /// The Node annotations saying how process pods are networked here.
     pub annotations: std::collections::BTreeMap<String, String>,
@@ -323,7 +324,9 @@ impl ContainerRuntimeFlags {
                     containerd: None,
                     _subnet_lock: subnet_lock,
                     dns,
-                    pod_subnet: None,
+                    // The process pods' bridge, when they have one, is the node's pod range
+                    // as a private containerd's is: the proxy's local traffic.
+                    pod_subnet: subnet,
                     annotations,
                     masquerade,
                     own_bridge,

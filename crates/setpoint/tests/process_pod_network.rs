@@ -61,7 +61,8 @@ spec:
 /// A client in a pod of its own: through the `kubernetes` Service's cluster IP with its
 /// service-account token and the cluster CA (as in-cluster clients find them), it lists the
 /// namespace's pods; through the cluster DNS its `/etc/resolv.conf` names, it resolves the
-/// `web` Service's name. Each is retried until it works or a deadline passes, and the pod
+/// `web` Service's name, and gets a page through it (a pod on the node's bridge reaching pods
+/// on the same bridge through a cluster IP). Each is retried until it works or a deadline passes, and the pod
 /// exits with what it got on its output.
 const CLIENT: &str = r#"apiVersion: v1
 kind: Pod
@@ -91,8 +92,11 @@ spec:
               return f"{host}:{port} {r.status} {len(names)} pods"
       def dns():
           return socket.gethostbyname("web.default.svc.cluster.local")
+      def web():
+          with urllib.request.urlopen("http://web.default.svc.cluster.local/", timeout=3) as r:
+              return r.status
       failed = False
-      for what, call in [("API", api), ("DNS", dns)]:
+      for what, call in [("API", api), ("DNS", dns), ("WEB", web)]:
           deadline, last = time.time() + 60, None
           while time.time() < deadline:
               try:
@@ -296,6 +300,10 @@ fn process_pods_get_a_network_of_their_own() {
     assert!(
         out.contains(&format!("DNS {cluster_ip}\n")),
         "web.default.svc.cluster.local did not resolve to {cluster_ip}: {out}"
+    );
+    assert!(
+        out.contains("WEB 200\n"),
+        "the client pod got no page through the web Service: {out}"
     );
     let gateway = Ipv4Addr::from(u32::from(ips[0]) & 0xffff_ff00 | 1);
     assert!(
