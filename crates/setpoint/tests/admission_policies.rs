@@ -48,11 +48,16 @@ spec:
   auditAnnotations:
   - key: replicas
     valueExpression: string(object.spec.replicas)
----
-apiVersion: admissionregistration.k8s.io/v1
+";
+
+/// A policy `name` on Deployment creates with the one validation `expression`, which denies
+/// nothing when it fails to evaluate (`failurePolicy: Ignore`).
+fn creates_policy(name: &str, expression: &str) -> String {
+    format!(
+        "apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicy
 metadata:
-  name: broken
+  name: {name}
 spec:
   failurePolicy: Ignore
   matchConstraints:
@@ -62,28 +67,37 @@ spec:
       operations: [CREATE]
       resources: [deployments]
   validations:
-  - expression: object.spec.replica <= 3
-";
-
-/// A policy whose validation does not parse: refused when written.
-const SYNTAX_ERROR_POLICY: &str = "apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicy
-metadata:
-  name: syntax-error
-spec:
-  matchConstraints:
-    resourceRules:
-    - apiGroups: [apps]
-      apiVersions: [v1]
-      operations: [CREATE]
-      resources: [deployments]
-  validations:
-  - expression: object.spec.replicas >
-";
+  - expression: {expression}
+"
+    )
+}
 
 /// A policy whose validations ask what the request's user may do, its binding (namespace
 /// `authz` only), and the RBAC of two users there: both may write deployments, only bob may
 /// scale them and use the custom verb `set-tier`.
+fn authz_policy() -> String {
+    [
+        AUTHZ_POLICY.to_string(),
+        support::role(
+            "authz",
+            "deployer",
+            &[("apps", "deployments", "create, get, list")],
+        ),
+        support::role(
+            "authz",
+            "scaler",
+            &[
+                ("apps", "deployments/scale", "update"),
+                ("apps", "deployments", "set-tier"),
+            ],
+        ),
+        support::role_binding("authz", "deployers", "deployer", &["alice", "bob"]),
+        support::role_binding("authz", "scalers", "scaler", &["bob"]),
+    ]
+    .join("---\n")
+}
+
+/// The policy of [`authz_policy`] and its binding.
 const AUTHZ_POLICY: &str = "apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicy
 metadata:
@@ -118,60 +132,6 @@ spec:
     namespaceSelector:
       matchLabels:
         kubernetes.io/metadata.name: authz
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata:
-  name: deployer
-  namespace: authz
-rules:
-- apiGroups: [apps]
-  resources: [deployments]
-  verbs: [create, get, list]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata:
-  name: scaler
-  namespace: authz
-rules:
-- apiGroups: [apps]
-  resources: [deployments/scale]
-  verbs: [update]
-- apiGroups: [apps]
-  resources: [deployments]
-  verbs: [set-tier]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata:
-  name: deployers
-  namespace: authz
-roleRef:
-  apiGroup: rbac.authorization.k8s.io
-  kind: Role
-  name: deployer
-subjects:
-- apiGroup: rbac.authorization.k8s.io
-  kind: User
-  name: alice
-- apiGroup: rbac.authorization.k8s.io
-  kind: User
-  name: bob
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata:
-  name: scalers
-  namespace: authz
-roleRef:
-  apiGroup: rbac.authorization.k8s.io
-  kind: Role
-  name: scaler
-subjects:
-- apiGroup: rbac.authorization.k8s.io
-  kind: User
-  name: bob
 ";
 
 fn binding(name: &str, namespace: &str, action: &str, param: &str, not_found: &str) -> String {
@@ -215,32 +175,6 @@ spec:
       - name: main
         image: registry.example/app:1
 "
-    )
-}
-
-/// `kubectl create -f` of `manifest`: (success, stdout, stderr).
-fn create(s: &Setpoint, manifest: &str) -> (bool, String, String) {
-    create_as(s, None, manifest)
-}
-
-/// `kubectl create -f` of `manifest`, as `user` (impersonated) when given.
-fn create_as(s: &Setpoint, user: Option<&str>, manifest: &str) -> (bool, String, String) {
-    let file = s.home().join(format!(
-        "obj-{}.yaml",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    ));
-    std::fs::write(&file, manifest).unwrap();
-    let as_user = user.map(|u| format!("--as={u}"));
-    let mut args = vec!["create", "-f", file.to_str().unwrap()];
-    args.extend(as_user.as_deref());
-    let out = s.kubectl(&args);
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
 
@@ -296,8 +230,12 @@ fn admission_policies_deny_warn_and_audit_with_params() {
         ]);
     }
     s.apply(POLICY);
+    s.apply(&creates_policy("broken", "object.spec.replica <= 3"));
     // An expression that does not compile refuses the policy when it is written.
-    let (ok, _, stderr) = create(&s, SYNTAX_ERROR_POLICY);
+    let (ok, _, stderr) = s.create(
+        &creates_policy("syntax-error", "object.spec.replicas >"),
+        &[],
+    );
     assert!(
         !ok && stderr.contains(
             "The ValidatingAdmissionPolicy \"syntax-error\" is invalid: \
@@ -338,7 +276,7 @@ fn admission_policies_deny_warn_and_audit_with_params() {
         Duration::from_secs(20),
         || {
             probes += 1;
-            let (ok, _, stderr) = create(&s, &deployment(&format!("big-{probes}"), "denied", 5));
+            let (ok, _, stderr) = s.create(&deployment(&format!("big-{probes}"), "denied", 5), &[]);
             (!ok).then_some(stderr)
         },
     );
@@ -350,11 +288,11 @@ fn admission_policies_deny_warn_and_audit_with_params() {
         ),
         "{stderr}"
     );
-    let (ok, _, stderr) = create(&s, &deployment("small", "denied", 2));
+    let (ok, _, stderr) = s.create(&deployment("small", "denied", 2), &[]);
     assert!(ok, "within the limit: {stderr}");
 
     // Warn: written, with kubectl's `Warning:` line.
-    let (ok, _, stderr) = create(&s, &deployment("big", "warned", 5));
+    let (ok, _, stderr) = s.create(&deployment("big", "warned", 5), &[]);
     assert!(ok, "{stderr}");
     assert!(
         stderr.contains("Warning: Validation failed for ValidatingAdmissionPolicy 'max-replicas' with binding 'warn-over': replicas 5 is over the limit of 3"),
@@ -362,7 +300,7 @@ fn admission_policies_deny_warn_and_audit_with_params() {
     );
 
     // Audit: written, and the audit event says why it would have failed.
-    let (ok, _, stderr) = create(&s, &deployment("big", "audited", 7));
+    let (ok, _, stderr) = s.create(&deployment("big", "audited", 7), &[]);
     assert!(ok, "{stderr}");
     let notes = eventually(
         "the audit event is written",
@@ -384,7 +322,7 @@ fn admission_policies_deny_warn_and_audit_with_params() {
     assert_eq!(failure[0]["expressionIndex"], 0);
 
     // A missing parameter with parameterNotFoundAction: Deny fails the policy (Fail).
-    let (ok, _, stderr) = create(&s, &deployment("any", "unset", 1));
+    let (ok, _, stderr) = s.create(&deployment("any", "unset", 1), &[]);
     assert!(!ok);
     assert!(
         stderr.contains("ValidatingAdmissionPolicy 'max-replicas' with binding 'missing-param' denied request: failed to configure binding: no params found for policy binding with `Deny` parameterNotFoundAction"),
@@ -410,7 +348,7 @@ fn admission_policies_deny_warn_and_audit_with_params() {
 
     // The authorizer: what the user may do decides.
     s.ok(&["create", "namespace", "authz"]);
-    s.apply(AUTHZ_POLICY);
+    s.apply(&authz_policy());
     let mut probes = 0;
     let stderr = eventually(
         "the authorizer policy refuses alice a deployment of 5 replicas",
@@ -418,7 +356,7 @@ fn admission_policies_deny_warn_and_audit_with_params() {
         || {
             probes += 1;
             let manifest = deployment(&format!("alice-{probes}"), "authz", 5);
-            let (ok, _, stderr) = create_as(&s, Some("alice"), &manifest);
+            let (ok, _, stderr) = s.create(&manifest, &["--as=alice"]);
             // Until alice's RoleBinding is seen, RBAC refuses her before admission.
             (!ok && stderr.contains("scale-guard")).then_some(stderr)
         },
@@ -427,7 +365,7 @@ fn admission_policies_deny_warn_and_audit_with_params() {
         stderr.contains("is forbidden: ValidatingAdmissionPolicy 'scale-guard' with binding 'scale-guard' denied request: user alice may not scale deployments past 3 replicas"),
         "{stderr}"
     );
-    let (ok, _, stderr) = create_as(&s, Some("alice"), &deployment("alice-small", "authz", 2));
+    let (ok, _, stderr) = s.create(&deployment("alice-small", "authz", 2), &["--as=alice"]);
     assert!(ok, "alice within 3 replicas: {stderr}");
     // bob's RoleBindings may reach the cache after alice's.
     let mut probes = 0;
@@ -437,7 +375,7 @@ fn admission_policies_deny_warn_and_audit_with_params() {
         || {
             probes += 1;
             let manifest = deployment(&format!("bob-{probes}"), "authz", 5);
-            let (ok, _, stderr) = create_as(&s, Some("bob"), &manifest);
+            let (ok, _, stderr) = s.create(&manifest, &["--as=bob"]);
             if !ok {
                 eprintln!("bob's create refused (retrying): {stderr}");
             }
@@ -451,13 +389,13 @@ fn admission_policies_deny_warn_and_audit_with_params() {
             1,
         )
     };
-    let (ok, _, stderr) = create_as(&s, Some("alice"), &tiered("alice-tier"));
+    let (ok, _, stderr) = s.create(&tiered("alice-tier"), &["--as=alice"]);
     assert!(!ok, "alice may not set-tier");
     assert!(
         stderr.contains("denied request: only who may set-tier deployments may label a tier"),
         "{stderr}"
     );
-    let (ok, _, stderr) = create_as(&s, Some("bob"), &tiered("bob-tier"));
+    let (ok, _, stderr) = s.create(&tiered("bob-tier"), &["--as=bob"]);
     assert!(ok, "bob may set-tier: {stderr}");
     s.stop();
 }

@@ -221,57 +221,15 @@ webhooks:
 
 /// Two users who may create ConfigMaps in the test's namespace, of whom only alice may also
 /// `skip-validation` them.
-const WRITERS: &str = "apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata:
-  name: writer
-  namespace: hooked
-rules:
-- apiGroups: [\"\"]
-  resources: [configmaps]
-  verbs: [create]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata:
-  name: skipper
-  namespace: hooked
-rules:
-- apiGroups: [\"\"]
-  resources: [configmaps]
-  verbs: [skip-validation]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata:
-  name: writers
-  namespace: hooked
-roleRef:
-  apiGroup: rbac.authorization.k8s.io
-  kind: Role
-  name: writer
-subjects:
-- apiGroup: rbac.authorization.k8s.io
-  kind: User
-  name: alice
-- apiGroup: rbac.authorization.k8s.io
-  kind: User
-  name: bob
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata:
-  name: skippers
-  namespace: hooked
-roleRef:
-  apiGroup: rbac.authorization.k8s.io
-  kind: Role
-  name: skipper
-subjects:
-- apiGroup: rbac.authorization.k8s.io
-  kind: User
-  name: alice
-";
+fn writers() -> String {
+    [
+        support::role(NS, "writer", &[("", "configmaps", "create")]),
+        support::role(NS, "skipper", &[("", "configmaps", "skip-validation")]),
+        support::role_binding(NS, "writers", "writer", &["alice", "bob"]),
+        support::role_binding(NS, "skippers", "skipper", &["alice"]),
+    ]
+    .join("---\n")
+}
 
 fn configmap(name: &str, labels: &[(&str, &str)], data: &[(&str, &str)]) -> String {
     let mut m =
@@ -287,26 +245,6 @@ fn configmap(name: &str, labels: &[(&str, &str)], data: &[(&str, &str)]) -> Stri
         m.push_str(&format!("  {k}: \"{v}\"\n"));
     }
     m
-}
-
-/// `kubectl create -f` of `manifest` with `extra` flags: (success, stdout, stderr).
-fn create(s: &Setpoint, manifest: &str, extra: &[&str]) -> (bool, String, String) {
-    let file = s.home().join(format!(
-        "cm-{}.yaml",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    ));
-    std::fs::write(&file, manifest).unwrap();
-    let mut args = vec!["create", "-f", file.to_str().unwrap()];
-    args.extend_from_slice(extra);
-    let out = s.kubectl(&args);
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 #[test]
@@ -338,7 +276,7 @@ fn admission_webhooks_validate_mutate_and_fail_as_configured() {
         || {
             probes += 1;
             let name = format!("probe-{probes}");
-            let (ok, _, _) = create(&s, &configmap(&name, &[], &[("a", "b")]), &[]);
+            let (ok, _, _) = s.create(&configmap(&name, &[], &[("a", "b")]), &[]);
             assert!(ok, "a plain ConfigMap is created");
             let labels = s.ok(&[
                 "get",
@@ -354,7 +292,7 @@ fn admission_webhooks_validate_mutate_and_fail_as_configured() {
     );
 
     // Refused by the validating webhook, with its message.
-    let (ok, _, err) = create(&s, &configmap("bad", &[], &[("forbidden", "x")]), &[]);
+    let (ok, _, err) = s.create(&configmap("bad", &[], &[("forbidden", "x")]), &[]);
     assert!(!ok);
     assert!(
         err.contains("admission webhook \"keys.validate.example.com\" denied the request: the key \"forbidden\" is not allowed here"),
@@ -362,7 +300,7 @@ fn admission_webhooks_validate_mutate_and_fail_as_configured() {
     );
 
     // Allowed, mutated, and the validating webhook's warning printed by kubectl.
-    let (ok, _, err) = create(&s, &configmap("good", &[], &[("fine", "x")]), &[]);
+    let (ok, _, err) = s.create(&configmap("good", &[], &[("fine", "x")]), &[]);
     assert!(ok, "{err}");
     assert!(
         err.contains("Warning: checked by the test's validating webhook"),
@@ -372,8 +310,7 @@ fn admission_webhooks_validate_mutate_and_fail_as_configured() {
     assert!(yaml.contains("webhook-mutated: \"yes\""), "{yaml}");
 
     // matchConditions: the skip label keeps the validating webhook out of it.
-    let (ok, _, err) = create(
-        &s,
+    let (ok, _, err) = s.create(
         &configmap(
             "skipped",
             &[("skip-validation", "1")],
@@ -385,7 +322,7 @@ fn admission_webhooks_validate_mutate_and_fail_as_configured() {
     // The label is honoured for whoever the authorizer says may skip-validation: alice, once
     // her RoleBindings are seen (until then RBAC or the webhook refuses her); bob, bound by
     // the same writers binding, is still validated.
-    s.apply(WRITERS);
+    s.apply(&writers());
     let mut tries = 0;
     eventually(
         "alice, who may skip-validation, skips the webhook",
@@ -397,11 +334,10 @@ fn admission_webhooks_validate_mutate_and_fail_as_configured() {
                 &[("skip-validation", "1")],
                 &[("forbidden", "x")],
             );
-            create(&s, &manifest, &["--as=alice"]).0.then_some(())
+            s.create(&manifest, &["--as=alice"]).0.then_some(())
         },
     );
-    let (ok, _, err) = create(
-        &s,
+    let (ok, _, err) = s.create(
         &configmap("bob", &[("skip-validation", "1")], &[("forbidden", "x")]),
         &["--as=bob"],
     );
@@ -410,7 +346,7 @@ fn admission_webhooks_validate_mutate_and_fail_as_configured() {
         "bob may not skip-validation: {err}"
     );
     // objectSelector: no mutation for objects labelled no-mutate.
-    let (ok, _, err) = create(&s, &configmap("unmutated", &[("no-mutate", "1")], &[]), &[]);
+    let (ok, _, err) = s.create(&configmap("unmutated", &[("no-mutate", "1")], &[]), &[]);
     assert!(ok, "{err}");
     let labels = s.ok(&[
         "get",
@@ -456,23 +392,18 @@ fn admission_webhooks_validate_mutate_and_fail_as_configured() {
     );
 
     // The webhook down: Fail refuses with upstream's message, Ignore lets the write through.
-    let (ok, _, err) = create(&s, &configmap("down-fail", &[("down", "fail")], &[]), &[]);
+    let (ok, _, err) = s.create(&configmap("down-fail", &[("down", "fail")], &[]), &[]);
     assert!(!ok);
     let expected = format!(
         "Internal error occurred: failed calling webhook \"fail.down.example.com\": failed to call webhook: Post \"https://127.0.0.1:{down}/validate?timeout=5s\": dial tcp 127.0.0.1:{down}: connect: connection refused"
     );
     assert!(err.contains(&expected), "{err}");
-    let (ok, _, err) = create(
-        &s,
-        &configmap("down-ignore", &[("down", "ignore")], &[]),
-        &[],
-    );
+    let (ok, _, err) = s.create(&configmap("down-ignore", &[("down", "ignore")], &[]), &[]);
     assert!(ok, "failurePolicy Ignore lets it through: {err}");
 
     // --dry-run=server: the webhooks are asked, told it is a dry run, and nothing is stored.
     let before = seen.lock().unwrap().len();
-    let (ok, out, err) = create(
-        &s,
+    let (ok, out, err) = s.create(
         &configmap("dry", &[], &[("a", "b")]),
         &["--dry-run=server", "-o", "yaml"],
     );
@@ -493,8 +424,7 @@ fn admission_webhooks_validate_mutate_and_fail_as_configured() {
     );
     let gone = s.kubectl(&["get", "configmap", "dry", "-n", NS]);
     assert!(!gone.status.success(), "a dry run stores nothing");
-    let (ok, _, err) = create(
-        &s,
+    let (ok, _, err) = s.create(
         &configmap("dry-bad", &[], &[("forbidden", "x")]),
         &["--dry-run=server"],
     );
@@ -512,7 +442,7 @@ fn admission_webhooks_validate_mutate_and_fail_as_configured() {
         || {
             probes += 1;
             let name = format!("after-{probes}");
-            let (ok, _, _) = create(&s, &configmap(&name, &[], &[("forbidden", "x")]), &[]);
+            let (ok, _, _) = s.create(&configmap(&name, &[], &[("forbidden", "x")]), &[]);
             ok.then_some(())
         },
     );

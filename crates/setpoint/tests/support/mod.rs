@@ -229,6 +229,26 @@ impl Setpoint {
 
     /// `kubectl apply` of a manifest given as text.
     pub fn apply(&self, manifest: &str) -> String {
+        let file = self.manifest_file(manifest);
+        self.ok(&["apply", "-f", file.to_str().unwrap()])
+    }
+
+    /// `kubectl create -f` of a manifest given as text, with `extra` flags (`--as=alice`),
+    /// whether it succeeds or not: (success, stdout, stderr).
+    pub fn create(&self, manifest: &str, extra: &[&str]) -> (bool, String, String) {
+        let file = self.manifest_file(manifest);
+        let mut args = vec!["create", "-f", file.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let out = self.kubectl(&args);
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// Writes `manifest` to a new file in [`Setpoint::home`] and returns its path.
+    fn manifest_file(&self, manifest: &str) -> PathBuf {
         let file = self.home.path().join(format!(
             "manifest-{}.yaml",
             std::time::SystemTime::now()
@@ -237,7 +257,7 @@ impl Setpoint {
                 .as_nanos()
         ));
         std::fs::write(&file, manifest).unwrap();
-        self.ok(&["apply", "-f", file.to_str().unwrap()])
+        file
     }
 
     /// Runs kubectl expecting failure; returns stderr.
@@ -430,6 +450,33 @@ pub fn lines(text: &str) -> Vec<String> {
         .filter(|l| !l.is_empty())
         .map(String::from)
         .collect()
+}
+
+/// A Role `name` in `namespace` with a rule per `(apiGroup, resource, verbs)`, the verbs
+/// comma-separated (`"create, get"`).
+pub fn role(namespace: &str, name: &str, rules: &[(&str, &str, &str)]) -> String {
+    let mut m = format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: {name}\n  namespace: {namespace}\nrules:\n"
+    );
+    for (group, resource, verbs) in rules {
+        m.push_str(&format!(
+            "- apiGroups: [{group:?}]\n  resources: [{resource}]\n  verbs: [{verbs}]\n"
+        ));
+    }
+    m
+}
+
+/// A RoleBinding `name` in `namespace` of the Role `role` to the users `users`.
+pub fn role_binding(namespace: &str, name: &str, role: &str, users: &[&str]) -> String {
+    let mut m = format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: {name}\n  namespace: {namespace}\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n  name: {role}\nsubjects:\n"
+    );
+    for user in users {
+        m.push_str(&format!(
+            "- apiGroup: rbac.authorization.k8s.io\n  kind: User\n  name: {user}\n"
+        ));
+    }
+    m
 }
 
 /// The names of the pods matching `selector` whose first container is ready, once there
