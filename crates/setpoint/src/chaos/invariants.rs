@@ -245,6 +245,16 @@ fn live(f: &Facts) -> bool {
     !f.terminating && !f.finished
 }
 
+/// The names of the live pods among `pods` (by uid, with the last resourceVersion seen) whose
+/// controller is `owner_uid`, in no particular order.
+fn live_pods_of<'a>(pods: &'a HashMap<String, (Facts, u64)>, owner_uid: &str) -> Vec<&'a str> {
+    pods.values()
+        .map(|(p, _)| p)
+        .filter(|p| live(p) && p.controller.as_ref().map(|o| o.uid.as_str()) == Some(owner_uid))
+        .map(|p| p.name.as_str())
+        .collect()
+}
+
 /// No ReplicaSet controller creates a pod beyond the ReplicaSet's `spec.replicas`, and no
 /// Deployment controller raises its ReplicaSets' replicas past the Deployment's replicas plus
 /// `maxSurge`. Checked when each pod first appears (against the live pods of its ReplicaSet
@@ -326,17 +336,9 @@ pub fn replica_bounds(events: &[Observed]) -> Vec<Violation> {
                 let Some(r) = rs.get(&owner.uid) else {
                     continue;
                 };
-                let alive: Vec<&str> = pods
-                    .values()
-                    .map(|(p, _)| p)
-                    .filter(|p| {
-                        live(p) && p.controller.as_ref().map(|o| &o.uid) == Some(&owner.uid)
-                    })
-                    .map(|p| p.name.as_str())
-                    .collect();
+                let mut names = live_pods_of(&pods, &owner.uid);
                 let bound = r.replicas.unwrap_or(0);
-                if alive.len() as i64 > bound {
-                    let mut names = alive;
+                if names.len() as i64 > bound {
                     names.sort_unstable();
                     out.push(Violation {
                         invariant: RS_BOUND,
@@ -389,14 +391,7 @@ pub fn job_parallelism(events: &[Observed]) -> Vec<Violation> {
                 let Some(job) = jobs.get(&owner.uid).filter(|_| new && live(f)) else {
                     continue;
                 };
-                let mut alive: Vec<&str> = pods
-                    .values()
-                    .map(|(p, _)| p)
-                    .filter(|p| {
-                        live(p) && p.controller.as_ref().map(|o| &o.uid) == Some(&owner.uid)
-                    })
-                    .map(|p| p.name.as_str())
-                    .collect();
+                let mut alive = live_pods_of(&pods, &owner.uid);
                 let bound = job.replicas.unwrap_or(1);
                 if alive.len() as i64 > bound {
                     alive.sort_unstable();
@@ -744,6 +739,14 @@ mod tests {
         }
     }
 
+    /// The one violation in `v`, which must be of `invariant`.
+    fn only(v: Vec<Violation>, invariant: &str) -> Violation {
+        assert_eq!(v.len(), 1, "{v:?}");
+        let one = v.into_iter().next().unwrap();
+        assert_eq!(one.invariant, invariant);
+        one
+    }
+
     fn owned(kind: &str, name: &str, uid: &str) -> Value {
         json!([{"kind": kind, "name": name, "uid": uid, "controller": true}])
     }
@@ -789,14 +792,12 @@ mod tests {
         assert_eq!(replica_bounds(&s.events), vec![]);
         // … but a third live pod is not.
         s.event("pods", Kind::Added, pod("web-a-4", "p4", o));
-        let v = replica_bounds(&s.events);
-        assert_eq!(v.len(), 1, "{v:?}");
-        assert_eq!(v[0].invariant, RS_BOUND);
-        assert_eq!(v[0].object, "replicasets/chaos/web-a");
+        let v = only(replica_bounds(&s.events), RS_BOUND);
+        assert_eq!(v.object, "replicasets/chaos/web-a");
         assert!(
-            v[0].evidence.contains("web-a-4") && v[0].evidence.contains("3 live pods for 2"),
+            v.evidence.contains("web-a-4") && v.evidence.contains("3 live pods for 2"),
             "{}",
-            v[0].evidence
+            v.evidence
         );
     }
 
@@ -818,15 +819,12 @@ mod tests {
         assert_eq!(job_parallelism(&s.events), vec![]);
         // … a third running at once is not.
         s.event("pods", Kind::Added, pod("batch-d", "p4", o));
-        let v = job_parallelism(&s.events);
-        assert_eq!(v.len(), 1, "{v:?}");
-        assert_eq!(v[0].invariant, JOB_PARALLELISM);
-        assert_eq!(v[0].object, "jobs/chaos/batch");
+        let v = only(job_parallelism(&s.events), JOB_PARALLELISM);
+        assert_eq!(v.object, "jobs/chaos/batch");
         assert!(
-            v[0].evidence.contains("batch-d")
-                && v[0].evidence.contains("3 live pods for parallelism 2"),
+            v.evidence.contains("batch-d") && v.evidence.contains("3 live pods for parallelism 2"),
             "{}",
-            v[0].evidence
+            v.evidence
         );
     }
 
@@ -841,10 +839,8 @@ mod tests {
         assert_eq!(replica_bounds(&s.events), vec![]);
         // … not two.
         s.event("replicasets", Kind::Modified, rs("web-b", "r2", 2));
-        let v = replica_bounds(&s.events);
-        assert_eq!(v.len(), 1, "{v:?}");
-        assert_eq!(v[0].invariant, DEPLOYMENT_SURGE);
-        assert!(v[0]
+        let v = only(replica_bounds(&s.events), DEPLOYMENT_SURGE);
+        assert!(v
             .evidence
             .contains("ask for 6, over 4 replicas + 1 maxSurge"));
     }
@@ -861,10 +857,8 @@ mod tests {
         assert_eq!(statefulset_ordinals(&s.events), vec![]);
         // A second pod claiming ordinal 0 while db-0 lives.
         s.event("pods", Kind::Added, sts_pod("db-0-rogue", "d", 0));
-        let v = statefulset_ordinals(&s.events);
-        assert_eq!(v.len(), 1, "{v:?}");
-        assert_eq!(v[0].invariant, STS_ORDINAL);
-        assert!(v[0].evidence.contains("ordinal 0") && v[0].evidence.contains("db-0-rogue"));
+        let v = only(statefulset_ordinals(&s.events), STS_ORDINAL);
+        assert!(v.evidence.contains("ordinal 0") && v.evidence.contains("db-0-rogue"));
     }
 
     #[test]
@@ -997,12 +991,8 @@ mod tests {
             .unwrap();
         stale.kind = Kind::Modified;
         s.events.push(stale);
-        let v = watch_order_and_gaps(&s.events);
-        assert_eq!(v.len(), 1, "{v:?}");
-        assert_eq!(v[0].invariant, RV_ORDER);
-        assert!(v[0]
-            .evidence
-            .contains("pods#1 saw resourceVersion 1 after 2"));
+        let v = only(watch_order_and_gaps(&s.events), RV_ORDER);
+        assert!(v.evidence.contains("pods#1 saw resourceVersion 1 after 2"));
     }
 
     #[test]
@@ -1015,10 +1005,8 @@ mod tests {
         s.event_for(&[0], "pods", Kind::Modified, pod("p", "p1", o.clone()));
         // … and carries on past it.
         s.event("pods", Kind::Added, pod("q", "q1", o.clone()));
-        let v = watch_order_and_gaps(&s.events);
-        assert_eq!(v.len(), 1, "{v:?}");
-        assert_eq!(v[0].invariant, RV_GAP);
-        assert!(v[0].evidence.contains("pods#1") && v[0].evidence.contains("resourceVersion 2"));
+        let v = only(watch_order_and_gaps(&s.events), RV_GAP);
+        assert!(v.evidence.contains("pods#1") && v.evidence.contains("resourceVersion 2"));
 
         // The same miss, but watcher 1's watch ended with 410 and it relisted.
         let mut s = Stream::default();
