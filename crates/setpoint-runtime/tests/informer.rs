@@ -506,6 +506,9 @@ async fn relist_after_disconnect_emits_exactly_the_differences() {
     api.create(&PostParams::default(), &config_map("d", "1"))
         .await
         .unwrap();
+    // Back with a 410 for the watch that resumes (its history gone, as after a compaction):
+    // a refused watch alone is retried from where it was, without a relist.
+    faults.gone_http_next.fetch_add(1, Ordering::SeqCst);
     faults.offline.store(false, Ordering::SeqCst);
 
     rec.wait_for("the relist", |v| {
@@ -636,7 +639,7 @@ async fn idle_objects_are_packed_and_come_back_unchanged_through_reads_and_updat
 }
 
 #[tokio::test]
-async fn a_watch_that_ends_resumes_from_the_last_resource_version() {
+async fn a_watch_that_ends_or_is_cut_off_resumes_from_the_last_resource_version() {
     let cluster = TestCluster::start().await;
     let (client, faults) = faulty_client(&cluster);
     let informer = Informer::new(
@@ -675,6 +678,47 @@ async fn a_watch_that_ends_resumes_from_the_last_resource_version() {
         resumed >= rv(&x).parse::<u64>().unwrap(),
         "resumed from {resumed}, before x"
     );
+
+    // Cut off mid-stream (a connection reset): also resumed, not relisted.
+    faults.cut_watches(Cut::Error);
+    poll_until("a third watch", || {
+        faults.watches.load(Ordering::SeqCst) >= 3
+    })
+    .await;
+    let z = api
+        .create(&PostParams::default(), &config_map("z", "1"))
+        .await
+        .unwrap();
+    rec.wait_for("z", |v| v.objects.len() == 3).await;
+    assert_eq!(
+        faults.lists.load(Ordering::SeqCst),
+        lists,
+        "a watch cut off must not relist"
+    );
+    let rvs = faults.watch_rvs.lock().clone();
+    let resumed: u64 = rvs[2].parse().expect("the third watch resumes too");
+    assert!(resumed >= rv(&x).parse::<u64>().unwrap() && resumed < rv(&z).parse::<u64>().unwrap());
+
+    // Cut off, then refused while the server is away (a restart): watched again from the
+    // last resourceVersion once it answers, still without a relist.
+    faults.offline.store(true, Ordering::SeqCst);
+    faults.cut_watches(Cut::Error);
+    poll_until("refused watches", || {
+        faults.failed.load(Ordering::SeqCst) >= 2
+    })
+    .await;
+    api.create(&PostParams::default(), &config_map("w", "1"))
+        .await
+        .unwrap();
+    faults.offline.store(false, Ordering::SeqCst);
+    rec.wait_for("w", |v| v.objects.len() == 4).await;
+    assert_eq!(
+        faults.lists.load(Ordering::SeqCst),
+        lists,
+        "a refused watch is retried, not relisted"
+    );
+    let last: u64 = faults.watch_rvs.lock().last().unwrap().parse().unwrap();
+    assert!(last >= rv(&z).parse::<u64>().unwrap());
     assert_eq!(rec.errors(), Vec::<String>::new());
     informer.shutdown().await;
 }

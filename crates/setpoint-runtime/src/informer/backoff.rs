@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::client::ClientError;
+
 /// Exponential backoff between failed list or watch attempts: `initial`, doubling up to `max`,
 /// each delay plus a random extra of up to `jitter` times itself so that many informers that
 /// failed together (an API server restart) do not come back together.
@@ -50,9 +52,34 @@ impl BackoffState {
         base + base.mul_f64(rand::random::<f64>() * jitter)
     }
 
-    /// Back to `initial` (after a successful list).
+    /// Back to `initial` (after a successful list or watch).
     pub(crate) fn reset(&mut self) {
         self.next = self.config.initial;
+    }
+
+    /// The delay before retrying after `error`: the next doubled one, except after a refused
+    /// connection, which waits the first delay (with its jitter) and doubles nothing. Nothing
+    /// listens then (a server restarting): retrying costs it nothing, and a doubled delay
+    /// would keep the client waiting long after the server is back.
+    pub(crate) fn delay_after(&mut self, error: &ClientError) -> Duration {
+        if refused(error) {
+            let base = self.config.initial.min(self.config.max);
+            let jitter = self.config.jitter.clamp(0.0, 1.0);
+            return base + base.mul_f64(rand::random::<f64>() * jitter);
+        }
+        self.next_delay()
+    }
+}
+
+/// Whether `error` is a connection the server's host refused. The transports report the
+/// connector's error as text (`ConnectionRefused`, `Connection refused`).
+pub(crate) fn refused(error: &ClientError) -> bool {
+    match error {
+        ClientError::Transport(text) => {
+            let text = text.to_ascii_lowercase();
+            text.contains("connection refused") || text.contains("connectionrefused")
+        }
+        _ => false,
     }
 }
 
@@ -74,6 +101,30 @@ mod tests {
         }
         b.reset();
         assert!(b.next_delay() < Duration::from_millis(1201));
+    }
+
+    #[test]
+    fn a_refused_connection_is_retried_after_the_first_delay_without_doubling() {
+        let mut b = BackoffState::new(Backoff::default());
+        let connect = ClientError::Transport(
+            "Error { kind: Connect, source: Some(ConnectError(\"tcp connect error\", Os { code: 111, kind: ConnectionRefused, message: \"Connection refused\" })) }".into(),
+        );
+        for _ in 0..5 {
+            let d = b.delay_after(&connect);
+            assert!(
+                d >= Duration::from_millis(800) && d <= Duration::from_millis(1200),
+                "{d:?}"
+            );
+        }
+        // Other failures double as before, from where they were.
+        let reset = ClientError::Transport("connection reset by peer".into());
+        assert!(b.delay_after(&reset) < Duration::from_millis(1201));
+        assert!(b.delay_after(&reset) >= Duration::from_millis(1600));
+        let busy = ClientError::Api(setpoint_api::ApiError::new(429, "TooManyRequests", "busy"));
+        assert!(!refused(&busy));
+        assert!(refused(&ClientError::Transport(
+            "injected: connection refused".into()
+        )));
     }
 
     #[test]

@@ -1,13 +1,21 @@
 //! The reflector: LIST, then WATCH from the list's resourceVersion, forever, feeding a sink.
 //!
 //! Recovery rules:
-//! - the watch ends cleanly (server timeout, or the server dropped a slow watcher): watch again
-//!   from the last resourceVersion seen, which loses nothing (the server replays from there or
-//!   answers 410);
-//! - 410 Gone (HTTP status or ERROR event), any other error event, or a broken stream: relist
-//!   and let the sink apply the differences;
-//! - every failed attempt waits the [`Backoff`](super::Backoff) delay first; a successful list
-//!   resets it;
+//! - the watch ends, cleanly (server timeout, or the server dropped a slow watcher) or cut off
+//!   mid-stream (a connection reset, the server going away): watch again from the last
+//!   resourceVersion seen, which loses nothing (the server replays from there or answers 410),
+//!   as client-go's reflector does; relisting every object instead costs the server and every
+//!   informer a full LIST for nothing;
+//! - a watch request to a server whose host refuses the connection (nothing listens: an API
+//!   server restarting): watch again from the same resourceVersion once it answers, as
+//!   client-go does, rather than relist;
+//! - 410 Gone (HTTP status or ERROR event), any other error event, or a watch request that
+//!   fails otherwise: relist and let the sink apply the differences;
+//! - every failed attempt waits the [`Backoff`](super::Backoff) delay first; a successful list,
+//!   or a watch that delivered something, resets it. A connection the server's host refused
+//!   (nothing listens: an API server restarting) is retried after the first delay without
+//!   doubling it: such an attempt costs the server nothing, and a doubled delay would keep an
+//!   informer waiting seconds after the server is back;
 //! - an object that does not decode as the informer's type (a LIST item or a watch event's
 //!   object) is handed to the sink as [`Undecodable`] and the rest keeps flowing: one malformed
 //!   stored object must not stop every controller of its type. The sink treats it as absent,
@@ -19,7 +27,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use tracing::Instrument;
 
-use super::backoff::{Backoff, BackoffState};
+use super::backoff::{refused, Backoff, BackoffState};
 use crate::client::{Api, ClientError, ListParams, Undecodable, WatchEvent, WatchParams};
 use crate::object::Object;
 
@@ -54,10 +62,17 @@ const SHORT_WATCH: Duration = Duration::from_secs(1);
 
 /// How a watch ended.
 enum WatchEnd {
-    /// The stream ended cleanly: resume from `last`.
-    Ended { last: String, quiet_and_short: bool },
+    /// The stream ended, cleanly or cut off: resume from `last`. `received`: it delivered
+    /// something (the watch worked); `quiet_and_short`: it delivered nothing and ended at once.
+    Ended {
+        last: String,
+        received: bool,
+        quiet_and_short: bool,
+    },
     /// 410: the resourceVersion is too old; relist.
     Gone(String),
+    /// The watch request's connection was refused: watch from `rv` again.
+    Refused { rv: String, error: ClientError },
     /// Anything else went wrong; relist.
     Failed(ClientError),
 }
@@ -84,7 +99,7 @@ pub(crate) async fn run<K: Object>(api: Api<K>, config: ReflectorConfig, sink: &
                 }
                 Err(e) => {
                     tracing::warn!(resource = %api.resource().plural, namespace = ?api.namespace(), error = %e, "list failed; retrying");
-                    tokio::time::sleep(backoff.next_delay()).await;
+                    tokio::time::sleep(backoff.delay_after(&e)).await;
                     continue;
                 }
             },
@@ -92,13 +107,21 @@ pub(crate) async fn run<K: Object>(api: Api<K>, config: ReflectorConfig, sink: &
         match watch(&api, &config, rv, sink).await {
             WatchEnd::Ended {
                 last,
+                received,
                 quiet_and_short,
             } => {
-                if quiet_and_short {
+                if received {
+                    backoff.reset();
+                } else if quiet_and_short {
                     tracing::debug!(resource = %api.resource().plural, "watch closed at once; backing off before watching again");
                     tokio::time::sleep(backoff.next_delay()).await;
                 }
                 resume_from = Some(last);
+            }
+            WatchEnd::Refused { rv, error } => {
+                tracing::debug!(resource = %api.resource().plural, error = %error, "watch refused; watching again");
+                tokio::time::sleep(backoff.delay_after(&error)).await;
+                resume_from = Some(rv);
             }
             WatchEnd::Gone(message) => {
                 tracing::warn!(resource = %api.resource().plural, namespace = ?api.namespace(), reason = "410 Gone", detail = %message, "relisting");
@@ -106,7 +129,7 @@ pub(crate) async fn run<K: Object>(api: Api<K>, config: ReflectorConfig, sink: &
             }
             WatchEnd::Failed(e) => {
                 tracing::warn!(resource = %api.resource().plural, namespace = ?api.namespace(), reason = %e, "watch failed; relisting");
-                tokio::time::sleep(backoff.next_delay()).await;
+                tokio::time::sleep(backoff.delay_after(&e)).await;
             }
         }
     }
@@ -160,6 +183,7 @@ async fn watch<K: Object>(
         let stream = match api.watch_lenient(&params, &rv).await {
             Ok(s) => s,
             Err(e) if e.is_gone() => return WatchEnd::Gone(e.to_string()),
+            Err(e) if refused(&e) => return WatchEnd::Refused { rv, error: e },
             Err(e) => return WatchEnd::Failed(e),
         };
         let mut stream = pin!(stream);
@@ -191,12 +215,19 @@ async fn watch<K: Object>(
                 }) => advance(&mut last, Some(resource_version)),
                 Ok(WatchEvent::Error(e)) if e.code == 410 => return WatchEnd::Gone(e.to_string()),
                 Ok(WatchEvent::Error(e)) => return WatchEnd::Failed(ClientError::Api(e)),
+                // Cut off (connection reset, server gone): what arrived is applied, and the
+                // server replays what follows `last` to the next watch, or answers 410.
+                Err(ClientError::Transport(e)) => {
+                    tracing::debug!(resource_version = %last, error = %e, "watch cut off");
+                    break;
+                }
                 Err(e) => return WatchEnd::Failed(e),
             }
         }
         tracing::debug!(resource_version = %last, "watch ended");
         WatchEnd::Ended {
             last,
+            received,
             quiet_and_short: !received && started.elapsed() < SHORT_WATCH,
         }
     }
