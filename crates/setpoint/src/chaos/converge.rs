@@ -43,13 +43,26 @@ fn job_not_complete(o: &Value, completions: i64) -> Option<String> {
 }
 
 /// Why the objects read are not converged on `desired`, or `None` when they are. Pure: the
-/// objects are LIST items of the workload's namespace.
-pub fn not_converged(
+/// objects are LIST items of the workload's namespace. ([`check`] reads the pods only once
+/// the rest pass.)
+#[cfg(test)]
+fn not_converged(
     desired: &Desired,
     deployments: &[Value],
     statefulsets: &[Value],
     jobs: &[Value],
     pods: &[Value],
+) -> Option<String> {
+    workloads_not_converged(desired, deployments, statefulsets, jobs)
+        .or_else(|| pods_not_converged(desired, pods))
+}
+
+/// Why the Deployments, StatefulSets and Jobs read are not converged on `desired`, or `None`.
+fn workloads_not_converged(
+    desired: &Desired,
+    deployments: &[Value],
+    statefulsets: &[Value],
+    jobs: &[Value],
 ) -> Option<String> {
     let find = |items: &[Value], name: &str| {
         items
@@ -57,9 +70,7 @@ pub fn not_converged(
             .find(|o| o["metadata"]["name"].as_str() == Some(name))
             .cloned()
     };
-    let mut want_pods = 0;
     for (object, (replicas, image)) in &desired.objects {
-        want_pods += replicas;
         let mut parts = object.splitn(3, '/');
         let (resource, name) = (parts.next().unwrap_or(""), parts.nth(1).unwrap_or(""));
         let items = if resource == "deployments" {
@@ -105,6 +116,13 @@ pub fn not_converged(
             return Some(why);
         }
     }
+    None
+}
+
+/// Why the pods read are not converged on `desired` (one per replica, none beyond them, every
+/// Job's finished), or `None`.
+fn pods_not_converged(desired: &Desired, pods: &[Value]) -> Option<String> {
+    let want_pods: i64 = desired.objects.values().map(|(replicas, _)| replicas).sum();
     let (job_pods, pods): (Vec<&Value>, Vec<&Value>) = pods.iter().partition(|p| of_job(p));
     // Every Job is complete: none of its pods may still be running.
     if let Some(p) = job_pods
@@ -138,17 +156,29 @@ async fn list(client: &Client, path: &str) -> Option<Vec<Value>> {
 }
 
 /// Why the cluster is not converged now (`Some("…")`, also when it cannot be read).
+///
+/// The pods are listed only once the workloads' statuses say converged: with a large
+/// `--background-pods` a LIST of every pod is by far the costliest read, and a poll that lists
+/// them while a status still says otherwise only slows the machine it measures (the
+/// workloads' statuses are what lag; the pods are checked before anything counts as
+/// converged all the same).
 pub async fn check(client: &Client, desired: &Desired) -> Option<String> {
+    const NO_ANSWER: &str = "the API server does not answer";
     let apps = format!("/apis/apps/v1/namespaces/{NAMESPACE}");
-    let (Some(d), Some(s), Some(j), Some(p)) = (
+    let (Some(d), Some(s), Some(j)) = (
         list(client, &format!("{apps}/deployments")).await,
         list(client, &format!("{apps}/statefulsets")).await,
         list(client, &jobs_path()).await,
-        list(client, &format!("/api/v1/namespaces/{NAMESPACE}/pods")).await,
     ) else {
-        return Some("the API server does not answer".into());
+        return Some(NO_ANSWER.into());
     };
-    not_converged(desired, &d, &s, &j, &p)
+    if let Some(why) = workloads_not_converged(desired, &d, &s, &j) {
+        return Some(why);
+    }
+    let Some(p) = list(client, &format!("/api/v1/namespaces/{NAMESPACE}/pods")).await else {
+        return Some(NO_ANSWER.into());
+    };
+    pods_not_converged(desired, &p)
 }
 
 /// Polls until converged: the time it took from `since`, or `Err` with the last reason after
