@@ -27,6 +27,7 @@ pub fn outcome<T>(r: &Result<T, ClientError>) -> Option<String> {
         Err(ClientError::Transport(_)) => Some("transport".into()),
         Err(ClientError::Decode(_)) => Some("decode".into()),
         Err(ClientError::Config(_)) => Some("config".into()),
+        Err(ClientError::NotSent(_)) => Some("not sent".into()),
     }
 }
 

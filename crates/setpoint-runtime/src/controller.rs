@@ -47,6 +47,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use crate::client::{ApiResource, ClientError};
 use crate::decision::{ObjectRef, Trigger};
 use crate::informer::{Event, Handler, Informer, Scope, SharedInformers};
+use crate::leader::{LeaderHandle, Leadership};
 use crate::object::{Object, ObjectKey};
 use crate::workqueue::{WorkItem, WorkQueue, WorkQueueBuilder, WorkQueueMetrics};
 
@@ -100,9 +101,27 @@ pub struct Context {
     pub controller: Arc<str>,
     /// Failures recorded for this key since its last success.
     pub retries: u32,
+    /// The leadership term this reconcile runs in (a controller run with
+    /// [`Controller::with_leader`]).
+    leadership: Option<Leadership>,
 }
 
 impl Context {
+    /// Whether this reconcile may still act: always without leader election; with it, while
+    /// its term lasts and its renew deadline has not passed by the local clock. Checked
+    /// between batches of writes, so a reconcile whose term ends stops cleanly; writes are
+    /// also refused by the client once the term is over ([`Leadership::fence`]).
+    pub fn may_act(&self) -> bool {
+        self.leadership.as_ref().is_none_or(Leadership::is_valid)
+    }
+
+    /// The number of the leadership term this reconcile runs in (`None` without leader
+    /// election). A new term may follow another replica's: what this replica's caches show
+    /// can then lag writes the other replica made just before it stopped.
+    pub fn term(&self) -> Option<u64> {
+        self.leadership.as_ref().map(Leadership::term)
+    }
+
     /// Adds a summary of the state this reconcile observed (e.g. `3 desired, 2 active, 1
     /// terminating`) to its decision record ([`crate::decision`]).
     pub fn observe(&self, summary: impl Into<String>) {
@@ -340,6 +359,8 @@ pub struct Controller {
     options: ControllerOptions,
     metrics: ControllerMetrics,
     leader: Option<watch::Receiver<bool>>,
+    /// The election itself, when known: reconciles then run in a term's [`Leadership`].
+    handle: Option<LeaderHandle>,
     informers: Option<SharedInformers>,
 }
 
@@ -364,6 +385,7 @@ impl Controller {
             options,
             metrics,
             leader: None,
+            handle: None,
             informers: None,
         }
     }
@@ -371,6 +393,18 @@ impl Controller {
     /// Reconcile only while this is true (leader election); sources keep caches warm anyway.
     pub fn with_leadership(mut self, leader: watch::Receiver<bool>) -> Self {
         self.leader = Some(leader);
+        self
+    }
+
+    /// Reconcile only while `handle` leads, each reconcile in its term: it is cancelled when
+    /// the term ends or its renew deadline passes by the local clock (even if the elector
+    /// task has not run since), its writes are fenced by the term
+    /// ([`Leadership::fence`]), and [`Context::may_act`] and [`Context::term`] tell it
+    /// where it stands. Preferred to [`Controller::with_leadership`], whose signal flips
+    /// only when the elector task runs.
+    pub fn with_leader(mut self, handle: LeaderHandle) -> Self {
+        self.leader = Some(handle.is_leader());
+        self.handle = Some(handle);
         self
     }
 
@@ -407,6 +441,7 @@ impl Controller {
             options,
             metrics,
             leader,
+            handle,
             informers,
         } = self;
         let mut source_tasks = Vec::new();
@@ -433,6 +468,7 @@ impl Controller {
                 timeout: options.reconcile_timeout,
                 metrics: metrics.clone(),
                 leader: leader.clone(),
+                handle: handle.clone(),
                 stop: stop_rx.clone(),
             };
             workers.push(tokio::spawn(w.run()));
@@ -459,6 +495,7 @@ struct Worker {
     timeout: Option<Duration>,
     metrics: ControllerMetrics,
     leader: Option<watch::Receiver<bool>>,
+    handle: Option<LeaderHandle>,
     stop: watch::Receiver<bool>,
 }
 
@@ -481,15 +518,27 @@ impl Worker {
                 item.requeue_after(Duration::ZERO);
                 continue;
             }
-            self.process(item).await;
+            let term = match &self.handle {
+                Some(h) => match h.leadership() {
+                    Some(t) => Some(t),
+                    None => {
+                        // The term ended (or its deadline passed) before the elector said so.
+                        item.requeue_after(Duration::ZERO);
+                        continue;
+                    }
+                },
+                None => None,
+            };
+            self.process(item, term).await;
         }
     }
 
-    async fn process(&mut self, item: WorkItem<ObjectKey>) {
+    async fn process(&mut self, item: WorkItem<ObjectKey>, term: Option<Leadership>) {
         let key = item.key().clone();
         let ctx = Context {
             controller: self.name.clone(),
             retries: item.num_requeues(),
+            leadership: term.clone(),
         };
         let start = Instant::now();
         let span = tracing::info_span!("reconcile", controller = %self.name, key = %key);
@@ -510,17 +559,24 @@ impl Worker {
         } else {
             crate::decision::Scope::begin(&self.name, ObjectRef::default(), Vec::new())
         };
-        let fut =
-            AssertUnwindSafe(decision.enter(self.reconciler.reconcile(&ctx, &key))).catch_unwind();
+        let reconcile = decision.enter(self.reconciler.reconcile(&ctx, &key));
+        let fut = AssertUnwindSafe(async {
+            match &term {
+                Some(t) => t.fence(reconcile).await,
+                None => reconcile.await,
+            }
+        })
+        .catch_unwind();
         // Losing leadership cancels the reconcile at once: a replica that is not the leader
-        // must not act.
+        // must not act. A term's token also wakes at its renew deadline by itself.
         let leader = self.leader.clone();
-        let lost = async move {
-            match leader {
-                Some(mut l) => {
+        let lost = async {
+            match (&term, leader) {
+                (Some(t), _) => t.lost().await,
+                (None, Some(mut l)) => {
                     let _ = l.wait_for(|lead| !*lead).await;
                 }
-                None => std::future::pending::<()>().await,
+                (None, None) => std::future::pending::<()>().await,
             }
         };
         let outcome = tokio::select! {

@@ -427,6 +427,22 @@ impl Leadership {
         }
     }
 
+    /// The Lease this term is on (`namespace/name`).
+    pub fn lease(&self) -> &str {
+        &self.shared.lease
+    }
+
+    /// Runs `work` fenced by this term: every write the [`Client`] would send from inside it
+    /// (on this task, not tasks it spawns) once the term has ended is refused without being
+    /// sent ([`ClientError::NotSent`]). The check is made after the client's rate limiter,
+    /// right before the request goes out, and reads the local clock itself, so a reconcile
+    /// that was frozen, starved or kept waiting for a token past its renew deadline cannot
+    /// write after another replica may have taken over, whether or not the elector task has
+    /// run in the meantime.
+    pub async fn fence<F: Future>(&self, work: F) -> F::Output {
+        FENCE.scope(self.clone(), work).await
+    }
+
     /// Runs `work` until it completes (`Some`) or this term ends (`None`, `work` dropped).
     pub async fn run<F: Future>(&self, work: F) -> Option<F::Output> {
         tokio::select! {
@@ -435,6 +451,26 @@ impl Leadership {
             out = work => Some(out),
         }
     }
+}
+
+tokio::task_local! {
+    /// The term the current task's writes are fenced by ([`Leadership::fence`]).
+    static FENCE: Leadership;
+}
+
+/// If the current task runs fenced by a term that has ended, why a write must not be sent.
+pub(crate) fn fenced_out() -> Option<String> {
+    FENCE
+        .try_with(|l| {
+            (!l.is_valid()).then(|| {
+                format!(
+                    "the leadership of {} (term {}) has ended or passed its renew deadline",
+                    l.shared.lease, l.term
+                )
+            })
+        })
+        .ok()
+        .flatten()
 }
 
 /// State shared by the elector task, handles and tokens.

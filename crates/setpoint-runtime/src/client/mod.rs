@@ -98,6 +98,11 @@ pub enum ClientError {
     /// The client is misconfigured (kubeconfig, certificates).
     #[error("configuration: {0}")]
     Config(String),
+    /// The request was refused before it was sent, so it certainly had no effect: a write
+    /// from work fenced by a leadership term that has ended
+    /// ([`Leadership::fence`](crate::leader::Leadership::fence)).
+    #[error("not sent: {0}")]
+    NotSent(String),
 }
 
 impl ClientError {
@@ -123,6 +128,19 @@ impl ClientError {
     /// 410 Gone / Expired: relist.
     pub fn is_gone(&self) -> bool {
         self.code() == Some(410)
+    }
+    /// Whether a write that failed this way may still have been applied by the server: the
+    /// request may have gone out and no answer came back (connection lost, timed out), or
+    /// the server answered 504, which says it may still finish the request. A write refused
+    /// before sending (no connection could be made, or [`ClientError::NotSent`]), or
+    /// answered with any other error, did not happen.
+    pub fn outcome_unknown(&self) -> bool {
+        match self {
+            // hyper's connection errors read `Error(Connect, ..)`: nothing was sent.
+            ClientError::Transport(text) => !text.contains("Error(Connect,"),
+            ClientError::Api(e) => e.code == 504,
+            _ => false,
+        }
     }
 }
 
@@ -387,6 +405,13 @@ impl Client {
             .body(body)
             .map_err(|e| ClientError::Config(format!("request: {e}")))?;
         *req.extensions_mut() = extensions;
+        // Checked last, after the rate limiter's wait: a leader's write must not leave once
+        // its term may be over in the other replicas' eyes.
+        if method != http::Method::GET && method != http::Method::HEAD {
+            if let Some(why) = crate::leader::fenced_out() {
+                return Err(ClientError::NotSent(why));
+            }
+        }
         let start = Instant::now();
         let resp = self.transport.send(req).await;
         if let Some(m) = &self.metrics {

@@ -361,6 +361,80 @@ async fn tokens_expire_at_the_renew_deadline_on_their_own() {
     assert_eq!(holder(&server), ("a".to_string(), 0));
 }
 
+/// Counts the writes that reach it, noting whether the term was still valid when each did.
+struct Writes {
+    term: Leadership,
+    sent: Mutex<Vec<(Instant, bool)>>,
+}
+
+#[async_trait]
+impl Transport for Arc<Writes> {
+    async fn send(&self, _req: http::Request<Bytes>) -> Result<http::Response<Body>, ClientError> {
+        self.sent
+            .lock()
+            .push((Instant::now(), self.term.is_valid()));
+        respond(201, &json!({"metadata": {"name": "x"}}))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fenced_batch_stops_writing_when_the_term_lapses_mid_way() {
+    // A leader starts a batch of creates that a rate limit spreads over 30 s (one a second),
+    // then can no longer renew: the creates still queued at its renew deadline are refused
+    // without being sent, though they were all started while it led.
+    let server = Arc::new(FakeLeases::default());
+    let fail = Arc::new(AtomicBool::new(false));
+    let client = Client::new(FakeTransport {
+        server: server.clone(),
+        fail_writes: fail.clone(),
+    });
+    let lock = LeaseLock::new("kube-system", "controller").with_identity("a");
+    let handle = LeaderElector::new(client, lock, LeaderConfig::default())
+        .unwrap()
+        .start();
+    let term = handle.acquired().await.unwrap();
+    let writes = Arc::new(Writes {
+        term: term.clone(),
+        sent: Mutex::new(Vec::new()),
+    });
+    let work = Client::new(writes.clone()).with_rate_limit(1.0, 1);
+    fail.store(true, Ordering::SeqCst);
+    let t0 = Instant::now();
+    let results = term
+        .fence(futures::future::join_all((0..30).map(|_| {
+            work.request(
+                http::Method::POST,
+                "/api/v1/namespaces/a/pods",
+                None,
+                Bytes::new(),
+            )
+        })))
+        .await;
+    let sent = writes.sent.lock().clone();
+    let refused = results
+        .iter()
+        .filter(|r| matches!(r, Err(ClientError::NotSent(_))))
+        .count();
+    assert!(sent.iter().all(|(_, valid)| *valid), "{sent:?}");
+    // The last renewal was sent at most a retry period before the failures began, so the
+    // deadline falls 8–10 s in: 8–10 creates went out, the other 20 or more did not.
+    assert!((8..=10).contains(&sent.len()), "{}", sent.len());
+    assert_eq!(sent.len() + refused, 30);
+    assert!(sent
+        .iter()
+        .all(|(at, _)| *at - t0 < LeaderConfig::default().renew_deadline));
+    // Only work inside the fence is refused.
+    assert!(work
+        .request(
+            http::Method::POST,
+            "/api/v1/namespaces/a/pods",
+            None,
+            Bytes::new()
+        )
+        .await
+        .is_ok());
+}
+
 #[tokio::test(start_paused = true)]
 async fn metric_reports_leading() {
     let mut registry = prometheus_client::registry::Registry::default();
