@@ -130,8 +130,13 @@ pub fn elect(
             leading: None,
         });
     }
+    // The elector does not share the component's rate limit: renewals queued behind a
+    // controller's burst of creates (a 1,000-pod ReplicaSet reserves seconds of tokens at
+    // once) missed the renew deadline, so leadership changed hands under load, each time
+    // with the new leader's caches behind the old one's writes. Upstream likewise gives
+    // leader election a client of its own; the elector paces itself by its retry period.
     let mut elector = LeaderElector::new(
-        client.clone(),
+        client.clone().without_rate_limit(),
         LeaseLock::new(lease.0, lease.1),
         flags.config(),
     )?;
