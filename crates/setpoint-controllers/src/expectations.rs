@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use setpoint_runtime::client::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use setpoint_runtime::events::{EventRecorder, EventType};
 use setpoint_runtime::informer::{Event, HandlerId, Informer, Scope, SharedInformers, Store};
-use setpoint_runtime::{Object, ObjectKey};
+use setpoint_runtime::{ClientError, Object, ObjectKey};
 
 /// How long unobserved expectations are trusted before the cache is believed instead.
 pub const EXPECTATIONS_TIMEOUT: Duration = Duration::from_secs(5 * 60);
@@ -97,6 +97,52 @@ impl Expectations {
             e.until = e.until.min(Instant::now() + INTERRUPTED_GRACE);
         }
     }
+
+    /// A write for `key` failed in a way that leaves its outcome unknown (the connection was
+    /// lost after it was sent, it timed out: [`ClientError::outcome_unknown`]). It is still
+    /// expected, as after an interruption, for [`INTERRUPTED_GRACE`] at most: lowering the
+    /// expectation as for a refused write let a cache that had not yet seen the pod (the
+    /// API server restarted, the watch not yet resumed) create it a second time.
+    ///
+    /// [`ClientError::outcome_unknown`]: setpoint_runtime::ClientError::outcome_unknown
+    pub fn outcome_unknown(&self, key: &ObjectKey) {
+        self.interrupted(key);
+    }
+}
+
+/// The owners whose pods have been counted from the server, not the cache, in the current
+/// leadership term. A replica that takes over from another may have caches behind the
+/// other's last creates (its watch lags a loaded server), and its expectations know only its
+/// own writes: so before its first create for an owner in a term, it counts the owner's pods
+/// with a consistent LIST and creates no more than that count says are missing. One LIST
+/// per owner per term, and only for an owner that is about to get pods.
+#[derive(Debug, Default)]
+pub struct FreshCounts {
+    counted: Mutex<HashMap<ObjectKey, u64>>,
+}
+
+impl FreshCounts {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectKey, u64>> {
+        self.counted.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether `key`'s pods must be counted from the server before creating any in `term`
+    /// (`None` without leader election: this replica's own writes are all there were).
+    pub fn needed(&self, key: &ObjectKey, term: Option<u64>) -> bool {
+        term.is_some_and(|t| self.lock().get(key) != Some(&t))
+    }
+
+    /// `key`'s pods were counted from the server in `term`.
+    pub fn counted(&self, key: &ObjectKey, term: Option<u64>) {
+        if let Some(t) = term {
+            self.lock().insert(key.clone(), t);
+        }
+    }
+
+    /// Forgets an owner that is gone.
+    pub fn forget(&self, key: &ObjectKey) {
+        self.lock().remove(key);
+    }
 }
 
 /// The kind of controller whose pods an [`Expectations`] follows.
@@ -127,6 +173,8 @@ pub struct OwnedPods {
     pub pods: Store<Pod>,
     /// The creations and deletions the controller waits to see.
     pub expectations: Arc<Expectations>,
+    /// The owners counted from the server in the current leadership term.
+    pub fresh: FreshCounts,
     informer: Informer<Pod>,
     subscription: Option<HandlerId>,
 }
@@ -143,6 +191,7 @@ impl OwnedPods {
         OwnedPods {
             pods: informer.store(),
             expectations,
+            fresh: FreshCounts::default(),
             informer,
             subscription: Some(subscription),
         }
@@ -191,8 +240,10 @@ pub fn observe(expectations: &Expectations, ev: &Event<Pod>, owner: Owner) {
 
 /// Creates `n` copies of `pod` for the owner `key` in slow-start batches (1, 2, 4, 8 …), with
 /// a `SuccessfulCreate` or `FailedCreate` event on `owner` for each. The caller has already
-/// expected the `n` creates; the ones that fail or are skipped after a failed batch are
-/// marked observed here, since no event will ever bring them. Returns the first error.
+/// expected the `n` creates; the ones that certainly failed or are skipped after a failed
+/// batch are marked observed here, since no event will ever bring them, and the ones whose
+/// outcome is unknown stay expected for a grace ([`Expectations::outcome_unknown`]).
+/// Returns the first error.
 pub async fn create_in_batches(
     api: &Api<Pod>,
     pod: &Pod,
@@ -295,6 +346,16 @@ pub async fn delete_in_batches(
     failed
 }
 
+/// Accounts for a create for `key` that failed with `e`: one refused or never sent will not
+/// be observed; one that may have happened stays expected for a grace.
+fn create_failed(expectations: &Expectations, key: &ObjectKey, e: &ClientError) {
+    if e.outcome_unknown() {
+        expectations.outcome_unknown(key);
+    } else {
+        expectations.creation_observed(key, 1);
+    }
+}
+
 /// How [`create_in_batches_while`] ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BatchesEnd {
@@ -372,7 +433,7 @@ where
                     &format!("Created pod: {}", meta.name.as_deref().unwrap_or_default()),
                 ),
                 Err(e) => {
-                    expectations.creation_observed(key, 1);
+                    create_failed(expectations, key, &e);
                     let msg = e.to_string();
                     events.publish(
                         owner,
@@ -391,4 +452,67 @@ where
         }
     }
     BatchesEnd::Done
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use setpoint_runtime::client::api_error_from_status;
+
+    fn api(code: u16, reason: &str) -> ClientError {
+        ClientError::Api(api_error_from_status(
+            &serde_json::json!({"code": code, "reason": reason, "message": reason}),
+            code,
+        ))
+    }
+
+    #[test]
+    fn a_create_that_may_have_happened_stays_expected_for_the_grace() {
+        let k = ObjectKey::new(Some("default"), "web");
+        for (e, stays) in [
+            // Sent, and the connection went before an answer (an API server restart).
+            (ClientError::Transport("connection reset".into()), true),
+            (api(504, "Timeout"), true),
+            // Never sent, or refused: nothing to wait for.
+            (ClientError::NotSent("the leadership has ended".into()), false),
+            (
+                ClientError::Transport(
+                    "hyper_util::client::legacy::Error(Connect, ConnectError(\"tcp connect error\", Os { code: 111, kind: ConnectionRefused }))"
+                        .into(),
+                ),
+                false,
+            ),
+            (api(422, "Invalid"), false),
+            (api(500, "InternalError"), false),
+            (api(409, "AlreadyExists"), false),
+        ] {
+            let x = Expectations::default();
+            x.expect(&k, 1, HashSet::new());
+            create_failed(&x, &k, &e);
+            assert_eq!(!x.satisfied(&k), stays, "{e}");
+            if stays {
+                assert!(x.expires_in(&k).unwrap() <= INTERRUPTED_GRACE, "{e}");
+                // Observed after all: satisfied at once.
+                x.creation_observed(&k, 1);
+                assert!(x.satisfied(&k));
+            }
+        }
+    }
+
+    #[test]
+    fn owners_are_counted_from_the_server_once_per_term() {
+        let f = FreshCounts::default();
+        let k = ObjectKey::new(Some("default"), "web");
+        // Without leader election there is no other replica to have written.
+        assert!(!f.needed(&k, None));
+        assert!(f.needed(&k, Some(1)));
+        f.counted(&k, Some(1));
+        assert!(!f.needed(&k, Some(1)));
+        assert!(f.needed(&ObjectKey::new(Some("default"), "db"), Some(1)));
+        // A later term follows whoever led in between.
+        assert!(f.needed(&k, Some(2)));
+        f.counted(&k, Some(2));
+        f.forget(&k);
+        assert!(f.needed(&k, Some(2)));
+    }
 }

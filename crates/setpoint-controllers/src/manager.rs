@@ -9,6 +9,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use setpoint_runtime::client::Client;
 use setpoint_runtime::controller::{Controller, ControllerMetrics};
 use setpoint_runtime::informer::{Scope, SharedInformers};
+use setpoint_runtime::leader::LeaderHandle;
 use tokio::sync::watch;
 
 /// Every built-in controller, by the name `--controllers` knows it.
@@ -242,12 +243,13 @@ fn push(out: &mut Vec<Controller>, controller: Controller, name: &str, options: 
     });
 }
 
-/// Runs the controllers until `shutdown` completes, acting only while `leader` says so.
+/// Runs the controllers until `shutdown` completes, acting only while `leader` leads (each
+/// reconcile in its term, its writes fenced by it: [`Controller::with_leader`]).
 pub async fn run(
     client: Client,
     names: Vec<String>,
     options: Options,
-    leader: Option<watch::Receiver<bool>>,
+    leader: Option<LeaderHandle>,
     shutdown: impl Future<Output = ()> + Send,
 ) {
     let informers = SharedInformers::lean(client.clone());
@@ -262,7 +264,7 @@ pub async fn run_on(
     client: Client,
     names: Vec<String>,
     options: Options,
-    leader: Option<watch::Receiver<bool>>,
+    leader: Option<LeaderHandle>,
     informers: &SharedInformers,
     shutdown: impl Future<Output = ()> + Send,
 ) {
@@ -270,7 +272,7 @@ pub async fn run_on(
     let mut tasks = Vec::new();
     for mut c in build(&client, &names, &options, informers).await {
         if let Some(l) = &leader {
-            c = c.with_leadership(l.clone());
+            c = c.with_leader(l.clone());
         }
         let mut stop = stop_rx.clone();
         tasks.push(tokio::spawn(c.run(async move {
@@ -303,7 +305,7 @@ async fn run_garbage_collector(
     informers: SharedInformers,
     workers: usize,
     metrics: Option<ControllerMetrics>,
-    leader: Option<watch::Receiver<bool>>,
+    leader: Option<LeaderHandle>,
     mut stop: watch::Receiver<bool>,
 ) {
     let changed = Arc::new(tokio::sync::Notify::new());
@@ -316,7 +318,7 @@ async fn run_garbage_collector(
         let mut c =
             crate::gc::controller(client.clone(), &informers, &resources).with_workers(workers);
         if let Some(l) = &leader {
-            c = c.with_leadership(l.clone());
+            c = c.with_leader(l.clone());
         }
         if let Some(m) = &metrics {
             c = c.with_metrics(m.clone());
@@ -380,7 +382,7 @@ impl InProcess {
         client: Client,
         options: Options,
         informers: SharedInformers,
-        leader: Option<watch::Receiver<bool>>,
+        leader: Option<LeaderHandle>,
     ) -> InProcess {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let names = ALL.iter().map(|s| s.to_string()).collect();

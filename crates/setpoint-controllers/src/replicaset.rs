@@ -21,14 +21,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
 use setpoint_api::selector::LabelSelector;
-use setpoint_runtime::client::{Api, Client, PostParams};
+use setpoint_runtime::client::{Api, Client, ListParams, PostParams};
 use setpoint_runtime::controller::{Action, Context, Controller, ReconcileError, Reconciler};
 use setpoint_runtime::events::{EventRecorder, Reporter, ToObjectReference};
 use setpoint_runtime::informer::{Scope, SharedInformers, Store};
 use setpoint_runtime::{Object, ObjectKey};
 
 pub use crate::expectations::Expectations;
-use crate::expectations::OwnedPods;
+use crate::expectations::{BatchesEnd, OwnedPods};
 
 /// The controller's name (work queue, metrics, logs, event reporter).
 pub const NAME: &str = "replicaset";
@@ -395,9 +395,11 @@ impl<K: Replicated> ReplicaSetController<K> {
         crate::expectations::patch_owner_references(api, &pod, refs, "release").await;
     }
 
-    /// Creates `n` pods in slow-start batches; returns the first error.
+    /// Creates `n` pods in slow-start batches while this reconcile may act (its leadership
+    /// term lasts); returns the first error.
     async fn create(
         &self,
+        ctx: &Context,
         api: &Api<Pod>,
         rs: &ReplicaSet,
         owner: &K,
@@ -411,7 +413,10 @@ impl<K: Replicated> ReplicaSetController<K> {
                 return Some(e.message);
             }
         };
-        crate::expectations::create_in_batches(
+        // A term that ends mid-way stops before the next batch; the client also refuses any
+        // write of a reconcile whose term is over.
+        let proceed = || std::future::ready(ctx.may_act());
+        match crate::expectations::create_in_batches_while(
             api,
             &pod,
             n,
@@ -419,8 +424,13 @@ impl<K: Replicated> ReplicaSetController<K> {
             key,
             &self.events,
             &owner.object_reference(),
+            proceed,
         )
         .await
+        {
+            BatchesEnd::Failed(msg) => Some(msg),
+            BatchesEnd::Done | BatchesEnd::Stopped { .. } => None,
+        }
     }
 
     /// Deletes the pods `keys`; returns the first error.
@@ -448,6 +458,7 @@ impl<K: Replicated> Reconciler for ReplicaSetController<K> {
     async fn reconcile(&self, ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
         let Some(owner) = self.replicasets.get(key) else {
             self.owned.expectations.forget(key);
+            self.owned.fresh.forget(key);
             ctx.observe("the ReplicaSet is gone");
             return Ok(Action::Done);
         };
@@ -504,16 +515,31 @@ impl<K: Replicated> Reconciler for ReplicaSetController<K> {
         if waiting && (plan.create > 0 || !plan.delete.is_empty()) {
             ctx.observe("earlier creates or deletes not yet observed (expectations): no action");
         }
+        let mut create = plan.create;
+        if !waiting && create > 0 && self.owned.fresh.needed(key, ctx.term()) {
+            // First create for this set in a new leadership term: the pods the previous
+            // leader created last may not be in this replica's cache yet.
+            let selector = selector_of(&rs).to_string();
+            let live = api.list(&ListParams::default().labels(&selector)).await?;
+            let live: Vec<Arc<Pod>> = live.items.into_iter().map(Arc::new).collect();
+            let fresh = crate::replicaset::plan(&rs, &live, now);
+            self.owned.fresh.counted(key, ctx.term());
+            if fresh.create < create {
+                ctx.observe(format!(
+                    "the server has {} active pods, the cache {active}: creating {} instead of {create}",
+                    fresh.status.replicas, fresh.create
+                ));
+                create = fresh.create;
+            }
+        }
         if !waiting {
-            if plan.create > 0 {
+            if create > 0 {
                 ctx.action(
-                    format!("create {} pod(s)", plan.create),
+                    format!("create {create} pod(s)"),
                     format!("{active} active < {want} desired"),
                 );
-                self.owned
-                    .expectations
-                    .expect(key, plan.create, HashSet::new());
-                if let Some(e) = self.create(&api, &rs, &owner, key, plan.create).await {
+                self.owned.expectations.expect(key, create, HashSet::new());
+                if let Some(e) = self.create(ctx, &api, &rs, &owner, key, create).await {
                     failure = Some(("FailedCreate", e));
                 }
             } else if !plan.delete.is_empty() {

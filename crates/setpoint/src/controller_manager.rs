@@ -297,7 +297,7 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
             .into_iter()
             .map(|(c, names)| {
                 let options = options.clone();
-                let leading = leadership.leading.clone();
+                let leading = leadership.handle.clone();
                 let informers = informers.clone();
                 let mut stop = stop.clone();
                 tokio::spawn(async move {
@@ -317,7 +317,7 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
             client,
             args.controllers,
             options,
-            leadership.leading.clone(),
+            leadership.handle.clone(),
             &informers,
             crate::wait_for_signal(),
         )
@@ -339,7 +339,7 @@ pub fn start_in_process(
     node_grace: std::time::Duration,
     concurrency: Concurrency,
     informers: SharedInformers,
-    leading: Option<tokio::sync::watch::Receiver<bool>>,
+    leading: Option<setpoint_runtime::leader::LeaderHandle>,
     metrics: Option<setpoint_runtime::controller::ControllerMetrics>,
     root_ca_pem: Option<String>,
     cluster_signing: Option<SigningCa>,

@@ -385,7 +385,7 @@ async fn run(args: ServeArgs, up: Option<Up>) -> anyhow::Result<()> {
                 &election,
                 Some(leader_metrics.clone()),
             )?;
-            let leading = leadership.leading.clone();
+            let leading = leadership.handle.clone();
             leaderships.push(leadership);
             Some(controller_manager::start_in_process(
                 client,

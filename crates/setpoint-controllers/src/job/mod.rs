@@ -39,7 +39,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
 use setpoint_api::selector::LabelSelector;
-use setpoint_runtime::client::{Api, Client, DeleteParams, PatchParams, PostParams};
+use setpoint_runtime::client::{Api, Client, DeleteParams, ListParams, PatchParams, PostParams};
 use setpoint_runtime::controller::{Action, Context, Controller, ReconcileError, Reconciler};
 use setpoint_runtime::events::{EventRecorder, EventType, Reporter, ToObjectReference};
 use setpoint_runtime::informer::{Scope, SharedInformers, Store};
@@ -847,6 +847,7 @@ impl Reconciler for JobController {
     async fn reconcile(&self, ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
         let Some(job) = self.jobs.get(key) else {
             self.owned.expectations.forget(key);
+            self.owned.fresh.forget(key);
             // The Job is gone: none of its pods may stay stuck on its finalizer.
             self.release_strays(key, None).await?;
             return Ok(Action::Done);
@@ -885,8 +886,35 @@ impl Reconciler for JobController {
             .collect();
         self.release_strays(key, Some(&mine)).await?;
         let now = crate::now();
-        let p = plan(&job, &pods, now);
+        let mut p = plan(&job, &pods, now);
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        if p.create > 0 && self.owned.fresh.needed(key, ctx.term()) {
+            // First create for this Job in a new leadership term: the pods the previous
+            // leader created last may not be in this replica's cache yet.
+            let live = api
+                .list(&ListParams::default().labels(&selector.to_string()))
+                .await?;
+            let live: Vec<Arc<Pod>> = live
+                .items
+                .into_iter()
+                .filter(|pod| {
+                    pod.owner_references()
+                        .iter()
+                        .any(|r| r.controller == Some(true) && r.uid == uid)
+                })
+                .map(Arc::new)
+                .collect();
+            let fresh = plan(&job, &live, now);
+            self.owned.fresh.counted(key, ctx.term());
+            if fresh.create < p.create {
+                ctx.observe(format!(
+                    "the server has {} active pods, the cache {}: creating {} instead of {}",
+                    fresh.active, p.active, fresh.create, p.create
+                ));
+                p.create = fresh.create;
+                p.indexes = fresh.indexes;
+            }
+        }
         let reference = job.object_reference();
         let spec = job.spec.as_ref();
         let parallelism = spec.and_then(|s| s.parallelism).unwrap_or(1);
@@ -925,9 +953,12 @@ impl Reconciler for JobController {
                 let (jobs, cache, key, uid) =
                     (jobs.clone(), self.jobs.clone(), key.clone(), uid.clone());
                 async move {
+                    // Not once this reconcile's leadership term is over (the client would
+                    // refuse the creates anyway).
                     // The cache costs nothing and usually knows already; the server is asked
                     // too, because the cache can lag a delete by the batches it takes.
-                    still_wants_pods(cache.get(&key).as_deref(), &uid)
+                    ctx.may_act()
+                        && still_wants_pods(cache.get(&key).as_deref(), &uid)
                         && match jobs.get_opt(&key.name).await {
                             Ok(current) => still_wants_pods(current.as_ref(), &uid),
                             Err(e) => {
