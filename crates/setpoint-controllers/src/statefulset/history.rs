@@ -157,6 +157,26 @@ pub fn resolve(set: &StatefulSet, revisions: &[&ControllerRevision]) -> Resolved
     }
 }
 
+/// Whether `existing`, found under `wanted`'s name when creating `wanted`, is that very
+/// revision: the same template, controlled by the same set. An earlier attempt at the create
+/// may have succeeded with its answer lost (an API server going down), and the set's
+/// revision cache shows it only once its informer catches up; upstream's
+/// `CreateControllerRevision` likewise reads the one that exists and uses it when its data
+/// is the same.
+pub fn is_same_revision(existing: &ControllerRevision, wanted: &ControllerRevision) -> bool {
+    let controller = |r: &ControllerRevision| {
+        r.owner_references()
+            .into_iter()
+            .find(|o| o.controller == Some(true))
+            .map(|o| o.uid)
+    };
+    existing.metadata.deletion_timestamp.is_none()
+        && controller(existing).is_some()
+        && controller(existing) == controller(wanted)
+        && template_of(existing).is_some()
+        && template_of(existing) == template_of(wanted)
+}
+
 /// The revisions to delete: the oldest beyond `revisionHistoryLimit` (default 10) among those
 /// no pod is at and that are neither the current nor the update revision.
 pub fn truncate(
@@ -280,6 +300,35 @@ mod tests {
         assert_eq!(r.collision_count, 1);
         assert_ne!(r.update, mine.name());
         assert_eq!(created(&r).revision, 2);
+    }
+
+    #[test]
+    fn a_revision_found_by_name_is_ours_only_with_our_template_and_controller() {
+        let s = set("a");
+        let wanted = created(&resolve(&s, &[]));
+        // Made by an earlier attempt whose answer was lost: as the server returns it.
+        let mut existing = wanted.clone();
+        existing.metadata.uid = Some("r-uid".into());
+        existing.metadata.resource_version = Some("42".into());
+        assert!(is_same_revision(&existing, &wanted));
+        // Another template under the name: a hash collision, not ours.
+        let mut other = new_revision(&set("z"), &wanted.name(), 1);
+        other.metadata.name = wanted.metadata.name.clone();
+        assert!(!is_same_revision(&other, &wanted));
+        // Our template, but another set's (a set re-created under the name) or nobody's.
+        let mut foreign = existing.clone();
+        foreign.metadata.owner_references.as_mut().unwrap()[0].uid = "other".into();
+        assert!(!is_same_revision(&foreign, &wanted));
+        let mut orphan = existing.clone();
+        orphan.metadata.owner_references = None;
+        assert!(!is_same_revision(&orphan, &wanted));
+        // Being deleted: it will not stay.
+        let mut going = existing;
+        going.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        assert!(!is_same_revision(&going, &wanted));
     }
 
     #[test]

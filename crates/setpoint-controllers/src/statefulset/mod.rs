@@ -373,11 +373,20 @@ impl StatefulSetController {
         match write {
             history::Write::Create(rev) => match api.create(&PostParams::default(), rev).await {
                 Ok(_) => Ok(()),
-                Err(e) if e.is_already_exists() => Err(ReconcileError::retry(format!(
-                    "controller revision {} of StatefulSet {} exists but is not in the cache yet",
-                    rev.name(),
-                    set.name()
-                ))),
+                // Most often the revision this pass wants, created by an earlier pass whose
+                // answer was lost (the API server went down) and not in the cache yet: read
+                // it, as upstream does, and go on. Failing until the cache shows it made the
+                // key back off for as long as the cache lagged (a failed key's retry is a
+                // floor the revision's own event does not lower), so a rollout stood still
+                // well after an API server restart.
+                Err(e) if e.is_already_exists() => match api.get_opt(&rev.name()).await? {
+                    Some(existing) if history::is_same_revision(&existing, rev) => Ok(()),
+                    _ => Err(ReconcileError::retry(format!(
+                        "controller revision {} of StatefulSet {} exists but is not in the cache yet",
+                        rev.name(),
+                        set.name()
+                    ))),
+                },
                 Err(e) => Err(e.into()),
             },
             history::Write::Renumber { name, revision } => {
