@@ -113,9 +113,11 @@ impl Expectations {
 /// The owners whose pods have been counted from the server, not the cache, in the current
 /// leadership term. A replica that takes over from another may have caches behind the
 /// other's last creates (its watch lags a loaded server), and its expectations know only its
-/// own writes: so before its first create for an owner in a term, it counts the owner's pods
-/// with a consistent LIST and creates no more than that count says are missing. One LIST
-/// per owner per term, and only for an owner that is about to get pods.
+/// own writes: so before its first create for an owner in such a term
+/// ([`Context::successor_term`](setpoint_runtime::controller::Context::successor_term)), it
+/// counts the owner's pods with a consistent LIST and creates no more than that count says
+/// are missing. One LIST per owner per term, only for an owner about to get pods, and none
+/// in a term that followed nobody (a new cluster's first leader).
 #[derive(Debug, Default)]
 pub struct FreshCounts {
     counted: Mutex<HashMap<ObjectKey, u64>>,
@@ -127,7 +129,8 @@ impl FreshCounts {
     }
 
     /// Whether `key`'s pods must be counted from the server before creating any in `term`
-    /// (`None` without leader election: this replica's own writes are all there were).
+    /// (`None` without leader election or in a term that followed nobody: this replica's own
+    /// writes are all there were).
     pub fn needed(&self, key: &ObjectKey, term: Option<u64>) -> bool {
         term.is_some_and(|t| self.lock().get(key) != Some(&t))
     }

@@ -116,10 +116,20 @@ impl Context {
     }
 
     /// The number of the leadership term this reconcile runs in (`None` without leader
-    /// election). A new term may follow another replica's: what this replica's caches show
-    /// can then lag writes the other replica made just before it stopped.
+    /// election).
     pub fn term(&self) -> Option<u64> {
         self.leadership.as_ref().map(Leadership::term)
+    }
+
+    /// The term's number if it took over from another replica
+    /// ([`Leadership::follows_another`]): what this replica's caches show can then lag writes
+    /// the other one made just before it stopped. `None` without leader election, and in a
+    /// term that followed nobody (this replica created the Lease, or held it throughout).
+    pub fn successor_term(&self) -> Option<u64> {
+        self.leadership
+            .as_ref()
+            .filter(|l| l.follows_another())
+            .map(Leadership::term)
     }
 
     /// Adds a summary of the state this reconcile observed (e.g. `3 desired, 2 active, 1

@@ -246,6 +246,7 @@ impl LeaderElector {
             lease: format!("{}/{}", self.lock.namespace, self.lock.name),
             state: Mutex::new(State {
                 term: 0,
+                successor: false,
                 leading: false,
                 valid_until: Instant::now(),
                 guard: None,
@@ -263,6 +264,7 @@ impl LeaderElector {
             config: self.config,
             shared: shared.clone(),
             observed: None,
+            successor: false,
         };
         let task = tokio::spawn(elector.run(shutdown_rx));
         LeaderHandle {
@@ -378,6 +380,7 @@ impl LeaderHandle {
 pub struct Leadership {
     shared: Arc<Shared>,
     term: u64,
+    successor: bool,
     // Counted by the term's guard sender: see `Elector::release`.
     _guard: watch::Receiver<()>,
 }
@@ -396,6 +399,13 @@ impl Leadership {
     /// Counts terms led by this process, from 1.
     pub fn term(&self) -> u64 {
         self.term
+    }
+
+    /// Whether this term took the Lease over from another holder (or from a released one):
+    /// another replica may have acted just before, and this one's caches may not show all
+    /// it wrote yet. False when this candidate created the Lease or still held it.
+    pub fn follows_another(&self) -> bool {
+        self.successor
     }
 
     /// Whether this term is still current and within its renew deadline.
@@ -483,6 +493,8 @@ struct Shared {
 
 struct State {
     term: u64,
+    /// Whether the current term took the Lease from another holder.
+    successor: bool,
     leading: bool,
     valid_until: Instant,
     /// Per term; tokens hold receivers, so `closed()` tells when all of them are gone.
@@ -505,14 +517,16 @@ impl Shared {
         Some(Leadership {
             shared: self.clone(),
             term: s.term,
+            successor: s.successor,
             _guard: s.guard.as_ref()?.subscribe(),
         })
     }
 
-    fn begin_term(&self, valid_until: Instant) -> u64 {
+    fn begin_term(&self, valid_until: Instant, successor: bool) -> u64 {
         let term = {
             let mut s = self.state.lock();
             s.term += 1;
+            s.successor = successor;
             s.leading = true;
             s.valid_until = valid_until;
             s.guard = Some(watch::channel(()).0);
@@ -597,6 +611,8 @@ struct Elector {
     shared: Arc<Shared>,
     /// The last Lease spec we saw and when we first saw it (local monotonic time).
     observed: Option<(LeaseSpec, Instant)>,
+    /// Whether our last successful write took the Lease from another (or an empty) holder.
+    successor: bool,
 }
 
 /// Resolves when shutdown was asked for or every handle is gone.
@@ -620,7 +636,7 @@ impl Elector {
             let Some(valid_until) = self.acquire(&mut shutdown).await else {
                 break;
             };
-            let term = self.shared.begin_term(valid_until);
+            let term = self.shared.begin_term(valid_until, self.successor);
             tracing::info!(lease = %self.shared.lease, identity = %self.lock.identity, term, "became leader");
             let end = self.hold(&mut shutdown, valid_until).await;
             let this_term = self.shared.end_term();
@@ -776,6 +792,7 @@ impl Elector {
             return match self.api.create(&PostParams::default(), &lease).await {
                 Ok(created) => {
                     self.observed = Some((created.spec.unwrap_or_default(), Instant::now()));
+                    self.successor = false;
                     Attempt::Holding(sent)
                 }
                 Err(e) => Attempt::Failed(e),
@@ -819,6 +836,7 @@ impl Elector {
         {
             Ok(updated) => {
                 self.observed = Some((updated.spec.unwrap_or_default(), Instant::now()));
+                self.successor = !ours;
                 Attempt::Holding(sent)
             }
             Err(e) => Attempt::Failed(e),

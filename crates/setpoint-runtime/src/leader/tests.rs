@@ -220,13 +220,18 @@ async fn a_leader_that_cannot_renew_stops_at_its_deadline_before_anyone_takes_ov
     let server = Arc::new(FakeLeases::default());
     let log: Log = Arc::default();
     let a = candidate(&server, "a", &log);
-    a.handle.acquired().await.expect("a leads alone");
+    let first = a.handle.acquired().await.expect("a leads alone");
+    // A created the Lease: nobody led before it.
+    assert!(!first.follows_another());
+    drop(first);
     let b = candidate(&server, "b", &log);
     tokio::time::sleep(Duration::from_secs(7)).await;
     a.fail_writes.store(true, Ordering::SeqCst);
     let failed_at = Instant::now();
 
-    b.handle.acquired().await.expect("b takes over");
+    let taken = b.handle.acquired().await.expect("b takes over");
+    assert!(taken.follows_another());
+    drop(taken);
     assert_no_overlap(&log);
     let a_stop = logged(&log, Mark::Stop("a")).await;
     let b_start = logged(&log, Mark::Start("b")).await;
@@ -358,6 +363,8 @@ async fn tokens_expire_at_the_renew_deadline_on_their_own() {
     fail.store(false, Ordering::SeqCst);
     let again = handle.acquired().await.unwrap();
     assert_eq!(again.term(), 2);
+    // Nobody else held the Lease in between.
+    assert!(!again.follows_another());
     assert_eq!(holder(&server), ("a".to_string(), 0));
 }
 
