@@ -1,12 +1,14 @@
 //! What the controllers that keep their history in ControllerRevisions (StatefulSet,
 //! DaemonSet) share: a revision's `data` is the patch that puts the pod template back,
 //! `{"spec":{"template":{…,"$patch":"replace"}}}`, which `kubectl rollout undo` applies as a
-//! strategic merge patch; and the order revisions are listed in. Revision names hash the
-//! template with the Deployment controller's rule ([`crate::deployment::template_hash`]).
+//! strategic merge patch; the order revisions are listed in; and whether a revision a create
+//! found in place is the one it wanted. Revision names hash the template with the Deployment
+//! controller's rule ([`crate::deployment::template_hash`]).
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use serde_json::{json, Value};
+use setpoint_runtime::Object;
 
 /// A revision's `data`: the patch that restores `template`.
 pub fn revision_data(template: &PodTemplateSpec) -> Value {
@@ -24,6 +26,26 @@ pub fn template_of(rev: &ControllerRevision) -> Option<PodTemplateSpec> {
         o.remove("$patch");
     }
     serde_json::from_value(t).ok()
+}
+
+/// Whether `existing`, found under `wanted`'s name when creating `wanted`, is that very
+/// revision: the same template, controlled by the same owner. An earlier attempt at the create
+/// may have succeeded with its answer lost (an API server going down), and the owner's
+/// revision cache shows it only once its informer catches up; upstream's
+/// `CreateControllerRevision` likewise reads the one that exists and uses it when its data
+/// is the same.
+pub fn is_same_revision(existing: &ControllerRevision, wanted: &ControllerRevision) -> bool {
+    let controller = |r: &ControllerRevision| {
+        r.owner_references()
+            .into_iter()
+            .find(|o| o.controller == Some(true))
+            .map(|o| o.uid)
+    };
+    existing.metadata.deletion_timestamp.is_none()
+        && controller(existing).is_some()
+        && controller(existing) == controller(wanted)
+        && template_of(existing).is_some()
+        && template_of(existing) == template_of(wanted)
 }
 
 /// Revisions in history order: by number, then name.

@@ -47,7 +47,7 @@ pub fn template(ds: &DaemonSet) -> PodTemplateSpec {
         .unwrap_or_default()
 }
 
-pub use crate::history::{revision_data, template_of};
+pub use crate::history::{is_same_revision, revision_data, template_of};
 
 /// The hash of the revision of `template` with `collision_count`.
 pub fn hash(template: &PodTemplateSpec, collision_count: i32) -> String {

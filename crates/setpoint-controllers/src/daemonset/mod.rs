@@ -318,11 +318,16 @@ impl DaemonSetController {
         match write {
             history::Write::Create(rev) => match api.create(&PostParams::default(), rev).await {
                 Ok(_) => Ok(()),
-                // Our own earlier create, not yet in the cache: the next pass finds it.
-                Err(e) if e.is_already_exists() => Err(ReconcileError::retry(format!(
-                    "controller revision {} exists but is not in the cache yet",
-                    rev.name()
-                ))),
+                // Our own earlier create whose answer was lost, not in the cache yet: read
+                // it and go on, as the StatefulSet controller does (a failure would wait out
+                // a backoff the revision's event does not shorten).
+                Err(e) if e.is_already_exists() => match api.get_opt(&rev.name()).await? {
+                    Some(existing) if history::is_same_revision(&existing, rev) => Ok(()),
+                    _ => Err(ReconcileError::retry(format!(
+                        "controller revision {} exists but is not in the cache yet",
+                        rev.name()
+                    ))),
+                },
                 Err(e) => Err(e.into()),
             },
             history::Write::Renumber { name, revision } => {

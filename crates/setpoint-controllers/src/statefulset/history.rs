@@ -54,7 +54,7 @@ pub fn template(set: &StatefulSet) -> PodTemplateSpec {
         .unwrap_or_default()
 }
 
-pub use crate::history::{revision_data, template_of};
+pub use crate::history::{is_same_revision, revision_data, template_of};
 
 /// The name of the revision of `template` with `collision_count`.
 pub fn revision_name(set_name: &str, template: &PodTemplateSpec, collision_count: i32) -> String {
@@ -155,26 +155,6 @@ pub fn resolve(set: &StatefulSet, revisions: &[&ControllerRevision]) -> Resolved
         write,
         collision_count,
     }
-}
-
-/// Whether `existing`, found under `wanted`'s name when creating `wanted`, is that very
-/// revision: the same template, controlled by the same set. An earlier attempt at the create
-/// may have succeeded with its answer lost (an API server going down), and the set's
-/// revision cache shows it only once its informer catches up; upstream's
-/// `CreateControllerRevision` likewise reads the one that exists and uses it when its data
-/// is the same.
-pub fn is_same_revision(existing: &ControllerRevision, wanted: &ControllerRevision) -> bool {
-    let controller = |r: &ControllerRevision| {
-        r.owner_references()
-            .into_iter()
-            .find(|o| o.controller == Some(true))
-            .map(|o| o.uid)
-    };
-    existing.metadata.deletion_timestamp.is_none()
-        && controller(existing).is_some()
-        && controller(existing) == controller(wanted)
-        && template_of(existing).is_some()
-        && template_of(existing) == template_of(wanted)
 }
 
 /// The revisions to delete: the oldest beyond `revisionHistoryLimit` (default 10) among those
