@@ -3,6 +3,9 @@
 //!
 //! LIST (without a limit) and WATCH are served from here. A watch that starts at a revision
 //! inside the window replays the missed events from it; one older than the window gets 410.
+//! A starting server loads the caches as of a recent past revision and replays the store's
+//! events since, so the window already holds them and the clients of a server that restarted
+//! resume where they were instead of all relisting at once.
 //! Every cache advances to the store revision of each watch response under its own lock, so a
 //! snapshot taken under that lock is exactly "the state at revision R" and a watch from R
 //! continues it without gaps or duplicates.
@@ -1190,6 +1193,17 @@ impl Default for CacheConfig {
 
 const REGISTRY_PREFIX: &str = "/registry/";
 
+/// How many revisions before the store's current one a starting cache loads from and replays,
+/// so its event window already holds them: clients that watched the previous server (a
+/// restart) resume from the revision they last saw instead of being answered 410 and
+/// relisting everything at once. Informers are only a few revisions behind across a restart
+/// (the server's own writes as it starts); replaying this many costs little at start.
+const PRIMED_REVISIONS: Revision = 1_000;
+
+/// How long a starting server waits for its caches to replay [`PRIMED_REVISIONS`] before it
+/// is ready anyway (consistent reads wait for the cache to be current regardless).
+const PRIMING_DEADLINE: Duration = Duration::from_secs(30);
+
 impl Caches {
     /// Loads every storage prefix from the store and starts the task that keeps the caches
     /// current. Returns once the initial load is done (the server is ready then).
@@ -1211,7 +1225,19 @@ impl Caches {
         for p in prefixes {
             caches.get(&p);
         }
-        let rev = caches.load(&*store).await?;
+        // Loaded as of a recent past revision, then brought up to date by replaying the store's
+        // events from there: those events are then in the window (see PRIMED_REVISIONS).
+        let current = store.current_revision().await?;
+        // Never revision 0 of a written store: etcd reads that as "the latest".
+        let base = current
+            .saturating_sub(PRIMED_REVISIONS)
+            .max(store.compacted_revision().await?)
+            .max(1)
+            .min(current);
+        let rev = match caches.load_at(&*store, base).await {
+            Err(StoreError::Compacted { .. }) => caches.load(&*store).await?,
+            r => r?,
+        };
         let c = caches.clone();
         tokio::spawn(async move {
             let mut stop = stop;
@@ -1220,6 +1246,13 @@ impl Caches {
                 _ = stop.wait_for(|s| *s) => {}
             }
         });
+        if rev < current && !caches.wait_for(current, PRIMING_DEADLINE).await {
+            tracing::warn!(
+                from = rev,
+                to = current,
+                "the watch cache has not replayed the store's recent revisions yet; serving anyway"
+            );
+        }
         Ok(caches)
     }
 
@@ -1284,9 +1317,14 @@ impl Caches {
         Some(self.get(&format!("{REGISTRY_PREFIX}{g}/{p}/")))
     }
 
-    /// Lists everything at one revision and resets every cache to it.
+    /// Lists everything at the store's current revision and resets every cache to it.
     async fn load(&self, store: &dyn Store) -> Result<Revision, StoreError> {
         let rev = store.current_revision().await?;
+        self.load_at(store, rev).await
+    }
+
+    /// Lists everything as of revision `rev` and resets every cache to it.
+    async fn load_at(&self, store: &dyn Store, rev: Revision) -> Result<Revision, StoreError> {
         let mut per: HashMap<String, Vec<Arc<CachedObject>>> = HashMap::new();
         let mut start_after = None;
         loop {
@@ -1816,6 +1854,91 @@ mod tests {
         assert_eq!(got, fit);
         assert!(futures::executor::block_on(stalled.next_live()).is_none());
         assert_eq!(stalled.queued.load(Ordering::SeqCst), 0);
+    }
+
+    /// A server restarted on the same store: its caches replay the store's recent revisions,
+    /// so a watcher of the previous server resumes from the revision it saw, with exactly the
+    /// events after it; one from before the store's compaction still gets 410.
+    #[tokio::test]
+    async fn a_starting_cache_replays_recent_revisions_so_watchers_resume() {
+        use setpoint_store::Precondition;
+        let store: Arc<dyn Store> = Arc::new(setpoint_store::memory::MemoryStore::new());
+        let prefix = "/registry/core/configmaps/";
+        let put = |name: &str, v: &str| {
+            let store = store.clone();
+            let key = format!("{prefix}d/{name}");
+            let value = serde_json::to_vec(
+                &json!({"metadata": {"name": name, "namespace": "d"}, "data": {"v": v}}),
+            )
+            .unwrap();
+            async move {
+                store
+                    .put(&key, value.into(), Precondition::None)
+                    .await
+                    .unwrap()
+                    .mod_revision
+            }
+        };
+        let seen = put("a", "1").await;
+        put("b", "1").await;
+        put("a", "2").await;
+        let (_, gone) = store
+            .delete(&format!("{prefix}d/b"), Precondition::None)
+            .await
+            .unwrap();
+        let (_stop, stop_rx) = watch::channel(false);
+        let caches = Caches::start(
+            store.clone(),
+            vec![prefix.to_string()],
+            CacheConfig::default(),
+            Metrics::default(),
+            stop_rx,
+        )
+        .await
+        .unwrap();
+        assert_eq!(caches.revision(), gone, "ready once current");
+        let cache = caches.get(prefix);
+        let mut resumed = cache
+            .watch(WatchStart::After(seen), Filter::all(), false)
+            .unwrap();
+        let events: Vec<(EventType, String)> = std::iter::from_fn(|| resumed.next_initial())
+            .filter_map(|i| match i {
+                WatchItem::Event(t, o) => Some((t, o.attrs.name().to_string())),
+                WatchItem::Bookmark(_) => None,
+            })
+            .collect();
+        assert_eq!(
+            events,
+            [
+                (EventType::Added, "b".to_string()),
+                (EventType::Modified, "a".to_string()),
+                (EventType::Deleted, "b".to_string()),
+            ]
+        );
+        // The state is the store's current one.
+        assert_eq!(cache.len(), 1);
+
+        // History compacted away cannot be replayed: a watch from before it is told so.
+        store.compact(gone - 1).await.unwrap();
+        let (_stop, stop_rx) = watch::channel(false);
+        let caches = Caches::start(
+            store.clone(),
+            vec![prefix.to_string()],
+            CacheConfig::default(),
+            Metrics::default(),
+            stop_rx,
+        )
+        .await
+        .unwrap();
+        let cache = caches.get(prefix);
+        let err = cache
+            .watch(WatchStart::After(seen), Filter::all(), false)
+            .err()
+            .expect("410");
+        assert_eq!(err.code, 410);
+        assert!(cache
+            .watch(WatchStart::After(gone - 1), Filter::all(), false)
+            .is_ok());
     }
 
     #[test]
