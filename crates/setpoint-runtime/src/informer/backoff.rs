@@ -71,13 +71,17 @@ impl BackoffState {
     }
 }
 
-/// Whether `error` is a connection the server's host refused. The transports report the
-/// connector's error as text (`ConnectionRefused`, `Connection refused`).
+/// Whether `error` is a connection the server's host refused, or reset while it was being
+/// made (a server going down or coming up): the request never reached a server. The
+/// transports report the connector's error as text (`ConnectionRefused`, `Connection
+/// refused`; a reset as `Error(Connect, … ConnectionReset …)`).
 pub(crate) fn refused(error: &ClientError) -> bool {
     match error {
         ClientError::Transport(text) => {
             let text = text.to_ascii_lowercase();
-            text.contains("connection refused") || text.contains("connectionrefused")
+            text.contains("connection refused")
+                || text.contains("connectionrefused")
+                || (text.contains("error(connect") && text.contains("connectionreset"))
         }
         _ => false,
     }
@@ -122,6 +126,10 @@ mod tests {
         assert!(b.delay_after(&reset) >= Duration::from_millis(1600));
         let busy = ClientError::Api(setpoint_api::ApiError::new(429, "TooManyRequests", "busy"));
         assert!(!refused(&busy));
+        // Reset while connecting (the server going down or coming up): the same.
+        assert!(refused(&ClientError::Transport(
+            "hyper_util::client::legacy::Error(Connect, ConnectError(\"tcp connect error\", 127.0.0.1:1, Os { code: 104, kind: ConnectionReset, message: \"Connection reset by peer\" }))".into()
+        )));
         assert!(refused(&ClientError::Transport(
             "injected: connection refused".into()
         )));

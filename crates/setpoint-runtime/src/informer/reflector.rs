@@ -6,9 +6,9 @@
 //!   resourceVersion seen, which loses nothing (the server replays from there or answers 410),
 //!   as client-go's reflector does; relisting every object instead costs the server and every
 //!   informer a full LIST for nothing;
-//! - a watch request to a server whose host refuses the connection (nothing listens: an API
-//!   server restarting): watch again from the same resourceVersion once it answers, as
-//!   client-go does, rather than relist;
+//! - a watch request to a server whose host refuses the connection, or resets it while it is
+//!   made (an API server restarting): watch again from the same resourceVersion once it
+//!   answers, as client-go does for a refused one, rather than relist;
 //! - 410 Gone (HTTP status or ERROR event), any other error event, or a watch request that
 //!   fails otherwise: relist and let the sink apply the differences;
 //! - every failed attempt waits the [`Backoff`](super::Backoff) delay first; a successful list,
