@@ -33,6 +33,9 @@ struct Expected {
 #[derive(Debug, Default)]
 pub struct Expectations {
     inner: Mutex<HashMap<ObjectKey, Expected>>,
+    /// Owners with a create whose outcome is unknown since their pods were last counted from
+    /// the server ([`Expectations::outcome_unknown`]).
+    unsure: Mutex<HashSet<ObjectKey>>,
 }
 
 impl Expectations {
@@ -85,6 +88,11 @@ impl Expectations {
     /// Forgets a ReplicaSet that is gone.
     pub fn forget(&self, key: &ObjectKey) {
         self.lock().remove(key);
+        self.unsure_set().remove(key);
+    }
+
+    fn unsure_set(&self) -> std::sync::MutexGuard<'_, HashSet<ObjectKey>> {
+        self.unsure.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// A reconcile of `key` was interrupted (cancelled when leadership was lost, timed out,
@@ -98,15 +106,31 @@ impl Expectations {
         }
     }
 
-    /// A write for `key` failed in a way that leaves its outcome unknown (the connection was
-    /// lost after it was sent, it timed out: [`ClientError::outcome_unknown`]). It is still
-    /// expected, as after an interruption, for [`INTERRUPTED_GRACE`] at most: lowering the
-    /// expectation as for a refused write let a cache that had not yet seen the pod (the
-    /// API server restarted, the watch not yet resumed) create it a second time.
+    /// A create for `key` failed in a way that leaves its outcome unknown (the connection
+    /// was lost after it was sent, it timed out: [`ClientError::outcome_unknown`]). Neither
+    /// the cache nor the expectations can tell whether it happened: lowering the expectation
+    /// as for a refused write let a cache that had not yet seen the pod (the API server
+    /// restarted, the watch not yet resumed) create it a second time, and keeping it
+    /// expected held the owner still for [`INTERRUPTED_GRACE`] when it had not. So it is no
+    /// longer waited for, and the owner is [`unsure`](Self::unsure) until its pods are
+    /// counted from the server before its next create.
     ///
     /// [`ClientError::outcome_unknown`]: setpoint_runtime::ClientError::outcome_unknown
     pub fn outcome_unknown(&self, key: &ObjectKey) {
-        self.interrupted(key);
+        self.creation_observed(key, 1);
+        self.unsure_set().insert(key.clone());
+    }
+
+    /// Whether a create for `key` had an unknown outcome since its pods were last counted
+    /// from the server: its next create must count them there first, not in the cache.
+    pub fn unsure(&self, key: &ObjectKey) -> bool {
+        self.unsure_set().contains(key)
+    }
+
+    /// `key`'s pods were counted from the server: the cache's count is to be trusted again
+    /// once its expectations are met.
+    pub fn recounted(&self, key: &ObjectKey) {
+        self.unsure_set().remove(key);
     }
 }
 
@@ -117,7 +141,9 @@ impl Expectations {
 /// ([`Context::successor_term`](setpoint_runtime::controller::Context::successor_term)), it
 /// counts the owner's pods with a consistent LIST and creates no more than that count says
 /// are missing. One LIST per owner per term, only for an owner about to get pods, and none
-/// in a term that followed nobody (a new cluster's first leader).
+/// in a term that followed nobody (a new cluster's first leader). An owner one of whose
+/// creates had an unknown outcome ([`Expectations::unsure`]) is counted likewise
+/// ([`OwnedPods::count_from_server`]).
 #[derive(Debug, Default)]
 pub struct FreshCounts {
     counted: Mutex<HashMap<ObjectKey, u64>>,
@@ -199,6 +225,20 @@ impl OwnedPods {
             subscription: Some(subscription),
         }
     }
+
+    /// Whether `key`'s pods must be counted from the server, not the cache, before its next
+    /// create in `term`: the first create of a term taken over from another replica
+    /// ([`FreshCounts`]), or the first after a create whose outcome is unknown
+    /// ([`Expectations::unsure`]).
+    pub fn count_from_server(&self, key: &ObjectKey, term: Option<u64>) -> bool {
+        self.fresh.needed(key, term) || self.expectations.unsure(key)
+    }
+
+    /// `key`'s pods were counted from the server in `term`.
+    pub fn counted_from_server(&self, key: &ObjectKey, term: Option<u64>) {
+        self.fresh.counted(key, term);
+        self.expectations.recounted(key);
+    }
 }
 
 impl Drop for OwnedPods {
@@ -243,9 +283,9 @@ pub fn observe(expectations: &Expectations, ev: &Event<Pod>, owner: Owner) {
 
 /// Creates `n` copies of `pod` for the owner `key` in slow-start batches (1, 2, 4, 8 …), with
 /// a `SuccessfulCreate` or `FailedCreate` event on `owner` for each. The caller has already
-/// expected the `n` creates; the ones that certainly failed or are skipped after a failed
-/// batch are marked observed here, since no event will ever bring them, and the ones whose
-/// outcome is unknown stay expected for a grace ([`Expectations::outcome_unknown`]).
+/// expected the `n` creates; the ones that failed or are skipped after a failed batch are
+/// marked observed here, since no event may ever bring them, and an unknown outcome makes the
+/// owner's next create count its pods from the server ([`Expectations::outcome_unknown`]).
 /// Returns the first error.
 pub async fn create_in_batches(
     api: &Api<Pod>,
@@ -350,7 +390,8 @@ pub async fn delete_in_batches(
 }
 
 /// Accounts for a create for `key` that failed with `e`: one refused or never sent will not
-/// be observed; one that may have happened stays expected for a grace.
+/// be observed; one that may have happened makes the owner count its pods from the server
+/// before its next create.
 fn create_failed(expectations: &Expectations, key: &ObjectKey, e: &ClientError) {
     if e.outcome_unknown() {
         expectations.outcome_unknown(key);
@@ -470,9 +511,9 @@ mod tests {
     }
 
     #[test]
-    fn a_create_that_may_have_happened_stays_expected_for_the_grace() {
+    fn a_create_that_may_have_happened_is_counted_from_the_server_before_the_next() {
         let k = ObjectKey::new(Some("default"), "web");
-        for (e, stays) in [
+        for (e, unsure) in [
             // Sent, and the connection went before an answer (an API server restart).
             (ClientError::Transport("connection reset".into()), true),
             (api(504, "Timeout"), true),
@@ -490,16 +531,23 @@ mod tests {
             (api(409, "AlreadyExists"), false),
         ] {
             let x = Expectations::default();
-            x.expect(&k, 1, HashSet::new());
+            x.expect(&k, 2, HashSet::new());
             create_failed(&x, &k, &e);
-            assert_eq!(!x.satisfied(&k), stays, "{e}");
-            if stays {
-                assert!(x.expires_in(&k).unwrap() <= INTERRUPTED_GRACE, "{e}");
-                // Observed after all: satisfied at once.
-                x.creation_observed(&k, 1);
-                assert!(x.satisfied(&k));
-            }
+            // Not waited for either way: the owner is not held still for a grace ...
+            assert!(!x.satisfied(&k), "{e}");
+            x.creation_observed(&k, 1);
+            assert!(x.satisfied(&k), "{e}");
+            // ... but after an unknown outcome its next create counts from the server.
+            assert_eq!(x.unsure(&k), unsure, "{e}");
+            x.recounted(&k);
+            assert!(!x.unsure(&k), "{e}");
         }
+        // A forgotten owner is forgotten whole.
+        let x = Expectations::default();
+        x.expect(&k, 1, HashSet::new());
+        x.outcome_unknown(&k);
+        x.forget(&k);
+        assert!(!x.unsure(&k));
     }
 
     #[test]

@@ -516,14 +516,15 @@ impl<K: Replicated> Reconciler for ReplicaSetController<K> {
             ctx.observe("earlier creates or deletes not yet observed (expectations): no action");
         }
         let mut create = plan.create;
-        if !waiting && create > 0 && self.owned.fresh.needed(key, ctx.successor_term()) {
-            // First create for this set in a term taken over from another replica: the pods it
-            // leader created last may not be in this replica's cache yet.
+        if !waiting && create > 0 && self.owned.count_from_server(key, ctx.successor_term()) {
+            // First create for this set in a term taken over from another replica (the pods
+            // its leader created last may not be in this replica's cache yet), or after a
+            // create whose outcome is unknown (it may be on the server, not yet in the cache).
             let selector = selector_of(&rs).to_string();
             let live = api.list(&ListParams::default().labels(&selector)).await?;
             let live: Vec<Arc<Pod>> = live.items.into_iter().map(Arc::new).collect();
             let fresh = crate::replicaset::plan(&rs, &live, now);
-            self.owned.fresh.counted(key, ctx.successor_term());
+            self.owned.counted_from_server(key, ctx.successor_term());
             if fresh.create < create {
                 ctx.observe(format!(
                     "the server has {} active pods, the cache {active}: creating {} instead of {create}",

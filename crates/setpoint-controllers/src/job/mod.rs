@@ -888,9 +888,10 @@ impl Reconciler for JobController {
         let now = crate::now();
         let mut p = plan(&job, &pods, now);
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
-        if p.create > 0 && self.owned.fresh.needed(key, ctx.successor_term()) {
-            // First create for this Job in a term taken over from another replica: the pods it
-            // leader created last may not be in this replica's cache yet.
+        if p.create > 0 && self.owned.count_from_server(key, ctx.successor_term()) {
+            // First create for this Job in a term taken over from another replica (the pods
+            // its leader created last may not be in this replica's cache yet), or after a
+            // create whose outcome is unknown (it may be on the server, not yet in the cache).
             let live = api
                 .list(&ListParams::default().labels(&selector.to_string()))
                 .await?;
@@ -905,7 +906,7 @@ impl Reconciler for JobController {
                 .map(Arc::new)
                 .collect();
             let fresh = plan(&job, &live, now);
-            self.owned.fresh.counted(key, ctx.successor_term());
+            self.owned.counted_from_server(key, ctx.successor_term());
             if fresh.create < p.create {
                 ctx.observe(format!(
                     "the server has {} active pods, the cache {}: creating {} instead of {}",
