@@ -51,6 +51,18 @@ impl Expectations {
         }
     }
 
+    /// Whether `key` may be resized, checked before `read` reads the pod cache, and what
+    /// `read` returned. The order is what makes a satisfied answer safe to act on: the
+    /// informer updates its cache before it lowers the expectations, so every pod whose
+    /// observation satisfied them is in what `read` sees. Read the other way round, the last
+    /// pods of a batch can land between the two (the cache read without them, their events
+    /// then satisfying the expectations), and the owner creates them again; a 1,000-pod
+    /// ReplicaSet got 1,002 pods so. Upstream's controllers check expectations first too.
+    pub fn satisfied_then<T>(&self, key: &ObjectKey, read: impl FnOnce() -> T) -> (bool, T) {
+        let satisfied = self.satisfied(key);
+        (satisfied, read())
+    }
+
     /// How long until `key`'s unobserved expectations expire, if it has any.
     pub fn expires_in(&self, key: &ObjectKey) -> Option<Duration> {
         let map = self.lock();
@@ -548,6 +560,54 @@ mod tests {
         x.outcome_unknown(&k);
         x.forget(&k);
         assert!(!x.unsure(&k));
+    }
+
+    fn rs_pod(i: usize) -> Arc<Pod> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {
+                    "name": format!("filler-{i}"), "namespace": "default",
+                    "uid": format!("u{i}"), "resourceVersion": format!("{}", i + 1),
+                    "ownerReferences": [{
+                        "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "filler",
+                        "uid": "rs", "controller": true,
+                    }],
+                },
+            }))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn expectations_are_checked_before_the_cache_is_read() {
+        let owner = Owner {
+            group: "apps",
+            kind: "ReplicaSet",
+        };
+        let k = ObjectKey::new(Some("default"), "filler");
+        let x = Expectations::default();
+        x.expect(&k, 1000, HashSet::new());
+        let pods: Vec<Arc<Pod>> = (0..1000).map(rs_pod).collect();
+        // 998 creates observed: in the cache, and lowering the expectations.
+        let store = Store::from_objects(pods[..998].iter().map(|p| (**p).clone()));
+        for p in &pods[..998] {
+            observe(&x, &Event::Added(p.clone()), owner);
+        }
+        let (satisfied, cached) = x.satisfied_then(&k, || {
+            let cached = store.len();
+            // The last two land right after the reconcile read the cache.
+            for p in &pods[998..] {
+                observe(&x, &Event::Added(p.clone()), owner);
+            }
+            cached
+        });
+        assert_eq!(cached, 998);
+        assert!(
+            !satisfied,
+            "a cache read without 2 of the pods created must not be acted on"
+        );
+        // The next reconcile may act, and its read has them all.
+        assert!(x.satisfied(&k));
     }
 
     #[test]

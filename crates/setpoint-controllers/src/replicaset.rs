@@ -466,10 +466,16 @@ impl<K: Replicated> Reconciler for ReplicaSetController<K> {
         let ns = key.namespace.clone().unwrap_or_default();
         // Its own pods and the namespace's orphans: all `plan` can act on, found through
         // indexes rather than by scanning every pod of the namespace (which made a namespace
-        // with thousands of ReplicaSets quadratic).
+        // with thousands of ReplicaSets quadratic). Read after the expectations are checked
+        // (`Expectations::satisfied_then`): the other way round, pods landing in between are
+        // missing from the read yet satisfy the expectations, and are created again.
         let uid = rs.metadata.uid.clone().unwrap_or_default();
-        let mut pods = self.owned.pods.by_owner(&uid);
-        pods.extend(self.owned.pods.orphans_in(&ns));
+        let (satisfied, pods) = self.owned.expectations.satisfied_then(key, || {
+            let mut pods = self.owned.pods.by_owner(&uid);
+            pods.extend(self.owned.pods.orphans_in(&ns));
+            pods
+        });
+        let waiting = !satisfied;
         let now = now();
         let plan = plan(&rs, &pods, now);
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
@@ -511,7 +517,6 @@ impl<K: Replicated> Reconciler for ReplicaSetController<K> {
         }
 
         let mut failure = None;
-        let waiting = !self.owned.expectations.satisfied(key);
         if waiting && (plan.create > 0 || !plan.delete.is_empty()) {
             ctx.observe("earlier creates or deletes not yet observed (expectations): no action");
         }

@@ -409,6 +409,10 @@ impl Reconciler for DaemonSetController {
             self.write_history(&ns, w).await?;
         }
 
+        // Expectations before the pods are read, never after: pods created by an earlier pass
+        // that land in between would be missing from what is read yet satisfy the
+        // expectations (`Expectations::satisfied_then`).
+        let waiting = !self.expectations().satisfied(key);
         let pods = self.claim(&ds, &api).await;
         let pod_refs: Vec<&Pod> = pods.iter().map(|p| p.as_ref()).collect();
         let nodes = self.nodes.list();
@@ -418,7 +422,6 @@ impl Reconciler for DaemonSetController {
 
         let mut failure = None;
         let mut requeue: Option<Duration> = None;
-        let waiting = !self.expectations().satisfied(key);
         if !waiting {
             let (surge, _) = rolling::surge_and_unavailable(&ds, node_refs.len() as i32);
             let rolling_on = rolling::is_rolling(&ds);
