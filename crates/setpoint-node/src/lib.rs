@@ -24,6 +24,7 @@
 pub mod agent;
 pub mod containerd;
 pub mod cri;
+pub mod deathsig;
 pub mod env;
 mod host;
 pub mod lease;

@@ -12,8 +12,7 @@
 //! outlive both: their shims are not containerd's children in that sense and keep running,
 //! as under any containerd restart.
 
-// Asking for a death signal between fork and exec is a system call (`prctl` in `pre_exec`),
-// and stopping the daemon is `kill`.
+// Stopping the daemon is `kill`; its death signal is armed by `crate::deathsig`.
 #![allow(unsafe_code)]
 
 use std::os::unix::process::CommandExt;
@@ -403,27 +402,8 @@ fn spawn_supervised(
         // Its own process group: a terminal's Ctrl-C reaches the agent, which stops
         // containerd in order, rather than both at once.
         .process_group(0);
-    let parent = std::process::id() as libc::pid_t;
-    // SAFETY: prctl, getppid and _exit are async-signal-safe and touch no parent memory.
-    unsafe {
-        command.pre_exec(move || {
-            if libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            ) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            // The parent may have died before the death signal was armed.
-            if libc::getppid() != parent {
-                libc::_exit(1);
-            }
-            Ok(())
-        });
-    }
+    // Dies with the agent: the supervising thread spawning it lives as long as the agent.
+    crate::deathsig::die_with_parent(&mut command);
     let exit: ExitState = Arc::new((Mutex::new(None), Condvar::new()));
     let (tx, rx) = std::sync::mpsc::channel();
     let thread_exit = exit.clone();

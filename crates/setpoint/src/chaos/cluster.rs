@@ -180,29 +180,8 @@ fn spawner() -> &'static mpsc::Sender<SpawnRequest> {
 /// (`PR_SET_PDEATHSIG`, from [`spawner`]'s long-lived thread). `ip netns exec` execs the
 /// program, which keeps the death signal (only a set-user-ID or privileged binary's exec
 /// clears it).
-#[allow(unsafe_code)]
 fn spawn_tied(mut command: Command) -> std::io::Result<Child> {
-    let parent = std::process::id() as libc::pid_t;
-    // SAFETY: prctl, getppid and _exit are async-signal-safe and touch no parent memory.
-    unsafe {
-        command.pre_exec(move || {
-            if libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            ) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            // The harness may have died before the signal was armed.
-            if libc::getppid() != parent {
-                libc::_exit(1);
-            }
-            Ok(())
-        });
-    }
+    setpoint_node::deathsig::die_with_parent(&mut command);
     let (tx, rx) = mpsc::channel();
     spawner()
         .send((command, tx))
