@@ -100,6 +100,14 @@ fn chaos_run_converges_after_every_fault_without_violations() {
         "{stdout}"
     );
     assert!(run["eventsRecorded"].as_u64().unwrap_or(0) > 0);
+    // Each change the schedule makes puts its object out of convergence: the report (and an
+    // Event about the object) says when each returned.
+    assert!(
+        faults.iter().any(|f| f["objectsConvergedMs"]
+            .as_object()
+            .is_some_and(|o| !o.is_empty() && o.values().all(|ms| ms.is_u64()))),
+        "no fault lists an object's return to convergence:\n{stdout}"
+    );
     // As root with `ip netns`, the agent and the controller managers run in namespaces of
     // their own and partitions are drawn; elsewhere the report says why they are not.
     if support::netns_available() {

@@ -1,7 +1,9 @@
 //! Convergence: every object of the workload at what was last written — generation
 //! observed, every replica updated, ready and available, no pod beyond them — every Job
-//! complete with none of its pods still running, and how long the cluster takes to get there.
+//! complete with none of its pods still running, and how long the cluster takes to get there,
+//! as a whole and object by object.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -53,23 +55,27 @@ fn not_converged(
     jobs: &[Value],
     pods: &[Value],
 ) -> Option<String> {
-    workloads_not_converged(desired, deployments, statefulsets, jobs)
+    each_not_converged(desired, deployments, statefulsets, jobs)
+        .into_values()
+        .next()
         .or_else(|| pods_not_converged(desired, pods))
 }
 
-/// Why the Deployments, StatefulSets and Jobs read are not converged on `desired`, or `None`.
-fn workloads_not_converged(
+/// Each workload object of `desired` that is not converged on its own
+/// (`deployments/<ns>/<name>`, `statefulsets/…`, `jobs/…`), with why.
+fn each_not_converged(
     desired: &Desired,
     deployments: &[Value],
     statefulsets: &[Value],
     jobs: &[Value],
-) -> Option<String> {
+) -> BTreeMap<String, String> {
     let find = |items: &[Value], name: &str| {
         items
             .iter()
             .find(|o| o["metadata"]["name"].as_str() == Some(name))
             .cloned()
     };
+    let mut out = BTreeMap::new();
     for (object, (replicas, image)) in &desired.objects {
         let mut parts = object.splitn(3, '/');
         let (resource, name) = (parts.next().unwrap_or(""), parts.nth(1).unwrap_or(""));
@@ -78,43 +84,60 @@ fn workloads_not_converged(
         } else {
             statefulsets
         };
-        let Some(o) = find(items, name) else {
-            return Some(format!("{object} does not exist"));
+        let why = match find(items, name) {
+            None => Some(format!("{object} does not exist")),
+            Some(o) => object_not_converged(object, resource, &o, *replicas, image),
         };
-        let (spec, status) = (&o["spec"], &o["status"]);
-        if int(&spec["replicas"]) != *replicas
-            || spec["template"]["spec"]["containers"][0]["image"].as_str() != Some(image)
-        {
-            return Some(format!(
-                "{object} is not as last written ({replicas} replicas of {image})"
-            ));
-        }
-        if int(&o["metadata"]["generation"]) != int(&status["observedGeneration"]) {
-            return Some(format!("{object}: generation not observed yet"));
-        }
-        let counts = [
-            "replicas",
-            "updatedReplicas",
-            "readyReplicas",
-            "availableReplicas",
-        ];
-        if let Some(c) = counts.iter().find(|c| int(&status[**c]) != *replicas) {
-            return Some(format!(
-                "{object}: status.{c} is {}, not {replicas}",
-                int(&status[*c])
-            ));
-        }
-        if resource == "statefulsets" && status["currentRevision"] != status["updateRevision"] {
-            return Some(format!("{object}: the update has not completed"));
+        if let Some(why) = why {
+            out.insert(object.clone(), why);
         }
     }
     for (name, completions) in &desired.jobs {
-        let Some(o) = find(jobs, name) else {
-            return Some(format!("jobs/{NAMESPACE}/{name} does not exist"));
+        let object = format!("jobs/{NAMESPACE}/{name}");
+        let why = match find(jobs, name) {
+            None => Some(format!("{object} does not exist")),
+            Some(o) => job_not_complete(&o, *completions),
         };
-        if let Some(why) = job_not_complete(&o, *completions) {
-            return Some(why);
+        if let Some(why) = why {
+            out.insert(object, why);
         }
+    }
+    out
+}
+
+/// Why Deployment or StatefulSet `o` (`resource`) is not converged on `replicas` of `image`.
+fn object_not_converged(
+    object: &str,
+    resource: &str,
+    o: &Value,
+    replicas: i64,
+    image: &str,
+) -> Option<String> {
+    let (spec, status) = (&o["spec"], &o["status"]);
+    if int(&spec["replicas"]) != replicas
+        || spec["template"]["spec"]["containers"][0]["image"].as_str() != Some(image)
+    {
+        return Some(format!(
+            "{object} is not as last written ({replicas} replicas of {image})"
+        ));
+    }
+    if int(&o["metadata"]["generation"]) != int(&status["observedGeneration"]) {
+        return Some(format!("{object}: generation not observed yet"));
+    }
+    let counts = [
+        "replicas",
+        "updatedReplicas",
+        "readyReplicas",
+        "availableReplicas",
+    ];
+    if let Some(c) = counts.iter().find(|c| int(&status[**c]) != replicas) {
+        return Some(format!(
+            "{object}: status.{c} is {}, not {replicas}",
+            int(&status[*c])
+        ));
+    }
+    if resource == "statefulsets" && status["currentRevision"] != status["updateRevision"] {
+        return Some(format!("{object}: the update has not completed"));
     }
     None
 }
@@ -155,44 +178,107 @@ async fn list(client: &Client, path: &str) -> Option<Vec<Value>> {
     v["items"].as_array().cloned()
 }
 
-/// Why the cluster is not converged now (`Some("…")`, also when it cannot be read).
+/// One look at the cluster: why it is not converged (`None` when it is), and which workload
+/// objects are not on their own (`None` when they could not be read).
+struct Poll {
+    why: Option<String>,
+    objects: Option<BTreeSet<String>>,
+}
+
+/// Looks at the cluster once.
 ///
 /// The pods are listed only once the workloads' statuses say converged: with a large
 /// `--background-pods` a LIST of every pod is by far the costliest read, and a poll that lists
 /// them while a status still says otherwise only slows the machine it measures (the
 /// workloads' statuses are what lag; the pods are checked before anything counts as
 /// converged all the same).
-pub async fn check(client: &Client, desired: &Desired) -> Option<String> {
+async fn check(client: &Client, desired: &Desired) -> Poll {
     const NO_ANSWER: &str = "the API server does not answer";
+    let unread = Poll {
+        why: Some(NO_ANSWER.into()),
+        objects: None,
+    };
     let apps = format!("/apis/apps/v1/namespaces/{NAMESPACE}");
     let (Some(d), Some(s), Some(j)) = (
         list(client, &format!("{apps}/deployments")).await,
         list(client, &format!("{apps}/statefulsets")).await,
         list(client, &jobs_path()).await,
     ) else {
-        return Some(NO_ANSWER.into());
+        return unread;
     };
-    if let Some(why) = workloads_not_converged(desired, &d, &s, &j) {
-        return Some(why);
+    let each = each_not_converged(desired, &d, &s, &j);
+    let objects = Some(each.keys().cloned().collect());
+    if let Some(why) = each.into_values().next() {
+        return Poll {
+            why: Some(why),
+            objects,
+        };
     }
     let Some(p) = list(client, &format!("/api/v1/namespaces/{NAMESPACE}/pods")).await else {
-        return Some(NO_ANSWER.into());
+        return unread;
     };
-    pods_not_converged(desired, &p)
+    Poll {
+        why: pods_not_converged(desired, &p),
+        objects,
+    }
 }
 
-/// Polls until converged: the time it took from `since`, or `Err` with the last reason after
-/// `within`.
+/// The cluster converged: how long it took, and each workload object that was seen out of
+/// convergence meanwhile with how long it took to return (the last time it did).
+#[derive(Debug, PartialEq)]
+pub struct Converged {
+    /// From `since` until every object and pod was converged.
+    pub after: Duration,
+    /// `deployments/<ns>/<name>` (or `statefulsets/…`, `jobs/…`) and when it returned, from
+    /// `since`; objects never seen out of convergence are not listed.
+    pub returned: BTreeMap<String, Duration>,
+}
+
+/// What one object seen out of convergence did: left, or returned after how long.
+#[derive(Default)]
+struct Returns {
+    out: BTreeSet<String>,
+    returned: BTreeMap<String, Duration>,
+}
+
+impl Returns {
+    /// A poll `at` from `since` found `unconverged` out of convergence.
+    fn seen(&mut self, unconverged: &BTreeSet<String>, at: Duration) {
+        for o in unconverged {
+            self.returned.remove(o);
+            self.out.insert(o.clone());
+        }
+        let back: Vec<String> = self.out.difference(unconverged).cloned().collect();
+        for o in back {
+            self.out.remove(&o);
+            self.returned.insert(o, at);
+        }
+    }
+}
+
+/// Polls until converged: the time it took from `since` and each object's return, or `Err`
+/// with the last reason after `within`.
 pub async fn wait(
     client: &Client,
     desired: &Desired,
     since: Instant,
     within: Duration,
-) -> Result<Duration, String> {
+) -> Result<Converged, String> {
     let deadline = since + within;
+    let mut returns = Returns::default();
     loop {
-        let why = match check(client, desired).await {
-            None => return Ok(since.elapsed()),
+        let poll = check(client, desired).await;
+        let at = since.elapsed();
+        if let Some(objects) = &poll.objects {
+            returns.seen(objects, at);
+        }
+        let why = match poll.why {
+            None => {
+                return Ok(Converged {
+                    after: at,
+                    returned: returns.returned,
+                })
+            }
             Some(why) => why,
         };
         if Instant::now() > deadline {
@@ -255,6 +341,34 @@ mod tests {
         assert!(not_converged(&d, &[old], &[], &[], &pods(2))
             .unwrap()
             .contains("not as last written"));
+    }
+
+    #[test]
+    fn each_object_out_of_convergence_is_named_and_its_return_timed() {
+        let mut d = desired();
+        d.objects
+            .insert("statefulsets/chaos/db-0".into(), (1, "nginx:1.26".into()));
+        // The StatefulSet does not exist; the Deployment is converged.
+        let each = each_not_converged(&d, &[deployment(3, 3, 2)], &[], &[]);
+        assert_eq!(
+            each.keys().collect::<Vec<_>>(),
+            vec!["statefulsets/chaos/db-0"]
+        );
+        let ms = Duration::from_millis;
+        let set = |names: &[&str]| names.iter().map(|n| n.to_string()).collect();
+        let mut r = Returns::default();
+        r.seen(&set(&["a", "b"]), ms(100));
+        r.seen(&set(&["b"]), ms(200));
+        assert_eq!(r.returned, BTreeMap::from([("a".to_string(), ms(200))]));
+        // An object that leaves again returns at its last return only.
+        r.seen(&set(&["a"]), ms(300));
+        r.seen(&set(&[]), ms(400));
+        assert_eq!(
+            r.returned,
+            BTreeMap::from([("a".to_string(), ms(400)), ("b".to_string(), ms(300))])
+        );
+        // One never out of convergence is not listed.
+        assert!(!r.returned.contains_key("c"));
     }
 
     #[test]

@@ -1,7 +1,10 @@
 //! The run's own Events: each fault as it is injected and the cluster's return to
 //! convergence after it, written to the workload's namespace as core/v1 Events about that
-//! Namespace, so `kubectl get events -n chaos` and the live view's timeline show a run's
-//! faults among the controllers' own Events and decisions.
+//! Namespace, and each workload object's own return (a Deployment, StatefulSet or Job that was
+//! seen out of convergence after the fault) as an Event about that object, so
+//! `kubectl get events -n chaos`, `kubectl describe` and the live view's timeline show a
+//! run's faults and what each did to each object among the controllers' own Events and
+//! decisions.
 //!
 //! Best effort: an Event that cannot be written (the API server is the fault) is logged and
 //! skipped; the run's report is the record.
@@ -26,6 +29,13 @@ pub enum Happened<'a> {
     Injecting { fault: &'a str, process: &'a str },
     /// Every object converged again this long after the target recovered.
     Converged { fault: &'a str, after: Duration },
+    /// One workload object (`deployments/<ns>/<name>`, `statefulsets/…`, `jobs/…`), seen out
+    /// of convergence after the fault, was converged again this long after the recovery.
+    ObjectConverged {
+        fault: &'a str,
+        object: &'a str,
+        after: Duration,
+    },
     /// The cluster did not converge in time.
     NotConverged { fault: &'a str, why: &'a str },
 }
@@ -45,6 +55,14 @@ impl Happened<'_> {
                     after.as_secs_f64()
                 ),
             ),
+            Happened::ObjectConverged { fault, after, .. } => (
+                "Normal",
+                "Converged",
+                format!(
+                    "converged {:.2}s after recovery from {fault}",
+                    after.as_secs_f64()
+                ),
+            ),
             Happened::NotConverged { fault, why } => (
                 "Warning",
                 "NotConverged",
@@ -54,7 +72,28 @@ impl Happened<'_> {
     }
 }
 
-/// The Event for `happened`, about the workload's Namespace.
+/// What an Event about `happened` is about: the workload object it names, else the
+/// workload's Namespace.
+fn involved(happened: &Happened<'_>) -> Value {
+    if let Happened::ObjectConverged { object, .. } = happened {
+        let mut parts = object.splitn(3, '/');
+        let (resource, name) = (parts.next().unwrap_or(""), parts.nth(1).unwrap_or(""));
+        let kind = match resource {
+            "deployments" => Some(("apps/v1", "Deployment")),
+            "statefulsets" => Some(("apps/v1", "StatefulSet")),
+            "jobs" => Some(("batch/v1", "Job")),
+            _ => None,
+        };
+        if let Some((api_version, kind)) = kind {
+            return json!({"apiVersion": api_version, "kind": kind, "namespace": NAMESPACE,
+                          "name": name});
+        }
+    }
+    json!({"apiVersion": "v1", "kind": "Namespace", "name": NAMESPACE})
+}
+
+/// The Event for `happened`, about the workload object it names or else the workload's
+/// Namespace.
 pub fn event(happened: &Happened<'_>, now: chrono::DateTime<chrono::Utc>) -> Value {
     let (kind, reason, message) = happened.parts();
     let at = now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
@@ -62,7 +101,7 @@ pub fn event(happened: &Happened<'_>, now: chrono::DateTime<chrono::Utc>) -> Val
         "apiVersion": "v1",
         "kind": "Event",
         "metadata": {"generateName": "chaos.", "namespace": NAMESPACE},
-        "involvedObject": {"apiVersion": "v1", "kind": "Namespace", "name": NAMESPACE},
+        "involvedObject": involved(happened),
         "type": kind,
         "reason": reason,
         "message": message,
@@ -130,6 +169,24 @@ mod tests {
             e["message"],
             "every object converged 2.35s after recovery from sigkill api-server"
         );
+
+        let e = event(
+            &Happened::ObjectConverged {
+                fault: "sigkill agent",
+                object: "statefulsets/chaos/db-0",
+                after: Duration::from_millis(1234),
+            },
+            now,
+        );
+        assert_eq!(e["reason"], "Converged");
+        assert_eq!(
+            e["message"],
+            "converged 1.23s after recovery from sigkill agent"
+        );
+        assert_eq!(e["involvedObject"]["kind"], "StatefulSet");
+        assert_eq!(e["involvedObject"]["apiVersion"], "apps/v1");
+        assert_eq!(e["involvedObject"]["name"], "db-0");
+        assert_eq!(e["involvedObject"]["namespace"], NAMESPACE);
 
         let e = event(
             &Happened::NotConverged {

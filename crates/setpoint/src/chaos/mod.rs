@@ -244,9 +244,9 @@ async fn run_one(
         )
         .await;
         let happened = match &converged {
-            Ok(after) => events::Happened::Converged {
+            Ok(c) => events::Happened::Converged {
                 fault: &label,
-                after: *after,
+                after: c.after,
             },
             Err(why) => events::Happened::NotConverged {
                 fault: &label,
@@ -254,6 +254,27 @@ async fn run_one(
             },
         };
         events::record(&client, happened, Duration::ZERO).await;
+        if let Ok(c) = &converged {
+            // Each object the fault put out of convergence, at the time it returned.
+            for (object, after) in &c.returned {
+                let happened = events::Happened::ObjectConverged {
+                    fault: &label,
+                    object,
+                    after: *after,
+                };
+                events::record(&client, happened, c.after.saturating_sub(*after)).await;
+            }
+        }
+        let objects_converged_ms = converged
+            .as_ref()
+            .map(|c| {
+                c.returned
+                    .iter()
+                    .map(|(o, d)| (o.clone(), d.as_millis() as u64))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let converged = converged.map(|c| c.after);
         let result = FaultResult {
             fault: step.fault,
             process: injected.process,
@@ -261,6 +282,7 @@ async fn run_one(
             injected_at_ms: ms(injected.injected),
             recovered_at_ms: ms(injected.recovered),
             time_to_converge_ms: converged.as_ref().ok().map(|d| d.as_millis() as u64),
+            objects_converged_ms,
         };
         match &converged {
             Ok(d) => eprintln!(
@@ -280,7 +302,8 @@ async fn run_one(
     let end = Instant::now();
     let final_converged = converge::wait(&client, &workload.desired, end, CONVERGE_DEADLINE)
         .await
-        .ok();
+        .ok()
+        .map(|c| c.after);
     let (remaining, finals) = final_state(&cluster).await?;
     let events = recorder.stop();
     let at = ms(Instant::now());

@@ -25,6 +25,10 @@ pub struct FaultResult {
     pub recovered_at_ms: u64,
     /// From recovery until every object had converged; `None`: not within the deadline.
     pub time_to_converge_ms: Option<u64>,
+    /// Each workload object seen out of convergence after the fault
+    /// (`deployments/<ns>/<name>`, `statefulsets/…`, `jobs/…`) and when it was converged again,
+    /// in milliseconds from recovery (empty when the cluster did not converge).
+    pub objects_converged_ms: std::collections::BTreeMap<String, u64>,
 }
 
 /// One run of one schedule.
@@ -244,6 +248,7 @@ mod tests {
                     injected_at_ms: 1000,
                     recovered_at_ms: 1500,
                     time_to_converge_ms: *t,
+                    objects_converged_ms: Default::default(),
                 })
                 .collect(),
             final_time_to_converge_ms: Some(10),
