@@ -222,15 +222,24 @@ async fn run_one(
             schedule::FAULTS.map(|f| f.label()).join(", ")
         );
     }
-    for step in schedule::schedule(seed, duration, drawn) {
+    for (fault_number, step) in schedule::schedule(seed, duration, drawn)
+        .into_iter()
+        .enumerate()
+    {
         tokio::time::sleep_until((t0 + step.at).into()).await;
         workload.apply(&step.change).await?;
         let injected = faults::inject(&mut cluster, step.fault).await?;
         let label = step.fault.label();
+        // Which fault of which schedule its Events are about (their annotations).
+        let fault_ref = events::FaultRef {
+            label: &label,
+            index: fault_number + 1,
+            seed,
+        };
         events::record(
             &client,
             events::Happened::Injecting {
-                fault: &label,
+                fault: fault_ref,
                 process: &injected.process,
             },
             injected.injected.elapsed(),
@@ -245,11 +254,11 @@ async fn run_one(
         .await;
         let happened = match &converged {
             Ok(c) => events::Happened::Converged {
-                fault: &label,
+                fault: fault_ref,
                 after: c.after,
             },
             Err(why) => events::Happened::NotConverged {
-                fault: &label,
+                fault: fault_ref,
                 why: why.as_str(),
             },
         };
@@ -258,7 +267,7 @@ async fn run_one(
             // Each object the fault put out of convergence, at the time it returned.
             for (object, after) in &c.returned {
                 let happened = events::Happened::ObjectConverged {
-                    fault: &label,
+                    fault: fault_ref,
                     object,
                     after: *after,
                 };
