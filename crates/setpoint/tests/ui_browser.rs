@@ -2,8 +2,9 @@
 //! live view; headless Chromium, driven over the DevTools protocol, opens it, the page lists
 //! and watches the cluster with the printed token, and after `kubectl scale` its DOM shows the
 //! new counts, its timeline shows a controller's decision record, and its namespace filter
-//! hides another namespace's Deployment. A screenshot of the page is kept under the target
-//! dir.
+//! hides another namespace's Deployment; Events shaped as `setpoint chaos` writes them show in
+//! its chaos panel, grouped by fault, newest first, each object's time slowest first.
+//! Screenshots of the page are kept under the target dir.
 //!
 //! Needs `chromium` (skipped with a message when absent, unless `SETPOINT_REQUIRE_CHROMIUM`
 //! is set, as CI does) and kubectl.
@@ -186,6 +187,86 @@ fn wait_until(cdp: &mut Cdp, what: &str, expression: &str) {
     });
 }
 
+/// Waits until the JavaScript expression `expression`, a string, is `want` in the page.
+fn wait_for_text(cdp: &mut Cdp, what: &str, expression: &str, want: &str) {
+    let mut last = Value::Null;
+    let shown = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        support::eventually(what, DEADLINE, || {
+            last = cdp.eval(expression);
+            (last == json!(want)).then_some(())
+        })
+    }));
+    assert!(
+        shown.is_ok(),
+        "the page did not show {what}: want {want:?}, last shown {last}"
+    );
+}
+
+/// Chooses `namespace` ("" for all) in the page's namespace filter.
+fn choose_namespace(cdp: &mut Cdp, namespace: &str) {
+    cdp.eval(&format!(
+        "(() => {{ const s = document.getElementById('namespace'); s.value = {}; s.dispatchEvent(new Event('change')); }})()",
+        json!(namespace)
+    ));
+}
+
+/// An Event as `setpoint chaos` writes it (crates/setpoint/src/chaos/events.rs): in namespace
+/// `chaos`, about that Namespace or about `object` (`(apiVersion, kind, name)`), `ago` seconds
+/// old, with the fault's annotations (`annotations`: none for an older run's Event).
+fn chaos_event(
+    reason: &str,
+    message: &str,
+    object: Option<(&str, &str, &str)>,
+    ago: i64,
+    annotations: Value,
+) -> Value {
+    let at = (chrono::Utc::now() - chrono::Duration::seconds(ago))
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let involved = match object {
+        Some((api_version, kind, name)) => {
+            json!({"apiVersion": api_version, "kind": kind, "namespace": "chaos", "name": name})
+        }
+        None => json!({"apiVersion": "v1", "kind": "Namespace", "name": "chaos"}),
+    };
+    let kind = if reason == "FaultInjected" || reason == "NotConverged" {
+        "Warning"
+    } else {
+        "Normal"
+    };
+    let mut metadata = json!({"generateName": "chaos-", "namespace": "chaos"});
+    if !annotations.is_null() {
+        metadata["annotations"] = annotations;
+    }
+    json!({
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": metadata,
+        "involvedObject": involved,
+        "type": kind,
+        "reason": reason,
+        "message": message,
+        "source": {"component": "setpoint-chaos"},
+        "reportingComponent": "setpoint-chaos",
+        "reportingInstance": "setpoint-chaos",
+        "firstTimestamp": at,
+        "lastTimestamp": at,
+        "count": 1,
+    })
+}
+
+/// The annotations of fault `index` of seed 7's schedule, plus `extra`.
+fn fault_annotations(label: &str, index: u32, extra: &[(&str, &str)]) -> Value {
+    let mut a = json!({
+        "setpoint.io/chaos-fault": label,
+        "setpoint.io/chaos-fault-index": index.to_string(),
+        "setpoint.io/chaos-seed": "7",
+    });
+    for (k, v) in extra {
+        a[*k] = json!(v);
+    }
+    a
+}
+
 /// The counts the page shows for Deployment `default/web`, once they are `want`.
 fn wait_for_counts(cdp: &mut Cdp, want: &str) -> String {
     let expression = "(() => { const e = document.querySelector('[data-deployment=\"default/web\"] > .head > .counts'); return e ? e.textContent : document.getElementById('status').textContent; })()";
@@ -286,6 +367,128 @@ fn the_live_view_follows_a_scaled_deployment_in_chromium() {
         "!document.querySelector('[data-deployment=\"team/other\"]') && !!document.querySelector('[data-deployment=\"default/web\"]') && [...document.querySelectorAll('#timeline li')].every((li) => li.dataset.namespace === 'default') && document.getElementById('totals').textContent.endsWith('pods in default')",
     );
     cdp.screenshot(&artifacts.join("namespace-default.png"));
+
+    // The chaos panel: faults of a `setpoint chaos` run as its Events show them. Fault 1 (seed
+    // 7) killed the agent and two objects returned; fault 2 killed it again and the cluster did
+    // not converge; fault 3 is still converging. An older run's Event without annotations is
+    // left out.
+    s.ok(&["create", "namespace", "chaos"]);
+    s.ok(&[
+        "-n",
+        "chaos",
+        "create",
+        "deployment",
+        "web-1",
+        "--image=nginx:1.25",
+        "--replicas=0",
+    ]);
+    let kill_agent = "sigkill agent";
+    let events = [
+        chaos_event(
+            "FaultInjected",
+            "sigkill agent on agent-0",
+            None,
+            40,
+            fault_annotations(kill_agent, 1, &[("setpoint.io/chaos-process", "agent-0")]),
+        ),
+        chaos_event(
+            "Converged",
+            "every object converged 2.61s after recovery from sigkill agent",
+            None,
+            30,
+            fault_annotations(kill_agent, 1, &[("setpoint.io/chaos-converged-ms", "2610")]),
+        ),
+        chaos_event(
+            "Converged",
+            "converged 1.23s after recovery from sigkill agent",
+            Some(("apps/v1", "StatefulSet", "db")),
+            31,
+            fault_annotations(kill_agent, 1, &[("setpoint.io/chaos-converged-ms", "1230")]),
+        ),
+        chaos_event(
+            "Converged",
+            "converged 2.50s after recovery from sigkill agent",
+            Some(("apps/v1", "Deployment", "web-1")),
+            30,
+            fault_annotations(kill_agent, 1, &[("setpoint.io/chaos-converged-ms", "2500")]),
+        ),
+        chaos_event(
+            "FaultInjected",
+            "sigkill agent on agent-0",
+            None,
+            25,
+            fault_annotations(kill_agent, 2, &[("setpoint.io/chaos-process", "agent-0")]),
+        ),
+        chaos_event(
+            "NotConverged",
+            "not converged after sigkill agent: web-0: 2 of 3 ready",
+            None,
+            10,
+            fault_annotations(kill_agent, 2, &[]),
+        ),
+        chaos_event(
+            "FaultInjected",
+            "sigstop leading scheduler on scheduler-1",
+            None,
+            5,
+            fault_annotations(
+                "sigstop leading scheduler",
+                3,
+                &[("setpoint.io/chaos-process", "scheduler-1")],
+            ),
+        ),
+        chaos_event(
+            "FaultInjected",
+            "sigkill api-server on api-server",
+            None,
+            3,
+            Value::Null,
+        ),
+    ];
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": events});
+    let (created, out, err) = s.create(&list.to_string(), &[]);
+    assert!(created, "creating the chaos Events: {out}{err}");
+    choose_namespace(&mut cdp, "");
+    let faults = "[...document.querySelectorAll('#chaos .fault')].map((f) => [f.dataset.fault, ...[...f.querySelectorAll('.head > span')].map((s) => s.textContent).filter((t) => !t.startsWith('injected '))].join(' ~ ')).join(' | ')";
+    wait_for_text(
+        &mut cdp,
+        "the chaos panel's faults, newest first",
+        faults,
+        "7/3 ~ sigstop leading scheduler ~ #3 of seed 7 ~ on scheduler-1 ~ converging… | \
+         7/2 ~ sigkill agent ~ #2 of seed 7 ~ on agent-0 ~ not converged after sigkill agent: web-0: 2 of 3 ready | \
+         7/1 ~ sigkill agent ~ #1 of seed 7 ~ on agent-0 ~ converged 2.61 s after recovery",
+    );
+    wait_for_text(
+        &mut cdp,
+        "fault 1's objects, slowest first",
+        "[...document.querySelectorAll('#chaos [data-fault=\"7/1\"] tbody tr')].map((r) => [...r.cells].map((c) => c.textContent).join(' ~ ')).join(' | ')",
+        "deployment chaos/web-1 ~ 2.50 s | statefulset chaos/db ~ 1.23 s",
+    );
+    let injected = cdp.eval(
+        "document.querySelector('#chaos [data-fault=\"7/1\"] > .head').textContent.includes('injected 20')",
+    );
+    assert_eq!(injected, json!(true), "fault 1 says when it was injected");
+    assert_eq!(
+        cdp.eval("document.getElementById('chaos-section').hidden"),
+        json!(false)
+    );
+    cdp.screenshot(&artifacts.join("chaos.png"));
+
+    // A click on an object of a fault shows its why chain.
+    cdp.eval("document.querySelector('#chaos [data-object=\"Deployment/chaos/web-1\"]').click()");
+    wait_until(
+        &mut cdp,
+        "deployment chaos/web-1's why chain",
+        "document.getElementById('why').textContent.startsWith('deployment chaos/web-1 (T = ')",
+    );
+
+    // The namespace filter narrows the panel too: in `default` there is no chaos Event.
+    choose_namespace(&mut cdp, "default");
+    wait_until(
+        &mut cdp,
+        "no chaos panel in namespace default",
+        "document.getElementById('chaos-section').hidden && document.querySelectorAll('#chaos .fault').length === 0 && !!document.querySelector('[data-deployment=\"default/web\"]')",
+    );
 
     s.ok(&["scale", "deployment", "web", "--replicas=2"]);
     wait_for_counts(&mut cdp, "desired 2 · pods 2 · ready 2");

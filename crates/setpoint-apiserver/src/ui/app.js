@@ -1,6 +1,7 @@
 // The live view: reads the Kubernetes API with the user's bearer token (LIST, then WATCH from
 // the list's resourceVersion, LIST again on 410 Gone) and renders Deployments → ReplicaSets →
-// Pods, nodes, a timeline of Events and decision records, and an object's `why` chain, all
+// Pods, nodes, a timeline of Events and decision records, the faults of `setpoint chaos` and
+// each object's return to convergence (from its Events), and an object's `why` chain, all
 // narrowed by an optional namespace filter. Rendering is batched into one animation frame,
 // redraws only the sections whose data changed since the last frame, and touches only the DOM
 // nodes whose text changed; each ReplicaSet shows its counts and its first PODS_SHOWN pods, so
@@ -8,6 +9,9 @@
 
 const PODS_SHOWN = 5;
 const TIMELINE_SHOWN = 50;
+// The newest faults the chaos panel shows, and the objects it lists per fault.
+const CHAOS_FAULTS_SHOWN = 20;
+const CHAOS_OBJECTS_SHOWN = 20;
 // Decision records the page keeps (the newest); the timeline shows at most TIMELINE_SHOWN.
 const DECISIONS_KEPT = 500;
 // Records asked for per request, and how long the server may hold a request open waiting for
@@ -60,7 +64,8 @@ async function getJSON(path) {
 const uidOf = (o) => o.metadata.uid;
 
 // Keeps `objects` (uid → object) in step with the collection at `path`; `onChange` is called
-// after every change.
+// after every change: `("LIST")` after a list, `(type, object)` after a watch event, `()` when
+// only the error changed.
 class Informer {
   constructor(path, onChange) {
     this.path = path;
@@ -98,7 +103,7 @@ class Informer {
     this.rv = list.metadata.resourceVersion;
     this.synced = true;
     this.error = null;
-    this.onChange();
+    this.onChange("LIST");
   }
 
   async watch() {
@@ -147,7 +152,7 @@ class Informer {
     }
     if (o.metadata && o.metadata.resourceVersion) this.rv = o.metadata.resourceVersion;
     this.error = null;
-    this.onChange();
+    this.onChange(event.type, o);
   }
 }
 
@@ -221,7 +226,10 @@ const informers = {
   replicasets: new Informer("/apis/apps/v1/replicasets", () => schedule("deployments")),
   pods: new Informer("/api/v1/pods", () => schedule("deployments", "nodes")),
   nodes: new Informer("/api/v1/nodes", () => schedule("nodes")),
-  events: new Informer("/api/v1/events", () => schedule("timeline")),
+  events: new Informer("/api/v1/events", (type, e) => {
+    schedule("timeline");
+    noteChaosEvent(type, e);
+  }),
   namespaces: new Informer("/api/v1/namespaces", () => schedule("namespaces")),
 };
 const decisions = new DecisionFeed(() => schedule("timeline"));
@@ -529,6 +537,144 @@ function renderTimeline() {
   );
 }
 
+// --- chaos ------------------------------------------------------------------------------
+
+// `setpoint chaos` writes its Events as this component, annotated with the fault they are
+// about (crates/setpoint/src/chaos/events.rs, docs/chaos.md).
+const CHAOS_COMPONENT = "setpoint-chaos";
+const CHAOS = "setpoint.io/chaos-";
+
+// Events of `setpoint chaos` without the annotations (older versions) are left out: their
+// messages name the fault's type but not which of several faults of that type they are about.
+const isChaosEvent = (e) =>
+  (e.source?.component === CHAOS_COMPONENT || e.reportingComponent === CHAOS_COMPONENT) &&
+  !!e.metadata?.annotations?.[`${CHAOS}fault-index`];
+
+// The events informer's chaos Events (uid → Event), kept as it changes: the panel then reads
+// only them, and is drawn again only when one of them changed, however many other Events the
+// cluster has.
+const chaosEvents = new Map();
+function noteChaosEvent(type, e) {
+  if (type === "LIST") {
+    chaosEvents.clear();
+    for (const [uid, o] of informers.events.objects) if (isChaosEvent(o)) chaosEvents.set(uid, o);
+    schedule("chaos");
+  } else if (e?.metadata?.uid) {
+    const uid = uidOf(e);
+    if (type !== "DELETED" && isChaosEvent(e)) {
+      chaosEvents.set(uid, e);
+      schedule("chaos");
+    } else if (chaosEvents.delete(uid)) {
+      schedule("chaos");
+    }
+  }
+}
+
+// The chaos Events in the namespace shown, grouped by fault (schedule seed and fault number),
+// newest fault first, the newest CHAOS_FAULTS_SHOWN.
+function chaosFaults() {
+  const faults = new Map();
+  for (const e of chaosEvents.values()) {
+    const o = e.involvedObject || {};
+    if (!shown(o.namespace || e.metadata.namespace || "")) continue;
+    const a = e.metadata.annotations;
+    const seed = a[`${CHAOS}seed`] || "";
+    const index = Number(a[`${CHAOS}fault-index`]) || 0;
+    const id = `${seed}/${index}`;
+    let f = faults.get(id);
+    if (!f) {
+      f = { id, seed, index, label: a[`${CHAOS}fault`] || "", process: "", injected: "" };
+      Object.assign(f, { ms: Infinity, converged: null, notConverged: null, objects: [] });
+      faults.set(id, f);
+    }
+    const time = eventTime(e);
+    const ms = Date.parse(time) || 0;
+    // Ordered by injection; until that Event is seen, by the fault's earliest Event.
+    if (!f.injected && ms < f.ms) f.ms = ms;
+    const after = Number(a[`${CHAOS}converged-ms`]);
+    if (e.reason === "FaultInjected") {
+      f.process = a[`${CHAOS}process`] || "";
+      f.injected = time;
+      f.ms = ms;
+    } else if (e.reason === "Converged" && o.kind === "Namespace") {
+      f.converged = after;
+    } else if (e.reason === "Converged") {
+      f.objects.push({
+        kind: o.kind || "",
+        namespace: o.namespace || "",
+        name: o.name || "",
+        after,
+      });
+    } else if (e.reason === "NotConverged") {
+      f.notConverged = e.message || "";
+    }
+  }
+  return [...faults.values()]
+    .sort((x, y) => y.ms - x.ms || y.index - x.index)
+    .slice(0, CHAOS_FAULTS_SHOWN);
+}
+
+const seconds = (ms) => (Number.isFinite(ms) ? `${(ms / 1000).toFixed(2)} s` : "?");
+
+// A fault's view: its label, process, time, outcome and its objects' times, slowest first.
+// Drawn only when a chaos Event or the namespace filter changed, so it is built anew each time.
+function chaosFaultView(f) {
+  const root = el("div", "fault");
+  root.dataset.fault = f.id;
+  const head = el("div", "head");
+  head.append(
+    el("span", "label", f.label),
+    el("span", "muted", `#${f.index} of seed ${f.seed}`),
+    el("span", "process", f.process ? `on ${f.process}` : ""),
+    el("span", "muted", f.injected ? `injected ${f.injected}` : ""),
+  );
+  let outcome;
+  if (f.converged !== null) {
+    outcome = el("span", "outcome converged", `converged ${seconds(f.converged)} after recovery`);
+  } else if (f.notConverged !== null) {
+    outcome = el("span", "outcome not-converged", f.notConverged);
+  } else {
+    outcome = el("span", "outcome converging", "converging…");
+  }
+  head.append(outcome);
+  root.append(head);
+  const objects = f.objects.sort(
+    (x, y) => (y.after || 0) - (x.after || 0) || x.name.localeCompare(y.name),
+  );
+  if (objects.length) {
+    const table = el("table", "objects");
+    const thead = el("thead");
+    const tr = el("tr");
+    tr.append(el("th", "", "Object"), el("th", "", "Converged after recovery"));
+    thead.append(tr);
+    const tbody = el("tbody");
+    for (const o of objects.slice(0, CHAOS_OBJECTS_SHOWN)) {
+      const row = el("tr");
+      row.dataset.object = `${o.kind}/${o.namespace}/${o.name}`;
+      row.append(
+        el("td", "", `${o.kind.toLowerCase()} ${o.namespace}/${o.name}`),
+        el("td", "", seconds(o.after)),
+      );
+      row.addEventListener("click", () => why(o.kind.toLowerCase(), o.namespace, o.name));
+      tbody.append(row);
+    }
+    table.append(thead, tbody);
+    root.append(table);
+    if (objects.length > CHAOS_OBJECTS_SHOWN) {
+      root.append(el("p", "muted", `… and ${objects.length - CHAOS_OBJECTS_SHOWN} more`));
+    }
+  } else if (f.converged !== null) {
+    root.append(el("p", "muted", "No object was seen out of convergence."));
+  }
+  return root;
+}
+
+function renderChaos() {
+  const faults = chaosFaults();
+  document.getElementById("chaos-section").hidden = faults.length === 0;
+  document.getElementById("chaos").replaceChildren(...faults.map(chaosFaultView));
+}
+
 // The filter's choices: every namespace listed, and the one chosen even before it is listed.
 function renderNamespaces() {
   const select = document.getElementById("namespace");
@@ -572,6 +718,7 @@ function render() {
   if (dirty.has("deployments")) renderDeployments();
   if (dirty.has("nodes")) renderNodes();
   if (dirty.has("timeline")) renderTimeline();
+  if (dirty.has("chaos")) renderChaos();
   dirty.clear();
   // The time to the first complete picture, and what its render cost, for the browser's
   // performance tools (docs/ui.md quotes them for 10,000 pods).
@@ -638,13 +785,13 @@ function start() {
   document.getElementById("namespace").addEventListener("change", (ev) => {
     namespace = ev.target.value;
     sessionStorage.setItem(NAMESPACE_KEY, namespace);
-    schedule("namespaces", "deployments", "nodes", "timeline");
+    schedule("namespaces", "deployments", "nodes", "timeline", "chaos");
   });
   token = takeTokenFromFragment();
   if (!token) return needLogin("");
   document.getElementById("main").hidden = false;
   document.getElementById("logout").hidden = false;
-  schedule("namespaces", "deployments", "nodes", "timeline");
+  schedule("namespaces", "deployments", "nodes", "timeline", "chaos");
   for (const informer of Object.values(informers)) informer.run();
   decisions.run();
 }
