@@ -25,10 +25,14 @@ use setpoint_runtime::client::{Client, Kubeconfig};
 use super::etcd;
 use super::netns::{Network, Plan};
 
-/// The components' election timing: short, so a frozen leader's lease lapses within a run.
-pub const LEASE_DURATION: Duration = Duration::from_secs(3);
-const RENEW_DEADLINE: &str = "2s";
-const RETRY_PERIOD: &str = "500ms";
+/// The components' election timing: short, so a frozen leader's lease lapses within a run,
+/// and a killed leader's standby takes over within about 2.6 s (the lease, plus the time it
+/// took to see the last renewal and to poll again). `leaseDurationSeconds` is whole seconds,
+/// so 2 s is the shortest lease above 1 s that still leaves the renew deadline (1.5 s) six
+/// renewals of margin and a 0.5 s safety gap before a standby may act.
+pub const LEASE_DURATION: Duration = Duration::from_secs(2);
+const RENEW_DEADLINE: &str = "1500ms";
+const RETRY_PERIOD: &str = "250ms";
 
 /// How long a (re)started API server may take to answer.
 const START_DEADLINE: Duration = Duration::from_secs(60);
