@@ -100,6 +100,13 @@ fn chaos_run_converges_after_every_fault_without_violations() {
         "{stdout}"
     );
     assert!(run["eventsRecorded"].as_u64().unwrap_or(0) > 0);
+    // The run's own Events reach the API server (kubectl describe and the live view show
+    // them): every fault's at least, and any refused is counted.
+    assert!(
+        run["eventsWritten"].as_u64().unwrap_or(0) >= faults.len() as u64
+            && run["eventsNotWritten"].is_u64(),
+        "{stdout}"
+    );
     // Each change the schedule makes puts its object out of convergence: the report (and an
     // Event about the object) says when each returned.
     assert!(

@@ -194,8 +194,10 @@ pub fn event(happened: &Happened<'_>, now: chrono::DateTime<chrono::Utc>) -> Val
     })
 }
 
-/// Writes the Event for `happened` at `ago` before now, or logs why it could not.
-pub async fn record(client: &Client, happened: Happened<'_>, ago: Duration) {
+/// Writes the Event for `happened` at `ago` before now; whether it was written. A refusal
+/// is logged as a warning: the run's faults are over by the time it writes, so a refused
+/// Event is a defect of the Event, not the fault at work.
+pub async fn record(client: &Client, happened: Happened<'_>, ago: Duration) -> bool {
     let at = chrono::Utc::now() - chrono::Duration::from_std(ago).unwrap_or_default();
     let body = event(&happened, at);
     let path = format!("/api/v1/namespaces/{NAMESPACE}/events");
@@ -206,9 +208,15 @@ pub async fn record(client: &Client, happened: Happened<'_>, ago: Duration) {
         bytes::Bytes::from(body.to_string()),
     );
     match tokio::time::timeout(WRITE_TIMEOUT, write).await {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => tracing::debug!("chaos: event {happened:?} not written: {e}"),
-        Err(_) => tracing::debug!("chaos: event {happened:?} not written within {WRITE_TIMEOUT:?}"),
+        Ok(Ok(_)) => true,
+        Ok(Err(e)) => {
+            tracing::warn!("chaos: event {happened:?} not written: {e}");
+            false
+        }
+        Err(_) => {
+            tracing::warn!("chaos: event {happened:?} not written within {WRITE_TIMEOUT:?}");
+            false
+        }
     }
 }
 

@@ -205,6 +205,9 @@ async fn run_one(
         eprintln!("chaos: created the extra pod {pod} (--rogue-extra-pod)");
     }
     let mut faults = Vec::new();
+    // The run's own Events: [written, not written].
+    let mut written = [0usize; 2];
+    let mut count = |ok: bool| written[usize::from(!ok)] += 1;
     let t0 = Instant::now();
     if let Some(why) = &cluster.no_partitions {
         eprintln!("chaos: partitions are not drawn: {why}");
@@ -236,15 +239,17 @@ async fn run_one(
             index: fault_number + 1,
             seed,
         };
-        events::record(
-            &client,
-            events::Happened::Injecting {
-                fault: fault_ref,
-                process: &injected.process,
-            },
-            injected.injected.elapsed(),
-        )
-        .await;
+        count(
+            events::record(
+                &client,
+                events::Happened::Injecting {
+                    fault: fault_ref,
+                    process: &injected.process,
+                },
+                injected.injected.elapsed(),
+            )
+            .await,
+        );
         let converged = converge::wait(
             &client,
             &workload.desired,
@@ -262,7 +267,7 @@ async fn run_one(
                 why: why.as_str(),
             },
         };
-        events::record(&client, happened, Duration::ZERO).await;
+        count(events::record(&client, happened, Duration::ZERO).await);
         if let Ok(c) = &converged {
             // Each object the fault put out of convergence, at the time it returned.
             for (object, after) in &c.returned {
@@ -271,7 +276,7 @@ async fn run_one(
                     object,
                     after: *after,
                 };
-                events::record(&client, happened, c.after.saturating_sub(*after)).await;
+                count(events::record(&client, happened, c.after.saturating_sub(*after)).await);
             }
         }
         let objects_converged_ms = converged
@@ -328,6 +333,8 @@ async fn run_one(
         final_time_to_converge_ms: final_converged.map(|d| d.as_millis() as u64),
         violations,
         events_recorded: events.len(),
+        events_written: written[0],
+        events_not_written: written[1],
         partitions_not_drawn: cluster.no_partitions.clone(),
     })
 }

@@ -43,6 +43,10 @@ pub struct RunReport {
     pub violations: Vec<Violation>,
     /// Watch events recorded (all watchers).
     pub events_recorded: usize,
+    /// The run's own Events (each fault, and each return to convergence) the API server
+    /// accepted, and those it did not (each logged with the reason).
+    pub events_written: usize,
+    pub events_not_written: usize,
     /// Why the schedule drew no partitions (the machine could not make network namespaces);
     /// `None`: they were drawn.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -86,8 +90,8 @@ pub fn table(r: &RunReport) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "seed {} · {} s · {} watch events recorded",
-        r.seed, r.duration_seconds, r.events_recorded
+        "seed {} · {} s · {} watch events recorded · {} Events written, {} not",
+        r.seed, r.duration_seconds, r.events_recorded, r.events_written, r.events_not_written
     );
     if let Some(why) = &r.partitions_not_drawn {
         let _ = writeln!(out, "partitions not drawn: {why}");
@@ -254,6 +258,8 @@ mod tests {
             final_time_to_converge_ms: Some(10),
             violations: Vec::new(),
             events_recorded: 0,
+            events_written: 0,
+            events_not_written: 0,
             partitions_not_drawn: None,
         }
     }
