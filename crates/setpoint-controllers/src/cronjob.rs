@@ -52,6 +52,9 @@ pub struct Plan {
     pub last_successful: Option<DateTime<Utc>>,
     /// When the schedule next comes round.
     pub next: Option<DateTime<Utc>>,
+    /// Start times that came round since the last scheduled one (or the creation), the one
+    /// to run included; more than [`MAX_MISSED`] are not all counted.
+    pub missed: usize,
 }
 
 fn ts(t: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>) -> Option<DateTime<Utc>> {
@@ -180,6 +183,7 @@ pub fn plan(cj: &CronJob, jobs: &[Arc<Job>], now: DateTime<Utc>) -> Result<Plan,
         active: active.iter().map(|j| j.name()).collect(),
         last_successful: succeeded.iter().map(|(_, t)| *t).max(),
         next: schedule.next_after(now),
+        missed: 0,
     };
     // History: the newest N of each outcome stay.
     for (mut list, limit) in [
@@ -219,6 +223,7 @@ pub fn plan(cj: &CronJob, jobs: &[Arc<Job>], now: DateTime<Utc>) -> Result<Plan,
             break;
         }
     }
+    out.missed = missed;
     let Some(scheduled) = latest else {
         return Ok(out);
     };
@@ -306,11 +311,13 @@ fn reference(job: &Job) -> Value {
 
 #[async_trait::async_trait]
 impl Reconciler for CronJobController {
-    async fn reconcile(&self, _ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
+    async fn reconcile(&self, ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
         let Some(cj) = self.cronjobs.get(key) else {
+            ctx.observe("the CronJob is gone");
             return Ok(Action::Done);
         };
         if cj.metadata.deletion_timestamp.is_some() {
+            ctx.observe("the CronJob is being deleted: left to the garbage collector");
             return Ok(Action::Done);
         }
         let ns = cj.namespace().unwrap_or_default();
@@ -335,14 +342,24 @@ impl Reconciler for CronJobController {
             Ok(p) => p,
             Err(e) => {
                 let message = e.to_string();
+                ctx.observe(format!("{}: {message}", e.reason()));
                 self.events
                     .publish(&cref, EventType::Warning, e.reason(), &message);
                 return Err(ReconcileError::terminal(message));
             }
         };
+        if ctx.recording() {
+            observe_plan(ctx, &cj, &p, now);
+        }
         let job_api: Api<Job> = Api::namespaced(self.client.clone(), &ns);
         let background = DeleteParams::background();
         for name in p.replace.iter().chain(&p.prune) {
+            if ctx.recording() {
+                ctx.action(
+                    format!("delete job {name}"),
+                    delete_rule(&cj, &p, &jobs, name),
+                );
+            }
             match job_api.delete(name, &background).await {
                 Ok(_) => self.events.publish(
                     &cref,
@@ -369,6 +386,12 @@ impl Reconciler for CronJobController {
             .and_then(|s| s.last_schedule_time.clone());
         if let Some((name, scheduled)) = &p.create {
             let job = new_job(&cj, name, *scheduled)?;
+            if ctx.recording() {
+                ctx.action(
+                    format!("create job {name}"),
+                    create_rule(&cj, &p, *scheduled),
+                );
+            }
             match job_api.create(&PostParams::default(), &job).await {
                 Ok(created) => {
                     self.events.publish(
@@ -410,6 +433,10 @@ impl Reconciler for CronJobController {
             // patch.
             let mut next = CronJob::clone(&cj);
             next.status = Some(serde_json::from_value(status).map_err(ReconcileError::terminal)?);
+            ctx.action(
+                "update status",
+                "the active Jobs, lastScheduleTime or lastSuccessfulTime changed",
+            );
             api.replace_status(&cj.name(), &PostParams::default(), &next)
                 .await?;
         }
@@ -420,6 +447,109 @@ impl Reconciler for CronJobController {
             ),
             None => Action::Done,
         })
+    }
+}
+
+/// A time as the record gives it (RFC 3339, whole seconds, UTC).
+fn when(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// Adds what a pass over `cj` observed to its decision record: the schedule, the last
+/// scheduled time, the active Jobs, the start times missed, and a start skipped.
+fn observe_plan(ctx: &Context, cj: &CronJob, p: &Plan, now: DateTime<Utc>) {
+    let spec = cj.spec.clone().unwrap_or_default();
+    let last = cj
+        .status
+        .as_ref()
+        .and_then(|s| ts(&s.last_schedule_time))
+        .map_or_else(|| "none".to_string(), when);
+    // A `TZ=` prefix in the schedule wins over `spec.timeZone`.
+    let zone = if unsupported_schedule(cj).is_some() {
+        "the zone it names"
+    } else {
+        spec.time_zone.as_deref().unwrap_or("UTC")
+    };
+    const LISTED: usize = 3;
+    let active = match p.active.len() {
+        0 => String::new(),
+        n if n <= LISTED => format!(" ({})", p.active.join(", ")),
+        n => format!(
+            " ({}, and {} more)",
+            p.active[..LISTED].join(", "),
+            n - LISTED
+        ),
+    };
+    ctx.observe(format!(
+        "schedule {:?} in {}{}; now {}, lastScheduleTime {last}, next {}; {} active job(s){}",
+        spec.schedule,
+        zone,
+        if spec.suspend == Some(true) {
+            " (suspended)"
+        } else {
+            ""
+        },
+        when(now),
+        p.next.map_or_else(|| "none".to_string(), when),
+        p.active.len(),
+        active,
+    ));
+    if p.missed > 1 {
+        ctx.observe(format!(
+            "{}{} start times came round since the last: only the latest runs",
+            if p.missed > MAX_MISSED {
+                "more than "
+            } else {
+                ""
+            },
+            p.missed.min(MAX_MISSED),
+        ));
+    }
+    if let Some((reason, message)) = &p.skipped {
+        ctx.observe(format!("{reason}: {message}"));
+    }
+}
+
+/// Why the Job for `scheduled` is created (for the decision record).
+fn create_rule(cj: &CronJob, p: &Plan, scheduled: DateTime<Utc>) -> String {
+    let policy = cj
+        .spec
+        .as_ref()
+        .and_then(|s| s.concurrency_policy.as_deref())
+        .unwrap_or("Allow");
+    let why = match policy {
+        "Forbid" => "Forbid: no Job is active".to_string(),
+        "Replace" if !p.replace.is_empty() => {
+            format!("Replace: the active Job(s) {} go", p.replace.join(", "))
+        }
+        other => other.to_string(),
+    };
+    format!(
+        "scheduled time {} is due and has no Job; concurrencyPolicy {why}",
+        when(scheduled)
+    )
+}
+
+/// Why the Job `name` is deleted (for the decision record).
+fn delete_rule(cj: &CronJob, p: &Plan, jobs: &[Arc<Job>], name: &str) -> String {
+    if p.replace.iter().any(|r| r == name) {
+        return "concurrencyPolicy Replace: a new scheduled time is due while it is active"
+            .to_string();
+    }
+    let spec = cj.spec.clone().unwrap_or_default();
+    match jobs
+        .iter()
+        .find(|j| j.name() == name)
+        .and_then(|j| job_finished(j))
+    {
+        Some("Complete") => format!(
+            "successfulJobsHistoryLimit {}: older than the newest successful Jobs kept",
+            spec.successful_jobs_history_limit.unwrap_or(3)
+        ),
+        _ => format!(
+            "failedJobsHistoryLimit {}: older than the newest failed Jobs kept",
+            spec.failed_jobs_history_limit.unwrap_or(1)
+        ),
     }
 }
 

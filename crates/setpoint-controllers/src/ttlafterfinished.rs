@@ -74,6 +74,33 @@ pub fn decide(job: &Job, now: Timestamp) -> Decision {
     }
 }
 
+/// What [`decide`] looked at, for the decision record: the TTL, the finish time and when it
+/// expires.
+fn observed(job: &Job, now: Timestamp) -> String {
+    let ttl = job.spec.as_ref().and_then(|s| s.ttl_seconds_after_finished);
+    let Some(ttl) = ttl else {
+        return "no ttlSecondsAfterFinished".to_string();
+    };
+    if job.metadata.deletion_timestamp.is_some() {
+        return format!("ttlSecondsAfterFinished {ttl}; the Job is being deleted");
+    }
+    match finish_time(job) {
+        None => format!("ttlSecondsAfterFinished {ttl}; the Job has not finished"),
+        Some(None) => format!(
+            "ttlSecondsAfterFinished {ttl}; finished, but its condition has no lastTransitionTime"
+        ),
+        Some(Some(finished)) => {
+            let expires =
+                Timestamp::from_second(finished.as_second().saturating_add(i64::from(ttl.max(0))))
+                    .map_or_else(|_| "never".to_string(), |t| t.to_string());
+            format!(
+                "finished at {finished}, ttlSecondsAfterFinished {ttl}: expires at {expires} (now {})",
+                Timestamp::from_second(now.as_second()).unwrap_or(now)
+            )
+        }
+    }
+}
+
 struct TtlAfterFinishedController {
     client: Client,
     jobs: Store<Job>,
@@ -81,11 +108,15 @@ struct TtlAfterFinishedController {
 
 #[async_trait::async_trait]
 impl Reconciler for TtlAfterFinishedController {
-    async fn reconcile(&self, _ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
+    async fn reconcile(&self, ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
         let Some(job) = self.jobs.get(key) else {
+            ctx.observe("the Job is gone");
             return Ok(Action::Done);
         };
         let now = crate::now();
+        if ctx.recording() {
+            ctx.observe(observed(&job, now));
+        }
         match decide(&job, now) {
             Decision::Nothing => return Ok(Action::Done),
             // Whole seconds are stored, so wake a little after the second has passed.
@@ -106,13 +137,22 @@ impl Reconciler for TtlAfterFinishedController {
             key.namespace.as_deref().unwrap_or_default(),
         );
         let Some(fresh) = api.get_opt(&key.name).await? else {
+            ctx.observe("a fresh read: the Job is gone");
             return Ok(Action::Done);
         };
-        match decide(&fresh, now) {
+        let decision = decide(&fresh, now);
+        if decision != Decision::Delete && ctx.recording() {
+            ctx.observe(format!("a fresh read: {}", observed(&fresh, now)));
+        }
+        match decision {
             Decision::Delete => {}
             Decision::Wait(d) => return Ok(Action::RequeueAfter(d + Duration::from_millis(100))),
             _ => return Ok(Action::Done),
         }
+        ctx.action(
+            format!("delete job {} (Foreground)", key.name),
+            "its finish time plus ttlSecondsAfterFinished has passed (so says a fresh read too)",
+        );
         tracing::info!(job = %key, "cleaning up Job");
         let params = DeleteParams {
             precondition_resource_version: fresh.resource_version(),
@@ -219,6 +259,63 @@ mod tests {
             decide(&untimed, at("2026-01-01T00:00:00Z")),
             Decision::NoFinishTime
         );
+    }
+
+    /// The decision record of a deletion: what the TTL was counted from, and the delete.
+    #[tokio::test]
+    async fn the_decision_record_says_when_the_ttl_ran_out() {
+        use setpoint_runtime::client::{Patch, PatchParams, PostParams};
+        use setpoint_runtime::decision;
+        let cluster = setpoint_testing::TestCluster::start().await;
+        let client = cluster.client();
+        let informers = SharedInformers::new(client.clone());
+        let task = tokio::spawn(controller(client.clone(), &informers).run(std::future::pending()));
+        let jobs: Api<Job> = Api::namespaced(client.clone(), "default");
+        let j: Job = serde_json::from_value(json!({
+            "metadata": {"name": "ttl-record"},
+            "spec": {"ttlSecondsAfterFinished": 5, "template": {"spec": {
+                "restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}
+        }))
+        .unwrap();
+        jobs.create(&PostParams::default(), &j).await.unwrap();
+        let finished = json!({"status": {
+            "startTime": "2020-01-01T00:00:00Z",
+            "completionTime": "2020-01-01T00:00:01Z",
+            "conditions": [{"type": "Complete", "status": "True",
+                            "lastTransitionTime": "2020-01-01T00:00:01Z"}]
+        }});
+        jobs.patch_status(
+            "ttl-record",
+            &PatchParams::default(),
+            &Patch::Merge(finished),
+        )
+        .await
+        .unwrap();
+        let record = setpoint_testing::eventually("the decision deleting the Job", || async {
+            decision::ring()
+                .recent(decision::RING_CAPACITY)
+                .into_iter()
+                .find(|r| {
+                    r.controller == NAME
+                        && r.object.namespace == "default"
+                        && r.object.name == "ttl-record"
+                        && !r.actions.is_empty()
+                })
+        })
+        .await;
+        assert_eq!(
+            record.actions[0].action,
+            "delete job ttl-record (Foreground)"
+        );
+        assert!(!record.actions[0].rule.is_empty());
+        assert!(
+            record.observed[0].starts_with(
+                "finished at 2020-01-01T00:00:01Z, ttlSecondsAfterFinished 5: expires at 2020-01-01T00:00:06Z (now "
+            ),
+            "{record:?}"
+        );
+        task.abort();
+        cluster.stop().await;
     }
 
     #[test]

@@ -8,8 +8,18 @@ use chrono::{DateTime, Duration, Timelike, Utc};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use serde_json::json;
 use setpoint_runtime::client::{Api, ListParams, Patch, PatchParams, PostParams};
+use setpoint_runtime::decision::{self, DecisionRecord};
 use setpoint_runtime::informer::SharedInformers;
 use setpoint_testing::{eventually, TestCluster};
+
+/// The finished decision records of the `cronjob` controller about `{ns}/{name}` so far.
+fn decisions(ns: &str, name: &str) -> Vec<Arc<DecisionRecord>> {
+    decision::ring()
+        .recent(decision::RING_CAPACITY)
+        .into_iter()
+        .filter(|r| r.controller == "cronjob" && r.object.namespace == ns && r.object.name == name)
+        .collect()
+}
 
 #[tokio::test]
 async fn every_minute_creates_one_job() {
@@ -74,6 +84,36 @@ async fn every_minute_creates_one_job() {
     let status = cronjobs.get("tick").await.unwrap().status.unwrap();
     assert!(status.last_schedule_time.is_some());
     assert_eq!(status.active.unwrap_or_default().len(), 3);
+    // The decision that made the last Job says what it saw and which rule chose it.
+    let last = expected.last().unwrap().clone();
+    let record = eventually("the decision record creating the last Job", || async {
+        decisions("default", "tick").into_iter().find(|r| {
+            r.actions
+                .iter()
+                .any(|a| a.action == format!("create job {last}"))
+        })
+    })
+    .await;
+    assert!(
+        record
+            .observed
+            .iter()
+            .any(|o| o.starts_with("schedule \"*/1 * * * *\" in UTC; now ")
+                && o.contains(" active job(s)")),
+        "{record:?}"
+    );
+    let create = record
+        .actions
+        .iter()
+        .find(|a| a.action.starts_with("create job "))
+        .unwrap();
+    assert!(
+        create.rule.starts_with("scheduled time ")
+            && create
+                .rule
+                .ends_with(" is due and has no Job; concurrencyPolicy Allow"),
+        "{create:?}"
+    );
     task.abort();
     cluster.stop().await;
 }

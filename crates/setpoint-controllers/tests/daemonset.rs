@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -11,6 +12,7 @@ use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use serde_json::json;
 use setpoint_controllers::daemonset::placement::target_node;
 use setpoint_runtime::client::{Api, Client, ListParams, Patch, PatchParams, PostParams};
+use setpoint_runtime::decision::{self, DecisionRecord};
 use setpoint_testing::TestCluster;
 
 async fn eventually<T, F: Future<Output = Option<T>>>(what: &str, check: impl FnMut() -> F) -> T {
@@ -44,6 +46,17 @@ async fn daemon_nodes(client: &Client, ns: &str) -> BTreeSet<String> {
         .iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
         .filter_map(target_node)
+        .collect()
+}
+
+/// The finished decision records of the `daemonset` controller about `{ns}/{name}` so far.
+fn decisions(ns: &str, name: &str) -> Vec<Arc<DecisionRecord>> {
+    decision::ring()
+        .recent(decision::RING_CAPACITY)
+        .into_iter()
+        .filter(|r| {
+            r.controller == "daemonset" && r.object.namespace == ns && r.object.name == name
+        })
         .collect()
 }
 
@@ -98,6 +111,28 @@ async fn pods_follow_nodes_labels_and_taints() {
         (daemon_nodes(&client, ns).await == set(&["n1", "n2", "n3", "n4"])).then_some(())
     })
     .await;
+    // The decision that made it says what it saw and which rule chose the node.
+    let record = eventually("the decision record creating n4's pod", || async {
+        decisions(ns, "agent").into_iter().find(|r| {
+            r.actions
+                .iter()
+                .any(|a| a.action == "create a daemon pod for node n4")
+        })
+    })
+    .await;
+    assert!(
+        record
+            .observed
+            .iter()
+            .any(|o| o.starts_with("4 nodes: 4 should run the daemon pod, 3 have one, ")),
+        "{record:?}"
+    );
+    let create = record
+        .actions
+        .iter()
+        .find(|a| a.action == "create a daemon pod for node n4")
+        .unwrap();
+    assert_eq!(create.rule, "node n4 should run a daemon pod and has none");
 
     // NoSchedule keeps an existing pod (it is counted misscheduled); NoExecute removes it.
     patch_node(
@@ -132,6 +167,15 @@ async fn pods_follow_nodes_labels_and_taints() {
         (daemon_nodes(&client, ns).await == set(&["n3", "n4"])).then_some(())
     })
     .await;
+    let rule = eventually("the decision record deleting n1's pod", || async {
+        decisions(ns, "agent")
+            .iter()
+            .flat_map(|r| r.actions.clone())
+            .find(|a| a.action.starts_with("delete pod ") && a.rule.starts_with("node n1 "))
+            .map(|a| a.rule)
+    })
+    .await;
+    assert_eq!(rule, "node n1 should not run the daemon pod (nodeName, nodeSelector, node affinity or an untolerated NoExecute taint)");
     eventually("the status counts 2 nodes", || async {
         let s = sets.get("agent").await.ok()?.status?;
         (s.desired_number_scheduled == 2

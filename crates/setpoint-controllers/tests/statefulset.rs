@@ -15,6 +15,7 @@ use serde_json::json;
 use setpoint_runtime::client::{
     Api, Client, DeleteParams, ListParams, Patch, PatchParams, PostParams,
 };
+use setpoint_runtime::decision::{self, DecisionRecord};
 use setpoint_runtime::informer::{Event, Scope, SharedInformers};
 use setpoint_testing::TestCluster;
 
@@ -62,6 +63,17 @@ fn stand_in_node(client: Client, ns: &str, on: Arc<AtomicBool>) -> tokio::task::
             let _ = tokio::time::timeout(Duration::from_millis(200), changed.notified()).await;
         }
     })
+}
+
+/// The finished decision records of the `statefulset` controller about `{ns}/{name}` so far.
+fn decisions(ns: &str, name: &str) -> Vec<Arc<DecisionRecord>> {
+    decision::ring()
+        .recent(decision::RING_CAPACITY)
+        .into_iter()
+        .filter(|r| {
+            r.controller == "statefulset" && r.object.namespace == ns && r.object.name == name
+        })
+        .collect()
 }
 
 async fn namespace(client: &Client, name: &str) {
@@ -148,6 +160,32 @@ async fn parallel_pods_and_claims_deleted_per_retention_policy() {
     .await;
     let want_claims = ["www-web-0", "www-web-1", "www-web-2"];
     assert_eq!(claim_names(&claims).await, want_claims);
+    // The decision that made web-2 says what it saw and which rule chose the pod.
+    let made = |r: &DecisionRecord| {
+        r.actions
+            .iter()
+            .find(|a| a.action.starts_with("create pod web-2 at revision web-"))
+            .cloned()
+    };
+    let (record, create) = eventually("the decision record creating web-2", || async {
+        decisions("par", "web")
+            .into_iter()
+            .find_map(|r| Some((r.clone(), made(&r)?)))
+    })
+    .await;
+    assert!(
+        record.observed.iter().any(|o| o.starts_with("3 desired, ")
+            && o.contains("; Parallel, RollingUpdate (partition 0, maxUnavailable 1)")),
+        "{record:?}"
+    );
+    assert_eq!(create.rule, "ordinal 2 < 3 replicas has no pod (Parallel)");
+    assert!(
+        record
+            .actions
+            .iter()
+            .any(|a| a.action == "create claim www-web-2" && !a.rule.is_empty()),
+        "{record:?}"
+    );
     // whenDeleted: Delete — the claims are owned by the set (not as its controller).
     let owned = eventually("claims owned by the set", || async {
         let list = claims.list(&ListParams::default()).await.unwrap().items;
@@ -181,6 +219,17 @@ async fn parallel_pods_and_claims_deleted_per_retention_policy() {
             .then_some(())
     })
     .await;
+    let delete = eventually("the decision record deleting web-2", || async {
+        decisions("par", "web")
+            .iter()
+            .flat_map(|r| r.actions.clone())
+            .find(|a| a.action == "delete pod web-2")
+    })
+    .await;
+    assert_eq!(
+        delete.rule,
+        "ordinal 2 >= 1 replicas: scale down (Parallel)"
+    );
 
     // Deleting the set takes its pods and (whenDeleted: Delete) the remaining claim.
     sets.delete("web", &DeleteParams::default()).await.unwrap();

@@ -31,6 +31,7 @@ use serde_json::json;
 use setpoint_api::selector::LabelSelector;
 use setpoint_runtime::client::{Api, Client, DeleteParams, Patch, PatchParams, PostParams};
 use setpoint_runtime::controller::{Action, Context, Controller, ReconcileError, Reconciler};
+use setpoint_runtime::decision;
 use setpoint_runtime::events::{EventRecorder, EventType, Reporter, ToObjectReference};
 use setpoint_runtime::informer::{Event, HandlerId, Informer, Scope, SharedInformers, Store};
 use setpoint_runtime::workqueue::WorkQueue;
@@ -199,6 +200,10 @@ impl DaemonSetController {
                         .filter(|r| r.uid != uid)
                         .filter_map(|r| serde_json::to_value(r).ok())
                         .collect();
+                    decision::action(
+                        format!("release pod {}", p.name()),
+                        "an owned pod no longer matches the selector",
+                    );
                     crate::expectations::patch_owner_references(
                         api,
                         &p,
@@ -222,6 +227,10 @@ impl DaemonSetController {
                         .filter_map(|r| serde_json::to_value(r).ok())
                         .collect();
                     refs.push(owner_reference(ds));
+                    decision::action(
+                        format!("adopt pod {}", p.name()),
+                        "an orphan pod matches the selector",
+                    );
                     if crate::expectations::patch_owner_references(
                         api,
                         &p,
@@ -316,21 +325,35 @@ impl DaemonSetController {
     async fn write_history(&self, ns: &str, write: &history::Write) -> Result<(), ReconcileError> {
         let api: Api<ControllerRevision> = Api::namespaced(self.client.clone(), ns);
         match write {
-            history::Write::Create(rev) => match api.create(&PostParams::default(), rev).await {
-                Ok(_) => Ok(()),
-                // Our own earlier create whose answer was lost, not in the cache yet: read
-                // it and go on, as the StatefulSet controller does (a failure would wait out
-                // a backoff the revision's event does not shorten).
-                Err(e) if e.is_already_exists() => match api.get_opt(&rev.name()).await? {
-                    Some(existing) if history::is_same_revision(&existing, rev) => Ok(()),
-                    _ => Err(ReconcileError::retry(format!(
-                        "controller revision {} exists but is not in the cache yet",
-                        rev.name()
-                    ))),
-                },
-                Err(e) => Err(e.into()),
-            },
+            history::Write::Create(rev) => {
+                decision::action(
+                    format!(
+                        "create ControllerRevision {} (revision {})",
+                        rev.name(),
+                        rev.revision
+                    ),
+                    "no revision has the DaemonSet's pod template",
+                );
+                match api.create(&PostParams::default(), rev).await {
+                    Ok(_) => Ok(()),
+                    // Our own earlier create whose answer was lost, not in the cache yet: read
+                    // it and go on, as the StatefulSet controller does (a failure would wait out
+                    // a backoff the revision's event does not shorten).
+                    Err(e) if e.is_already_exists() => match api.get_opt(&rev.name()).await? {
+                        Some(existing) if history::is_same_revision(&existing, rev) => Ok(()),
+                        _ => Err(ReconcileError::retry(format!(
+                            "controller revision {} exists but is not in the cache yet",
+                            rev.name()
+                        ))),
+                    },
+                    Err(e) => Err(e.into()),
+                }
+            }
             history::Write::Renumber { name, revision } => {
+                decision::action(
+                    format!("renumber ControllerRevision {name} to revision {revision}"),
+                    "an older revision has the pod template again (a rollback)",
+                );
                 let patch = Patch::Merge(json!({"revision": revision}));
                 api.patch(name, &PatchParams::default(), &patch).await?;
                 Ok(())
@@ -347,6 +370,7 @@ impl DaemonSetController {
         if status::same_status(&status, &current) {
             return Ok(());
         }
+        decision::action("update status", "the observed counts changed");
         let api: Api<DaemonSet> =
             Api::namespaced(self.client.clone(), &ds.namespace().unwrap_or_default());
         // An update of the status subresource, as upstream's controller writes it; once more
@@ -373,18 +397,21 @@ impl DaemonSetController {
 
 #[async_trait::async_trait]
 impl Reconciler for DaemonSetController {
-    async fn reconcile(&self, _ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
+    async fn reconcile(&self, ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
         let Some(ds) = self.sets.get(key) else {
             self.expectations().forget(key);
+            ctx.observe("the DaemonSet is gone");
             return Ok(Action::Done);
         };
         // A DaemonSet being deleted is left to the garbage collector, as upstream does.
         if ds.metadata.deletion_timestamp.is_some() {
+            ctx.observe("the DaemonSet is being deleted: left to the garbage collector");
             return Ok(Action::Done);
         }
         let ns = key.namespace.clone().unwrap_or_default();
         let reference = ds.object_reference();
         if selector_of(&ds).is_empty() {
+            ctx.observe("the selector is empty (it would select all pods): nothing done");
             self.events.publish(
                 &reference,
                 EventType::Warning,
@@ -419,6 +446,27 @@ impl Reconciler for DaemonSetController {
         let node_refs: Vec<&Node> = nodes.iter().map(|n| n.as_ref()).collect();
         let hash = resolved.hash.clone();
         let now = crate::now();
+        // The status the nodes and pods imply (pure: computed here for the record, written
+        // below).
+        let (mut st, available_in) = status::compute(&ds, &node_refs, &pod_refs, &hash, now);
+        let recording = ctx.recording();
+        if recording {
+            ctx.observe(format!(
+                "{} nodes: {} should run the daemon pod, {} have one, {} misscheduled, {} updated (revision {hash}), {} ready, {} available",
+                node_refs.len(),
+                st.desired_number_scheduled,
+                st.current_number_scheduled,
+                st.number_misscheduled,
+                st.updated_number_scheduled.unwrap_or(0),
+                st.number_ready,
+                st.number_available.unwrap_or(0),
+            ));
+            if waiting {
+                ctx.observe(
+                    "earlier creates or deletes not yet observed (expectations): no action",
+                );
+            }
+        }
 
         let mut failure = None;
         let mut requeue: Option<Duration> = None;
@@ -429,9 +477,38 @@ impl Reconciler for DaemonSetController {
                 placement::manage(&ds, &node_refs, &pod_refs, &hash, rolling_on && surge > 0);
             let mut delete: Vec<ObjectKey> = manage.delete.clone();
             let mut create: Vec<String> = manage.create.clone();
+            // Why each pod is deleted and each node gets a pod (for the decision record).
+            let mut delete_rules: HashMap<String, String> = HashMap::new();
+            let mut create_rules: HashMap<String, String> = HashMap::new();
+            if recording {
+                let spec = placement::daemon_pod_spec(&ds);
+                for k in &manage.delete {
+                    let rule = match self.owned.pods.get(k) {
+                        Some(p) => {
+                            placement_delete_rule(&spec, &node_refs, &p, rolling_on && surge > 0)
+                        }
+                        None => "placement".to_string(),
+                    };
+                    delete_rules.entry(k.name.clone()).or_insert(rule);
+                }
+                for n in &manage.create {
+                    create_rules.entry(n.clone()).or_insert_with(|| {
+                        format!("node {n} should run a daemon pod and has none")
+                    });
+                }
+            }
             for (node, pod) in &manage.failed {
                 match self.backoff.try_delete(&uid, node, Instant::now()) {
-                    Some(wait) => requeue = Some(requeue.map_or(wait, |r| r.min(wait))),
+                    Some(wait) => {
+                        if recording {
+                            ctx.observe(format!(
+                                "failed pod {} on node {node}: deleted after a backoff of {}s more",
+                                pod.name,
+                                wait.as_secs()
+                            ));
+                        }
+                        requeue = Some(requeue.map_or(wait, |r| r.min(wait)))
+                    }
                     None => {
                         self.events.publish(
                             &reference,
@@ -442,12 +519,45 @@ impl Reconciler for DaemonSetController {
                                 ns, pod.name
                             ),
                         );
+                        if recording {
+                            delete_rules.entry(pod.name.clone()).or_insert_with(|| {
+                                format!("the pod Failed on node {node}, which should run one: replaced (its backoff has passed)")
+                            });
+                        }
                         delete.push(pod.clone());
                     }
                 }
             }
             if rolling_on {
                 let step = rolling::step(&ds, &node_refs, &pod_refs, &hash, now);
+                if recording {
+                    let (max_surge, max_unavailable) =
+                        rolling::surge_and_unavailable(&ds, st.desired_number_scheduled);
+                    let min_ready = status::min_ready(&ds);
+                    for k in &step.delete {
+                        let rule = match self.owned.pods.get(k) {
+                            Some(p) if max_surge > 0 => format!(
+                                "the new pod on node {} is available: the old one goes (RollingUpdate, maxSurge {max_surge})",
+                                placement::target_node(&p).unwrap_or_default()
+                            ),
+                            Some(p) if !status::availability(&p, min_ready, now).0 => format!(
+                                "revision {} is not the update revision {hash} and the pod is not available: replaced at once (RollingUpdate)",
+                                status::pod_hash(&p).unwrap_or("none")
+                            ),
+                            Some(p) => format!(
+                                "revision {} is not the update revision {hash}; within maxUnavailable {max_unavailable} (RollingUpdate)",
+                                status::pod_hash(&p).unwrap_or("none")
+                            ),
+                            None => "RollingUpdate".to_string(),
+                        };
+                        delete_rules.entry(k.name.clone()).or_insert(rule);
+                    }
+                    for n in &step.create {
+                        create_rules.entry(n.clone()).or_insert_with(|| {
+                            format!("node {n} has only a daemon pod of an old revision: a new one beside it (RollingUpdate, maxSurge {max_surge})")
+                        });
+                    }
+                }
                 delete.extend(step.delete);
                 create.extend(step.create);
             }
@@ -460,6 +570,20 @@ impl Reconciler for DaemonSetController {
                 .filter_map(|k| Some((k.clone(), self.owned.pods.get(k)?.uid()?)))
                 .collect();
             if !create.is_empty() || !victims.is_empty() {
+                if recording {
+                    for n in &create {
+                        ctx.action(
+                            format!("create a daemon pod for node {n}"),
+                            create_rules.remove(n).unwrap_or_default(),
+                        );
+                    }
+                    for (k, _) in &victims {
+                        ctx.action(
+                            format!("delete pod {}", k.name),
+                            delete_rules.remove(&k.name).unwrap_or_default(),
+                        );
+                    }
+                }
                 let uids: HashSet<String> = victims.iter().map(|(_, u)| u.clone()).collect();
                 self.expectations().expect(key, create.len(), uids);
                 tracing::debug!(daemonset = %key, create = create.len(), delete = victims.len(), "syncing nodes");
@@ -472,6 +596,18 @@ impl Reconciler for DaemonSetController {
             }
             // Old revisions no pod is at, beyond the limit.
             for name in history::truncate(&ds, &rev_refs, &pod_refs, &hash) {
+                if recording {
+                    ctx.action(
+                        format!("delete ControllerRevision {name}"),
+                        format!(
+                            "beyond revisionHistoryLimit {}; not the update revision and no pod is at it",
+                            ds.spec
+                                .as_ref()
+                                .and_then(|s| s.revision_history_limit)
+                                .unwrap_or(10)
+                        ),
+                    );
+                }
                 let rapi: Api<ControllerRevision> = Api::namespaced(self.client.clone(), &ns);
                 if let Err(e) = rapi.delete(&name, &DeleteParams::default()).await {
                     if !e.is_not_found() {
@@ -481,7 +617,6 @@ impl Reconciler for DaemonSetController {
             }
         }
 
-        let (mut st, available_in) = status::compute(&ds, &node_refs, &pod_refs, &hash, now);
         st.collision_count = (resolved.collision_count > 0
             || ds.status.as_ref().and_then(|s| s.collision_count).is_some())
         .then_some(resolved.collision_count);
@@ -512,6 +647,36 @@ impl Reconciler for DaemonSetController {
     /// [`Expectations::interrupted`](crate::expectations::Expectations::interrupted).
     fn interrupted(&self, key: &ObjectKey) {
         self.expectations().interrupted(key);
+    }
+}
+
+/// Why the manage step deletes `pod` (for the decision record): its node is gone or should
+/// not run it, it ran to completion, or it is a surplus on its node.
+fn placement_delete_rule(
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+    nodes: &[&Node],
+    pod: &Pod,
+    surge: bool,
+) -> String {
+    let Some(node) = placement::target_node(pod) else {
+        return "the pod names no node".to_string();
+    };
+    let Some(n) = nodes
+        .iter()
+        .find(|n| n.metadata.name.as_deref() == Some(node.as_str()))
+    else {
+        return format!("node {node} no longer exists");
+    };
+    if !placement::node_fit(spec, n).should_continue_running {
+        return format!("node {node} should not run the daemon pod (nodeName, nodeSelector, node affinity or an untolerated NoExecute taint)");
+    }
+    if placement::phase(pod) == Some("Succeeded") {
+        return format!("the pod Succeeded on node {node}: a daemon pod should keep running");
+    }
+    if surge {
+        format!("node {node} has a surplus daemon pod (maxSurge: one new and one old at most, the old one until the new one is ready)")
+    } else {
+        format!("node {node} has more than one daemon pod: the oldest stays")
     }
 }
 

@@ -30,6 +30,7 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, PodTemplateSpec};
 use serde_json::json;
 use setpoint_runtime::client::{Api, Client, DeleteParams, Patch, PatchParams, PostParams};
 use setpoint_runtime::controller::{Action, Context, Controller, ReconcileError, Reconciler};
+use setpoint_runtime::decision;
 use setpoint_runtime::events::{EventRecorder, EventType, Reporter, ToObjectReference};
 use setpoint_runtime::informer::{Scope, SharedInformers, Store};
 use setpoint_runtime::{Object, ObjectKey};
@@ -60,6 +61,26 @@ fn is_claim_of(set: &StatefulSet, claim: &str) -> bool {
             .and_then(|rest| ordinal_of(&set_name, rest))
             .is_some()
     })
+}
+
+/// Why a claim gets the owner references `refs` (for the decision record).
+fn claim_refs_rule(
+    set: &StatefulSet,
+    pod: &Pod,
+    ordinal: i32,
+    refs: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
+) -> String {
+    let owned_by = |uid: Option<String>| uid.is_some_and(|u| refs.iter().any(|r| r.uid == u));
+    if owned_by(pod.uid()) {
+        format!(
+            "persistentVolumeClaimRetentionPolicy whenScaled: Delete and {}: the claim goes with its pod",
+            ordinal_outside(set, ordinal)
+        )
+    } else if owned_by(set.uid()) {
+        "persistentVolumeClaimRetentionPolicy whenDeleted: Delete: the claim goes with the StatefulSet".into()
+    } else {
+        "persistentVolumeClaimRetentionPolicy Retain: the claim outlives its pod and the StatefulSet".into()
+    }
 }
 
 /// The reconciler of StatefulSets.
@@ -101,6 +122,10 @@ impl StatefulSetController {
                     .filter(|r| r.uid != uid)
                     .filter_map(|r| serde_json::to_value(r).ok())
                     .collect();
+                decision::action(
+                    format!("release pod {}", p.name()),
+                    "an owned pod no longer matches the selector or is not named <set>-<ordinal>",
+                );
                 crate::expectations::patch_owner_references(api, &p, refs, "release").await;
             }
         }
@@ -116,6 +141,10 @@ impl StatefulSetController {
                     .filter_map(|r| serde_json::to_value(r).ok())
                     .collect();
                 refs.push(identity::owner_reference(set));
+                decision::action(
+                    format!("adopt pod {}", p.name()),
+                    "an orphan pod matches the selector and is named <set>-<ordinal>",
+                );
                 if crate::expectations::patch_owner_references(api, &p, refs, "adopt").await {
                     pods.push(p);
                 }
@@ -143,6 +172,9 @@ impl StatefulSetController {
             if let Some(existing) = self.claims.get(&ObjectKey::new(ns.as_deref(), &name)) {
                 if existing.metadata.deletion_timestamp.is_some() {
                     tracing::info!(claim = %name, "waiting for the claim to be deleted before its pod is made");
+                    decision::observe_with(|| {
+                        format!("claim {name} is being deleted: pod {pod_name} waits for it to go")
+                    });
                     return Ok(false);
                 }
                 continue;
@@ -150,6 +182,10 @@ impl StatefulSetController {
             if let Some(refs) = claims::wanted_refs(set, &claim, &pod, ordinal) {
                 claim.metadata.owner_references = Some(refs);
             }
+            decision::action(
+                format!("create claim {name}"),
+                format!("pod {pod_name} needs it (volumeClaimTemplates) and it does not exist"),
+            );
             match api.create(&PostParams::default(), &claim).await {
                 Ok(_) => self.events.publish(
                     &reference,
@@ -178,7 +214,9 @@ impl StatefulSetController {
         Ok(true)
     }
 
-    /// Creates the set's pod with `ordinal` from `template` at `revision`, after its claims.
+    /// Creates the set's pod with `ordinal` from `template` at `revision`, after its claims;
+    /// `rule` is why (for the decision record).
+    #[allow(clippy::too_many_arguments)]
     async fn create_pod(
         &self,
         set: &StatefulSet,
@@ -187,6 +225,7 @@ impl StatefulSetController {
         revision: &str,
         pods: &Api<Pod>,
         claims: &Api<PersistentVolumeClaim>,
+        rule: String,
     ) -> Result<(), String> {
         if !self.create_claims(set, ordinal, claims).await? {
             return Ok(());
@@ -194,6 +233,7 @@ impl StatefulSetController {
         let pod = identity::new_pod(set, template, ordinal, revision);
         let name = pod.name();
         let reference = set.object_reference();
+        decision::action(format!("create pod {name} at revision {revision}"), rule);
         match pods.create(&PostParams::default(), &pod).await {
             Ok(_) => {
                 self.events.publish(
@@ -288,6 +328,12 @@ impl StatefulSetController {
                     continue;
                 }
                 if let Some(refs) = claims::wanted_refs(set, &claim, p, ord) {
+                    if decision::recording() {
+                        decision::action(
+                            format!("update claim {name} owner references"),
+                            claim_refs_rule(set, p, ord, &refs),
+                        );
+                    }
                     // An update, as upstream's (its role updates claims, it does not patch
                     // them); the cached resourceVersion makes it fail if the claim changed.
                     let mut next = (*claim).clone();
@@ -328,6 +374,10 @@ impl StatefulSetController {
                     .into_iter()
                     .filter(|o| o.uid != uid)
                     .collect();
+                decision::action(
+                    format!("release ControllerRevision {}", r.name()),
+                    "an owned revision no longer matches the selector",
+                );
                 crate::expectations::patch_owner_references(
                     api,
                     r.as_ref(),
@@ -347,6 +397,10 @@ impl StatefulSetController {
                 }
                 let mut refs = to_json(r.owner_references());
                 refs.push(identity::owner_reference(set));
+                decision::action(
+                    format!("adopt ControllerRevision {}", r.name()),
+                    "an orphan revision matches the selector",
+                );
                 if crate::expectations::patch_owner_references(
                     api,
                     r.as_ref(),
@@ -371,25 +425,39 @@ impl StatefulSetController {
         api: &Api<ControllerRevision>,
     ) -> Result<(), ReconcileError> {
         match write {
-            history::Write::Create(rev) => match api.create(&PostParams::default(), rev).await {
-                Ok(_) => Ok(()),
-                // Most often the revision this pass wants, created by an earlier pass whose
-                // answer was lost (the API server went down) and not in the cache yet: read
-                // it, as upstream does, and go on. Failing until the cache shows it made the
-                // key back off for as long as the cache lagged (a failed key's retry is a
-                // floor the revision's own event does not lower), so a rollout stood still
-                // well after an API server restart.
-                Err(e) if e.is_already_exists() => match api.get_opt(&rev.name()).await? {
-                    Some(existing) if history::is_same_revision(&existing, rev) => Ok(()),
-                    _ => Err(ReconcileError::retry(format!(
-                        "controller revision {} of StatefulSet {} exists but is not in the cache yet",
+            history::Write::Create(rev) => {
+                decision::action(
+                    format!(
+                        "create ControllerRevision {} (revision {})",
                         rev.name(),
-                        set.name()
-                    ))),
-                },
-                Err(e) => Err(e.into()),
-            },
+                        rev.revision
+                    ),
+                    "no revision has the StatefulSet's pod template",
+                );
+                match api.create(&PostParams::default(), rev).await {
+                    Ok(_) => Ok(()),
+                    // Most often the revision this pass wants, created by an earlier pass whose
+                    // answer was lost (the API server went down) and not in the cache yet: read
+                    // it, as upstream does, and go on. Failing until the cache shows it made the
+                    // key back off for as long as the cache lagged (a failed key's retry is a
+                    // floor the revision's own event does not lower), so a rollout stood still
+                    // well after an API server restart.
+                    Err(e) if e.is_already_exists() => match api.get_opt(&rev.name()).await? {
+                        Some(existing) if history::is_same_revision(&existing, rev) => Ok(()),
+                        _ => Err(ReconcileError::retry(format!(
+                            "controller revision {} of StatefulSet {} exists but is not in the cache yet",
+                            rev.name(),
+                            set.name()
+                        ))),
+                    },
+                    Err(e) => Err(e.into()),
+                }
+            }
             history::Write::Renumber { name, revision } => {
+                decision::action(
+                    format!("renumber ControllerRevision {name} to revision {revision}"),
+                    "an older revision has the pod template again (a rollback)",
+                );
                 let patch = Patch::Merge(json!({"revision": revision}));
                 api.patch(name, &PatchParams::default(), &patch).await?;
                 Ok(())
@@ -428,8 +496,9 @@ impl StatefulSetController {
 
 #[async_trait::async_trait]
 impl Reconciler for StatefulSetController {
-    async fn reconcile(&self, _ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
+    async fn reconcile(&self, ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
         let Some(set) = self.sets.get(key) else {
+            ctx.observe("the StatefulSet is gone");
             return Ok(Action::Done);
         };
         let ns = key.namespace.clone().unwrap_or_default();
@@ -453,6 +522,32 @@ impl Reconciler for StatefulSetController {
         let member_refs: Vec<&Pod> = members.pods.iter().map(|p| p.as_ref()).collect();
         let now = crate::now();
         let plan = plan::plan(&set, &member_refs, &resolved.update, now);
+        // The status the members imply (pure: computed here for the record, written below).
+        let status = status::status(
+            &set,
+            &member_refs,
+            &resolved.current,
+            &resolved.update,
+            resolved.collision_count,
+            now,
+        );
+        if ctx.recording() {
+            ctx.observe(observed(&set, &member_refs, &status));
+            if deleting {
+                ctx.observe("the StatefulSet is being deleted: no pod is created or deleted");
+            } else if plan.create.is_empty() && plan.delete.is_empty() && plan::ordered(&set) {
+                if let Some(wait) = ordered_wait(&set, &member_refs, now) {
+                    ctx.observe(wait);
+                }
+            }
+            if let Some(d) = plan.requeue {
+                ctx.observe(format!(
+                    "a Ready pod becomes available in {}s (minReadySeconds {}): look again then",
+                    d.as_secs(),
+                    plan::min_ready_seconds(&set)
+                ));
+            }
+        }
 
         let mut failure: Option<String> = None;
         if !deleting {
@@ -467,14 +562,25 @@ impl Reconciler for StatefulSetController {
                     At::Current => (&resolved.current_template, &resolved.current),
                     At::Update => (&resolved.update_template, &resolved.update),
                 };
+                let rule = if ctx.recording() {
+                    create_rule(&set, ord, at)
+                } else {
+                    String::new()
+                };
                 if let Err(e) = self
-                    .create_pod(&set, ord, template, revision, &pods_api, &claims_api)
+                    .create_pod(&set, ord, template, revision, &pods_api, &claims_api, rule)
                     .await
                 {
                     failure.get_or_insert(e);
                 }
             }
             for d in &plan.delete {
+                if ctx.recording() {
+                    ctx.action(
+                        format!("delete pod {}", d.name),
+                        delete_rule(&set, d, &member_refs, &resolved.update),
+                    );
+                }
                 if let Err(e) = self.delete_pod(&set, d, &pods_api).await {
                     failure.get_or_insert(e);
                 }
@@ -486,6 +592,14 @@ impl Reconciler for StatefulSetController {
                         .map(|(k, v)| (k.to_string(), json!(v)))
                         .collect();
                 let patch = Patch::Merge(json!({"metadata": {"labels": labels}}));
+                ctx.action(
+                    format!("patch pod {name} identity labels"),
+                    format!(
+                        "member pod {name} lacks its {} or {} label",
+                        identity::POD_NAME_LABEL,
+                        identity::POD_INDEX_LABEL
+                    ),
+                );
                 if let Err(e) = pods_api.patch(name, &PatchParams::default(), &patch).await {
                     tracing::debug!(pod = %name, error = %e, "relabelling failed");
                 }
@@ -497,6 +611,18 @@ impl Reconciler for StatefulSetController {
                 &resolved.current,
                 &resolved.update,
             ) {
+                if ctx.recording() {
+                    ctx.action(
+                        format!("delete ControllerRevision {name}"),
+                        format!(
+                            "beyond revisionHistoryLimit {}; neither the current nor the update revision, and no pod is at it",
+                            set.spec
+                                .as_ref()
+                                .and_then(|s| s.revision_history_limit)
+                                .unwrap_or(10)
+                        ),
+                    );
+                }
                 if let Err(e) = revs_api.delete(&name, &DeleteParams::default()).await {
                     if !e.is_not_found() {
                         tracing::debug!(revision = %name, error = %e, "history truncation failed");
@@ -505,15 +631,8 @@ impl Reconciler for StatefulSetController {
             }
         }
 
-        let status = status::status(
-            &set,
-            &member_refs,
-            &resolved.current,
-            &resolved.update,
-            resolved.collision_count,
-            now,
-        );
         if !status::same(&status, &set.status.clone().unwrap_or_default()) {
+            ctx.action("update status", "the observed counts or revisions changed");
             self.write_status(&set, status, &sets_api).await?;
         }
         if let Some(e) = failure {
@@ -524,6 +643,161 @@ impl Reconciler for StatefulSetController {
             None => Action::Done,
         })
     }
+}
+
+/// The summary of what a pass over `set` observed: its members' counts as `status` has them,
+/// its revisions and its policies.
+fn observed(
+    set: &StatefulSet,
+    members: &[&Pod],
+    status: &k8s_openapi::api::apps::v1::StatefulSetStatus,
+) -> String {
+    let terminating = members.iter().filter(|p| status::is_terminating(p)).count();
+    let current = status.current_revision.as_deref().unwrap_or_default();
+    let update = status.update_revision.as_deref().unwrap_or_default();
+    let revisions = if current == update {
+        format!("revision {update}")
+    } else {
+        format!("current revision {current}, update revision {update}")
+    };
+    let policy = if plan::ordered(set) {
+        "OrderedReady"
+    } else {
+        "Parallel"
+    };
+    let strategy = if plan::rolling(set) {
+        format!(
+            "RollingUpdate (partition {}, maxUnavailable {})",
+            plan::partition(set),
+            plan::max_unavailable(set)
+        )
+    } else {
+        "OnDelete".to_string()
+    };
+    format!(
+        "{} desired, {} pod(s) ({terminating} terminating), {} current, {} updated, {} ready, {} available; {revisions}; {policy}, {strategy}",
+        identity::replicas(set),
+        status.replicas,
+        status.current_replicas.unwrap_or(0),
+        status.updated_replicas.unwrap_or(0),
+        status.ready_replicas.unwrap_or(0),
+        status.available_replicas.unwrap_or(0),
+    )
+}
+
+/// `ordinal N < R replicas`, or the range when ordinals do not start at 0.
+fn ordinal_in_range(set: &StatefulSet, ordinal: i32) -> String {
+    let start = identity::start_ordinal(set);
+    let n = identity::replicas(set);
+    if start == 0 {
+        format!("ordinal {ordinal} < {n} replicas")
+    } else {
+        format!("ordinal {ordinal} in [{start}, {})", start + n)
+    }
+}
+
+/// `ordinal N >= R replicas`, or outside the range when ordinals do not start at 0.
+fn ordinal_outside(set: &StatefulSet, ordinal: i32) -> String {
+    let start = identity::start_ordinal(set);
+    let n = identity::replicas(set);
+    if start == 0 {
+        format!("ordinal {ordinal} >= {n} replicas")
+    } else {
+        format!("ordinal {ordinal} outside [{start}, {})", start + n)
+    }
+}
+
+/// Why the plan creates the pod with `ordinal` (for the decision record).
+fn create_rule(set: &StatefulSet, ordinal: i32, at: At) -> String {
+    let range = ordinal_in_range(set, ordinal);
+    let mut rule = if !plan::ordered(set) {
+        format!("{range} has no pod (Parallel)")
+    } else if ordinal == identity::start_ordinal(set) {
+        format!("{range} has no pod and is the first (OrderedReady)")
+    } else {
+        let min_ready = plan::min_ready_seconds(set);
+        format!(
+            "{range} has no pod and {} and below are Running and Ready{} (OrderedReady)",
+            identity::pod_name(&set.name(), ordinal - 1),
+            if min_ready > 0 {
+                format!(" for minReadySeconds {min_ready}")
+            } else {
+                String::new()
+            }
+        )
+    };
+    if at == At::Current {
+        rule.push_str(&format!(
+            "; below partition {}: at the current revision",
+            plan::partition(set)
+        ));
+    }
+    rule
+}
+
+/// Why the plan deletes `d` (for the decision record).
+fn delete_rule(set: &StatefulSet, d: &plan::Delete, members: &[&Pod], update: &str) -> String {
+    let pod = members.iter().find(|p| p.name() == d.name);
+    let ordinal = ordinal_of(&set.name(), &d.name).unwrap_or_default();
+    match d.why {
+        plan::Why::Finished => format!(
+            "the pod is {}: deleted to be made again",
+            pod.and_then(|p| p.status.as_ref())
+                .and_then(|s| s.phase.as_deref())
+                .unwrap_or("finished")
+        ),
+        plan::Why::Condemned => {
+            let outside = ordinal_outside(set, ordinal);
+            if plan::ordered(set) {
+                format!("{outside}: scale down, highest ordinal first, one at a time once the others are Running and Ready (OrderedReady)")
+            } else {
+                format!("{outside}: scale down (Parallel)")
+            }
+        }
+        plan::Why::Outdated => format!(
+            "revision {} is not the update revision {update}, ordinal {ordinal} >= partition {}; at most {} unavailable (RollingUpdate, highest ordinal first)",
+            pod.and_then(|p| identity::pod_revision(p)).unwrap_or("none"),
+            plan::partition(set),
+            plan::max_unavailable(set)
+        ),
+    }
+}
+
+/// Under `OrderedReady`, the pod a pass that does nothing waits for: the first in ordinal
+/// order (then the condemned, highest first) that is terminating, not Running and Ready, or
+/// not yet available.
+fn ordered_wait(
+    set: &StatefulSet,
+    members: &[&Pod],
+    now: k8s_openapi::jiff::Timestamp,
+) -> Option<String> {
+    let set_name = set.name();
+    let min_ready = plan::min_ready_seconds(set);
+    let mut by_ordinal: Vec<(i32, &Pod)> = members
+        .iter()
+        .filter_map(|p| Some((ordinal_of(&set_name, &p.name())?, *p)))
+        .collect();
+    by_ordinal.sort_by_key(|(o, _)| *o);
+    let (in_range, mut condemned): (Vec<_>, Vec<_>) = by_ordinal
+        .into_iter()
+        .partition(|(o, _)| identity::in_range(set, *o));
+    condemned.reverse();
+    in_range.iter().chain(&condemned).find_map(|(_, p)| {
+        let name = p.name();
+        if status::is_terminating(p) {
+            Some(format!("OrderedReady: waiting for {name} to terminate"))
+        } else if !status::is_running_and_ready(p) {
+            Some(format!(
+                "OrderedReady: waiting for {name} to be Running and Ready"
+            ))
+        } else if status::available_in(p, min_ready, now).is_some() {
+            Some(format!(
+                "OrderedReady: waiting for {name} to be available (minReadySeconds {min_ready})"
+            ))
+        } else {
+            None
+        }
+    })
 }
 
 /// The StatefulSet controller, reconciling a set when it, one of its pods, revisions or

@@ -101,7 +101,9 @@ pub fn ordered(set: &StatefulSet) -> bool {
         != Some("Parallel")
 }
 
-fn rolling(set: &StatefulSet) -> bool {
+/// Whether pods are rolled to the update revision (`RollingUpdate`, the default) rather than
+/// left for someone else to delete (`OnDelete`).
+pub fn rolling(set: &StatefulSet) -> bool {
     let t = set
         .spec
         .as_ref()
