@@ -250,6 +250,34 @@ pub fn desired(
     Some(out)
 }
 
+/// The decision record's summary of subsets: ready and not-ready addresses and the ports.
+fn summary(subsets: &[EndpointSubset]) -> String {
+    let len = |v: &Option<Vec<EndpointAddress>>| v.as_ref().map_or(0, Vec::len);
+    let ready: usize = subsets.iter().map(|s| len(&s.addresses)).sum();
+    let not_ready: usize = subsets.iter().map(|s| len(&s.not_ready_addresses)).sum();
+    let mut ports: Vec<String> = subsets
+        .iter()
+        .flat_map(|s| s.ports.iter().flatten())
+        .map(|p| {
+            let proto = p.protocol.as_deref().unwrap_or("TCP");
+            match &p.name {
+                Some(n) => format!("{n}:{}/{proto}", p.port),
+                None => format!("{}/{proto}", p.port),
+            }
+        })
+        .collect();
+    ports.sort();
+    ports.dedup();
+    format!(
+        "{ready} ready, {not_ready} not ready addresses; ports: {}",
+        if ports.is_empty() {
+            "none".to_string()
+        } else {
+            ports.join(", ")
+        }
+    )
+}
+
 /// The reconciler of Services' Endpoints.
 pub struct EndpointsController {
     client: Client,
@@ -261,13 +289,20 @@ pub struct EndpointsController {
 
 #[async_trait::async_trait]
 impl Reconciler for EndpointsController {
-    async fn reconcile(&self, _ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
+    async fn reconcile(&self, ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
         let ns = key.namespace.clone().unwrap_or_default();
         let api: Api<Endpoints> = Api::namespaced(self.client.clone(), &ns);
         let Some(service) = self.services.get(key) else {
+            ctx.observe("the Service is gone");
             // The Service is gone: so are its endpoints (upstream deletes them whoever made
             // them).
             if self.endpoints.get(key).is_some() {
+                if ctx.recording() {
+                    ctx.action(
+                        format!("delete Endpoints {}", key.name),
+                        "the Service is gone (its Endpoints go with it, whoever made them)",
+                    );
+                }
                 match api.delete(&key.name, &DeleteParams::default()).await {
                     Ok(_) => {}
                     Err(e) if e.is_not_found() => {}
@@ -276,15 +311,53 @@ impl Reconciler for EndpointsController {
             }
             return Ok(Action::Done);
         };
-        if pods::selector(&service).is_none() || service.metadata.deletion_timestamp.is_some() {
+        if pods::selector(&service).is_none() {
+            ctx.observe("the Service has no selector: its Endpoints are its user's");
+            return Ok(Action::Done);
+        }
+        if service.metadata.deletion_timestamp.is_some() {
+            ctx.observe("the Service is being deleted");
             return Ok(Action::Done);
         }
         let pods = self.pods.by_namespace(&ns);
         let current = self.endpoints.get(key);
         let trigger = crate::endpointslice::trigger_time(&service, &pods);
         let Some(next) = desired(&service, &pods, current.as_deref(), trigger.as_deref()) else {
+            setpoint_runtime::decision::observe_with(|| {
+                let subsets = current.as_ref().and_then(|c| c.subsets.as_deref());
+                format!(
+                    "{}; the Endpoints already list them",
+                    summary(subsets.unwrap_or_default())
+                )
+            });
             return Ok(Action::Done);
         };
+        if ctx.recording() {
+            let truncated = next
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(OVER_CAPACITY_ANNOTATION));
+            ctx.observe(format!(
+                "{}{}",
+                summary(next.subsets.as_deref().unwrap_or_default()),
+                if truncated {
+                    format!(" (truncated to {MAX_CAPACITY})")
+                } else {
+                    String::new()
+                }
+            ));
+            match &current {
+                Some(_) => ctx.action(
+                    format!("update Endpoints {}", key.name),
+                    "the selected pods' addresses, ports or the labels differ from the Endpoints",
+                ),
+                None => ctx.action(
+                    format!("create Endpoints {}", key.name),
+                    "the Service has a selector and no Endpoints",
+                ),
+            }
+        }
         let result = match &current {
             Some(_) => api.replace(&key.name, &PostParams::default(), &next).await,
             None => api.create(&PostParams::default(), &next).await,

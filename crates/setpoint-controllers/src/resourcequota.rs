@@ -53,6 +53,59 @@ pub fn status<'a>(
     Some(json!({"hard": q::to_json(&hard), "used": q::to_json(&used)}))
 }
 
+/// `used/hard` of each resource, e.g. `pods 2/10, requests.cpu 500m/2` (the decision
+/// record's summary).
+fn used_vs_hard(used: Option<&Value>, hard: Option<&Value>) -> String {
+    let text = |v: Option<&Value>, k: &str| {
+        v.and_then(|v| v.get(k))
+            .and_then(Value::as_str)
+            .unwrap_or("0")
+            .to_string()
+    };
+    let parts: Vec<String> = hard
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .map(|(k, _)| format!("{k} {}/{}", text(used, k), text(hard, k)))
+        .collect();
+    if parts.is_empty() {
+        "no hard limits".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// What a status write changes: `used pods 1 -> 2`, `hard pods 10 -> 20`.
+fn status_changes(old: Option<&Value>, new: &Value) -> String {
+    let mut out = Vec::new();
+    for field in ["hard", "used"] {
+        let before = old.and_then(|o| o.get(field));
+        let after = new.get(field);
+        let keys: std::collections::BTreeSet<&String> = [before, after]
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_object)
+            .flat_map(|m| m.keys())
+            .collect();
+        for k in keys {
+            let b = before.and_then(|v| v.get(k)).and_then(Value::as_str);
+            let a = after.and_then(|v| v.get(k)).and_then(Value::as_str);
+            if b != a {
+                out.push(format!(
+                    "{field} {k} {} -> {}",
+                    b.unwrap_or("none"),
+                    a.unwrap_or("none")
+                ));
+            }
+        }
+    }
+    if out.is_empty() {
+        "the status is written anew".into()
+    } else {
+        out.join(", ")
+    }
+}
+
 /// The caches of the kinds whose changes recompute quotas.
 #[derive(Clone)]
 struct Caches {
@@ -133,8 +186,9 @@ impl QuotaController {
 
 #[async_trait::async_trait]
 impl Reconciler for QuotaController {
-    async fn reconcile(&self, _ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
+    async fn reconcile(&self, ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
         let Some(quota) = self.quotas.get(key) else {
+            ctx.observe("the ResourceQuota is gone");
             return Ok(Action::Done);
         };
         let namespace = key.namespace.clone().unwrap_or_default();
@@ -170,8 +224,27 @@ impl Reconciler for QuotaController {
             Action::Done
         };
         let Some(new_status) = status(&quota, all, chrono::Utc::now()) else {
+            setpoint_runtime::decision::observe_with(|| {
+                format!(
+                    "used/hard: {}; the status says so",
+                    used_vs_hard(quota.pointer("/status/used"), quota.pointer("/status/hard"))
+                )
+            });
             return Ok(next);
         };
+        if ctx.recording() {
+            ctx.observe(format!(
+                "used/hard: {}",
+                used_vs_hard(new_status.get("used"), new_status.get("hard"))
+            ));
+            ctx.action(
+                "update status",
+                format!(
+                    "the recount differs from the status: {}",
+                    status_changes(quota.get("status"), &new_status)
+                ),
+            );
+        }
         let mut updated = quota.clone();
         updated["status"] = new_status;
         if let Some(m) = updated

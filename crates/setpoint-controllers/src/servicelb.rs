@@ -149,8 +149,9 @@ struct ServiceLbController {
 
 #[async_trait::async_trait]
 impl Reconciler for ServiceLbController {
-    async fn reconcile(&self, _ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
+    async fn reconcile(&self, ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
         let Some(svc) = self.services.get(key) else {
+            ctx.observe("the Service is gone");
             return Ok(Action::Done);
         };
         let namespace = key.namespace.as_deref().unwrap_or_default();
@@ -171,11 +172,67 @@ impl Reconciler for ServiceLbController {
                 .map(|s| &**s),
         );
         let Some(want) = desired(&svc, &nodes, &on) else {
+            ctx.observe("a LoadBalancer with a loadBalancerClass: another controller's");
             return Ok(Action::Done);
         };
         let current = svc.status.as_ref().and_then(|s| s.load_balancer.as_ref());
+        let ips = |s: Option<&LoadBalancerStatus>| -> String {
+            let ips: Vec<&str> = s
+                .and_then(|s| s.ingress.as_ref())
+                .into_iter()
+                .flatten()
+                .filter_map(|i| i.ip.as_deref())
+                .collect();
+            if ips.is_empty() {
+                "none".into()
+            } else {
+                ips.join(", ")
+            }
+        };
+        let lb = is_ours(&svc) && svc.metadata.deletion_timestamp.is_none();
+        let local = svc
+            .spec
+            .as_ref()
+            .and_then(|s| s.external_traffic_policy.as_deref())
+            == Some("Local");
+        if ctx.recording() {
+            if lb {
+                let serving = nodes.iter().filter(|n| node_address(n).is_some()).count();
+                ctx.observe(format!(
+                    "LoadBalancer{}: {} nodes, {serving} can serve{}; ingress {} (want {})",
+                    if local {
+                        " (externalTrafficPolicy Local)"
+                    } else {
+                        ""
+                    },
+                    nodes.len(),
+                    if local {
+                        format!(", {} with a ready endpoint", on.len())
+                    } else {
+                        String::new()
+                    },
+                    ips(current),
+                    ips(Some(&want)),
+                ));
+            } else {
+                ctx.observe(format!(
+                    "not a LoadBalancer (or being deleted); ingress {}",
+                    ips(current)
+                ));
+            }
+        }
         if same(current, &want) {
             return Ok(Action::Done);
+        }
+        if ctx.recording() {
+            ctx.action(
+                format!("patch status.loadBalancer.ingress to {}", ips(Some(&want))),
+                match (lb, local) {
+                    (false, _) => "not a LoadBalancer (or being deleted): no ingress",
+                    (true, false) => "the InternalIP of every Ready node not excluded from load balancers",
+                    (true, true) => "the InternalIP of every Ready node not excluded from load balancers that holds a ready endpoint (Local)",
+                },
+            );
         }
         // A merge patch replaces the list whole, and `null` removes it.
         let ingress = match &want.ingress {

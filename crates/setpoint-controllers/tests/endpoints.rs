@@ -109,6 +109,30 @@ async fn endpoints(client: &Client, service: &str) -> Option<(Vec<String>, Vec<S
     Some((ready, not_ready))
 }
 
+/// Waits for a finished decision record of `controller` about `name` (in [`NS`]) that
+/// observed something containing `seen` and took an action containing `action`; returns its
+/// observations and that action's rule.
+async fn decision(controller: &str, name: &str, seen: &str, action: &str) -> (Vec<String>, String) {
+    use setpoint_runtime::decision::{ring, RING_CAPACITY};
+    eventually(
+        &format!("a {controller} decision about {name}: {seen}; {action}"),
+        || async {
+            ring().recent(RING_CAPACITY).iter().rev().find_map(|r| {
+                if r.controller != controller
+                    || r.object.namespace != NS
+                    || r.object.name != name
+                    || !r.observed.iter().any(|o| o.contains(seen))
+                {
+                    return None;
+                }
+                let a = r.actions.iter().find(|a| a.action.contains(action))?;
+                Some((r.observed.clone(), a.rule.clone()))
+            })
+        },
+    )
+    .await
+}
+
 #[tokio::test]
 async fn services_get_slices_and_endpoints_of_the_pods_they_select() {
     let cluster = TestCluster::start().await;
@@ -181,6 +205,35 @@ async fn services_get_slices_and_endpoints_of_the_pods_they_select() {
         (endpoints(&client, "web").await == Some(want.clone())).then_some(())
     })
     .await;
+    // Each controller's decision records say what it saw and why it wrote.
+    let (observed, rule) = decision(
+        "endpoint",
+        "web",
+        "2 ready, 1 not ready addresses; ports: http:8080/TCP",
+        "Endpoints web",
+    )
+    .await;
+    assert!(
+        !observed.is_empty() && !rule.is_empty(),
+        "{observed:?} {rule}"
+    );
+    let (observed, rule) = decision(
+        "endpointslice",
+        "web",
+        "3 endpoints: 2 ready, 1 not ready, 0 terminating",
+        "create slice web-",
+    )
+    .await;
+    assert!(
+        observed
+            .iter()
+            .any(|o| o.contains("(at most 2 endpoints a slice)")),
+        "{observed:?}"
+    );
+    assert_eq!(
+        rule,
+        "endpoints that fit no existing slice (at most 2 a slice)"
+    );
 
     // The not-ready pod becomes ready; one goes: the slices are updated in place.
     set_ready(&client, "web-c", "10.1.0.3", true).await;
@@ -231,6 +284,17 @@ async fn services_get_slices_and_endpoints_of_the_pods_they_select() {
     assert_eq!(
         labels["endpointslice.kubernetes.io/managed-by"],
         "endpointslicemirroring-controller.k8s.io"
+    );
+    let (observed, rule) = decision(
+        "endpointslicemirroring",
+        "manual",
+        "1 endpoints: 1 ready",
+        "create slice manual-",
+    )
+    .await;
+    assert!(
+        !observed.is_empty() && !rule.is_empty(),
+        "{observed:?} {rule}"
     );
 
     // The Service goes: so do its Endpoints (its slices go with it by the garbage

@@ -143,6 +143,17 @@ fn with_json(
     serde_json::from_value(v).unwrap_or_else(|_| status.clone())
 }
 
+/// `disruptionsAllowed`: the healthy pods above the desired healthy ones, none while no pods
+/// are expected.
+pub fn disruptions_allowed(current_healthy: i32, desired_healthy: i32, expected: i32) -> i32 {
+    let allowed = current_healthy - desired_healthy;
+    if expected <= 0 || allowed <= 0 {
+        0
+    } else {
+        allowed
+    }
+}
+
 /// The status to write, or `None` when the stored one already says it (upstream's
 /// `updatePdbStatus`). Disruptions are allowed only while pods are expected, so a budget
 /// whose first pods just appeared stays safe until it is counted.
@@ -154,10 +165,7 @@ pub fn status(
     disrupted: BTreeMap<String, Time>,
     now: Timestamp,
 ) -> Option<PodDisruptionBudgetStatus> {
-    let mut allowed = current_healthy - desired_healthy;
-    if expected <= 0 || allowed <= 0 {
-        allowed = 0;
-    }
+    let allowed = disruptions_allowed(current_healthy, desired_healthy, expected);
     let old = pdb.status.clone().unwrap_or_default();
     let disrupted_now = (!disrupted.is_empty()).then_some(disrupted);
     let same_disrupted =

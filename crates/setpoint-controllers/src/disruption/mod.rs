@@ -24,6 +24,7 @@ use serde_json::Value;
 use setpoint_api::selector::LabelSelector;
 use setpoint_runtime::client::{Api, Client, PostParams};
 use setpoint_runtime::controller::{Action, Context, Controller, ReconcileError, Reconciler};
+use setpoint_runtime::decision;
 use setpoint_runtime::events::{EventRecorder, EventType, Reporter, ToObjectReference};
 use setpoint_runtime::informer::{Scope, SharedInformers, Store};
 use setpoint_runtime::{Object, ObjectKey};
@@ -342,6 +343,14 @@ impl DisruptionController {
             }
         }
         let healthy = budget::count_healthy(&pods, &disrupted.pods, now);
+        decision::observe_with(|| {
+            format!(
+                "{} pods selected, {expected} expected, {healthy} healthy, {desired} desired healthy, {} disruptions allowed, {} being evicted",
+                pods.len(),
+                budget::disruptions_allowed(healthy, desired, expected),
+                disrupted.pods.len()
+            )
+        });
         let recheck = disrupted.recheck.map(|at| budget::until(at, now));
         let status = budget::status(pdb, healthy, desired, expected, disrupted.pods, now);
         Ok((status, recheck))
@@ -366,13 +375,33 @@ impl DisruptionController {
 
 #[async_trait::async_trait]
 impl Reconciler for DisruptionController {
-    async fn reconcile(&self, _ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
+    async fn reconcile(&self, ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
         let Some(pdb) = self.budgets.get(key) else {
+            ctx.observe("the PodDisruptionBudget is gone");
             return Ok(Action::Done);
         };
         match self.try_sync(&pdb).await {
             Ok((status, recheck)) => {
                 if let Some(status) = status {
+                    if ctx.recording() {
+                        let old = pdb.status.as_ref();
+                        ctx.action(
+                            "update status",
+                            match old {
+                                Some(o) if o.disruptions_allowed != status.disruptions_allowed => {
+                                    format!(
+                                        "disruptionsAllowed changed: {} -> {}",
+                                        o.disruptions_allowed, status.disruptions_allowed
+                                    )
+                                }
+                                Some(_) => {
+                                    "the observed counts, disrupted pods or generation changed"
+                                        .to_string()
+                                }
+                                None => "the budget has no status yet".to_string(),
+                            },
+                        );
+                    }
                     match self.write(&pdb, status).await {
                         Ok(()) => {}
                         // The eviction handler (or another write) got there first: its change
@@ -391,6 +420,13 @@ impl Reconciler for DisruptionController {
             Err(message) => {
                 tracing::warn!(pdb = %key, error = %message, "failed to sync PDB");
                 let status = budget::fail_safe(&pdb, &message, crate::now());
+                if ctx.recording() {
+                    ctx.observe(format!("the sync failed: {message}"));
+                    ctx.action(
+                        "update status: 0 disruptions allowed, DisruptionAllowed=False (SyncFailed)",
+                        "a failed sync allows no disruption (fail safe)",
+                    );
+                }
                 match self.write(&pdb, status).await {
                     Ok(()) => {}
                     Err(e) if e.is_conflict() || e.is_not_found() => {}

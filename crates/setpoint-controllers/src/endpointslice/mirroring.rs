@@ -118,6 +118,21 @@ pub fn writer(endpoints: &Endpoints) -> Writer {
     }
 }
 
+/// Why [`should_mirror`] said no, for the decision record.
+fn not_mirrored(endpoints: Option<&Endpoints>, service: Option<&Service>) -> &'static str {
+    match (endpoints, service) {
+        (None, _) => "the Endpoints are gone",
+        (Some(e), _) if e.metadata.deletion_timestamp.is_some() => {
+            "the Endpoints are being deleted"
+        }
+        (Some(_), None) => "the Endpoints have no Service",
+        (Some(_), Some(svc)) if super::pods::selector(svc).is_some() => {
+            "the Service has a selector"
+        }
+        _ => "the Endpoints are labelled skip-mirror",
+    }
+}
+
 fn is_mirrored(slice: &EndpointSlice, service: &str) -> bool {
     let labels = slice.metadata.labels.as_ref();
     let get = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
@@ -133,7 +148,7 @@ struct MirroringController {
 
 #[async_trait::async_trait]
 impl Reconciler for MirroringController {
-    async fn reconcile(&self, _ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
+    async fn reconcile(&self, ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
         let ns = key.namespace.clone().unwrap_or_default();
         let existing: Vec<Arc<EndpointSlice>> = self
             .slices
@@ -148,6 +163,19 @@ impl Reconciler for MirroringController {
             .as_deref()
             .filter(|ep| should_mirror(ep, service.as_deref()));
         let Some(ep) = mirror else {
+            if ctx.recording() {
+                ctx.observe(format!(
+                    "{}; {} mirrored slices",
+                    not_mirrored(endpoints.as_deref(), service.as_deref()),
+                    existing.len()
+                ));
+                for s in &existing {
+                    ctx.action(
+                        format!("delete slice {}", s.name()),
+                        "the Endpoints are not to be mirrored",
+                    );
+                }
+            }
             for s in &existing {
                 match api.delete(&s.name(), &DeleteParams::default()).await {
                     Ok(_) => {}
@@ -163,13 +191,26 @@ impl Reconciler for MirroringController {
             .as_ref()
             .and_then(|a| a.get(TRIGGER_TIME_ANNOTATION))
             .cloned();
+        let want = desired(ep);
         let changes = reconcile::plan_for(
             &writer(ep),
-            &desired(ep),
+            &want,
             &existing,
             MAX_ENDPOINTS_PER_SLICE,
             trigger.as_deref(),
         );
+        if ctx.recording() {
+            ctx.observe(format!(
+                "{}; {} mirrored slices",
+                super::endpoints_summary(&want),
+                existing.len()
+            ));
+            super::record_changes(
+                &changes,
+                want.values().map(|(_, eps)| eps.len()).sum(),
+                MAX_ENDPOINTS_PER_SLICE,
+            );
+        }
         for s in &changes.create {
             api.create(&PostParams::default(), s).await?;
         }

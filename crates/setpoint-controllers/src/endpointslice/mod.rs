@@ -21,6 +21,7 @@ use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use setpoint_runtime::client::{Api, Client, DeleteParams, PostParams};
 use setpoint_runtime::controller::{Action, Context, Controller, ReconcileError, Reconciler};
+use setpoint_runtime::decision;
 use setpoint_runtime::events::{EventRecorder, EventType, Reporter, ToObjectReference};
 use setpoint_runtime::informer::{Scope, SharedInformers, Store};
 use setpoint_runtime::{Object, ObjectKey};
@@ -135,6 +136,73 @@ pub fn trigger_time(service: &Service, pods: &[Arc<Pod>]) -> Option<String> {
         .map(|t| t.to_string())
 }
 
+/// The decision record's summary of the endpoints a Service's slices should hold.
+fn endpoints_summary(desired: &reconcile::Desired) -> String {
+    let (mut ready, mut not_ready, mut terminating) = (0, 0, 0);
+    for ep in desired.values().flat_map(|(_, eps)| eps) {
+        let c = ep.conditions.as_ref();
+        if c.and_then(|c| c.ready).unwrap_or(false) {
+            ready += 1;
+        } else {
+            not_ready += 1;
+        }
+        if c.and_then(|c| c.terminating).unwrap_or(false) {
+            terminating += 1;
+        }
+    }
+    format!(
+        "{} endpoints: {ready} ready, {not_ready} not ready, {terminating} terminating; {} port mapping(s)",
+        ready + not_ready,
+        desired.len()
+    )
+}
+
+/// Records the writes of a plan in the current decision, with the rule that chose each:
+/// `endpoints` is how many endpoints the slices should hold, `max` how many a slice takes.
+pub(crate) fn record_changes(changes: &reconcile::Changes, endpoints: usize, max: usize) {
+    if !decision::recording() {
+        return;
+    }
+    for s in &changes.create {
+        let rule = if endpoints == 0 {
+            "no endpoints and no slice to reuse: one empty placeholder slice".to_string()
+        } else {
+            format!("endpoints that fit no existing slice (at most {max} a slice)")
+        };
+        decision::action(
+            format!(
+                "create slice {}* ({} endpoints)",
+                s.metadata.generate_name.as_deref().unwrap_or_default(),
+                s.endpoints.len()
+            ),
+            rule,
+        );
+    }
+    for s in &changes.update {
+        let rule = if endpoints == 0 {
+            "no endpoints: the slice is (made) the empty placeholder"
+        } else {
+            "its endpoints, ports, labels or owner differ from the desired ones"
+        };
+        decision::action(
+            format!(
+                "update slice {} ({} endpoints)",
+                s.metadata.name.as_deref().unwrap_or_default(),
+                s.endpoints.len()
+            ),
+            rule,
+        );
+    }
+    for name in &changes.delete {
+        let rule = if endpoints == 0 {
+            "no endpoints: only one placeholder slice is kept"
+        } else {
+            "it holds no wanted endpoint (or ports, an owner or address type no longer wanted)"
+        };
+        decision::action(format!("delete slice {name}"), rule);
+    }
+}
+
 impl EndpointSliceController {
     fn zone(&self, node: &str) -> Option<String> {
         self.nodes
@@ -179,13 +247,19 @@ impl EndpointSliceController {
 
 #[async_trait::async_trait]
 impl Reconciler for EndpointSliceController {
-    async fn reconcile(&self, _ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
+    async fn reconcile(&self, ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
         let Some(service) = self.services.get(key) else {
+            ctx.observe("the Service is gone (the garbage collector deletes its slices)");
             // The garbage collector deletes the slices with their Service.
             self.tracker.forget(key);
             return Ok(Action::Done);
         };
-        if pods::selector(&service).is_none() || service.metadata.deletion_timestamp.is_some() {
+        if pods::selector(&service).is_none() {
+            ctx.observe("the Service has no selector: its endpoints are its user's");
+            return Ok(Action::Done);
+        }
+        if service.metadata.deletion_timestamp.is_some() {
+            ctx.observe("the Service is being deleted");
             return Ok(Action::Done);
         }
         let ns = key.namespace.clone().unwrap_or_default();
@@ -197,6 +271,7 @@ impl Reconciler for EndpointSliceController {
             .filter(|s| reconcile::is_managed(s, &key.name))
             .collect();
         if !self.tracker.caught_up(key, &existing) {
+            ctx.observe("slices written earlier are not in the cache yet: wait");
             // Its informer event wakes the Service again; this is the fallback.
             return Ok(Action::RequeueAfter(Duration::from_secs(1)));
         }
@@ -210,9 +285,22 @@ impl Reconciler for EndpointSliceController {
             self.config.max_endpoints_per_slice,
             trigger.as_deref(),
         );
+        let max = self.config.max_endpoints_per_slice;
+        decision::observe_with(|| {
+            format!(
+                "{}; {} slices (at most {max} endpoints a slice)",
+                endpoints_summary(&desired),
+                existing.len()
+            )
+        });
         if changes.is_empty() {
             return Ok(Action::Done);
         }
+        record_changes(
+            &changes,
+            desired.values().map(|(_, eps)| eps.len()).sum(),
+            max,
+        );
         tracing::debug!(
             service = %key,
             create = changes.create.len(),

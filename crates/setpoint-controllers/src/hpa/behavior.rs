@@ -44,6 +44,9 @@ pub type Cond = (bool, &'static str, &'static str);
 pub struct Normalized {
     /// The replica count to set.
     pub replicas: i32,
+    /// The recommendation after the stabilization window, before the bounds and policies
+    /// (for the decision record).
+    pub stabilized: i32,
     /// The `AbleToScale` condition (always true here: the scale was read).
     pub able_to_scale: Cond,
     /// The `ScalingLimited` condition.
@@ -171,6 +174,7 @@ impl History {
         };
         Normalized {
             replicas,
+            stabilized,
             able_to_scale,
             scaling_limited: (replicas != stabilized, reason, message),
         }
@@ -254,6 +258,7 @@ impl History {
         };
         Normalized {
             replicas,
+            stabilized,
             able_to_scale,
             scaling_limited: (replicas != stabilized, reason, message),
         }

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::autoscaling::v2::{
-    HorizontalPodAutoscaler, HorizontalPodAutoscalerStatus, MetricSpec, MetricStatus,
+    HPAScalingRules, HorizontalPodAutoscaler, HorizontalPodAutoscalerStatus, MetricSpec,
+    MetricStatus, MetricTarget, MetricValueStatus,
 };
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -17,6 +18,7 @@ use serde_json::Value;
 use setpoint_api::selector::LabelSelector;
 use setpoint_runtime::client::{Api, ApiResource, Client, PostParams};
 use setpoint_runtime::controller::{Action, Context, Controller, ReconcileError, Reconciler};
+use setpoint_runtime::decision;
 use setpoint_runtime::events::{EventRecorder, EventType, Reporter, ToObjectReference};
 use setpoint_runtime::informer::{Scope, SharedInformers, Store};
 use setpoint_runtime::{Object, ObjectKey};
@@ -189,9 +191,10 @@ struct Outcome {
 
 #[async_trait::async_trait]
 impl Reconciler for HpaController {
-    async fn reconcile(&self, _ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
+    async fn reconcile(&self, ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
         let history_key = format!("{}/{}", key.namespace.as_deref().unwrap_or(""), key.name);
         let Some(hpa) = self.hpas.get(key) else {
+            ctx.observe("the HorizontalPodAutoscaler is gone");
             self.histories
                 .lock()
                 .expect("histories")
@@ -211,12 +214,20 @@ impl Reconciler for HpaController {
             if let Some(at) = last.get(&history_key) {
                 let since = at.elapsed();
                 if since < self.config.sync_period {
+                    if ctx.recording() {
+                        ctx.observe(format!(
+                            "synced {:.1}s ago, within the sync period of {}s: not yet",
+                            since.as_secs_f64(),
+                            self.config.sync_period.as_secs()
+                        ));
+                    }
                     return Ok(Action::RequeueAfter(self.config.sync_period - since));
                 }
             }
             last.insert(history_key.clone(), Instant::now());
         }
         if hpa.metadata.deletion_timestamp.is_some() {
+            ctx.observe("the HorizontalPodAutoscaler is being deleted");
             return Ok(Action::Done);
         }
         let span = tracing::debug_span!("hpa", namespace = ?key.namespace, name = %key.name);
@@ -232,6 +243,15 @@ impl Reconciler for HpaController {
         if hpa.status.as_ref() != Some(&next) {
             let api: Api<HorizontalPodAutoscaler> =
                 Api::namespaced(self.client.clone(), key.namespace.as_deref().unwrap_or(""));
+            if ctx.recording() {
+                ctx.action(
+                    "update status",
+                    format!(
+                        "the status differs: {}",
+                        status_changes(hpa.status.as_ref(), &next).join(", ")
+                    ),
+                );
+            }
             let mut updated = HorizontalPodAutoscaler::clone(&hpa);
             updated.status = Some(next);
             if let Err(e) = api
@@ -287,6 +307,7 @@ impl HpaController {
                     status::failed_get_scale(&e),
                     &stamp,
                 );
+                decision::observe_with(|| format!("cannot read the scale of {reference}: {e}"));
                 tracing::info!(target = %reference, error = %e, "cannot read the target's scale");
                 return finish(st, conditions, None);
             }
@@ -309,6 +330,11 @@ impl HpaController {
             .unwrap_or(0) as i32;
         let min = spec.min_replicas.unwrap_or(1);
         let max = spec.max_replicas;
+        decision::observe_with(|| {
+            format!(
+                "{reference}: {current} replicas (spec), {status_replicas} (status); minReplicas {min}, maxReplicas {max}"
+            )
+        });
         let behavior = spec
             .behavior
             .as_ref()
@@ -321,7 +347,10 @@ impl HpaController {
             .seed(current, now);
 
         let mut metric_statuses: Option<Vec<MetricStatus>> = None;
+        // Why `desired` is what it is, for the decision record (empty when not recording).
+        let mut rule = String::new();
         let (desired, reason) = if current == 0 && min != 0 {
+            decision::observe("the target has 0 replicas: scaling is disabled");
             set_condition(
                 &mut conditions,
                 SCALING_ACTIVE,
@@ -332,8 +361,14 @@ impl HpaController {
             );
             (current, String::new())
         } else if current > max {
+            if decision::recording() {
+                rule = format!("{current} current > maxReplicas {max}");
+            }
             (max, status::ABOVE_MAX.to_string())
         } else if current < min {
+            if decision::recording() {
+                rule = format!("{current} current < minReplicas {min}");
+            }
             (min, status::BELOW_MIN.to_string())
         } else {
             let selector = scale
@@ -352,9 +387,10 @@ impl HpaController {
                     &stamp,
                 )
                 .await;
-            let (proposed, metric_name, statuses) = match computed {
+            let (proposed, metric_name, statuses, metric_note) = match computed {
                 Ok(c) => c,
                 Err((statuses, e)) => {
+                    decision::observe_with(|| format!("no rescale: {e}"));
                     st.current_replicas = Some(current);
                     st.current_metrics = statuses;
                     self.events.publish(
@@ -391,6 +427,39 @@ impl HpaController {
                 }
             };
             drop(histories);
+            if decision::recording() {
+                decision::observe(format!(
+                    "recommendation: {proposed} proposed by {metric_name}, {} after stabilization ({}), {} within the limits ({})",
+                    n.stabilized, n.able_to_scale.1, n.replicas, n.scaling_limited.1
+                ));
+                rule = format!("{metric_note}: {current} -> {} replicas", n.replicas);
+                if n.stabilized != proposed {
+                    rule.push_str(&format!(
+                        ", not {proposed}: {} in the stabilization window",
+                        if proposed < current {
+                            "a higher recommendation"
+                        } else {
+                            "a lower recommendation"
+                        }
+                    ));
+                }
+                if n.scaling_limited.0 {
+                    let limit = match n.scaling_limited.1 {
+                        "TooManyReplicas" => format!("maxReplicas {max}"),
+                        "TooFewReplicas" => format!("minReplicas {min}"),
+                        "ScaleUpLimit" => match &behavior {
+                            Some((up, _)) => policies_text("scaleUp", up),
+                            None => "the scale-up limit max(2 x current, 4)".into(),
+                        },
+                        "ScaleDownLimit" => match &behavior {
+                            Some((_, down)) => policies_text("scaleDown", down),
+                            None => "the scale-down limit".into(),
+                        },
+                        other => other.to_string(),
+                    };
+                    rule.push_str(&format!(", capped from {} by {limit}", n.stabilized));
+                }
+            }
             let (s, r, m) = n.able_to_scale;
             set_condition(&mut conditions, ABLE_TO_SCALE, s, r, m.into(), &stamp);
             let (s, r, m) = n.scaling_limited;
@@ -400,6 +469,12 @@ impl HpaController {
 
         let mut rescale = None;
         if desired != current {
+            if decision::recording() {
+                decision::action(
+                    format!("scale {reference} from {current} to {desired}"),
+                    rule,
+                );
+            }
             match self
                 .update_scale(&resource, &ns, &target.name, scale.clone(), desired)
                 .await
@@ -462,7 +537,8 @@ impl HpaController {
 
     /// Upstream's `computeReplicasForMetrics`: every metric's proposal, the largest wins; an
     /// error (with the statuses so far) when all failed, or some failed and the rest would
-    /// scale down.
+    /// scale down. With the proposal, the winning metric's current value against its target
+    /// (for the decision record; empty when none is kept).
     #[allow(clippy::too_many_arguments, clippy::type_complexity)]
     async fn compute_for_metrics(
         &self,
@@ -474,7 +550,8 @@ impl HpaController {
         now: DateTime<Utc>,
         conditions: &mut Vec<k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscalerCondition>,
         stamp: &Time,
-    ) -> Result<(i32, String, Option<Vec<MetricStatus>>), (Option<Vec<MetricStatus>>, String)> {
+    ) -> Result<(i32, String, Option<Vec<MetricStatus>>, String), (Option<Vec<MetricStatus>>, String)>
+    {
         let cref = hpa.object_reference();
         if selector.is_empty() {
             self.events.publish(
@@ -562,7 +639,8 @@ impl HpaController {
             status_replicas,
         };
         let mut statuses = Vec::with_capacity(specs.len());
-        let mut best: Option<(i32, String)> = None;
+        let mut best: Option<(i32, String, String)> = None;
+        let recording = decision::recording();
         let mut invalid = 0;
         let mut first_error: Option<(&'static str, String, String)> = None;
         for spec in specs {
@@ -572,9 +650,16 @@ impl HpaController {
                     name,
                     status,
                 }) => {
+                    let note = if recording {
+                        let note = format!("{name} {}", metric_vs_target(spec, &status));
+                        decision::observe(format!("{note}: {replicas} replicas"));
+                        note
+                    } else {
+                        String::new()
+                    };
                     statuses.push(status);
-                    if best.as_ref().is_none_or(|(r, _)| replicas > *r) {
-                        best = Some((replicas, name));
+                    if best.as_ref().is_none_or(|(r, _, _)| replicas > *r) {
+                        best = Some((replicas, name, note));
                     }
                 }
                 Err(f) => {
@@ -596,7 +681,7 @@ impl HpaController {
                 specs.len()
             )
         });
-        let replicas = best.as_ref().map(|(r, _)| *r).unwrap_or(0);
+        let replicas = best.as_ref().map(|(r, _, _)| *r).unwrap_or(0);
         if let Some((reason, cause, _)) = &first_error {
             if invalid >= specs.len() || replicas < spec_replicas {
                 set_condition(
@@ -610,7 +695,11 @@ impl HpaController {
                 return Err((statuses, error.unwrap_or_default()));
             }
         }
-        let Some((replicas, name)) = best else {
+        if let Some(e) = &error {
+            // Some failed, and the others scale up: the larger proposal is taken.
+            decision::observe_with(|| e.clone());
+        }
+        let Some((replicas, name, note)) = best else {
             // No metrics at all: nothing to act on, which the condition says.
             set_condition(
                 conditions,
@@ -630,8 +719,103 @@ impl HpaController {
             status::valid_metric_found(&name),
             stamp,
         );
-        Ok((replicas, name, statuses))
+        Ok((replicas, name, statuses, note))
     }
+}
+
+/// A metric target as the decision record says it: `50%`, `100m average`, `2`.
+fn target_text(t: &MetricTarget) -> String {
+    if let Some(u) = t.average_utilization {
+        format!("{u}%")
+    } else if let Some(v) = &t.average_value {
+        format!("{} average", v.0)
+    } else if let Some(v) = &t.value {
+        v.0.clone()
+    } else {
+        "none".into()
+    }
+}
+
+/// A metric's current value as the decision record says it: `180% (900m average)`.
+fn current_text(c: &MetricValueStatus) -> String {
+    match (c.average_utilization, &c.average_value, &c.value) {
+        (Some(u), Some(v), _) => format!("{u}% ({} average)", v.0),
+        (Some(u), None, _) => format!("{u}%"),
+        (None, Some(v), _) => format!("{} average", v.0),
+        (None, None, Some(v)) => v.0.clone(),
+        (None, None, None) => "unknown".into(),
+    }
+}
+
+/// `<current> vs target <target>` of one metric, from its spec and its computed status.
+fn metric_vs_target(spec: &MetricSpec, status: &MetricStatus) -> String {
+    let target = match spec.type_.as_str() {
+        "Resource" => spec.resource.as_ref().map(|r| &r.target),
+        "ContainerResource" => spec.container_resource.as_ref().map(|r| &r.target),
+        "Pods" => spec.pods.as_ref().map(|p| &p.target),
+        "Object" => spec.object.as_ref().map(|o| &o.target),
+        "External" => spec.external.as_ref().map(|x| &x.target),
+        _ => None,
+    };
+    let current = status
+        .resource
+        .as_ref()
+        .map(|r| &r.current)
+        .or(status.container_resource.as_ref().map(|r| &r.current))
+        .or(status.pods.as_ref().map(|p| &p.current))
+        .or(status.object.as_ref().map(|o| &o.current))
+        .or(status.external.as_ref().map(|x| &x.current));
+    format!(
+        "{} vs target {}",
+        current.map_or_else(|| "unknown".into(), current_text),
+        target.map_or_else(|| "none".into(), target_text)
+    )
+}
+
+/// A direction's scaling policies, e.g. `scaleUp policies Pods 4/15s, Percent 100/15s
+/// (selectPolicy Max)`.
+fn policies_text(direction: &str, rules: &HPAScalingRules) -> String {
+    let policies: Vec<String> = rules
+        .policies
+        .iter()
+        .flatten()
+        .map(|p| format!("{} {}/{}s", p.type_, p.value, p.period_seconds))
+        .collect();
+    format!(
+        "{direction} policies {} (selectPolicy {})",
+        policies.join(", "),
+        rules.select_policy.as_deref().unwrap_or("Max")
+    )
+}
+
+/// The status fields a write changes, by their API names.
+fn status_changes(
+    old: Option<&HorizontalPodAutoscalerStatus>,
+    new: &HorizontalPodAutoscalerStatus,
+) -> Vec<&'static str> {
+    let Some(old) = old else {
+        return vec!["no status yet"];
+    };
+    let mut out = Vec::new();
+    if old.current_replicas != new.current_replicas {
+        out.push("currentReplicas");
+    }
+    if old.desired_replicas != new.desired_replicas {
+        out.push("desiredReplicas");
+    }
+    if old.current_metrics != new.current_metrics {
+        out.push("currentMetrics");
+    }
+    if old.conditions != new.conditions {
+        out.push("conditions");
+    }
+    if old.last_scale_time != new.last_scale_time {
+        out.push("lastScaleTime");
+    }
+    if old.observed_generation != new.observed_generation {
+        out.push("observedGeneration");
+    }
+    out
 }
 
 /// The HPA controller on `informers`, reading the system clock.
@@ -663,4 +847,38 @@ pub fn controller_with_clock(
     };
     Controller::for_type::<HorizontalPodAutoscaler>(NAME, informers, None)
         .build(Arc::new(reconciler))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decision_texts_of_metrics_and_policies() {
+        let spec: MetricSpec = serde_json::from_value(serde_json::json!({
+            "type": "Resource",
+            "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 50}}
+        }))
+        .unwrap();
+        let status: MetricStatus = serde_json::from_value(serde_json::json!({
+            "type": "Resource",
+            "resource": {"name": "cpu", "current": {"averageUtilization": 180, "averageValue": "900m"}}
+        }))
+        .unwrap();
+        assert_eq!(
+            metric_vs_target(&spec, &status),
+            "180% (900m average) vs target 50%"
+        );
+        let (up, _) = with_defaults(&Default::default(), 300);
+        assert_eq!(
+            policies_text("scaleUp", &up),
+            "scaleUp policies Pods 4/15s, Percent 100/15s (selectPolicy Max)"
+        );
+        let old = HorizontalPodAutoscalerStatus::default();
+        let new = HorizontalPodAutoscalerStatus {
+            desired_replicas: 3,
+            ..Default::default()
+        };
+        assert_eq!(status_changes(Some(&old), &new), ["desiredReplicas"]);
+    }
 }
