@@ -17,6 +17,7 @@ use k8s_openapi::api::core::v1::{Namespace, NamespaceCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use setpoint_runtime::client::{Api, Client, DeleteParams, DynamicObject, ListParams, PostParams};
 use setpoint_runtime::controller::{Action, Context, Controller, ReconcileError, Reconciler};
+use setpoint_runtime::decision;
 use setpoint_runtime::informer::{Scope, SharedInformers, Store};
 use setpoint_runtime::{Object, ObjectKey};
 
@@ -306,6 +307,24 @@ impl NamespaceController {
         let Some(merged) = merge_conditions(&current, fresh, &now) else {
             return;
         };
+        if decision::recording() {
+            let changed: Vec<String> = fresh
+                .iter()
+                .filter(|f| {
+                    !current.iter().any(|c| {
+                        c.type_ == f.type_
+                            && c.status == f.status
+                            && c.reason == f.reason
+                            && c.message == f.message
+                    })
+                })
+                .map(|f| format!("{}={}", f.type_, f.status))
+                .collect();
+            decision::action(
+                "update status conditions",
+                format!("the deletion conditions changed: {}", changed.join(", ")),
+            );
+        }
         let api: Api<Namespace> = Api::all(self.client.clone());
         let name = ns.metadata.name.clone().unwrap_or_default();
         // An update, as upstream's controller writes it: its role
@@ -336,6 +355,10 @@ impl NamespaceController {
         }
         let body = serde_json::to_vec(&ns).map_err(ReconcileError::retry)?;
         let path = format!("/api/v1/namespaces/{name}/finalize");
+        decision::action(
+            format!("remove finalizer {FINALIZER} (finalize)"),
+            "nothing remains in the namespace (fresh discovery, no failures)",
+        );
         match self
             .client
             .request(
@@ -367,13 +390,70 @@ fn finalizers(o: &DynamicObject) -> Vec<String> {
         .collect()
 }
 
+/// Up to five names, then how many more: short enough for one line of a decision record.
+fn some_names<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
+    let names: Vec<&str> = names.into_iter().collect();
+    let shown = names.iter().take(5).copied().collect::<Vec<_>>().join(", ");
+    match names.len() {
+        n if n > 5 => format!("{shown} and {} more", n - 5),
+        _ => shown,
+    }
+}
+
+/// What a terminating namespace still holds, per resource (and how much of it is already
+/// being deleted), and which finalizers hold it, for the decision record.
+fn remaining_summary(content: &[Content]) -> String {
+    if content.is_empty() {
+        return "nothing remains in the namespace".into();
+    }
+    let mut per_resource: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+    let mut per_finalizer: BTreeMap<&str, usize> = BTreeMap::new();
+    for c in content {
+        let e = per_resource.entry(&c.resource).or_default();
+        e.0 += 1;
+        e.1 += usize::from(c.deleting);
+        for f in &c.finalizers {
+            *per_finalizer.entry(f).or_default() += 1;
+        }
+    }
+    let resources = per_resource
+        .iter()
+        .map(|(r, (n, deleting))| match deleting {
+            0 => format!("{r} {n}"),
+            d => format!("{r} {n} ({d} being deleted)"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let finalizers = if per_finalizer.is_empty() {
+        "none".to_string()
+    } else {
+        per_finalizer
+            .iter()
+            .map(|(f, n)| format!("{f} on {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    format!("remaining: {resources}; their finalizers: {finalizers}")
+}
+
 #[async_trait::async_trait]
 impl Reconciler for NamespaceController {
-    async fn reconcile(&self, _ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
+    async fn reconcile(&self, ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
         let Some(ns) = self.namespaces.get(key) else {
+            ctx.observe("the namespace is gone");
             return Ok(Action::Done);
         };
+        let phase = ns
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .unwrap_or("Active");
         if !needs_cleanup(&ns) {
+            ctx.observe(if ns.metadata.deletion_timestamp.is_none() {
+                format!("phase {phase}, not being deleted: nothing to do")
+            } else {
+                format!("phase {phase}, being deleted; the {FINALIZER} finalizer is already gone")
+            });
             return Ok(Action::Done);
         }
         let name = key.name.as_str();
@@ -384,6 +464,46 @@ impl Reconciler for NamespaceController {
         let (content, list_failures) = self.content(name, &resources).await;
         let listed: Vec<Content> = content.iter().map(|(c, _)| c.clone()).collect();
         let first = plan(&listed, &discovery_failures, &list_failures);
+        if ctx.recording() {
+            let finalizers = ns
+                .spec
+                .as_ref()
+                .and_then(|s| s.finalizers.as_deref())
+                .unwrap_or_default()
+                .join(", ");
+            ctx.observe(format!(
+                "phase {phase}, spec.finalizers [{finalizers}]; {} namespaced resource(s) discovered{}",
+                resources.len(),
+                if cached { " (cached)" } else { "" },
+            ));
+            ctx.observe(remaining_summary(&listed));
+            if !discovery_failures.is_empty() || !list_failures.is_empty() {
+                ctx.observe(format!(
+                    "discovery failed: {}; listing failed for {} resource(s)",
+                    if discovery_failures.is_empty() {
+                        "no"
+                    } else {
+                        "yes"
+                    },
+                    list_failures.len()
+                ));
+            }
+            // One action per resource (the content comes resource by resource).
+            let mut by_resource: Vec<(&str, Vec<&str>)> = Vec::new();
+            for &i in &first.delete {
+                let c = &content[i].0;
+                match by_resource.last_mut() {
+                    Some((r, names)) if *r == c.resource => names.push(&c.name),
+                    _ => by_resource.push((&c.resource, vec![&c.name])),
+                }
+            }
+            for (resource, names) in by_resource {
+                ctx.action(
+                    format!("delete {} {resource}: {}", names.len(), some_names(names)),
+                    "the namespace is terminating and they are not being deleted yet",
+                );
+            }
+        }
         let mut delete_failures = list_failures;
         for &i in &first.delete {
             let (c, r) = &content[i];
@@ -403,6 +523,7 @@ impl Reconciler for NamespaceController {
         let outcome = plan(&listed, &discovery_failures, &delete_failures);
         self.write_conditions(&ns, &outcome.conditions).await;
         if outcome.finalize && cached {
+            ctx.observe("empty by cached discovery: discovering afresh before finalizing");
             // Releasing is final: confirm emptiness against fresh discovery, so that objects
             // of a resource added since (a new CRD) are not left behind.
             *self.discovered.lock().unwrap_or_else(|e| e.into_inner()) = None;

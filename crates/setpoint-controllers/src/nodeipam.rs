@@ -268,6 +268,24 @@ impl Allocator {
         }
     }
 
+    /// Each cluster range with its node mask and how many of its subnets are used, for the
+    /// decision record.
+    fn usage(&self) -> String {
+        self.sets
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} (/{} per node, {} of {} used)",
+                    s.cluster,
+                    s.mask,
+                    s.used.len(),
+                    s.count
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// The decision for the node `name`: `pod_cidrs` as its `spec.podCIDRs` says, `None`
     /// when it is gone.
     pub fn decide(&mut self, name: &str, pod_cidrs: Option<&[String]>) -> Decision {
@@ -325,9 +343,9 @@ struct NodeIpamController {
 
 #[async_trait::async_trait]
 impl Reconciler for NodeIpamController {
-    async fn reconcile(&self, _ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
+    async fn reconcile(&self, ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
         let node = self.nodes.get(key);
-        let decision = {
+        let (decision, held_before) = {
             let mut guard = self.allocator.lock().unwrap_or_else(|e| e.into_inner());
             let (rebuilt, allocator) = &mut *guard;
             if !*rebuilt {
@@ -338,7 +356,20 @@ impl Reconciler for NodeIpamController {
                 *rebuilt = true;
             }
             let cidrs = node.as_ref().map(|n| pod_cidrs(n));
-            allocator.decide(&key.name, cidrs.as_deref())
+            let held_before = allocator.held.contains_key(&key.name);
+            let decision = allocator.decide(&key.name, cidrs.as_deref());
+            if ctx.recording() {
+                ctx.observe(match cidrs.as_deref() {
+                    None if held_before => {
+                        "the node is gone: its ranges go back to the pool".into()
+                    }
+                    None => "the node is gone".into(),
+                    Some([]) => "the node has no podCIDR".into(),
+                    Some(list) => format!("the node has podCIDRs {}: kept", list.join(", ")),
+                });
+                ctx.observe(allocator.usage());
+            }
+            (decision, held_before)
         };
         let Some(node) = node else {
             return Ok(Action::Done);
@@ -346,6 +377,7 @@ impl Reconciler for NodeIpamController {
         match decision {
             Decision::Nothing => Ok(Action::Done),
             Decision::Exhausted => {
+                ctx.observe("a cluster CIDR has no free subnet: retrying later");
                 tracing::warn!(node = %key.name, "no pod CIDR left in the cluster CIDR");
                 self.events.publish(
                     &node.object_reference(),
@@ -359,6 +391,14 @@ impl Reconciler for NodeIpamController {
                 let list: Vec<String> = cidrs.iter().map(Cidr::to_string).collect();
                 let api: Api<Node> = Api::all(self.client.clone());
                 let patch = json!({"spec": {"podCIDR": list[0], "podCIDRs": list}});
+                ctx.action(
+                    format!("set podCIDR {} (podCIDRs {})", list[0], list.join(", ")),
+                    if held_before {
+                        "handed to this node before but not on it yet: the same ranges again"
+                    } else {
+                        "the node has no podCIDR: the next free subnet of each cluster CIDR"
+                    },
+                );
                 match api
                     .patch(&key.name, &PatchParams::default(), &Patch::Merge(patch))
                     .await

@@ -28,6 +28,7 @@ use serde_json::json;
 pub use setpoint_api::taints::tolerates;
 use setpoint_runtime::client::{Api, Client, DeleteParams, Patch, PatchParams};
 use setpoint_runtime::controller::{Action, Context, Controller, ReconcileError, Reconciler};
+use setpoint_runtime::decision;
 use setpoint_runtime::events::{EventRecorder, EventType, Reporter, ToObjectReference};
 use setpoint_runtime::informer::{Scope, SharedInformers, Store};
 use setpoint_runtime::{Object, ObjectKey};
@@ -312,6 +313,58 @@ fn unknown_conditions(node: &Node, now: Timestamp) -> Vec<NodeCondition> {
     conditions
 }
 
+/// `key:effect` of each taint, for the decision record.
+fn taint_list<'a>(taints: impl IntoIterator<Item = &'a Taint>) -> String {
+    let list: Vec<String> = taints
+        .into_iter()
+        .map(|t| format!("{}:{}", t.key, t.effect))
+        .collect();
+    if list.is_empty() {
+        "none".into()
+    } else {
+        list.join(", ")
+    }
+}
+
+/// The rule [`plan_node`] follows for the taints it wants, in words.
+fn taint_rule(ready: Option<&str>, silent_for: Option<Duration>, grace: Duration) -> String {
+    match (ready, silent_for) {
+        (_, Some(d)) if d >= grace => format!(
+            "unreachable: nothing heard for {:.1}s >= {}s grace",
+            d.as_secs_f64(),
+            grace.as_secs()
+        ),
+        (Some("True"), _) => "Ready=True: no not-ready or unreachable taints".into(),
+        (Some("False"), _) => format!("Ready=False: {NOT_READY}"),
+        (Some(s), _) => format!("Ready={s}: {UNREACHABLE}"),
+        (None, _) => "no Ready condition yet: within the grace period, no taints".into(),
+    }
+}
+
+/// Why [`evictions`] evicts `pod` now, in words.
+fn eviction_rule(taints: &[Taint], pod: &Pod, now: Timestamp) -> String {
+    let tolerations = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.tolerations.as_deref())
+        .unwrap_or_default();
+    let no_execute = taints.iter().filter(|t| t.effect == "NoExecute");
+    if let Some(t) = no_execute
+        .clone()
+        .find(|t| !tolerations.iter().any(|x| tolerates(x, t)))
+    {
+        return format!("it does not tolerate the NoExecute taint {}", t.key);
+    }
+    let since = no_execute
+        .filter_map(|t| ts(&t.time_added))
+        .min()
+        .unwrap_or(now);
+    format!(
+        "its tolerationSeconds ran out ({}s since the NoExecute taint was added)",
+        elapsed(since, now).as_secs()
+    )
+}
+
 /// Watches nodes, their Leases and their pods; acts on [`plan_node`] and [`evictions`].
 pub struct NodeLifecycleController {
     client: Client,
@@ -334,7 +387,30 @@ impl NodeLifecycleController {
     /// Nobody vouches for the pods of a silent node any more: their `Ready` condition turns
     /// False (so endpoints and controllers stop counting on them), as upstream does.
     async fn mark_pods_not_ready(&self, node: &str, now: Timestamp) -> Result<(), ReconcileError> {
-        for pod in self.pods.by_node(node).iter().filter(|p| pod_ready(p)) {
+        let ready: Vec<Arc<Pod>> = self
+            .pods
+            .by_node(node)
+            .into_iter()
+            .filter(|p| pod_ready(p))
+            .collect();
+        if !ready.is_empty() && decision::recording() {
+            let names: Vec<String> = ready.iter().take(5).map(|p| p.name()).collect();
+            let more = ready.len().saturating_sub(names.len());
+            decision::action(
+                format!(
+                    "mark {} pod(s) not ready: {}{}",
+                    ready.len(),
+                    names.join(", "),
+                    if more > 0 {
+                        format!(" and {more} more")
+                    } else {
+                        String::new()
+                    }
+                ),
+                "the node's Ready is Unknown: nobody vouches for its pods",
+            );
+        }
+        for pod in &ready {
             let pods: Api<Pod> = Api::namespaced(
                 self.client.clone(),
                 pod.metadata.namespace.as_deref().unwrap_or(""),
@@ -360,8 +436,9 @@ impl NodeLifecycleController {
 
 #[async_trait::async_trait]
 impl Reconciler for NodeLifecycleController {
-    async fn reconcile(&self, _ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
+    async fn reconcile(&self, ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
         let Some(node) = self.nodes.get(key) else {
+            ctx.observe("the node is gone");
             return Ok(Action::Done);
         };
         let name = node.name();
@@ -369,15 +446,40 @@ impl Reconciler for NodeLifecycleController {
             .leases
             .get(&ObjectKey::new(Some(LEASE_NAMESPACE), &name));
         let now = crate::now();
-        let plan = plan_node(
-            &node,
-            last_heard(&node, lease.as_deref()),
-            now,
-            self.config.grace_period,
-        );
+        let heard = last_heard(&node, lease.as_deref());
+        let grace = self.config.grace_period;
+        let plan = plan_node(&node, heard, now, grace);
+        let ready = condition(&node, "Ready").map(|c| c.status.as_str());
+        let silent_for = heard.map(|h| elapsed(h, now));
+        let current_taints = || {
+            node.spec
+                .as_ref()
+                .and_then(|s| s.taints.clone())
+                .unwrap_or_default()
+        };
+        if ctx.recording() {
+            ctx.observe(format!(
+                "Ready={}, last heard {} (grace {}s); taints: {}",
+                ready.unwrap_or("none"),
+                match silent_for {
+                    Some(d) => format!("{:.1}s ago", d.as_secs_f64()),
+                    None => "never".into(),
+                },
+                grace.as_secs(),
+                taint_list(&current_taints()),
+            ));
+        }
         let api: Api<Node> = Api::all(self.client.clone());
         let mut rv = node.metadata.resource_version.clone();
         if plan.mark_unknown {
+            ctx.action(
+                "mark the node's conditions Unknown",
+                format!(
+                    "no Lease renewal or status for {:.1}s >= {}s grace",
+                    silent_for.unwrap_or_default().as_secs_f64(),
+                    grace.as_secs()
+                ),
+            );
             tracing::warn!(node = %name, "node stopped reporting; marking its conditions Unknown");
             // The resourceVersion makes this a compare-and-swap: a status the agent posted
             // meanwhile wins and this pass is retried against it.
@@ -391,6 +493,22 @@ impl Reconciler for NodeLifecycleController {
             rv = written.metadata.resource_version;
         }
         if let Some(taints) = &plan.taints {
+            if ctx.recording() {
+                let current = current_taints();
+                let added: Vec<&Taint> = taints.iter().filter(|t| !current.contains(t)).collect();
+                let removed: Vec<&Taint> = current.iter().filter(|t| !taints.contains(t)).collect();
+                let mut what = Vec::new();
+                if !added.is_empty() {
+                    what.push(format!("add {}", taint_list(added)));
+                }
+                if !removed.is_empty() {
+                    what.push(format!("remove {}", taint_list(removed)));
+                }
+                ctx.action(
+                    format!("update taints: {}", what.join("; ")),
+                    taint_rule(ready, silent_for, grace),
+                );
+            }
             tracing::info!(node = %name, taints = ?taints.iter().map(|t| format!("{}:{}", t.key, t.effect)).collect::<Vec<_>>(), "updating node taints");
             let patch = json!({
                 "metadata": {"resourceVersion": rv},
@@ -399,12 +517,7 @@ impl Reconciler for NodeLifecycleController {
             api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
                 .await?;
         }
-        let taints = plan.taints.clone().unwrap_or_else(|| {
-            node.spec
-                .as_ref()
-                .and_then(|s| s.taints.clone())
-                .unwrap_or_default()
-        });
+        let taints = plan.taints.clone().unwrap_or_else(current_taints);
         let silent =
             plan.mark_unknown || condition(&node, "Ready").is_some_and(|c| c.status == "Unknown");
         if silent {
@@ -416,10 +529,26 @@ impl Reconciler for NodeLifecycleController {
         } else {
             Evictions::default()
         };
+        if !evict.now.is_empty() || evict.recheck.is_some() {
+            ctx.observe(format!(
+                "NoExecute taints: {} pod(s) to evict now{}",
+                evict.now.len(),
+                match evict.recheck {
+                    Some(d) => format!(", the next toleration runs out in {}s", d.as_secs()),
+                    None => String::new(),
+                }
+            ));
+        }
         for key in &evict.now {
             let Some(pod) = self.pods.get(key) else {
                 continue;
             };
+            if ctx.recording() {
+                ctx.action(
+                    format!("evict pod {key} (DisruptionTarget, then delete)"),
+                    eviction_rule(&taints, &pod, now),
+                );
+            }
             let pods: Api<Pod> =
                 Api::namespaced(self.client.clone(), key.namespace.as_deref().unwrap_or(""));
             // First the DisruptionTarget condition, as upstream's taint manager, so a Job's

@@ -454,6 +454,82 @@ pub fn plan_volume(pv: &Value, claim: Option<&Value>) -> VolumePlan {
     }
 }
 
+/// What the binder sees of a claim, for the decision record.
+fn claim_summary(pvc: &Value, class: Option<&Value>, volumes: usize) -> String {
+    let class_name = st::claim_class(pvc);
+    let class = match class {
+        _ if class_name.is_empty() => "no class".to_string(),
+        None => format!("class {class_name} (not found)"),
+        Some(c) => format!(
+            "class {class_name} ({})",
+            match s(c, "/volumeBindingMode") {
+                "" => "Immediate",
+                m => m,
+            }
+        ),
+    };
+    let or_none = |v: &str| {
+        if v.is_empty() {
+            "none".to_string()
+        } else {
+            v.to_string()
+        }
+    };
+    let mut out = format!(
+        "phase {}, {class}, requests {} [{}] {}, volumeName {}",
+        or_none(s(pvc, "/status/phase")),
+        or_none(s(pvc, "/spec/resources/requests/storage")),
+        modes(pvc, "/spec/accessModes").join(", "),
+        volume_mode(pvc),
+        or_none(s(pvc, "/spec/volumeName")),
+    );
+    if let Some(node) = annotation(pvc, st::SELECTED_NODE_ANNOTATION) {
+        out.push_str(&format!(", selected node {node}"));
+    }
+    if deleting(pvc) {
+        out.push_str(", being deleted");
+    }
+    out.push_str(&format!("; {volumes} volume(s) known"));
+    out
+}
+
+/// The rule [`plan_claim`] bound the claim to `pv` by, in words.
+fn bind_rule(pvc: &Value, pv: &Value, delayed_node: Option<&str>) -> String {
+    if !s(pvc, "/spec/volumeName").is_empty() {
+        return "the claim names it in spec.volumeName and it satisfies the claim".into();
+    }
+    if claim_ref_matches(pv, pvc) {
+        return "it is pre-bound to the claim (claimRef) and satisfies it".into();
+    }
+    format!(
+        "the smallest free volume that satisfies the claim's class, access modes, volumeMode, capacity and selector{}",
+        delayed_node
+            .map(|n| format!(", reachable from the selected node {n}"))
+            .unwrap_or_default()
+    )
+}
+
+/// Why [`plan_volume`] sets `phase`, in words.
+fn phase_rule(phase: &str, pv: &Value) -> String {
+    let claim = format!(
+        "{}/{}",
+        s(pv, "/spec/claimRef/namespace"),
+        s(pv, "/spec/claimRef/name")
+    );
+    match phase {
+        "Available" if pv.pointer("/spec/claimRef").is_none_or(Value::is_null) => {
+            "no claimRef".into()
+        }
+        "Available" => format!("pre-bound to claim {claim}, which has not bound yet"),
+        "Bound" => format!("its claim {claim} exists and is bound or binding to it"),
+        "Released" => format!("its claim {claim} is gone"),
+        _ => format!(
+            "released with reclaim policy {}, which nothing here can carry out",
+            s(pv, "/spec/persistentVolumeReclaimPolicy")
+        ),
+    }
+}
+
 /// The I/O around [`plan_claim`] and [`plan_volume`]: one controller keyed by claims, one by
 /// volumes, sharing the caches.
 pub struct Binder {
@@ -505,8 +581,9 @@ impl Binder {
             .map(|c| to_value(c.as_ref()))
     }
 
-    async fn sync_claim(&self, key: &ObjectKey) -> Result<Action, ReconcileError> {
+    async fn sync_claim(&self, ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
         let Some(claim) = self.claims.get(key) else {
+            ctx.observe("the claim is gone");
             return Ok(Action::Done);
         };
         let pvc = to_value(claim.as_ref());
@@ -518,6 +595,9 @@ impl Binder {
         let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &ns);
         let pvs: Api<PersistentVolume> = Api::all(self.client.clone());
         let params = PatchParams::default();
+        if ctx.recording() {
+            ctx.observe(claim_summary(&pvc, class.as_ref(), volumes.len()));
+        }
         match plan_claim(&pvc, &volumes, class.as_ref(), selected.as_deref()) {
             ClaimPlan::Nothing => {}
             ClaimPlan::Bind { volume } => {
@@ -526,6 +606,19 @@ impl Binder {
                     .find(|v| s(v, "/metadata/name") == volume)
                     .cloned()
                     .unwrap_or(Value::Null);
+                if ctx.recording() {
+                    let delayed = class
+                        .as_ref()
+                        .is_some_and(|c| s(c, "/volumeBindingMode") == st::WAIT_FOR_FIRST_CONSUMER);
+                    let node = selected
+                        .as_ref()
+                        .and_then(|n| n.metadata.name.as_deref())
+                        .filter(|_| delayed);
+                    ctx.action(
+                        format!("bind volume {volume} to the claim: claimRef, phase Bound"),
+                        bind_rule(&pvc, &pv, node),
+                    );
+                }
                 if s(&pv, "/spec/claimRef/uid").is_empty() {
                     let by_controller = pv.pointer("/spec/claimRef").is_none_or(Value::is_null);
                     let mut body = json!({"spec": {"claimRef": {
@@ -561,6 +654,10 @@ impl Binder {
                 }
                 let body = json!({"metadata": {"annotations": annotations},
                                   "spec": {"volumeName": volume}});
+                ctx.action(
+                    format!("bind the claim to volume {volume}: volumeName, phase Bound"),
+                    "the volume's side of the binding is written",
+                );
                 conflict_ok(
                     claims
                         .patch(
@@ -573,6 +670,10 @@ impl Binder {
                 self.mark_bound(&claims, &key.name, &pv).await?;
             }
             ClaimPlan::MarkBound { volume } => {
+                ctx.action(
+                    format!("mark the claim Bound to volume {volume}"),
+                    "bound both ways, but the claim's status or bind-completed annotation lags",
+                );
                 if annotation(&pvc, st::BIND_COMPLETED_ANNOTATION).is_none() {
                     let body = json!({"metadata": {"annotations": {st::BIND_COMPLETED_ANNOTATION: "yes"}}});
                     conflict_ok(
@@ -601,6 +702,9 @@ impl Binder {
                         .and_then(|a| a.get(LOCAL_PATH_DIR_ANNOTATION).cloned())
                 });
                 let Some(dir) = dir else {
+                    ctx.observe(format!(
+                        "node {node} publishes no local-path directory: nowhere to provision"
+                    ));
                     // The node's agent has not published its directory yet (or never will:
                     // a node without local-path support), so there is nowhere to put it.
                     self.events.publish(
@@ -615,6 +719,14 @@ impl Binder {
                 let name = s(&pv, "/metadata/name").to_string();
                 let typed: PersistentVolume = serde_json::from_value(pv)
                     .map_err(|e| ReconcileError::terminal(format!("building the volume: {e}")))?;
+                ctx.action(
+                    format!("create volume {name} (local-path on node {node})"),
+                    format!(
+                        "no volume matches; class {} is provisioned by {} and node {node} is selected",
+                        st::claim_class(&pvc),
+                        st::LOCAL_PATH_PROVISIONER
+                    ),
+                );
                 match pvs.create(&Default::default(), &typed).await {
                     Ok(_) => self.events.publish(
                         &claim.object_reference(),
@@ -639,6 +751,7 @@ impl Binder {
                 message,
                 provisioner,
             } => {
+                ctx.observe(format!("no volume to bind yet: {reason}"));
                 let kind = if reason == "ExternalProvisioning" || reason == "WaitForFirstConsumer" {
                     EventType::Normal
                 } else {
@@ -648,6 +761,10 @@ impl Binder {
                     .publish(&claim.object_reference(), kind, reason, &message);
                 if let Some(p) = provisioner {
                     if annotation(&pvc, st::STORAGE_PROVISIONER_ANNOTATION) != Some(p.as_str()) {
+                        ctx.action(
+                            format!("annotate the claim: storage-provisioner {p}"),
+                            "its class's provisioner is not built in: an external one provisions it",
+                        );
                         let body = json!({"metadata": {"annotations": {
                             st::STORAGE_PROVISIONER_ANNOTATION: p,
                             st::BETA_STORAGE_PROVISIONER_ANNOTATION: p,
@@ -656,6 +773,10 @@ impl Binder {
                     }
                 }
                 if s(&pvc, "/status/phase") != "Pending" {
+                    ctx.action(
+                        "set the claim's phase Pending",
+                        format!("no volume to bind yet ({reason})"),
+                    );
                     conflict_ok(
                         claims
                             .patch_status(
@@ -669,6 +790,7 @@ impl Binder {
             }
             ClaimPlan::Lost { reason, message } => {
                 if s(&pvc, "/status/phase") != "Lost" {
+                    ctx.action("set the claim's phase Lost", format!("{reason}: {message}"));
                     self.events.publish(
                         &claim.object_reference(),
                         EventType::Warning,
@@ -708,8 +830,9 @@ impl Binder {
         )
     }
 
-    async fn sync_volume(&self, key: &ObjectKey) -> Result<Action, ReconcileError> {
+    async fn sync_volume(&self, ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
         let Some(volume) = self.volumes.get(key) else {
+            ctx.observe("the volume is gone");
             return Ok(Action::Done);
         };
         let pv = to_value(volume.as_ref());
@@ -734,9 +857,30 @@ impl Binder {
                 .map_err(ReconcileError::from)?
                 .map(|c| to_value(&c));
         }
+        if ctx.recording() {
+            let claim_state = match &claim {
+                _ if claim_name.is_empty() => "no claimRef".to_string(),
+                Some(_) if !claim_gone(&pv, claim.as_ref()) => {
+                    format!("claimRef {ns}/{claim_name} (exists)")
+                }
+                _ => format!("claimRef {ns}/{claim_name} (gone)"),
+            };
+            ctx.observe(format!(
+                "phase {}, reclaim policy {}, {claim_state}{}",
+                match s(&pv, "/status/phase") {
+                    "" => "none",
+                    p => p,
+                },
+                s(&pv, "/spec/persistentVolumeReclaimPolicy"),
+                if deleting(&pv) { ", being deleted" } else { "" },
+            ));
+        }
         match plan_volume(&pv, claim.as_ref()) {
             VolumePlan::Nothing => {}
             VolumePlan::Phase { phase, message } => {
+                if ctx.recording() {
+                    ctx.action(format!("set phase {phase}"), phase_rule(phase, &pv));
+                }
                 let mut status = json!({"phase": phase});
                 if let Some(m) = &message {
                     status["message"] = json!(m);
@@ -753,6 +897,10 @@ impl Binder {
                 )?;
             }
             VolumePlan::Unbind => {
+                ctx.action(
+                    format!("clear claimRef (unbind from claim {ns}/{claim_name})"),
+                    "bound by the binder to a claim that went on to another volume",
+                );
                 let body = json!({"spec": {"claimRef": null},
                     "metadata": {"annotations": {st::BOUND_BY_CONTROLLER_ANNOTATION: null}}});
                 conflict_ok(
@@ -765,6 +913,10 @@ impl Binder {
                 )?;
             }
             VolumePlan::Delete => {
+                ctx.action(
+                    format!("delete volume {}", key.name),
+                    "Released (its claim is gone) with reclaim policy Delete",
+                );
                 let params = DeleteParams {
                     precondition_uid: volume.metadata.uid.clone(),
                     ..Default::default()
@@ -781,15 +933,15 @@ struct VolumeSide(Arc<Binder>);
 
 #[async_trait::async_trait]
 impl Reconciler for ClaimSide {
-    async fn reconcile(&self, _ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
-        self.0.sync_claim(key).await
+    async fn reconcile(&self, ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
+        self.0.sync_claim(ctx, key).await
     }
 }
 
 #[async_trait::async_trait]
 impl Reconciler for VolumeSide {
-    async fn reconcile(&self, _ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
-        self.0.sync_volume(key).await
+    async fn reconcile(&self, ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
+        self.0.sync_volume(ctx, key).await
     }
 }
 

@@ -26,6 +26,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::json;
 use setpoint_runtime::client::{Api, Client, DeleteParams, Patch, PatchParams};
 use setpoint_runtime::controller::{Action, Context, Controller, ReconcileError, Reconciler};
+use setpoint_runtime::decision;
 use setpoint_runtime::informer::{Scope, SharedInformers, Store};
 use setpoint_runtime::{Object, ObjectKey};
 
@@ -195,6 +196,18 @@ pub fn with_condition(current: &[PodCondition], mut condition: PodCondition) -> 
     out
 }
 
+/// What [`PodGc::fail_and_delete`] writes for `pod`, for the decision record.
+fn fail_and_delete_what(pod: &Pod, condition: bool) -> String {
+    let key = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name());
+    match (is_terminated(pod), condition) {
+        (true, _) => format!("delete pod {key} (grace period 0)"),
+        (false, false) => format!("mark pod {key} Failed, then delete it (grace period 0)"),
+        (false, true) => format!(
+            "mark pod {key} Failed (DisruptionTarget {REASON}), then delete it (grace period 0)"
+        ),
+    }
+}
+
 struct PodGc {
     client: Client,
     pods: Store<Pod>,
@@ -265,10 +278,44 @@ impl PodGc {
 
     /// Deletes the terminated pods beyond the threshold.
     async fn collect_terminated(&self) -> Result<Action, ReconcileError> {
-        let doomed =
-            terminated_to_delete(&self.pods.list(), self.config.terminated_pod_gc_threshold);
+        let pods = self.pods.list();
+        let threshold = self.config.terminated_pod_gc_threshold;
+        let doomed = terminated_to_delete(&pods, threshold);
+        // Counted only for a decision record (`terminated_to_delete` counts them too).
+        let ended = if decision::recording() {
+            pods.iter().filter(|p| is_terminated(p)).count()
+        } else {
+            0
+        };
+        decision::observe_with(|| {
+            format!(
+                "{ended} terminated pod(s) of {}, threshold {threshold}",
+                pods.len()
+            )
+        });
         if doomed.is_empty() {
             return Ok(Action::Done);
+        }
+        if decision::recording() {
+            let names: Vec<String> = doomed
+                .iter()
+                .take(5)
+                .map(|p| format!("{}/{}", p.namespace().unwrap_or_default(), p.name()))
+                .collect();
+            let more = doomed.len() - names.len();
+            decision::action(
+                format!(
+                    "delete {} terminated pod(s): {}{} (grace period 0)",
+                    doomed.len(),
+                    names.join(", "),
+                    if more > 0 {
+                        format!(" and {more} more")
+                    } else {
+                        String::new()
+                    }
+                ),
+                format!("{ended} terminated > {threshold} threshold; evicted first, then oldest"),
+            );
         }
         tracing::info!(pods = doomed.len(), "garbage collecting terminated pods");
         let results =
@@ -280,11 +327,12 @@ impl PodGc {
 
 #[async_trait::async_trait]
 impl Reconciler for PodGc {
-    async fn reconcile(&self, _ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
+    async fn reconcile(&self, ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
         if *key == terminated_key() {
             return self.collect_terminated().await;
         }
         let Some(pod) = self.pods.get(key) else {
+            ctx.observe("the pod is gone");
             return Ok(Action::Done);
         };
         let node = node_name(&pod).map(|n| match self.nodes.get(&ObjectKey::new(None, n)) {
@@ -299,10 +347,47 @@ impl Reconciler for PodGc {
             Some(Err(d)) => Some(NodeView::MissingFor(*d)),
             None => None,
         };
+        let terminating = pod.metadata.deletion_timestamp.is_some();
+        if ctx.recording() {
+            let phase = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.as_deref())
+                .unwrap_or("none");
+            let state = if terminating { ", terminating" } else { "" };
+            ctx.observe(match (node_name(&pod), &view) {
+                (None, _) => format!("phase {phase}{state}, bound to no node"),
+                (Some(n), Some(NodeView::Cached(node))) => format!(
+                    "phase {phase}{state}, on node {n} (Ready={}, out-of-service taint: {})",
+                    if node_ready(node) { "True" } else { "not True" },
+                    if out_of_service(node) { "yes" } else { "no" }
+                ),
+                (Some(n), _) => format!(
+                    "phase {phase}{state}, its node {n} missing from the cache for {}s (quarantine {}s)",
+                    match &view {
+                        Some(NodeView::MissingFor(d)) => d.as_secs(),
+                        _ => 0,
+                    },
+                    self.config.quarantine.as_secs()
+                ),
+            });
+        }
         match decide(&pod, view, self.config.quarantine) {
             PodDecision::Keep => Ok(Action::Done),
             PodDecision::Quarantine(d) => Ok(Action::RequeueAfter(d)),
             PodDecision::Delete => {
+                if ctx.recording() {
+                    ctx.action(
+                        fail_and_delete_what(&pod, false),
+                        match node_name(&pod) {
+                            None => "terminating and bound to no node: no agent will finish deleting it"
+                                .to_string(),
+                            Some(n) => format!(
+                                "terminating on node {n}, which is not Ready and has the {OUT_OF_SERVICE_TAINT} taint"
+                            ),
+                        },
+                    );
+                }
                 self.fail_and_delete(&pod, None).await?;
                 Ok(Action::Done)
             }
@@ -310,9 +395,18 @@ impl Reconciler for PodGc {
                 let name = node_name(&pod).unwrap_or_default().to_string();
                 let nodes: Api<Node> = Api::all(self.client.clone());
                 if nodes.get_opt(&name).await?.is_some() {
+                    ctx.observe(format!(
+                        "node {name} exists on the server: the cache is behind"
+                    ));
                     // The cache was behind; the node's arrival there settles it.
                     self.found(&name);
                     return Ok(Action::Done);
+                }
+                if ctx.recording() {
+                    ctx.action(
+                        fail_and_delete_what(&pod, true),
+                        format!("orphaned: its node {name} is gone (not found on the server after the quarantine)"),
+                    );
                 }
                 tracing::info!(pod = %key, node = %name, "found orphaned Pod assigned to the Node, deleting");
                 let condition = PodCondition {

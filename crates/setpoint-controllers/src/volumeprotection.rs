@@ -68,13 +68,20 @@ struct ClaimProtection {
 
 #[async_trait::async_trait]
 impl Reconciler for ClaimProtection {
-    async fn reconcile(&self, _ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
+    async fn reconcile(&self, ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
         let Some(claim) = self.claims.get(key) else {
+            ctx.observe("the claim is gone");
             return Ok(Action::Done);
         };
-        if claim.metadata.deletion_timestamp.is_none()
-            || !has_finalizer(&claim.metadata, st::PVC_PROTECTION_FINALIZER)
-        {
+        if claim.metadata.deletion_timestamp.is_none() {
+            ctx.observe("not being deleted: nothing to do");
+            return Ok(Action::Done);
+        }
+        if !has_finalizer(&claim.metadata, st::PVC_PROTECTION_FINALIZER) {
+            ctx.observe(format!(
+                "being deleted; {} is already removed",
+                st::PVC_PROTECTION_FINALIZER
+            ));
             return Ok(Action::Done);
         }
         let ns = key.namespace.clone().unwrap_or_default();
@@ -85,6 +92,7 @@ impl Reconciler for ClaimProtection {
             .map(|p| to_value(p.as_ref()))
             .collect();
         if claim_in_use(&key.name, &cached) {
+            ctx.observe("being deleted; an unfinished pod uses it (cache): kept");
             return Ok(Action::Done);
         }
         // The cache may not have a pod created moments ago: confirm with a live list before
@@ -99,11 +107,22 @@ impl Reconciler for ClaimProtection {
             .map(to_value)
             .collect();
         if claim_in_use(&key.name, &live) {
+            ctx.observe(
+                "being deleted; an unfinished pod uses it (live list, not yet cached): kept",
+            );
             return Ok(Action::Done);
         }
+        ctx.observe(format!(
+            "being deleted; no unfinished pod uses it ({} pod(s) in the namespace, listed live)",
+            live.len()
+        ));
         let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &ns);
         let finalizers = claim.metadata.finalizers.clone().unwrap_or_default();
         let patch = remove_finalizer(&finalizers, st::PVC_PROTECTION_FINALIZER);
+        ctx.action(
+            format!("remove finalizer {}", st::PVC_PROTECTION_FINALIZER),
+            "the claim is being deleted and no pod that has not finished uses it",
+        );
         match api.patch(&key.name, &PatchParams::default(), &patch).await {
             Ok(_) => Ok(Action::Done),
             Err(e) if e.is_not_found() => Ok(Action::Done),
@@ -119,19 +138,41 @@ struct VolumeProtection {
 
 #[async_trait::async_trait]
 impl Reconciler for VolumeProtection {
-    async fn reconcile(&self, _ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
+    async fn reconcile(&self, ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
         let Some(volume) = self.volumes.get(key) else {
+            ctx.observe("the volume is gone");
             return Ok(Action::Done);
         };
-        if volume.metadata.deletion_timestamp.is_none()
-            || !has_finalizer(&volume.metadata, st::PV_PROTECTION_FINALIZER)
-            || volume_in_use(&to_value(volume.as_ref()))
-        {
+        let phase = volume
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .unwrap_or("none");
+        if volume.metadata.deletion_timestamp.is_none() {
+            ctx.observe(format!("phase {phase}, not being deleted: nothing to do"));
             return Ok(Action::Done);
         }
+        if !has_finalizer(&volume.metadata, st::PV_PROTECTION_FINALIZER) {
+            ctx.observe(format!(
+                "phase {phase}, being deleted; {} is already removed",
+                st::PV_PROTECTION_FINALIZER
+            ));
+            return Ok(Action::Done);
+        }
+        if volume_in_use(&to_value(volume.as_ref())) {
+            ctx.observe(format!(
+                "phase {phase}, being deleted; in use (Bound): kept"
+            ));
+            return Ok(Action::Done);
+        }
+        ctx.observe(format!("phase {phase}, being deleted"));
         let api: Api<PersistentVolume> = Api::all(self.client.clone());
         let finalizers = volume.metadata.finalizers.clone().unwrap_or_default();
         let patch = remove_finalizer(&finalizers, st::PV_PROTECTION_FINALIZER);
+        ctx.action(
+            format!("remove finalizer {}", st::PV_PROTECTION_FINALIZER),
+            format!("the volume is being deleted and not Bound (phase {phase})"),
+        );
         match api.patch(&key.name, &PatchParams::default(), &patch).await {
             Ok(_) => Ok(Action::Done),
             Err(e) if e.is_not_found() => Ok(Action::Done),

@@ -10,6 +10,7 @@ use serde_json::json;
 use setpoint_api::cidr::Cidr;
 use setpoint_controllers::nodeipam::NodeIpamConfig;
 use setpoint_runtime::client::{Api, Client, DeleteParams, PostParams};
+use setpoint_runtime::decision;
 use setpoint_runtime::informer::SharedInformers;
 use setpoint_testing::TestCluster;
 
@@ -57,6 +58,38 @@ async fn ranges_are_handed_out_kept_exhausted_and_released() {
     let task = start(&client, &config);
     create(&nodes, "n1", None).await;
     assert_eq!(wait_for(&nodes, "n1").await, "10.244.1.0/24");
+    // Its decision record: what the pool looked like, what was set and why.
+    let record = setpoint_testing::eventually_within(
+        Duration::from_secs(30),
+        "the decision record of n1",
+        || async {
+            decision::ring()
+                .recent(decision::RING_CAPACITY)
+                .into_iter()
+                .rev()
+                .find(|r| {
+                    r.controller == setpoint_controllers::nodeipam::NAME
+                        && r.object.name == "n1"
+                        && !r.actions.is_empty()
+                })
+        },
+    )
+    .await;
+    assert_eq!(
+        record.observed,
+        [
+            "the node has no podCIDR",
+            "10.244.0.0/22 (/24 per node, 2 of 4 used)"
+        ]
+    );
+    assert_eq!(
+        record.actions[0].action,
+        "set podCIDR 10.244.1.0/24 (podCIDRs 10.244.1.0/24)"
+    );
+    assert_eq!(
+        record.actions[0].rule,
+        "the node has no podCIDR: the next free subnet of each cluster CIDR"
+    );
     create(&nodes, "n2", None).await;
     assert_eq!(wait_for(&nodes, "n2").await, "10.244.2.0/24");
 

@@ -2,6 +2,7 @@
 //! stops being renewed goes `Unknown`, is tainted, loses the pods whose tolerations run out,
 //! and is untainted when it reports again.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -10,6 +11,7 @@ use serde_json::json;
 use setpoint_controllers::manager::Options;
 use setpoint_controllers::nodelifecycle::{NodeLifecycleConfig, UNREACHABLE};
 use setpoint_runtime::client::{Api, Client, Patch, PatchParams, PostParams};
+use setpoint_runtime::decision::{self, DecisionRecord};
 use setpoint_testing::{eventually, TestCluster};
 
 fn now() -> String {
@@ -88,6 +90,20 @@ fn ready_status(node: &Node) -> Option<String> {
         .map(|c| c.status.clone())
 }
 
+/// The newest finished decision record of the node lifecycle controller about `name` with
+/// an action whose description starts with `action`.
+fn record_with_action(name: &str, action: &str) -> Option<Arc<DecisionRecord>> {
+    decision::ring()
+        .recent(decision::RING_CAPACITY)
+        .into_iter()
+        .rev()
+        .find(|r| {
+            r.controller == setpoint_controllers::nodelifecycle::NAME
+                && r.object.name == name
+                && r.actions.iter().any(|a| a.action.starts_with(action))
+        })
+}
+
 fn has_taint(node: &Node, key: &str, effect: &str) -> bool {
     node.spec
         .as_ref()
@@ -142,6 +158,25 @@ async fn silent_node_is_tainted_its_pods_evicted_and_it_recovers() {
         .find(|c| c.type_ == "Ready")
         .unwrap();
     assert_eq!(ready.reason.as_deref(), Some("NodeStatusUnknown"));
+    // The decision that did it says what it saw and by which rule.
+    let marked = eventually("the decision record marking n1 Unknown", || async {
+        record_with_action("n1", "mark the node's conditions Unknown")
+    })
+    .await;
+    assert!(
+        marked
+            .observed
+            .iter()
+            .any(|o| o.starts_with("Ready=True, last heard")),
+        "{marked:?}"
+    );
+    let rule = &marked
+        .actions
+        .iter()
+        .find(|a| a.action.starts_with("mark the node's conditions Unknown"))
+        .unwrap()
+        .rule;
+    assert!(rule.contains(">= 2s grace"), "{rule}");
 
     // The pod tolerating the taint for 1 s is evicted; the patient one stays.
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
@@ -160,6 +195,20 @@ async fn silent_node_is_tainted_its_pods_evicted_and_it_recovers() {
     );
     let patient = pods.get("patient").await.unwrap();
     assert!(patient.metadata.deletion_timestamp.is_none());
+    let evicted = eventually("the decision record evicting brief", || async {
+        record_with_action("n1", "evict pod default/brief")
+    })
+    .await;
+    let eviction = evicted
+        .actions
+        .iter()
+        .find(|a| a.action.starts_with("evict pod default/brief"))
+        .unwrap();
+    assert!(
+        eviction.rule.starts_with("its tolerationSeconds ran out"),
+        "{eviction:?}"
+    );
+    assert!(!evicted.observed.is_empty());
 
     // The agent comes back: the taints go.
     renew(&client, "n1").await;

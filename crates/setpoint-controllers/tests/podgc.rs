@@ -2,12 +2,14 @@
 //! the threshold go oldest first, and an unscheduled terminating pod is marked `Failed` and
 //! force-deleted.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::json;
 use setpoint_controllers::podgc::PodGcConfig;
 use setpoint_runtime::client::{Api, Client, DeleteParams, Patch, PatchParams, PostParams};
+use setpoint_runtime::decision::{self, ActionRecord, DecisionRecord};
 use setpoint_runtime::informer::SharedInformers;
 use setpoint_testing::TestCluster;
 
@@ -27,6 +29,24 @@ fn pod(name: &str, node: Option<&str>, finalizer: bool) -> Pod {
         "spec": {"nodeName": node, "containers": [{"name": "c", "image": "nginx"}]}
     }))
     .unwrap()
+}
+
+/// The newest finished decision record of the collector about `name` with an action whose
+/// description starts with `action`, and that action.
+fn decided(name: &str, action: &str) -> Option<(Arc<DecisionRecord>, ActionRecord)> {
+    decision::ring()
+        .recent(decision::RING_CAPACITY)
+        .into_iter()
+        .rev()
+        .filter(|r| r.controller == setpoint_controllers::podgc::NAME && r.object.name == name)
+        .find_map(|r| {
+            let a = r
+                .actions
+                .iter()
+                .find(|a| a.action.starts_with(action))?
+                .clone();
+            Some((r, a))
+        })
 }
 
 async fn names(pods: &Api<Pod>) -> Vec<String> {
@@ -78,6 +98,19 @@ async fn terminated_pods_beyond_the_threshold_go_oldest_first() {
         (names(&pods).await == ["c", "d", "running"]).then_some(())
     })
     .await;
+    let (record, action) =
+        setpoint_testing::eventually_within(Duration::from_secs(30), "its record", || async {
+            decided(
+                "terminated-pods",
+                "delete 2 terminated pod(s): default/a, default/b",
+            )
+        })
+        .await;
+    assert_eq!(
+        action.rule,
+        "4 terminated > 2 threshold; evicted first, then oldest"
+    );
+    assert_eq!(record.observed, ["4 terminated pod(s) of 5, threshold 2"]);
     task.abort();
     cluster.stop().await;
 }
@@ -102,6 +135,19 @@ async fn an_unscheduled_terminating_pod_is_failed_and_force_deleted() {
     })
     .await;
     assert!(p.metadata.deletion_timestamp.is_some());
+    let (record, action) =
+        setpoint_testing::eventually_within(Duration::from_secs(30), "its record", || async {
+            decided("u", "mark pod default/u Failed, then delete it")
+        })
+        .await;
+    assert!(action.rule.contains("bound to no node"), "{action:?}");
+    assert!(
+        record
+            .observed
+            .iter()
+            .any(|o| o.contains("terminating, bound to no node")),
+        "{record:?}"
+    );
     // A pending pod that is not being deleted is left alone.
     let w = pods.get("waiting").await.unwrap();
     assert!(w.metadata.deletion_timestamp.is_none());
