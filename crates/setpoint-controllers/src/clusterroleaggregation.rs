@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 use setpoint_api::selector::LabelSelector;
 use setpoint_runtime::client::{Api, Client, Patch, PatchParams};
 use setpoint_runtime::controller::{Action, Context, Controller, ReconcileError, Reconciler};
+use setpoint_runtime::decision;
 use setpoint_runtime::informer::{Scope, SharedInformers, Store};
 use setpoint_runtime::ObjectKey;
 
@@ -26,6 +27,31 @@ fn labels_json(role: &ClusterRole) -> Value {
 /// The rules `role` should have, or `None` when it is not aggregated or already has them.
 /// A selector that does not parse matches nothing (the server validated it on write).
 pub fn aggregate(role: &ClusterRole, all: &[Arc<ClusterRole>]) -> Option<Vec<PolicyRule>> {
+    let union = union(role, all)?;
+    union.differs_from(role).then_some(union.rules)
+}
+
+/// What an aggregated role's selectors pick.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Union<'a> {
+    /// How many selectors the role has.
+    pub selectors: usize,
+    /// The ClusterRoles matched, in the order their rules were taken.
+    pub matched: Vec<&'a str>,
+    /// The union of their rules.
+    pub rules: Vec<PolicyRule>,
+}
+
+impl Union<'_> {
+    /// Whether `role`'s rules are not this union (so they are to be replaced).
+    pub fn differs_from(&self, role: &ClusterRole) -> bool {
+        role.rules.as_deref().unwrap_or_default() != self.rules.as_slice()
+    }
+}
+
+/// The union of the rules of the ClusterRoles `role`'s selectors match (`None` when it is
+/// not aggregated); [`aggregate`] compares it with the role's rules.
+pub fn union<'a>(role: &ClusterRole, all: &'a [Arc<ClusterRole>]) -> Option<Union<'a>> {
     let selectors = role
         .aggregation_rule
         .as_ref()?
@@ -35,6 +61,7 @@ pub fn aggregate(role: &ClusterRole, all: &[Arc<ClusterRole>]) -> Option<Vec<Pol
     let mut sorted: Vec<&Arc<ClusterRole>> = all.iter().collect();
     sorted.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     let mut rules: Vec<PolicyRule> = Vec::new();
+    let mut matched: Vec<&'a str> = Vec::new();
     for sel in &selectors {
         let Ok(sel) = serde_json::to_value(sel)
             .map_err(|_| ())
@@ -47,6 +74,10 @@ pub fn aggregate(role: &ClusterRole, all: &[Arc<ClusterRole>]) -> Option<Vec<Pol
             {
                 continue;
             }
+            let name = other.metadata.name.as_deref().unwrap_or_default();
+            if !matched.contains(&name) {
+                matched.push(name);
+            }
             for rule in other.rules.iter().flatten() {
                 if !rules.contains(rule) {
                     rules.push(rule.clone());
@@ -54,8 +85,35 @@ pub fn aggregate(role: &ClusterRole, all: &[Arc<ClusterRole>]) -> Option<Vec<Pol
             }
         }
     }
-    let current = role.rules.clone().unwrap_or_default();
-    (current != rules).then_some(rules)
+    Some(Union {
+        selectors: selectors.len(),
+        matched,
+        rules,
+    })
+}
+
+/// A one-line summary of `union` against the role's `current` rule count.
+fn describe(union: &Union<'_>, current: usize) -> String {
+    const SHOWN: usize = 5;
+    let mut names = union
+        .matched
+        .iter()
+        .take(SHOWN)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if union.matched.len() > SHOWN {
+        names.push_str(&format!(", … ({} more)", union.matched.len() - SHOWN));
+    }
+    if union.matched.is_empty() {
+        names.push_str("none");
+    }
+    format!(
+        "{} selector(s) match {} ClusterRole(s): {names}; {} rule(s) in their union, {current} in the role",
+        union.selectors,
+        union.matched.len(),
+        union.rules.len(),
+    )
 }
 
 struct Aggregation {
@@ -65,13 +123,26 @@ struct Aggregation {
 
 #[async_trait::async_trait]
 impl Reconciler for Aggregation {
-    async fn reconcile(&self, _ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
+    async fn reconcile(&self, ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
         let Some(role) = self.roles.get(key) else {
+            ctx.observe("the ClusterRole is gone");
             return Ok(Action::Done);
         };
-        let Some(rules) = aggregate(&role, &self.roles.list()) else {
+        let all = self.roles.list();
+        let Some(union) = union(&role, &all) else {
+            ctx.observe("no aggregationRule: not aggregated");
             return Ok(Action::Done);
         };
+        let current = role.rules.as_ref().map_or(0, Vec::len);
+        decision::observe_with(|| describe(&union, current));
+        if !union.differs_from(&role) {
+            return Ok(Action::Done);
+        }
+        let rules = union.rules;
+        ctx.action(
+            format!("update rules ({} rule(s))", rules.len()),
+            "the union of the matched ClusterRoles' rules differs from the role's",
+        );
         let api: Api<ClusterRole> = Api::all(self.client.clone());
         // A merge patch replaces the whole list, an empty one included.
         let patch = Patch::Merge(json!({ "rules": rules }));
@@ -130,6 +201,12 @@ mod tests {
         // In name order, without repeats.
         let verbs: Vec<&str> = rules.iter().map(|r| r.verbs[0].as_str()).collect();
         assert_eq!(verbs, ["list", "get"]);
+        let union = union(&admin, &all).unwrap();
+        assert_eq!(union.matched, ["a", "b"]);
+        assert_eq!(
+            describe(&union, 0),
+            "1 selector(s) match 2 ClusterRole(s): a, b; 2 rule(s) in their union, 0 in the role"
+        );
         // Up to date: nothing to do.
         let mut done = (*admin).clone();
         done.rules = Some(rules);

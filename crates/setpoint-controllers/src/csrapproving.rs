@@ -19,6 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::{json, Value};
 use setpoint_runtime::client::Client;
 use setpoint_runtime::controller::{Action, Context, Controller, ReconcileError, Reconciler};
+use setpoint_runtime::decision;
 use setpoint_runtime::informer::{Scope, SharedInformers, Store};
 use setpoint_runtime::ObjectKey;
 
@@ -127,23 +128,45 @@ pub fn decided(csr: &CertificateSigningRequest) -> bool {
 /// requestor must be allowed to `create` (`selfnodeclient` or `nodeclient`) and the message of
 /// the approval; `None` when it is not a node client request this controller approves.
 pub fn recognize(csr: &CertificateSigningRequest) -> Option<(&'static str, &'static str)> {
-    if decided(csr) || csr.spec.signer_name != KUBELET_CLIENT_SIGNER {
-        return None;
+    recognition(csr).ok()
+}
+
+/// [`recognize`], with the reason when it is not a request this controller approves.
+pub fn recognition(
+    csr: &CertificateSigningRequest,
+) -> Result<(&'static str, &'static str), String> {
+    if decided(csr) {
+        return Err("already approved, denied or issued".into());
     }
-    let request = parse_request(&csr.spec.request.0).ok()?;
+    if csr.spec.signer_name != KUBELET_CLIENT_SIGNER {
+        return Err(format!("the signer is not {KUBELET_CLIENT_SIGNER}"));
+    }
+    let request = parse_request(&csr.spec.request.0)?;
     let usages = csr.spec.usages.clone().unwrap_or_default();
-    validate_kubelet_client(&request, &usages).ok()?;
+    validate_kubelet_client(&request, &usages)?;
     if csr.spec.username.as_deref() == Some(request.common_name.as_str()) {
-        Some((
+        Ok((
             "selfnodeclient",
             "Auto approving self kubelet client certificate after SubjectAccessReview.",
         ))
     } else {
-        Some((
+        Ok((
             "nodeclient",
             "Auto approving kubelet client certificate after SubjectAccessReview.",
         ))
     }
+}
+
+/// The request's signer, usages and requestor, for decision records (never the request's
+/// key material).
+pub fn summary(csr: &CertificateSigningRequest) -> String {
+    let spec = &csr.spec;
+    format!(
+        "signer {}, usages [{}], requestor {}",
+        spec.signer_name,
+        spec.usages.as_deref().unwrap_or_default().join(", "),
+        spec.username.as_deref().unwrap_or("(none)"),
+    )
 }
 
 /// The SubjectAccessReview asking whether `csr`'s requestor may `create`
@@ -199,12 +222,18 @@ struct Approver {
 
 #[async_trait::async_trait]
 impl Reconciler for Approver {
-    async fn reconcile(&self, _ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
+    async fn reconcile(&self, ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
         let Some(csr) = self.csrs.get(key) else {
+            ctx.observe("the CertificateSigningRequest is gone");
             return Ok(Action::Done);
         };
-        let Some((subresource, message)) = recognize(&csr) else {
-            return Ok(Action::Done);
+        decision::observe_with(|| summary(&csr));
+        let (subresource, message) = match recognition(&csr) {
+            Ok(r) => r,
+            Err(why) => {
+                decision::observe_with(|| format!("not auto-approved: {why}"));
+                return Ok(Action::Done);
+            }
         };
         let review = access_review(&csr, subresource);
         let answer = self
@@ -218,8 +247,15 @@ impl Reconciler for Approver {
             .await?;
         if answer.pointer("/status/allowed") != Some(&Value::Bool(true)) {
             tracing::debug!(csr = %key.name, subresource, "not auto-approving: the requestor may not");
+            decision::observe_with(|| {
+                format!("the requestor may not create certificatesigningrequests/{subresource} (SubjectAccessReview): left to a person")
+            });
             return Ok(Action::Done);
         }
+        ctx.action(
+            "approve (condition Approved, reason AutoApproved)",
+            format!("a node client request, and the requestor may create certificatesigningrequests/{subresource} (SubjectAccessReview)"),
+        );
         let approved = approval(&csr, message);
         let body = serde_json::to_vec(&approved).map_err(ReconcileError::terminal)?;
         let path = format!(

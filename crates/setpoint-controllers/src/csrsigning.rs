@@ -20,11 +20,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::ByteString;
 use setpoint_runtime::client::{Api, Client, PostParams};
 use setpoint_runtime::controller::{Action, Context, Controller, ReconcileError, Reconciler};
+use setpoint_runtime::decision;
 use setpoint_runtime::informer::{Scope, SharedInformers, Store};
 use setpoint_runtime::ObjectKey;
 
 use crate::csrapproving::{
-    parse_request, validate_kubelet_client, API_CLIENT_SIGNER, KUBELET_CLIENT_SIGNER,
+    parse_request, summary, validate_kubelet_client, API_CLIENT_SIGNER, KUBELET_CLIENT_SIGNER,
 };
 
 /// The controller's name (work queue, metrics, logs).
@@ -109,24 +110,37 @@ pub fn duration(expiration_seconds: Option<i32>, max: Duration) -> Duration {
     }
 }
 
-/// Decides and signs `csr` at `now` (seconds since the epoch).
-pub fn sign(csr: &CertificateSigningRequest, ca: &SigningCa, now: u64) -> Outcome {
+/// Why the signer leaves `csr` alone ([`Outcome::Skip`]), if it does: another signer's, not
+/// approved, denied, failed or already issued.
+pub fn skip_reason(csr: &CertificateSigningRequest) -> Option<&'static str> {
     let signer = csr.spec.signer_name.as_str();
     if signer != KUBELET_CLIENT_SIGNER && signer != API_CLIENT_SIGNER {
-        return Outcome::Skip;
+        return Some("not a signer this controller signs for");
     }
     let issued = csr
         .status
         .as_ref()
         .and_then(|s| s.certificate.as_ref())
         .is_some_and(|c| !c.0.is_empty());
-    if !has_condition(csr, "Approved")
-        || has_condition(csr, "Denied")
-        || has_condition(csr, "Failed")
-        || issued
-    {
+    if !has_condition(csr, "Approved") {
+        Some("not approved")
+    } else if has_condition(csr, "Denied") {
+        Some("denied")
+    } else if has_condition(csr, "Failed") {
+        Some("failed")
+    } else if issued {
+        Some("the certificate is issued already")
+    } else {
+        None
+    }
+}
+
+/// Decides and signs `csr` at `now` (seconds since the epoch).
+pub fn sign(csr: &CertificateSigningRequest, ca: &SigningCa, now: u64) -> Outcome {
+    if skip_reason(csr).is_some() {
         return Outcome::Skip;
     }
+    let signer = csr.spec.signer_name.as_str();
     let usages = csr.spec.usages.clone().unwrap_or_default();
     let request = match parse_request(&csr.spec.request.0) {
         Ok(r) => r,
@@ -210,10 +224,12 @@ struct Signer {
 
 #[async_trait::async_trait]
 impl Reconciler for Signer {
-    async fn reconcile(&self, _ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
+    async fn reconcile(&self, ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
         let Some(csr) = self.csrs.get(key) else {
+            ctx.observe("the CertificateSigningRequest is gone");
             return Ok(Action::Done);
         };
+        decision::observe_with(|| summary(&csr));
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default()
@@ -222,10 +238,31 @@ impl Reconciler for Signer {
         out.metadata.managed_fields = None;
         let status = out.status.get_or_insert_with(Default::default);
         match sign(&csr, &self.ca, now) {
-            Outcome::Skip => return Ok(Action::Done),
-            Outcome::Signed(pem) => status.certificate = Some(ByteString(pem.into_bytes())),
+            Outcome::Skip => {
+                decision::observe_with(|| {
+                    format!("not signing: {}", skip_reason(&csr).unwrap_or_default())
+                });
+                return Ok(Action::Done);
+            }
+            Outcome::Signed(pem) => {
+                if ctx.recording() {
+                    let valid = duration(csr.spec.expiration_seconds, self.ca.max_duration);
+                    ctx.action(
+                        format!(
+                            "sign: update status with the certificate (valid {}s)",
+                            valid.as_secs()
+                        ),
+                        "approved, and a valid client certificate request for this signer",
+                    );
+                }
+                status.certificate = Some(ByteString(pem.into_bytes()))
+            }
             Outcome::Fail(message) => {
                 tracing::info!(csr = %key.name, %message, "refusing to sign");
+                ctx.action(
+                    "update status: condition Failed (SignerValidationFailure)",
+                    format!("the signer cannot honour the request: {message}"),
+                );
                 let t = Time(
                     k8s_openapi::jiff::Timestamp::from_second(chrono::Utc::now().timestamp())
                         .unwrap_or_default(),

@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use setpoint_runtime::client::{Api, Client, PostParams};
 use setpoint_runtime::controller::{Action, Context, Controller, ReconcileError, Reconciler};
+use setpoint_runtime::decision;
 use setpoint_runtime::informer::{Scope, SharedInformers, Store};
 use setpoint_runtime::ObjectKey;
 
@@ -69,6 +70,37 @@ pub fn desired(current: Option<&ConfigMap>, ca_pem: &str) -> Option<ConfigMap> {
     }
 }
 
+/// What the decision sees in `current`, for the decision record (never the certificate).
+fn describe(current: Option<&ConfigMap>, ca_pem: &str) -> String {
+    let Some(cm) = current else {
+        return format!("no ConfigMap {CONFIG_MAP}");
+    };
+    let mut differs = Vec::new();
+    let data = cm.data.as_ref();
+    if data.and_then(|d| d.get(KEY)).map(String::as_str) != Some(ca_pem) {
+        differs.push(format!("{KEY} is not the cluster CA"));
+    }
+    let others = data.map_or(0, |d| d.keys().filter(|k| *k != KEY).count())
+        + cm.binary_data.as_ref().map_or(0, |b| b.len());
+    if others > 0 {
+        differs.push(format!("{others} other data key(s)"));
+    }
+    let described = cm
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(DESCRIPTION_ANNOTATION))
+        .is_some_and(|d| d == DESCRIPTION);
+    if !described {
+        differs.push(format!("the {DESCRIPTION_ANNOTATION} annotation differs"));
+    }
+    if differs.is_empty() {
+        format!("ConfigMap {CONFIG_MAP} is up to date")
+    } else {
+        format!("ConfigMap {CONFIG_MAP}: {}", differs.join(", "))
+    }
+}
+
 struct Publisher {
     client: Client,
     ca_pem: String,
@@ -78,21 +110,35 @@ struct Publisher {
 
 #[async_trait::async_trait]
 impl Reconciler for Publisher {
-    async fn reconcile(&self, _ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
+    async fn reconcile(&self, ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
         let Some(ns) = self.namespaces.get(key) else {
+            ctx.observe("the namespace is gone");
             return Ok(Action::Done);
         };
         if !crate::serviceaccount::is_active(&ns) {
+            ctx.observe("the namespace is terminating");
             return Ok(Action::Done);
         }
         let name = key.name.as_str();
         let current = self
             .config_maps
             .get(&ObjectKey::new(Some(name), CONFIG_MAP));
+        decision::observe_with(|| describe(current.as_deref(), &self.ca_pem));
         let Some(want) = desired(current.as_deref(), &self.ca_pem) else {
             return Ok(Action::Done);
         };
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), name);
+        if current.is_some() {
+            ctx.action(
+                format!("update ConfigMap {CONFIG_MAP}"),
+                "its data is not exactly ca.crt = the cluster CA, or its description differs",
+            );
+        } else {
+            ctx.action(
+                format!("create ConfigMap {CONFIG_MAP}"),
+                format!("namespace {name} is active and has none"),
+            );
+        }
         let result = if current.is_some() {
             // Carries the cached resourceVersion: a concurrent change gives 409 and a retry
             // against the newer version.
@@ -111,6 +157,7 @@ impl Reconciler for Publisher {
                         .get(key)
                         .is_some_and(|n| crate::serviceaccount::is_active(&n)) =>
             {
+                ctx.observe("the write was forbidden (403): the namespace is terminating");
                 Ok(Action::Done)
             }
             Err(e) => Err(e.into()),
@@ -173,5 +220,15 @@ mod tests {
         assert_eq!(fixed.metadata.annotations.as_ref().unwrap()["team"], "a");
         // A new CA is published.
         assert!(desired(Some(&created), "another").is_some());
+        // What the records say, without the certificate.
+        assert_eq!(describe(None, PEM), "no ConfigMap kube-root-ca.crt");
+        assert_eq!(
+            describe(Some(&created), PEM),
+            "ConfigMap kube-root-ca.crt is up to date"
+        );
+        assert_eq!(
+            describe(Some(&changed), PEM),
+            "ConfigMap kube-root-ca.crt: ca.crt is not the cluster CA, 1 other data key(s)"
+        );
     }
 }

@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use setpoint_runtime::client::{Api, Client, PostParams};
 use setpoint_runtime::controller::{Action, Context, Controller, ReconcileError, Reconciler};
+use setpoint_runtime::decision;
 use setpoint_runtime::informer::{Scope, SharedInformers, Store};
 use setpoint_runtime::ObjectKey;
 
@@ -37,15 +38,29 @@ struct ServiceAccountController {
 
 #[async_trait::async_trait]
 impl Reconciler for ServiceAccountController {
-    async fn reconcile(&self, _ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
+    async fn reconcile(&self, ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
         let Some(ns) = self.namespaces.get(key) else {
+            ctx.observe("the namespace is gone");
             return Ok(Action::Done);
         };
         let name = key.name.as_str();
-        let has = self
-            .accounts
-            .get(&ObjectKey::new(Some(name), DEFAULT))
+        let existing = self.accounts.get(&ObjectKey::new(Some(name), DEFAULT));
+        let has = existing
+            .as_ref()
             .is_some_and(|sa| sa.metadata.deletion_timestamp.is_none());
+        decision::observe_with(|| {
+            let state = if is_active(&ns) {
+                "active"
+            } else {
+                "terminating"
+            };
+            let account = match &existing {
+                None => "no ServiceAccount default",
+                Some(_) if !has => "ServiceAccount default being deleted",
+                Some(_) => "ServiceAccount default present",
+            };
+            format!("namespace {name} {state}; {account}")
+        });
         if !needs_default(&ns, has) {
             return Ok(Action::Done);
         }
@@ -57,6 +72,10 @@ impl Reconciler for ServiceAccountController {
             },
             ..Default::default()
         };
+        ctx.action(
+            "create ServiceAccount default",
+            format!("namespace {name} is active and has none"),
+        );
         match api.create(&PostParams::default(), &sa).await {
             Ok(_) => {
                 tracing::debug!(namespace = %name, "created the default service account");
@@ -64,7 +83,14 @@ impl Reconciler for ServiceAccountController {
             }
             // Created meanwhile (the cache had not seen it yet), or the namespace started
             // terminating: either way nothing is left to do.
-            Err(e) if e.is_already_exists() || e.code() == Some(403) => Ok(Action::Done),
+            Err(e) if e.is_already_exists() || e.code() == Some(403) => {
+                ctx.observe(if e.is_already_exists() {
+                    "ServiceAccount default exists already (not yet in the cache)"
+                } else {
+                    "the create was forbidden (403): the namespace is terminating"
+                });
+                Ok(Action::Done)
+            }
             Err(e) => Err(e.into()),
         }
     }

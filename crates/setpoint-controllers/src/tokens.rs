@@ -22,6 +22,7 @@ use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use serde_json::{json, Map, Value};
 use setpoint_runtime::client::{Api, Client, DeleteParams, PostParams};
 use setpoint_runtime::controller::{Action, Context, Controller, ReconcileError, Reconciler};
+use setpoint_runtime::decision;
 use setpoint_runtime::informer::{Scope, SharedInformers, Store};
 use setpoint_runtime::ObjectKey;
 
@@ -131,6 +132,27 @@ pub fn filled(secret: &Secret, patch: &Value) -> Result<Secret, serde_json::Erro
     serde_json::from_value(obj)
 }
 
+/// What a [`Plan::Fill`] fills in, by name (never the values), for the decision record.
+fn fill_summary(secret: &Secret, mint: bool, patch: &Value) -> String {
+    let mut out: Vec<&str> = Vec::new();
+    if mint {
+        out.push("token");
+    }
+    if let Some(Value::Object(data)) = patch.get("data") {
+        out.extend(data.keys().map(String::as_str));
+    }
+    let uid_missing = secret
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(UID_ANNOTATION))
+        .is_none_or(String::is_empty);
+    if uid_missing {
+        out.push("the uid annotation");
+    }
+    out.join(", ")
+}
+
 fn base64(bytes: &[u8]) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode(bytes)
@@ -192,19 +214,38 @@ impl TokenController {
 
 #[async_trait::async_trait]
 impl Reconciler for TokenController {
-    async fn reconcile(&self, _ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
+    async fn reconcile(&self, ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
         let Some(secret) = self.secrets.get(key) else {
+            ctx.observe("the Secret is gone");
             return Ok(Action::Done);
         };
         let Some(account) = service_account_of(&secret).map(str::to_string) else {
+            ctx.observe("not a service-account token Secret naming an account, or being deleted");
             return Ok(Action::Done);
         };
         let ns = key.namespace.clone().unwrap_or_default();
         let uid = self.account_uid(&ns, &account).await?;
         let api: Api<Secret> = Api::namespaced(self.client.clone(), &ns);
-        match plan(&secret, uid.as_deref(), self.root_ca.as_deref()) {
-            Plan::Nothing => Ok(Action::Done),
+        let decided = plan(&secret, uid.as_deref(), self.root_ca.as_deref());
+        decision::observe_with(|| match &uid {
+            Some(uid) => format!("token Secret of ServiceAccount {account} (uid {uid})"),
+            None => format!("token Secret of ServiceAccount {account}, which does not exist"),
+        });
+        match decided {
+            Plan::Nothing => {
+                ctx.observe("token, ca.crt, namespace and the uid annotation are filled in");
+                Ok(Action::Done)
+            }
             Plan::Delete => {
+                ctx.action(
+                    format!("delete Secret {}", key.name),
+                    match &uid {
+                        None => format!("its ServiceAccount {account} does not exist"),
+                        Some(_) => format!(
+                            "its {UID_ANNOTATION} annotation names another incarnation of ServiceAccount {account}"
+                        ),
+                    },
+                );
                 let params = DeleteParams {
                     precondition_uid: secret.metadata.uid.clone(),
                     ..Default::default()
@@ -220,7 +261,20 @@ impl Reconciler for TokenController {
                 }
             }
             Plan::Fill { mint, mut patch } => {
+                let recording = ctx.recording();
+                let missing = if recording {
+                    fill_summary(&secret, mint, &patch)
+                } else {
+                    String::new()
+                };
+                if recording {
+                    ctx.observe(format!("missing or stale: {missing}"));
+                }
                 if mint {
+                    ctx.action(
+                        format!("create serviceaccounts/{account}/token (bound to the Secret)"),
+                        "the Secret has no token",
+                    );
                     let token = self.mint(&ns, &account, &secret).await?;
                     patch["data"]["token"] = json!(base64(token.as_bytes()));
                 }
@@ -228,6 +282,12 @@ impl Reconciler for TokenController {
                 // decision was made on, so two passes never leave two different tokens behind.
                 let filled = filled(&secret, &patch)
                     .map_err(|e| ReconcileError::terminal(format!("filling the secret: {e}")))?;
+                if recording {
+                    ctx.action(
+                        format!("update Secret {} (fill in {missing})", key.name),
+                        "its ServiceAccount exists, and these are missing or stale",
+                    );
+                }
                 match api
                     .replace(&key.name, &PostParams::default(), &filled)
                     .await

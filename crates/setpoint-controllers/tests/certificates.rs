@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 use setpoint_controllers::csrsigning::{SigningCa, DEFAULT_DURATION};
 use setpoint_controllers::manager::Options;
 use setpoint_runtime::client::Client;
+use setpoint_runtime::decision::{self, DecisionRecord};
 use setpoint_testing::{eventually, TestCluster};
 
 const CSRS: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
@@ -95,6 +96,32 @@ fn issued(csr: &Value) -> Option<(String, String, i64)> {
     ))
 }
 
+/// The finished decision records of `controller` about the request `name`.
+fn records(controller: &str, name: &str) -> Vec<std::sync::Arc<DecisionRecord>> {
+    decision::ring()
+        .recent(decision::RING_CAPACITY)
+        .into_iter()
+        .filter(|r| r.controller == controller && r.object.name == name)
+        .collect()
+}
+
+/// The first finished record of `controller` about `name` that took an action.
+fn acted(controller: &str, name: &str) -> Option<std::sync::Arc<DecisionRecord>> {
+    records(controller, name)
+        .into_iter()
+        .find(|r| !r.actions.is_empty())
+}
+
+/// No record of the CSR controllers carries PEM material.
+fn assert_no_pem(name: &str) {
+    for controller in ["csrapproving", "csrsigning"] {
+        for r in records(controller, name) {
+            let text = serde_json::to_string(&*r).unwrap();
+            assert!(!text.contains("-----BEGIN"), "{text}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn node_client_requests_are_approved_and_signed_and_others_wait_for_a_person() {
     let c = TestCluster::start_with_controller_options(Options {
@@ -122,6 +149,37 @@ async fn node_client_requests_are_approved_and_signed_and_others_wait_for_a_pers
     let cond = &csr["status"]["conditions"][0];
     assert_eq!(cond["type"], "Approved");
     assert_eq!(cond["reason"], "AutoApproved");
+    // Both decisions are recorded: what the request asks for, and the rule of each action.
+    let (approving, signing) = eventually("the decision records of node-csr", || async {
+        Some((
+            acted("csrapproving", "node-csr")?,
+            acted("csrsigning", "node-csr")?,
+        ))
+    })
+    .await;
+    assert!(
+        approving.observed[0].starts_with(
+            "signer kubernetes.io/kube-apiserver-client-kubelet, usages [digital signature, key encipherment, client auth], requestor "
+        ),
+        "{approving:?}"
+    );
+    assert!(
+        approving.actions[0].action.starts_with("approve")
+            && approving.actions[0]
+                .rule
+                .contains("may create certificatesigningrequests/"),
+        "{approving:?}"
+    );
+    assert!(
+        signing.observed[0].starts_with("signer kubernetes.io/kube-apiserver-client-kubelet"),
+        "{signing:?}"
+    );
+    assert!(
+        signing.actions[0].action.contains("(valid 3600s)")
+            && signing.actions[0].rule.starts_with("approved"),
+        "{signing:?}"
+    );
+    assert_no_pem("node-csr");
 
     // A user's client certificate is not approved automatically: it is signed once a person
     // approves it, and the only condition is theirs.
@@ -152,5 +210,29 @@ async fn node_client_requests_are_approved_and_signed_and_others_wait_for_a_pers
     let csr = get(&client, "alice-csr").await;
     assert_eq!(csr["status"]["conditions"].as_array().unwrap().len(), 1);
     assert_eq!(csr["status"]["conditions"][0]["reason"], "ByHand");
+    // The approver said why it left the request to a person; the signer signed it.
+    let signing = eventually("the signing record of alice-csr", || async {
+        acted("csrsigning", "alice-csr")
+    })
+    .await;
+    assert!(signing.actions[0].action.starts_with("sign"), "{signing:?}");
+    // (Already approved by then, or not for the kubelet signer: the approver's reads may
+    // coalesce with the person's approval.)
+    eventually("the approver's reason to leave alice-csr alone", || async {
+        records("csrapproving", "alice-csr")
+            .iter()
+            .any(|r| {
+                r.observed
+                    .iter()
+                    .any(|o| o.starts_with("signer kubernetes.io/kube-apiserver-client,"))
+                    && r.observed
+                        .iter()
+                        .any(|o| o.starts_with("not auto-approved: "))
+                    && r.actions.is_empty()
+            })
+            .then_some(())
+    })
+    .await;
+    assert_no_pem("alice-csr");
     c.stop().await;
 }
