@@ -459,7 +459,7 @@ impl<K: Replicated> Reconciler for ReplicaSetController<K> {
         let Some(owner) = self.replicasets.get(key) else {
             self.owned.expectations.forget(key);
             self.owned.fresh.forget(key);
-            ctx.observe("the ReplicaSet is gone");
+            ctx.observe(format!("the {} is gone", K::KIND));
             return Ok(Action::Done);
         };
         let rs = owner.as_replica_set();

@@ -104,20 +104,54 @@ struct LocalPath {
 
 #[async_trait::async_trait]
 impl Reconciler for LocalPath {
-    async fn reconcile(&self, _ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
+    async fn reconcile(&self, ctx: &Context, key: &ObjectKey) -> Result<Action, ReconcileError> {
         let Some(pv) = self.volumes.get(key) else {
+            ctx.observe("the PersistentVolume is gone");
             return Ok(Action::Done);
         };
         let value = serde_json::to_value(pv.as_ref()).unwrap_or(Value::Null);
         match plan(&value, &self.node, &self.root) {
-            Plan::Nothing => Ok(Action::Done),
+            Plan::Nothing => {
+                ctx.observe(format!(
+                    "not a local-path volume of node {} (or being deleted): nothing to do",
+                    self.node
+                ));
+                Ok(Action::Done)
+            }
             Plan::Create(path) => {
+                let phase = pv.status.as_ref().and_then(|s| s.phase.as_deref());
+                ctx.observe(format!(
+                    "local-path volume of node {} at {}, phase {}",
+                    self.node,
+                    path.display(),
+                    phase.unwrap_or("none")
+                ));
+                // `create_dir` leaves an existing directory alone: only a missing one is an action.
+                if !path.is_dir() {
+                    ctx.action(
+                        format!("create directory {}", path.display()),
+                        "a local-path volume of this node has no directory yet",
+                    );
+                }
                 create_dir(&path).map_err(|e| {
                     ReconcileError::retry(format!("creating {}: {e}", path.display()))
                 })?;
                 Ok(Action::Done)
             }
             Plan::Remove(path) => {
+                ctx.observe(format!(
+                    "local-path volume of node {} at {}, phase Released, reclaim policy Delete",
+                    self.node,
+                    path.display()
+                ));
+                ctx.action(
+                    format!(
+                        "remove directory {}, then delete volume {}",
+                        path.display(),
+                        key.name
+                    ),
+                    "Released (its claim is gone) with reclaim policy Delete",
+                );
                 match std::fs::remove_dir_all(&path) {
                     Ok(()) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

@@ -167,6 +167,27 @@ fn local_path_provisioning_static_binding_and_missing_claims() {
         (!out.status.success()).then_some(())
     });
     assert!(!Path::new(&path).exists(), "{path} is still there");
+    // The node's local-path controller recorded why: its decision is in the volume's chain.
+    let chain = eventually(
+        "the local-path decision in the volume's why chain",
+        WAIT,
+        || {
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_setpoint"))
+                .args(["why", &format!("persistentvolume/{volume}"), "--kubeconfig"])
+                .arg(&s.kubeconfig)
+                .output()
+                .expect("run setpoint why");
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            text.contains("rule: Released (its claim is gone) with reclaim policy Delete")
+                .then_some(text)
+        },
+    );
+    assert!(
+        chain.contains(&format!(
+            "remove directory {path}, then delete volume {volume}"
+        )),
+        "{chain}"
+    );
 
     // A pod whose claim does not exist stays Pending with the scheduler's message.
     s.apply(&pod_using("orphan", "missing"));
