@@ -2,13 +2,78 @@
 //! DaemonSet) share: a revision's `data` is the patch that puts the pod template back,
 //! `{"spec":{"template":{…,"$patch":"replace"}}}`, which `kubectl rollout undo` applies as a
 //! strategic merge patch; the order revisions are listed in; and whether a revision a create
-//! found in place is the one it wanted. Revision names hash the template with the Deployment
-//! controller's rule ([`crate::deployment::template_hash`]).
+//! found in place is the one it wanted; and the writes a pass makes ([`Write`], [`write`]).
+//! Revision names hash the template with the Deployment controller's rule
+//! ([`crate::deployment::template_hash`]).
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use serde_json::{json, Value};
-use setpoint_runtime::Object;
+use setpoint_runtime::client::{Api, Patch, PatchParams, PostParams};
+use setpoint_runtime::controller::ReconcileError;
+use setpoint_runtime::{decision, Object};
+
+/// What an owner's history needs written this pass.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Write {
+    /// The template has no revision yet: create this one.
+    Create(Box<ControllerRevision>),
+    /// An older revision has the template again (a rollback): give it the next number.
+    Renumber {
+        /// The revision's name.
+        name: String,
+        /// Its new number.
+        revision: i64,
+    },
+}
+
+/// Makes `write` for the `kind` (`StatefulSet`, `DaemonSet`) named `owner`, recording it in
+/// the pass's decision. A create answered AlreadyExists is done when the revision found is
+/// the one wanted ([`is_same_revision`]): most often this pass's own revision, created by an
+/// earlier pass whose answer was lost (the API server went down) and not in the cache yet, as
+/// upstream reads and uses it. Failing until the cache shows it made the key back off for as
+/// long as the cache lagged (a failed key's retry is a floor the revision's own event does
+/// not lower), so a rollout stood still well after an API server restart. Any other revision
+/// under that name is an `Err` to retry.
+pub async fn write(
+    api: &Api<ControllerRevision>,
+    write: &Write,
+    kind: &str,
+    owner: &str,
+) -> Result<(), ReconcileError> {
+    match write {
+        Write::Create(rev) => {
+            decision::action(
+                format!(
+                    "create ControllerRevision {} (revision {})",
+                    rev.name(),
+                    rev.revision
+                ),
+                format!("no revision has the {kind}'s pod template"),
+            );
+            match api.create(&PostParams::default(), rev).await {
+                Ok(_) => Ok(()),
+                Err(e) if e.is_already_exists() => match api.get_opt(&rev.name()).await? {
+                    Some(existing) if is_same_revision(&existing, rev) => Ok(()),
+                    _ => Err(ReconcileError::retry(format!(
+                        "controller revision {} of {kind} {owner} exists but is not in the cache yet",
+                        rev.name(),
+                    ))),
+                },
+                Err(e) => Err(e.into()),
+            }
+        }
+        Write::Renumber { name, revision } => {
+            decision::action(
+                format!("renumber ControllerRevision {name} to revision {revision}"),
+                "an older revision has the pod template again (a rollback)",
+            );
+            let patch = Patch::Merge(json!({"revision": revision}));
+            api.patch(name, &PatchParams::default(), &patch).await?;
+            Ok(())
+        }
+    }
+}
 
 /// A revision's `data`: the patch that restores `template`.
 pub fn revision_data(template: &PodTemplateSpec) -> Value {

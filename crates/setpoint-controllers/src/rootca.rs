@@ -46,12 +46,7 @@ pub fn desired(current: Option<&ConfigMap>, ca_pem: &str) -> Option<ConfigMap> {
             ..Default::default()
         }),
         Some(cm) => {
-            let described = cm
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(DESCRIPTION_ANNOTATION))
-                .is_some_and(|d| d == DESCRIPTION);
+            let described = is_described(cm);
             let data_ok = cm.data.as_ref() == Some(&want_data)
                 && cm.binary_data.as_ref().is_none_or(|b| b.is_empty());
             if described && data_ok {
@@ -70,6 +65,15 @@ pub fn desired(current: Option<&ConfigMap>, ca_pem: &str) -> Option<ConfigMap> {
     }
 }
 
+/// Whether `cm` carries upstream's description annotation.
+fn is_described(cm: &ConfigMap) -> bool {
+    cm.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(DESCRIPTION_ANNOTATION))
+        .is_some_and(|d| d == DESCRIPTION)
+}
+
 /// What the decision sees in `current`, for the decision record (never the certificate).
 fn describe(current: Option<&ConfigMap>, ca_pem: &str) -> String {
     let Some(cm) = current else {
@@ -85,13 +89,7 @@ fn describe(current: Option<&ConfigMap>, ca_pem: &str) -> String {
     if others > 0 {
         differs.push(format!("{others} other data key(s)"));
     }
-    let described = cm
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(DESCRIPTION_ANNOTATION))
-        .is_some_and(|d| d == DESCRIPTION);
-    if !described {
+    if !is_described(cm) {
         differs.push(format!("the {DESCRIPTION_ANNOTATION} annotation differs"));
     }
     if differs.is_empty() {

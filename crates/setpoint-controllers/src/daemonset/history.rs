@@ -14,19 +14,7 @@ use setpoint_runtime::Object;
 
 use super::status::{pod_hash, REVISION_LABEL};
 
-/// What the history needs written this pass.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Write {
-    /// The template has no revision yet: create this one.
-    Create(Box<ControllerRevision>),
-    /// An older revision has the template again (a rollback): give it the next number.
-    Renumber {
-        /// The revision's name.
-        name: String,
-        /// Its new number.
-        revision: i64,
-    },
-}
+pub use crate::history::Write;
 
 /// The update revision of a DaemonSet.
 #[derive(Clone, Debug, PartialEq)]

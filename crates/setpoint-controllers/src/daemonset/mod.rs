@@ -29,7 +29,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde_json::json;
 use setpoint_api::selector::LabelSelector;
-use setpoint_runtime::client::{Api, Client, DeleteParams, Patch, PatchParams, PostParams};
+use setpoint_runtime::client::{Api, Client, DeleteParams, PostParams};
 use setpoint_runtime::controller::{Action, Context, Controller, ReconcileError, Reconciler};
 use setpoint_runtime::decision;
 use setpoint_runtime::events::{EventRecorder, EventType, Reporter, ToObjectReference};
@@ -321,46 +321,6 @@ impl DaemonSetController {
         .await
     }
 
-    /// Writes the history the pass resolved: a new revision or a renumbered one.
-    async fn write_history(&self, ns: &str, write: &history::Write) -> Result<(), ReconcileError> {
-        let api: Api<ControllerRevision> = Api::namespaced(self.client.clone(), ns);
-        match write {
-            history::Write::Create(rev) => {
-                decision::action(
-                    format!(
-                        "create ControllerRevision {} (revision {})",
-                        rev.name(),
-                        rev.revision
-                    ),
-                    "no revision has the DaemonSet's pod template",
-                );
-                match api.create(&PostParams::default(), rev).await {
-                    Ok(_) => Ok(()),
-                    // Our own earlier create whose answer was lost, not in the cache yet: read
-                    // it and go on, as the StatefulSet controller does (a failure would wait out
-                    // a backoff the revision's event does not shorten).
-                    Err(e) if e.is_already_exists() => match api.get_opt(&rev.name()).await? {
-                        Some(existing) if history::is_same_revision(&existing, rev) => Ok(()),
-                        _ => Err(ReconcileError::retry(format!(
-                            "controller revision {} exists but is not in the cache yet",
-                            rev.name()
-                        ))),
-                    },
-                    Err(e) => Err(e.into()),
-                }
-            }
-            history::Write::Renumber { name, revision } => {
-                decision::action(
-                    format!("renumber ControllerRevision {name} to revision {revision}"),
-                    "an older revision has the pod template again (a rollback)",
-                );
-                let patch = Patch::Merge(json!({"revision": revision}));
-                api.patch(name, &PatchParams::default(), &patch).await?;
-                Ok(())
-            }
-        }
-    }
-
     async fn write_status(
         &self,
         ds: &DaemonSet,
@@ -433,7 +393,8 @@ impl Reconciler for DaemonSetController {
         let rev_refs: Vec<&ControllerRevision> = revisions.iter().map(|r| r.as_ref()).collect();
         let resolved = history::resolve(&ds, &rev_refs);
         if let Some(w) = &resolved.write {
-            self.write_history(&ns, w).await?;
+            let api = Api::namespaced(self.client.clone(), &ns);
+            crate::history::write(&api, w, "DaemonSet", &ds.name()).await?;
         }
 
         // Expectations before the pods are read, never after: pods created by an earlier pass

@@ -13,20 +13,7 @@ use setpoint_runtime::Object;
 
 use super::identity::{owner_reference, pod_revision, REVISION_LABEL};
 
-/// What the set's history needs written this pass.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Write {
-    /// The current template has no revision yet: create this one.
-    Create(Box<ControllerRevision>),
-    /// An older revision has the current template again (a rollback): give it `revision`,
-    /// the next number.
-    Renumber {
-        /// The revision's name.
-        name: String,
-        /// Its new number.
-        revision: i64,
-    },
-}
+pub use crate::history::Write;
 
 /// The set's revisions resolved against its template and status.
 #[derive(Clone, Debug, PartialEq)]

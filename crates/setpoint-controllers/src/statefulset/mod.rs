@@ -416,55 +416,6 @@ impl StatefulSetController {
         out
     }
 
-    /// Writes what the history needs; `Err` to retry when a new revision's name is taken by
-    /// one the cache has not shown yet.
-    async fn write_history(
-        &self,
-        set: &StatefulSet,
-        write: &history::Write,
-        api: &Api<ControllerRevision>,
-    ) -> Result<(), ReconcileError> {
-        match write {
-            history::Write::Create(rev) => {
-                decision::action(
-                    format!(
-                        "create ControllerRevision {} (revision {})",
-                        rev.name(),
-                        rev.revision
-                    ),
-                    "no revision has the StatefulSet's pod template",
-                );
-                match api.create(&PostParams::default(), rev).await {
-                    Ok(_) => Ok(()),
-                    // Most often the revision this pass wants, created by an earlier pass whose
-                    // answer was lost (the API server went down) and not in the cache yet: read
-                    // it, as upstream does, and go on. Failing until the cache shows it made the
-                    // key back off for as long as the cache lagged (a failed key's retry is a
-                    // floor the revision's own event does not lower), so a rollout stood still
-                    // well after an API server restart.
-                    Err(e) if e.is_already_exists() => match api.get_opt(&rev.name()).await? {
-                        Some(existing) if history::is_same_revision(&existing, rev) => Ok(()),
-                        _ => Err(ReconcileError::retry(format!(
-                            "controller revision {} of StatefulSet {} exists but is not in the cache yet",
-                            rev.name(),
-                            set.name()
-                        ))),
-                    },
-                    Err(e) => Err(e.into()),
-                }
-            }
-            history::Write::Renumber { name, revision } => {
-                decision::action(
-                    format!("renumber ControllerRevision {name} to revision {revision}"),
-                    "an older revision has the pod template again (a rollback)",
-                );
-                let patch = Patch::Merge(json!({"revision": revision}));
-                api.patch(name, &PatchParams::default(), &patch).await?;
-                Ok(())
-            }
-        }
-    }
-
     /// Writes the status, once more over a fresh read on a conflict (as upstream retries).
     async fn write_status(
         &self,
@@ -514,7 +465,7 @@ impl Reconciler for StatefulSetController {
         let resolved = history::resolve(&set, &rev_refs);
         if !deleting {
             if let Some(w) = &resolved.write {
-                self.write_history(&set, w, &revs_api).await?;
+                crate::history::write(&revs_api, w, "StatefulSet", &set.name()).await?;
             }
         }
 
