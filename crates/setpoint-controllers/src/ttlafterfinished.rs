@@ -293,14 +293,9 @@ mod tests {
         .unwrap();
         let record = setpoint_testing::eventually("the decision deleting the Job", || async {
             decision::ring()
-                .recent(decision::RING_CAPACITY)
+                .about(NAME, "ttl-record")
                 .into_iter()
-                .find(|r| {
-                    r.controller == NAME
-                        && r.object.namespace == "default"
-                        && r.object.name == "ttl-record"
-                        && !r.actions.is_empty()
-                })
+                .find(|r| r.object.namespace == "default" && !r.actions.is_empty())
         })
         .await;
         assert_eq!(

@@ -98,11 +98,7 @@ fn issued(csr: &Value) -> Option<(String, String, i64)> {
 
 /// The finished decision records of `controller` about the request `name`.
 fn records(controller: &str, name: &str) -> Vec<std::sync::Arc<DecisionRecord>> {
-    decision::ring()
-        .recent(decision::RING_CAPACITY)
-        .into_iter()
-        .filter(|r| r.controller == controller && r.object.name == name)
-        .collect()
+    decision::ring().about(controller, name)
 }
 
 /// The first finished record of `controller` about `name` that took an action.

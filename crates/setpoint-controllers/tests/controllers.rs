@@ -101,10 +101,9 @@ fn decided(
     action: &str,
 ) -> Option<(Arc<DecisionRecord>, ActionRecord)> {
     decision::ring()
-        .recent(decision::RING_CAPACITY)
+        .about(controller, name)
         .into_iter()
         .rev()
-        .filter(|r| r.controller == controller && r.object.name == name)
         .find_map(|r| {
             let a = r
                 .actions
@@ -542,36 +541,6 @@ impl<T: Transport> Transport for SharedTransport<T> {
     }
 }
 
-/// Waits for a finished decision record of `controller` about `namespace/name` that observed
-/// something containing `seen` and took an action containing `action`; returns its
-/// observations and that action's rule.
-async fn decision(
-    controller: &str,
-    namespace: &str,
-    name: &str,
-    seen: &str,
-    action: &str,
-) -> (Vec<String>, String) {
-    use setpoint_runtime::decision::{ring, RING_CAPACITY};
-    eventually(
-        &format!("a {controller} decision about {namespace}/{name}: {seen}; {action}"),
-        || async {
-            ring().recent(RING_CAPACITY).iter().rev().find_map(|r| {
-                if r.controller != controller
-                    || r.object.namespace != namespace
-                    || r.object.name != name
-                    || !r.observed.iter().any(|o| o.contains(seen))
-                {
-                    return None;
-                }
-                let a = r.actions.iter().find(|a| a.action.contains(action))?;
-                Some((r.observed.clone(), a.rule.clone()))
-            })
-        },
-    )
-    .await
-}
-
 /// Creates `object` (JSON) through `api`.
 async fn create<K: setpoint_runtime::Object>(api: &Api<K>, object: serde_json::Value) -> K {
     let object: K = serde_json::from_value(object).unwrap();
@@ -611,7 +580,7 @@ async fn the_disruption_controller_records_its_counts_and_status_writes() {
             .await
             .unwrap();
     }
-    let (_, rule) = decision(
+    let (_, rule) = setpoint_testing::decision(
         "disruption",
         "default",
         "db",
@@ -641,7 +610,7 @@ async fn the_resourcequota_controller_records_usage_and_status_writes() {
         json!({"metadata": {"name": "small"}, "spec": {"hard": {"pods": "10"}}}),
     )
     .await;
-    let (_, rule) = decision(
+    let (_, rule) = setpoint_testing::decision(
         "resourcequota",
         "default",
         "small",
@@ -686,7 +655,7 @@ async fn the_service_lb_controller_records_nodes_and_ingress_writes() {
                         "ports": [{"port": 80}]}}),
     )
     .await;
-    let (_, rule) = decision(
+    let (_, rule) = setpoint_testing::decision(
         "service-lb-controller",
         "default",
         "front",
@@ -734,7 +703,7 @@ async fn the_hpa_controller_records_replicas_and_scale_writes() {
                             "target": {"type": "Utilization", "averageUtilization": 50}}}]}}),
     )
     .await;
-    let (observed, rule) = decision(
+    let (observed, rule) = setpoint_testing::decision(
         "horizontalpodautoscaling",
         "default",
         "web",
@@ -749,7 +718,7 @@ async fn the_hpa_controller_records_replicas_and_scale_writes() {
             .any(|o| o.contains("minReplicas 2, maxReplicas 5")),
         "{observed:?}"
     );
-    let (_, rule) = decision(
+    let (_, rule) = setpoint_testing::decision(
         "horizontalpodautoscaling",
         "default",
         "web",
@@ -777,9 +746,8 @@ async fn account_ca_token_and_aggregation_decisions_are_recorded() {
     /// The finished records of `controller` about `name` that took an action.
     fn acted(controller: &str, name: &str) -> Option<Vec<Arc<Record>>> {
         let found: Vec<_> = setpoint_runtime::decision::ring()
-            .recent(setpoint_runtime::decision::RING_CAPACITY)
+            .about(controller, name)
             .into_iter()
-            .filter(|r| r.controller == controller && r.object.name == name)
             .filter(|r| !r.actions.is_empty())
             .collect();
         (!found.is_empty()).then_some(found)

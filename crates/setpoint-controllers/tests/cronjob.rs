@@ -15,9 +15,9 @@ use setpoint_testing::{eventually, TestCluster};
 /// The finished decision records of the `cronjob` controller about `{ns}/{name}` so far.
 fn decisions(ns: &str, name: &str) -> Vec<Arc<DecisionRecord>> {
     decision::ring()
-        .recent(decision::RING_CAPACITY)
+        .about("cronjob", name)
         .into_iter()
-        .filter(|r| r.controller == "cronjob" && r.object.namespace == ns && r.object.name == name)
+        .filter(|r| r.object.namespace == ns)
         .collect()
 }
 

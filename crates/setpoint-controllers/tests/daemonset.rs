@@ -52,11 +52,9 @@ async fn daemon_nodes(client: &Client, ns: &str) -> BTreeSet<String> {
 /// The finished decision records of the `daemonset` controller about `{ns}/{name}` so far.
 fn decisions(ns: &str, name: &str) -> Vec<Arc<DecisionRecord>> {
     decision::ring()
-        .recent(decision::RING_CAPACITY)
+        .about("daemonset", name)
         .into_iter()
-        .filter(|r| {
-            r.controller == "daemonset" && r.object.namespace == ns && r.object.name == name
-        })
+        .filter(|r| r.object.namespace == ns)
         .collect()
 }
 

@@ -109,30 +109,6 @@ async fn endpoints(client: &Client, service: &str) -> Option<(Vec<String>, Vec<S
     Some((ready, not_ready))
 }
 
-/// Waits for a finished decision record of `controller` about `name` (in [`NS`]) that
-/// observed something containing `seen` and took an action containing `action`; returns its
-/// observations and that action's rule.
-async fn decision(controller: &str, name: &str, seen: &str, action: &str) -> (Vec<String>, String) {
-    use setpoint_runtime::decision::{ring, RING_CAPACITY};
-    eventually(
-        &format!("a {controller} decision about {name}: {seen}; {action}"),
-        || async {
-            ring().recent(RING_CAPACITY).iter().rev().find_map(|r| {
-                if r.controller != controller
-                    || r.object.namespace != NS
-                    || r.object.name != name
-                    || !r.observed.iter().any(|o| o.contains(seen))
-                {
-                    return None;
-                }
-                let a = r.actions.iter().find(|a| a.action.contains(action))?;
-                Some((r.observed.clone(), a.rule.clone()))
-            })
-        },
-    )
-    .await
-}
-
 #[tokio::test]
 async fn services_get_slices_and_endpoints_of_the_pods_they_select() {
     let cluster = TestCluster::start().await;
@@ -206,8 +182,9 @@ async fn services_get_slices_and_endpoints_of_the_pods_they_select() {
     })
     .await;
     // Each controller's decision records say what it saw and why it wrote.
-    let (observed, rule) = decision(
+    let (observed, rule) = setpoint_testing::decision(
         "endpoint",
+        NS,
         "web",
         "2 ready, 1 not ready addresses; ports: http:8080/TCP",
         "Endpoints web",
@@ -217,8 +194,9 @@ async fn services_get_slices_and_endpoints_of_the_pods_they_select() {
         !observed.is_empty() && !rule.is_empty(),
         "{observed:?} {rule}"
     );
-    let (observed, rule) = decision(
+    let (observed, rule) = setpoint_testing::decision(
         "endpointslice",
+        NS,
         "web",
         "3 endpoints: 2 ready, 1 not ready, 0 terminating",
         "create slice web-",
@@ -285,8 +263,9 @@ async fn services_get_slices_and_endpoints_of_the_pods_they_select() {
         labels["endpointslice.kubernetes.io/managed-by"],
         "endpointslicemirroring-controller.k8s.io"
     );
-    let (observed, rule) = decision(
+    let (observed, rule) = setpoint_testing::decision(
         "endpointslicemirroring",
+        NS,
         "manual",
         "1 endpoints: 1 ready",
         "create slice manual-",

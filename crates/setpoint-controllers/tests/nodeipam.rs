@@ -64,14 +64,10 @@ async fn ranges_are_handed_out_kept_exhausted_and_released() {
         "the decision record of n1",
         || async {
             decision::ring()
-                .recent(decision::RING_CAPACITY)
+                .about(setpoint_controllers::nodeipam::NAME, "n1")
                 .into_iter()
                 .rev()
-                .find(|r| {
-                    r.controller == setpoint_controllers::nodeipam::NAME
-                        && r.object.name == "n1"
-                        && !r.actions.is_empty()
-                })
+                .find(|r| !r.actions.is_empty())
         },
     )
     .await;

@@ -94,14 +94,10 @@ fn ready_status(node: &Node) -> Option<String> {
 /// an action whose description starts with `action`.
 fn record_with_action(name: &str, action: &str) -> Option<Arc<DecisionRecord>> {
     decision::ring()
-        .recent(decision::RING_CAPACITY)
+        .about(setpoint_controllers::nodelifecycle::NAME, name)
         .into_iter()
         .rev()
-        .find(|r| {
-            r.controller == setpoint_controllers::nodelifecycle::NAME
-                && r.object.name == name
-                && r.actions.iter().any(|a| a.action.starts_with(action))
-        })
+        .find(|r| r.actions.iter().any(|a| a.action.starts_with(action)))
 }
 
 fn has_taint(node: &Node, key: &str, effect: &str) -> bool {

@@ -35,10 +35,9 @@ fn pod(name: &str, node: Option<&str>, finalizer: bool) -> Pod {
 /// description starts with `action`, and that action.
 fn decided(name: &str, action: &str) -> Option<(Arc<DecisionRecord>, ActionRecord)> {
     decision::ring()
-        .recent(decision::RING_CAPACITY)
+        .about(setpoint_controllers::podgc::NAME, name)
         .into_iter()
         .rev()
-        .filter(|r| r.controller == setpoint_controllers::podgc::NAME && r.object.name == name)
         .find_map(|r| {
             let a = r
                 .actions

@@ -68,11 +68,9 @@ fn stand_in_node(client: Client, ns: &str, on: Arc<AtomicBool>) -> tokio::task::
 /// The finished decision records of the `statefulset` controller about `{ns}/{name}` so far.
 fn decisions(ns: &str, name: &str) -> Vec<Arc<DecisionRecord>> {
     decision::ring()
-        .recent(decision::RING_CAPACITY)
+        .about("statefulset", name)
         .into_iter()
-        .filter(|r| {
-            r.controller == "statefulset" && r.object.namespace == ns && r.object.name == name
-        })
+        .filter(|r| r.object.namespace == ns)
         .collect()
 }
 

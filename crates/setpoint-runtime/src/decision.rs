@@ -224,6 +224,17 @@ impl Ring {
         r.records.iter().skip(skip).cloned().collect()
     }
 
+    /// The records of `controller` about objects named `name` (in any namespace) the ring
+    /// still holds, oldest first: what a test, or someone debugging one controller, asks.
+    pub fn about(&self, controller: &str, name: &str) -> Vec<Arc<DecisionRecord>> {
+        let r = self.inner.lock();
+        r.records
+            .iter()
+            .filter(|d| d.controller == controller && d.object.name == name)
+            .cloned()
+            .collect()
+    }
+
     /// Records dropped because the ring was full.
     pub fn dropped(&self) -> u64 {
         self.inner.lock().dropped

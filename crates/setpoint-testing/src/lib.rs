@@ -331,6 +331,32 @@ pub fn eventually_blocking<T>(
     }
 }
 
+/// Waits (30 s) for a finished decision record of `controller` about `namespace/name`, in this
+/// process's ring, that observed something containing `seen` and took an action containing
+/// `action`; returns its observations and that action's rule.
+pub async fn decision(
+    controller: &str,
+    namespace: &str,
+    name: &str,
+    seen: &str,
+    action: &str,
+) -> (Vec<String>, String) {
+    eventually(
+        &format!("a {controller} decision about {namespace}/{name}: {seen}; {action}"),
+        || async {
+            let records = setpoint_runtime::decision::ring().about(controller, name);
+            records.iter().rev().find_map(|r| {
+                if r.object.namespace != namespace || !r.observed.iter().any(|o| o.contains(seen)) {
+                    return None;
+                }
+                let a = r.actions.iter().find(|a| a.action.contains(action))?;
+                Some((r.observed.clone(), a.rule.clone()))
+            })
+        },
+    )
+    .await
+}
+
 /// [`eventually_within`] with a 30 s deadline.
 pub async fn eventually<T, F>(what: &str, check: impl FnMut() -> F) -> T
 where
